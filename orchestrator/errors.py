@@ -1,0 +1,50 @@
+"""The project's exceptions, each carrying the exit code the CLI returns for it.
+
+Exit codes are the same for every command:
+0 success; 1 the change did not pass its gate or checks (nothing broken);
+2 bad input (nothing touched); 3 needs attention (host unreachable, lock held,
+rollback failed, server down).
+"""
+
+from __future__ import annotations
+
+
+class OrchError(Exception):
+    """Base of every error `orch` reports to its user."""
+
+    exit_code = 3
+
+
+class InputError(OrchError):
+    """Bad input: a file, a field or a flag. Nothing was touched."""
+
+    exit_code = 2
+
+
+class CheckFailed(OrchError):
+    """The change did not pass its checks; nothing broken."""
+
+    exit_code = 1
+
+
+class NeedsAttention(OrchError):
+    """Something on a target needs a person: unreachable, locked, down."""
+
+    exit_code = 3
+
+
+class TransportError(NeedsAttention):
+    """A remote step failed below the command level (SSH, socket, pct)."""
+
+    def __init__(self, host: str, step: str, reason: str, hint: str = "") -> None:
+        self.host, self.step, self.reason, self.hint = host, step, reason, hint
+        text = f"{host}: {step}: {reason}"
+        super().__init__(f"{text}\n  hint: {hint}" if hint else text)
+
+
+class HostKeyError(TransportError):
+    """The host's key is unknown or changed: the connection was refused."""
+
+
+class LockHeld(NeedsAttention):
+    """Another run holds the deploy lock of a target."""
