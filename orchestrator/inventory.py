@@ -1,0 +1,187 @@
+"""Inventories: Proxmox hosts, their LXC containers, and groups of containers.
+
+A container is reached either through its host (`pct exec`) or by SSH at its
+own address. Settings left out fall back to the container's SSH block, then
+the host, then `defaults`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, Field
+
+from orchestrator.errors import InputError
+from orchestrator.schema import Name, Port, Schema, validate_document
+from orchestrator.yamlsource import YamlDocument, load_yaml_file
+
+VMID_RANGE = (100, 999_999_999)
+
+
+def _vmid(value: int) -> int:
+    low, high = VMID_RANGE
+    if not low <= value <= high:
+        raise ValueError(f"{value} is not a valid Proxmox VMID ({low}..{high})")
+    return value
+
+
+def _address(value: str) -> str:
+    if not value or not all(c.isalnum() or c in ".-:_[]" for c in value):
+        raise ValueError(f"{value!r} is not a host name or IP address")
+    return value
+
+
+def _path(value: str) -> str:
+    if not value.startswith(("/", "~")):
+        raise ValueError(f"{value!r} must be an absolute path (or start with ~)")
+    if any(c in value for c in "\n\r\0"):
+        raise ValueError(f"{value!r} contains a line break or NUL")
+    return value
+
+
+Address = Annotated[str, AfterValidator(_address)]
+PathStr = Annotated[str, AfterValidator(_path)]
+Vmid = Annotated[int, AfterValidator(_vmid)]
+
+
+class SshSettings(Schema):
+    """How to log in somewhere; unset fields fall back to outer settings."""
+
+    user: str | None = None
+    port: Port | None = None
+    identity_file: PathStr | None = None
+    known_hosts: PathStr | None = None
+
+
+class Defaults(SshSettings):
+    pct_path: PathStr = "/usr/sbin/pct"
+    vars: dict[str, Any] = {}
+
+
+class Host(SshSettings):
+    """A Proxmox VE node, reached by SSH."""
+
+    address: Address
+    pct_path: PathStr | None = None
+
+
+class DirectSsh(SshSettings):
+    address: Address | None = None
+
+
+class Gpu(Schema):
+    name: str
+    memory_mib: Annotated[int, Field(gt=0)]
+
+
+class Container(Schema):
+    """An LXC container on a host; `address` is where its server listens."""
+
+    vmid: Vmid
+    host: Name
+    address: Address
+    access: Literal["pct", "ssh"] = "pct"
+    ssh: DirectSsh | None = None
+    gpus: list[Gpu] = []
+    vars: dict[str, Any] = {}
+
+
+class Inventory(Schema):
+    defaults: Defaults = Defaults()
+    hosts: dict[Name, Host]
+    containers: dict[Name, Container]
+    groups: dict[Name, list[Name]] = {}
+    source: str = Field(default="", exclude=True)
+
+    def select(self, patterns: Iterable[str]) -> list[str]:
+        """Container names for group or container names, in inventory order, no repeats."""
+        wanted: set[str] = set()
+        for name in patterns:
+            if name in self.groups:
+                wanted.update(self.groups[name])
+            elif name in self.containers:
+                wanted.add(name)
+            else:
+                raise InputError(
+                    f"{self.source}: no container or group named {name!r} "
+                    f"(containers: {', '.join(self.containers)}; groups: {', '.join(self.groups)})"
+                )
+        return [name for name in self.containers if name in wanted]
+
+    def login(self, container_name: str) -> tuple[str, SshSettings, str]:
+        """(address, settings, label) of the SSH endpoint that reaches a container.
+
+        `pct` containers are reached through their host; `ssh` containers directly.
+        """
+        container = self.containers[container_name]
+        host = self.hosts[container.host]
+        if container.access == "ssh":
+            direct = container.ssh or DirectSsh()
+            return (
+                direct.address or container.address,
+                _merge(direct, _merge(host, self.defaults)),
+                container_name,
+            )
+        return host.address, _merge(host, self.defaults), container.host
+
+    def pct_path(self, host_name: str) -> str:
+        return self.hosts[host_name].pct_path or self.defaults.pct_path
+
+    def container_vars(self, container_name: str) -> dict[str, Any]:
+        return {**self.defaults.vars, **self.containers[container_name].vars}
+
+
+def _merge(first: SshSettings, fallback: SshSettings) -> SshSettings:
+    fields = ("user", "port", "identity_file", "known_hosts")
+    return SshSettings(
+        **{
+            f: getattr(first, f) if getattr(first, f) is not None else getattr(fallback, f)
+            for f in fields
+        }
+    )
+
+
+def load_inventory(path: Path) -> Inventory:
+    """Load and validate an inventory file; errors point at file:line:col."""
+    document = load_yaml_file(path)
+    inventory = validate_document(Inventory, document).model_copy(update={"source": str(path)})
+    _check_references(inventory, document)
+    return inventory
+
+
+def _check_references(inventory: Inventory, document: YamlDocument) -> None:
+    problems = []
+    for name, container in inventory.containers.items():
+        loc = ("containers", name, "host")
+        if container.host not in inventory.hosts:
+            problems.append(
+                f"{document.where(loc)}: containers.{name}.host: unknown host {container.host!r}"
+            )
+        if container.access == "pct" and container.ssh is not None:
+            loc = ("containers", name, "ssh")
+            problems.append(f"{document.where(loc)}: containers.{name}.ssh: only for access 'ssh'")
+    seen_vmids: dict[tuple[str, int], str] = {}
+    for name, container in inventory.containers.items():
+        other = seen_vmids.setdefault((container.host, container.vmid), name)
+        if other != name:
+            loc = ("containers", name, "vmid")
+            problems.append(
+                f"{document.where(loc)}: containers.{name}.vmid: "
+                f"{container.vmid} is already used by {other} on {container.host}"
+            )
+    for group, members in inventory.groups.items():
+        if group in inventory.containers:
+            problems.append(
+                f"{document.where(('groups', group))}: groups.{group}: "
+                "a container has the same name"
+            )
+        for index, member in enumerate(members):
+            if member not in inventory.containers:
+                loc = ("groups", group, index)
+                problems.append(
+                    f"{document.where(loc)}: groups.{group}[{index}]: unknown container {member!r}"
+                )
+    if problems:
+        raise InputError("\n".join(problems))

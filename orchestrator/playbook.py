@@ -1,0 +1,172 @@
+"""Playbooks: what to deploy where, how to launch it, and how to judge it.
+
+String fields that name places on a container (`target.path`,
+`drafter.weights`, `server.vllm`, `server.host`, `state_dir`) are Jinja2
+templates rendered per container with its `vars`, so one playbook serves the
+lab and a real cluster alike: only the inventory differs.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import types
+import typing
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union
+
+import yaml
+from pydantic import BaseModel, Field
+
+from orchestrator.errors import InputError
+from orchestrator.schema import Name, Port, Schema, validate_document
+from orchestrator.yamlsource import YamlDocument, load_yaml_file
+
+PLAYBOOK_DIR = Path(__file__).resolve().parent.parent / "playbooks"
+
+Positive = Annotated[int, Field(ge=1)]
+Seconds = Annotated[float, Field(gt=0)]
+Fraction = Annotated[float, Field(ge=0, le=1)]
+
+
+class TargetModel(Schema):
+    path: str
+    served_name: str
+
+
+class Drafter(Schema):
+    kind: Literal["dflash"] = "dflash"
+    weights: str
+    profile: str | None = None
+    overrides: dict[str, Any] = {}
+
+
+class Server(Schema):
+    template: str = "vllm/serve.sh.j2"
+    vllm: str = "{{ vars.vllm }}"
+    host: str = "0.0.0.0"
+    port: Port = 8000
+    tensor_parallel_size: Positive = 1
+    max_model_len: Positive | None = None
+    num_speculative_tokens: Positive = 15
+    attention_backend: str | None = None
+    extra_args: list[str] = []
+    env: dict[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")], str] = {}
+    stop_timeout: Seconds = 30
+
+
+class Probe(Schema):
+    prompts: str = "builtin"
+    max_tokens: Positive = 256
+    concurrency: Annotated[int, Field(ge=1, le=64)] = 4
+    max_requests: Positive = 400
+    scrape_interval: Seconds = 1.0
+
+
+class Gate(Schema):
+    min_mean_acceptance_length: Annotated[float, Field(ge=1)] = 2.5
+    min_position1_acceptance: Fraction | None = 0.5
+    min_drafts: Positive = 200
+    confidence: Annotated[float, Field(gt=0.5, lt=1)] = 0.95
+    ready_timeout: Seconds = 900
+    time_budget: Seconds = 120
+    on_inconclusive: Literal["rollback", "keep"] = "rollback"
+    probe: Probe = Probe()
+
+
+class Rollout(Schema):
+    canary: Annotated[int, Field(ge=0)] = 1
+    parallel: Positive = 1
+    max_failures: Annotated[int, Field(ge=0)] = 0
+
+
+class Playbook(Schema):
+    name: Name
+    targets: Annotated[list[str], Field(min_length=1)]
+    state_dir: str = "{{ vars.state_dir }}"
+    target: TargetModel
+    drafter: Drafter
+    server: Server = Server()
+    gate: Gate = Gate()
+    rollout: Rollout = Rollout()
+    releases_kept: Annotated[int, Field(ge=2)] = 5
+    source: str = Field(default="", exclude=True)
+
+
+def find_playbook(name_or_path: str) -> Path:
+    """A path as given, or a name looked up in the project's `playbooks/`."""
+    path = Path(name_or_path)
+    if path.suffix in (".yaml", ".yml") or path.exists():
+        return path
+    candidate = PLAYBOOK_DIR / f"{name_or_path}.yaml"
+    if candidate.exists():
+        return candidate
+    known = ", ".join(sorted(p.stem for p in PLAYBOOK_DIR.glob("*.yaml")))
+    raise InputError(f"no playbook {name_or_path!r} (known: {known})")
+
+
+def load_playbook(path: Path, assignments: list[str] = ()) -> Playbook:  # type: ignore[assignment]
+    """Load a playbook and apply `--set dotted.path=VALUE` overrides (VALUE is YAML)."""
+    document = load_yaml_file(path)
+    if not isinstance(document.data, dict):
+        raise InputError(f"{path}:1:1: expected a mapping at the top level")
+    document = apply_assignments(document, assignments)
+    return validate_document(Playbook, document).model_copy(update={"source": str(path)})
+
+
+def apply_assignments(document: YamlDocument, assignments: list[str]) -> YamlDocument:
+    """Set each `dotted.path=VALUE` in a copy of the document's data."""
+    data = copy.deepcopy(document.data)
+    origins = dict(document.origins)
+    for assignment in assignments:
+        dotted_path, sep, raw = assignment.partition("=")
+        if not sep or not dotted_path:
+            raise InputError(f"--set {assignment!r}: expected PATH=VALUE")
+        parts = tuple(dotted_path.split("."))
+        check_settable(Playbook, parts, assignment)
+        try:
+            value = yaml.safe_load(raw)
+        except yaml.YAMLError as exc:
+            raise InputError(f"--set {dotted_path}: VALUE is not valid YAML: {exc}") from None
+        node = data
+        for part in parts[:-1]:
+            child = node.get(part)
+            if not isinstance(child, dict):
+                child = node[part] = {}
+            node = child
+        node[parts[-1]] = value
+        origins[parts] = f"--set {dotted_path}"
+    return dataclasses.replace(document, data=data, origins=origins)
+
+
+def check_settable(model: type[BaseModel], parts: tuple[str, ...], assignment: str) -> None:
+    """Refuse a path that names no field; below a free-form mapping anything goes."""
+    current: Any = model
+    for depth, part in enumerate(parts):
+        if not (isinstance(current, type) and issubclass(current, BaseModel)):
+            here = ".".join(parts[:depth])
+            raise InputError(f"--set {assignment!r}: {here} is not a section with fields")
+        fields = {n: f for n, f in current.model_fields.items() if not f.exclude}
+        if part not in fields:
+            raise InputError(
+                f"--set {assignment!r}: unknown field {'.'.join(parts[: depth + 1])!r} "
+                f"(fields here: {', '.join(fields)})"
+            )
+        current = _unwrap(fields[part].annotation)
+        if typing.get_origin(current) is dict:
+            return
+
+
+def _unwrap(annotation: Any) -> Any:
+    """Strip Optional[...] and Annotated[...] down to the type that has fields."""
+    while True:
+        origin = typing.get_origin(annotation)
+        if origin is Annotated:
+            annotation = typing.get_args(annotation)[0]
+        elif origin in (Union, types.UnionType):
+            args = [a for a in typing.get_args(annotation) if a is not type(None)]
+            annotation = args[0] if len(args) == 1 else annotation
+            if len(args) != 1:
+                return annotation
+        else:
+            return annotation
