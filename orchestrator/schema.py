@@ -32,11 +32,11 @@ def validate_document(model: type[ModelT], document: YamlDocument, context: Any 
 
 
 def format_validation_error(exc: ValidationError, document: YamlDocument) -> str:
-    lines = []
-    for error in exc.errors(include_url=False):
-        loc = tuple(error["loc"])
-        lines.append(f"{document.where(loc)}: {dotted(loc) or '(top level)'}: {_message(error)}")
-    return "\n".join(lines)
+    errors = sorted(exc.errors(include_url=False), key=lambda e: document.position(e["loc"]))
+    return "\n".join(
+        f"{document.where(e['loc'])}: {dotted(e['loc']) or '(top level)'}: {_message(e)}"
+        for e in errors
+    )
 
 
 def _message(error: Any) -> str:

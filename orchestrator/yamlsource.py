@@ -34,13 +34,21 @@ class YamlDocument:
 
     def where(self, loc: Iterable[str | int]) -> str:
         """`file:line:col` (or other origin) of the deepest known part of `loc`."""
-        parts = tuple(loc)
-        while parts and parts not in self.positions and parts not in self.origins:
-            parts = parts[:-1]
+        parts = self._known(loc)
         if parts in self.origins:
             return self.origins[parts]
         line, column = self.positions.get(parts, (1, 1))
         return f"{self.source}:{line}:{column}"
+
+    def position(self, loc: Iterable[str | int]) -> tuple[int, int]:
+        """(line, column) of the deepest known part of `loc`, for sorting."""
+        return self.positions.get(self._known(loc), (1, 1))
+
+    def _known(self, loc: Iterable[str | int]) -> Loc:
+        parts = tuple(loc)
+        while parts and parts not in self.positions and parts not in self.origins:
+            parts = parts[:-1]
+        return parts
 
 
 def dotted(loc: Iterable[str | int]) -> str:
@@ -86,6 +94,8 @@ def _construct(
     node: yaml.Node, loc: Loc, positions: dict[Loc, tuple[int, int]], source: str
 ) -> Any:
     positions.setdefault(loc, (node.start_mark.line + 1, node.start_mark.column + 1))
+    if isinstance(node, yaml.MappingNode | yaml.SequenceNode) and node.tag not in PLAIN_TAGS:
+        raise InputError(f"{_mark(source, node)}: tag {node.tag!r} is not allowed")
     if isinstance(node, yaml.MappingNode):
         result: dict[Any, Any] = {}
         merged: dict[Any, Any] = {}
@@ -122,4 +132,5 @@ def _mark(source: str, node: yaml.Node) -> str:
 
 
 MERGE_TAG = "tag:yaml.org,2002:merge"
+PLAIN_TAGS = ("tag:yaml.org,2002:map", "tag:yaml.org,2002:seq")
 _SCALARS = yaml.SafeLoader("")
