@@ -1,0 +1,1 @@
+"""What orch knows about drafter models: DFlash rules, published profiles, model files."""

@@ -1,0 +1,594 @@
+"""What a DFlash drafter config must agree with: its target, its weights, its tokenizer.
+
+A DFlash drafter reads hidden states of chosen target layers and proposes a block
+of tokens at once. A config.json guessed by hand (wrong layer ids, mask token,
+layer types, sliding window, bos token) still lets vLLM start; acceptance then
+collapses. These rules catch that from the files alone. They are pure functions
+on parsed JSON: drafter config, target config, tokenizer_config.json and the
+merged safetensors header entries.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from itertools import chain, pairwise
+from typing import TYPE_CHECKING
+
+from orchestrator.drafters.findings import Finding
+from orchestrator.drafters.modelfiles import text_config
+
+if TYPE_CHECKING:
+    from orchestrator.drafters.profiles import Profile
+
+DFLASH_ARCHITECTURE = "DFlashDraftModel"
+DEFAULT_BLOCK_SIZE = 16
+LAYER_TYPES = ("sliding_attention", "full_attention")
+SLIDING = "sliding_attention"
+
+_LAYER_WEIGHT = re.compile(r"^(?:model\.)?layers\.(\d+)\.")
+_FC_WEIGHTS = ("fc.weight", "model.fc.weight")
+_TORCH_DTYPES = {"bfloat16": "BF16", "float16": "F16", "float32": "F32"}
+
+IDS = "dflash_config.target_layer_ids"
+MASK = "dflash_config.mask_token_id"
+
+
+def build_target_layer_ids(num_target_layers: int, num_draft_layers: int) -> list[int]:
+    """z-lab's default target layers: evenly spaced over 1..n-3, or the middle one for k == 1.
+
+    Uses Python's round() as z-lab's code does, so halves go to the even
+    neighbour: (11, 3) gives [1, 4, 8], not [1, 5, 8].
+    """
+    if num_draft_layers < 1:
+        raise ValueError(f"num_draft_layers must be >= 1, got {num_draft_layers}")
+    if num_draft_layers == 1:
+        return [num_target_layers // 2]
+    start, end = 1, num_target_layers - 3
+    span = end - start
+    return [round(start + i * span / (num_draft_layers - 1)) for i in range(num_draft_layers)]
+
+
+def block_size(config: dict) -> int:
+    """Draft block size: inside dflash_config in newer checkpoints, top level in older ones."""
+    value = _configured_block_size(config)
+    if not _is_int(value) or value < 2:
+        raise ValueError(f"block_size must be an integer >= 2, got {value!r}")
+    return value
+
+
+def _configured_block_size(config: dict) -> object:
+    nested = config.get("dflash_config")
+    if isinstance(nested, dict) and "block_size" in nested:
+        return nested["block_size"]
+    return config.get("block_size", DEFAULT_BLOCK_SIZE)
+
+
+def weight_layout(config: dict) -> dict[str, tuple[str, list[int]]]:
+    """Tensor names, dtypes and shapes of a DFlash checkpoint with this config.
+
+    What the published checkpoints hold: fc (target features -> hidden),
+    hidden_norm, norm and Qwen3 decoder layers; embeddings and lm_head are the
+    target's. Feed it to `write_safetensors_stub` to build a weight file.
+    """
+    dtype = _TORCH_DTYPES[config.get("dtype") or config.get("torch_dtype") or "bfloat16"]
+    hidden, inter = config["hidden_size"], config["intermediate_size"]
+    head_dim = config["head_dim"]
+    q_out = config["num_attention_heads"] * head_dim
+    kv_out = config["num_key_value_heads"] * head_dim
+    ids = config["dflash_config"]["target_layer_ids"]
+    layout = {
+        "fc.weight": (dtype, [hidden, len(ids) * hidden]),
+        "hidden_norm.weight": (dtype, [hidden]),
+        "norm.weight": (dtype, [hidden]),
+    }
+    for i in range(config["num_hidden_layers"]):
+        for name, shape in (
+            ("self_attn.q_proj.weight", [q_out, hidden]),
+            ("self_attn.k_proj.weight", [kv_out, hidden]),
+            ("self_attn.v_proj.weight", [kv_out, hidden]),
+            ("self_attn.o_proj.weight", [hidden, q_out]),
+            ("self_attn.q_norm.weight", [head_dim]),
+            ("self_attn.k_norm.weight", [head_dim]),
+            ("mlp.gate_proj.weight", [inter, hidden]),
+            ("mlp.up_proj.weight", [inter, hidden]),
+            ("mlp.down_proj.weight", [hidden, inter]),
+            ("input_layernorm.weight", [hidden]),
+            ("post_attention_layernorm.weight", [hidden]),
+        ):
+            layout[f"layers.{i}.{name}"] = (dtype, shape)
+    return layout
+
+
+@dataclass(frozen=True)
+class _Inputs:
+    drafter: dict
+    target: dict  # the target's text-model fields
+    target_top: dict  # the target's whole config.json
+    tokenizer: dict | None
+    tensors: dict[str, dict] | None
+    profile: Profile | None
+    num_speculative_tokens: int | None
+
+    @property
+    def dflash(self) -> dict:
+        nested = self.drafter.get("dflash_config")
+        return nested if isinstance(nested, dict) else {}
+
+    @property
+    def layer_ids(self) -> list[int] | None:
+        ids = self.dflash.get("target_layer_ids")
+        return ids if isinstance(ids, list) and all(_is_int(i) for i in ids) else None
+
+
+def check_dflash(
+    drafter: dict,
+    target: dict,
+    *,
+    tokenizer: dict | None = None,
+    tensors: dict[str, dict] | None = None,
+    profile: Profile | None = None,
+    num_speculative_tokens: int | None = None,
+) -> list[Finding]:
+    """Every DFlash rule, findings in rule order (errors and warnings mixed).
+
+    `target` is the target's whole config.json, `tokenizer` its
+    tokenizer_config.json, `tensors` the drafter's merged safetensors header
+    entries, `profile` the published drafter it should equal.
+    """
+    inputs = _Inputs(
+        drafter,
+        text_config(target),
+        target,
+        tokenizer,
+        tensors,
+        profile,
+        num_speculative_tokens,
+    )
+    return list(chain.from_iterable(rule(inputs) for rule in _RULES))
+
+
+def _architecture(c: _Inputs) -> Iterator[Finding]:
+    names = c.drafter.get("architectures")
+    if not (isinstance(names, list) and any(isinstance(n, str) and "DFlash" in n for n in names)):
+        yield Finding.error(
+            "architectures",
+            "architectures does not name a DFlash drafter: vLLM's dflash method needs "
+            f'a DFlash model class; use ["{DFLASH_ARCHITECTURE}"]',
+            expected=[DFLASH_ARCHITECTURE],
+            actual=names,
+        )
+
+
+def _profile_target(c: _Inputs) -> Iterator[Finding]:
+    if c.profile is None:
+        return
+    actual = {field: c.target.get(field) for field in c.profile.target}
+    if actual != c.profile.target:
+        yield Finding.error(
+            "profile",
+            f"profile {c.profile.name} was published for {c.profile.target_name}, not this "
+            "target: a drafter only drafts well for the target it was trained on",
+            expected=c.profile.target,
+            actual=actual,
+        )
+
+
+_TARGET_DIM_HINTS = {
+    "num_target_layers": "the drafter was trained on a target with another layer count; "
+    "use a drafter trained on this target",
+    "hidden_size": "the drafter cannot read the target's hidden states; "
+    "use a drafter trained on this target",
+    "vocab_size": "drafter and target disagree on token ids; use the target's vocab_size",
+}
+_TARGET_DIMS = (
+    ("num_target_layers", "num_hidden_layers"),
+    ("hidden_size", "hidden_size"),
+    ("vocab_size", "vocab_size"),
+)
+
+
+def _target_dims(c: _Inputs) -> Iterator[Finding]:
+    for field, target_field in _TARGET_DIMS:
+        expected = c.target.get(target_field)
+        if not _is_int(expected):
+            yield Finding.error(
+                f"target.{target_field}",
+                f"the target config has no integer {target_field} (in text_config or at the "
+                "top level): is it the target model's config.json?",
+                expected="an integer",
+                actual=expected,
+            )
+        elif c.drafter.get(field) != expected:
+            yield Finding.error(
+                field,
+                f"{field} differs from the target's {target_field}: {_TARGET_DIM_HINTS[field]}",
+                expected=expected,
+                actual=c.drafter.get(field),
+            )
+
+
+def _target_layer_ids(c: _Inputs) -> Iterator[Finding]:
+    if not isinstance(c.drafter.get("dflash_config"), dict):
+        yield Finding.error(
+            "dflash_config",
+            "dflash_config missing: vLLM refuses a DFlash drafter without target_layer_ids "
+            "and mask_token_id; use the profile's dflash_config",
+            expected=c.profile.config["dflash_config"] if c.profile else "an object",
+            actual=c.drafter.get("dflash_config"),
+        )
+        return
+    ids = c.dflash.get("target_layer_ids")
+    expected = c.profile.target_layer_ids if c.profile else None
+    if ids is None:
+        yield Finding.error(
+            IDS,
+            "target_layer_ids missing: vLLM refuses the drafter; use the profile's ids",
+            expected=expected,
+        )
+        return
+    if c.layer_ids is None:
+        yield Finding.error(
+            IDS,
+            "target_layer_ids must be a list of integer layer ids",
+            expected=expected,
+            actual=ids,
+        )
+        return
+    yield from _layer_ids_shape(ids, c.target.get("num_hidden_layers"))
+    if c.profile is not None:
+        if ids != c.profile.target_layer_ids:
+            yield Finding.error(
+                IDS,
+                "target_layer_ids differ from the published drafter: vLLM starts but acceptance "
+                "collapses to ~1.1; use the profile's ids",
+                expected=c.profile.target_layer_ids,
+                actual=ids,
+            )
+        return
+    yield from _default_spacing(ids, c.target.get("num_hidden_layers"), c.drafter)
+
+
+def _layer_ids_shape(ids: list[int], num_target_layers: object) -> Iterator[Finding]:
+    if any(later <= earlier for earlier, later in pairwise(ids)):
+        yield Finding.error(
+            IDS,
+            "target_layer_ids must be strictly increasing: the drafter concatenates the "
+            "target's hidden states in layer order",
+            expected=sorted(set(ids)),
+            actual=ids,
+        )
+    if _is_int(num_target_layers) and any(not 0 <= i < num_target_layers for i in ids):
+        yield Finding.error(
+            IDS,
+            f"target_layer_ids outside the target's layers 0..{num_target_layers - 1}: "
+            "vLLM reads hidden states that do not exist",
+            expected=f"ids in 0..{num_target_layers - 1}",
+            actual=ids,
+        )
+
+
+def _default_spacing(ids: list[int], num_target_layers: object, drafter: dict) -> Iterator[Finding]:
+    num_draft_layers = drafter.get("num_hidden_layers")
+    if not (_is_int(num_target_layers) and _is_int(num_draft_layers) and num_draft_layers >= 1):
+        return
+    default = build_target_layer_ids(num_target_layers, num_draft_layers)
+    if ids != default:
+        yield Finding.warning(
+            IDS,
+            f"target_layer_ids differ from the default spacing for {num_target_layers} target "
+            f"and {num_draft_layers} drafter layers: right only if the drafter was trained "
+            "with them; check its published config",
+            expected=default,
+            actual=ids,
+        )
+
+
+def _weights(c: _Inputs) -> Iterator[Finding]:
+    if c.tensors is None:
+        return
+    yield from _fc_weight(c, c.tensors)
+    layers = {int(m.group(1)) for name in c.tensors if (m := _LAYER_WEIGHT.match(name))}
+    declared = c.drafter.get("num_hidden_layers")
+    if len(layers) != declared:
+        yield Finding.error(
+            "num_hidden_layers",
+            f"num_hidden_layers is {declared} but the weights hold {len(layers)} drafter layers: "
+            "vLLM fails to load them or leaves layers untrained; use the weights' count",
+            expected=len(layers),
+            actual=declared,
+        )
+
+
+def _fc_weight(c: _Inputs, tensors: dict[str, dict]) -> Iterator[Finding]:
+    fc = next((tensors[name] for name in _FC_WEIGHTS if name in tensors), None)
+    if fc is None:
+        yield Finding.error(
+            "fc.weight",
+            "no fc.weight in the drafter's weights: not a DFlash checkpoint, or a shard is missing",
+            expected="[hidden, len(target_layer_ids) * hidden]",
+        )
+        return
+    shape = fc["shape"]
+    if len(shape) != 2 or shape[0] == 0 or shape[1] % shape[0]:
+        yield Finding.error(
+            "fc.weight",
+            f"fc.weight has shape {shape}, not [hidden, n * hidden]: not a DFlash checkpoint",
+            expected="[hidden, n * hidden]",
+            actual=shape,
+        )
+        return
+    hidden, trained = shape[0], shape[1] // shape[0]
+    if c.drafter.get("hidden_size") != hidden:
+        yield Finding.error(
+            "hidden_size",
+            f"hidden_size differs from the weights: fc.weight {shape} is for hidden size {hidden}",
+            expected=hidden,
+            actual=c.drafter.get("hidden_size"),
+        )
+    ids = c.layer_ids
+    if ids is not None and len(ids) != trained:
+        yield Finding.error(
+            IDS,
+            f"target_layer_ids has {len(ids)} ids but fc.weight {shape} was trained on "
+            f"{trained} target layers: vLLM refuses the weights; use {trained} ids "
+            "(the profile's)",
+            expected=trained,
+            actual=len(ids),
+        )
+
+
+def _mask_token(c: _Inputs) -> Iterator[Finding]:
+    if not isinstance(c.drafter.get("dflash_config"), dict):
+        return  # reported by _target_layer_ids
+    mask = c.dflash.get("mask_token_id")
+    expected = c.profile.mask_token_id if c.profile else None
+    if not _is_int(mask):
+        state = "missing" if mask is None else "not an integer token id"
+        yield Finding.error(
+            MASK,
+            f"mask_token_id {state}: masked block positions need the token the drafter was "
+            "trained with; use the profile's id",
+            expected=expected,
+            actual=mask,
+        )
+        return
+    vocab = c.target.get("vocab_size")
+    if _is_int(vocab) and not 0 <= mask < vocab:
+        yield Finding.error(
+            MASK,
+            f"mask_token_id outside the target's vocabulary 0..{vocab - 1}: "
+            "vLLM cannot embed it; use the profile's id",
+            expected=expected if expected is not None else f"an id in 0..{vocab - 1}",
+            actual=mask,
+        )
+    if c.tokenizer is not None:
+        yield from _mask_in_tokenizer(mask, c.tokenizer, expected)
+    role = _reserved_token_ids(c.target_top, c.tokenizer).get(mask)
+    if role:
+        yield Finding.error(
+            MASK,
+            f"mask_token_id is the target's {role} token: real text contains it, so the "
+            "drafter cannot tell masked positions apart; use the profile's id",
+            expected=expected,
+            actual=mask,
+        )
+    if c.profile is not None and mask != c.profile.mask_token_id:
+        yield Finding.error(
+            MASK,
+            "mask_token_id differs from the published drafter: the drafter was trained with "
+            "its own mask token and acceptance collapses; use the profile's id",
+            expected=c.profile.mask_token_id,
+            actual=mask,
+        )
+
+
+def _mask_in_tokenizer(mask: int, tokenizer: dict, expected: int | None) -> Iterator[Finding]:
+    """A mask must be a special added token, or an unused embedding row past all added tokens."""
+    added = _added_tokens(tokenizer)
+    token = added.get(mask)
+    if token is not None and token.get("special") is not True:
+        yield Finding.error(
+            MASK,
+            f"mask_token_id is {token.get('content')!r}, an added token that is not special: "
+            "it appears in text; use the profile's id",
+            expected=expected,
+            actual=mask,
+        )
+    elif token is None and added and mask < max(added):
+        yield Finding.error(
+            MASK,
+            "mask_token_id is an ordinary text token of the target's tokenizer, not a special "
+            "token: the drafter confuses it with text; use the profile's id",
+            expected=expected,
+            actual=mask,
+        )
+
+
+def _added_tokens(tokenizer: dict) -> dict[int, dict]:
+    decoder = tokenizer.get("added_tokens_decoder")
+    if not isinstance(decoder, dict):
+        return {}
+    return {
+        int(key): value
+        for key, value in decoder.items()
+        if key.isdigit() and isinstance(value, dict)
+    }
+
+
+def _reserved_token_ids(target: dict, tokenizer: dict | None) -> dict[int, str]:
+    """Ids of the target's bos/eos/pad tokens (config and tokenizer), with their role."""
+    reserved: dict[int, str] = {}
+    for config in (target, text_config(target)):
+        for role in ("bos", "eos", "pad"):
+            value = config.get(f"{role}_token_id")
+            for token_id in value if isinstance(value, list) else [value]:
+                if _is_int(token_id):
+                    reserved[token_id] = role
+    if tokenizer is not None:
+        added = _added_tokens(tokenizer)
+        ids = {token.get("content"): token_id for token_id, token in added.items()}
+        for role in ("bos", "eos", "pad"):
+            value = tokenizer.get(f"{role}_token")
+            content = value.get("content") if isinstance(value, dict) else value
+            if content in ids:
+                reserved[ids[content]] = role
+    return reserved
+
+
+def _layer_types(c: _Inputs) -> Iterator[Finding]:
+    types = c.drafter.get("layer_types")
+    count = c.drafter.get("num_hidden_layers")
+    if types is None and c.profile is None:
+        yield Finding.warning(
+            "layer_types",
+            "layer_types missing: they are derived from use_sliding_window and may not be "
+            "what the drafter was trained with; set them from the published config",
+            expected=f"{count} of {list(LAYER_TYPES)}",
+        )
+    elif types is not None and (
+        not isinstance(types, list)
+        or len(types) != count
+        or any(kind not in LAYER_TYPES for kind in types)
+    ):
+        yield Finding.error(
+            "layer_types",
+            f"layer_types must list one of {list(LAYER_TYPES)} per drafter layer "
+            f"(num_hidden_layers = {count})",
+            expected=c.profile.layer_types if c.profile else f"{count} of {list(LAYER_TYPES)}",
+            actual=types,
+        )
+    elif c.profile is not None and types != c.profile.layer_types:
+        yield Finding.error(
+            "layer_types",
+            "layer_types differ from the published drafter: its layers attend over another "
+            "span and acceptance falls with context length; use the profile's list",
+            expected=c.profile.layer_types,
+            actual=types,
+        )
+    yield from _sliding_window(c, types)
+
+
+def _sliding_window(c: _Inputs, types: object) -> Iterator[Finding]:
+    window = c.drafter.get("sliding_window")
+    slides = isinstance(types, list) and SLIDING in types
+    expected = c.profile.sliding_window if c.profile else None
+    if slides and not (_is_int(window) and window > 0):
+        yield Finding.error(
+            "sliding_window",
+            f"layer_types has {SLIDING} layers but sliding_window is {window!r}: "
+            "they need a positive window size; use the profile's",
+            expected=expected if expected is not None else "a positive integer",
+            actual=window,
+        )
+    elif (
+        c.profile is not None
+        and (slides or SLIDING in c.profile.layer_types)
+        and window != c.profile.sliding_window
+    ):
+        yield Finding.error(
+            "sliding_window",
+            "sliding_window differs from the published drafter: acceptance falls with context "
+            "length; use the profile's",
+            expected=c.profile.sliding_window,
+            actual=window,
+        )
+
+
+def _bos_token(c: _Inputs) -> Iterator[Finding]:
+    actual = c.drafter.get("bos_token_id")
+    if c.profile is not None:
+        if actual != c.profile.bos_token_id:
+            yield Finding.error(
+                "bos_token_id",
+                "bos_token_id differs from the published drafter: the drafter sees a start "
+                f"token it was not trained with; use {c.profile.bos_token_id!r}",
+                expected=c.profile.bos_token_id,
+                actual=actual,
+            )
+        return
+    for config in (c.target, c.target_top):
+        if "bos_token_id" in config:
+            if actual != config["bos_token_id"]:
+                yield Finding.warning(
+                    "bos_token_id",
+                    "bos_token_id differs from the target's: check the drafter's published config",
+                    expected=config["bos_token_id"],
+                    actual=actual,
+                )
+            return
+
+
+def _block_size(c: _Inputs) -> Iterator[Finding]:
+    value = _configured_block_size(c.drafter)
+    if not _is_int(value) or value < 2:
+        yield Finding.error(
+            "block_size",
+            "block_size must be an integer >= 2 (the drafter proposes block_size - 1 tokens)",
+            expected=c.profile.block_size if c.profile else DEFAULT_BLOCK_SIZE,
+            actual=value,
+        )
+        return
+    if c.profile is not None and value != c.profile.block_size:
+        yield Finding.error(
+            "block_size",
+            "block_size differs from the published drafter: it was trained to fill blocks of "
+            f"{c.profile.block_size}; use the profile's",
+            expected=c.profile.block_size,
+            actual=value,
+        )
+    wanted = c.num_speculative_tokens
+    if wanted is not None and wanted > value - 1:
+        yield Finding.error(
+            "num_speculative_tokens",
+            f"num_speculative_tokens {wanted} exceeds block_size - 1 = {value - 1}: the drafter "
+            "proposes at most block_size - 1 tokens; use block_size - 1",
+            expected=value - 1,
+            actual=wanted,
+        )
+
+
+_SHAPE_FIELDS = (
+    "num_hidden_layers",
+    "head_dim",
+    "intermediate_size",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "hidden_act",
+    "rms_norm_eps",
+    "rope_theta",
+)
+
+
+def _model_shape(c: _Inputs) -> Iterator[Finding]:
+    if c.profile is None:
+        return
+    for field in _SHAPE_FIELDS:
+        expected = c.profile.config.get(field)
+        if expected is not None and c.drafter.get(field) != expected:
+            yield Finding.error(
+                field,
+                f"{field} differs from the published drafter: the weights do not fit it or "
+                "draft wrongly; use the profile's",
+                expected=expected,
+                actual=c.drafter.get(field),
+            )
+
+
+_RULES: tuple[Callable[[_Inputs], Iterator[Finding]], ...] = (
+    _architecture,
+    _profile_target,
+    _target_dims,
+    _target_layer_ids,
+    _weights,
+    _mask_token,
+    _layer_types,
+    _bos_token,
+    _block_size,
+    _model_shape,
+)
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
