@@ -42,6 +42,10 @@ class TransportError(NeedsAttention):
         super().__init__(f"{text}\n  hint: {hint}" if hint else text)
 
 
+class ServiceUnavailable(TransportError):
+    """The target refused a TCP connection to a service (e.g. vLLM still loading)."""
+
+
 class HostKeyError(TransportError):
     """The host's key is unknown or changed: the connection was refused."""
 

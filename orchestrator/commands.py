@@ -1,0 +1,181 @@
+"""Every remote action as an argv, built and never run here.
+
+Each builder returns the argv for `Transport.run`. Scripts run under `/bin/sh`
+with absolute tool paths where it matters (pct forces a minimal PATH), and
+every value is quoted with `shlex.quote` as it is placed into a script.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Sequence
+
+SH = "/bin/sh"
+
+# Shell helpers shared by the scripts that look at a recorded server process:
+# alive() holds for a live, non-zombie PID whose start time is still the recorded one.
+_PROCESS_FUNCTIONS = """\
+starttime() { s=$(cat "/proc/$1/stat" 2>/dev/null) || return 1; set -- ${s##*) }; echo "${20}"; }
+state() { s=$(cat "/proc/$1/stat" 2>/dev/null) || return 1; set -- ${s##*) }; echo "$1"; }
+alive() { st=$(state "$1") || return 1; [ "$st" != Z ] && [ "$(starttime "$1")" = "$2" ]; }
+"""
+
+
+def script(text: str) -> list[str]:
+    """argv that runs a POSIX sh script (needed for pipes, redirects, tests)."""
+    return [SH, "-c", text]
+
+
+def q(value: object) -> str:
+    return shlex.quote(str(value))
+
+
+def write_file(path: str, mode: str = "0644") -> list[str]:
+    """Atomically replace `path` with stdin: temp file, fsync, rename, fsync dir."""
+    directory, name = path.rsplit("/", 1)
+    return script(
+        f"set -e; umask 022; mkdir -p {q(directory)}; "
+        f"tmp=$(mktemp {q(f'{directory}/.{name}.XXXXXX')}); "
+        f"trap 'rm -f \"$tmp\"' EXIT; "
+        f'cat > "$tmp"; sync "$tmp"; chmod {q(mode)} "$tmp"; '
+        f'mv -f "$tmp" {q(path)}; trap - EXIT; sync {q(directory)}'
+    )
+
+
+def read_file(path: str) -> list[str]:
+    return ["cat", "--", path]
+
+
+def read_prefix(path: str, size: int) -> list[str]:
+    """The first `size` bytes: headers of multi-gigabyte weight files."""
+    return ["head", "-c", str(size), "--", path]
+
+
+def list_dir(path: str) -> list[str]:
+    """`size name` per regular file (links followed), for completeness checks."""
+    return script(f"cd {q(path)} && find -L . -maxdepth 1 -type f -printf '%s %P\\n' | sort -k2")
+
+
+def make_drafter_view(weights_dir: str, view_dir: str) -> list[str]:
+    """Links to every weight file, plus `config.json` pointing at the release's own."""
+    return script(
+        f"set -e; mkdir -p {q(view_dir)}; cd {q(view_dir)}; "
+        f"for f in {q(weights_dir)}/*; do "
+        f'n=${{f##*/}}; [ "$n" = config.json ] && continue; ln -sfn "$f" "$n"; done; '
+        "ln -sfn ../config.json config.json"
+    )
+
+
+def point_link(link: str, target: str) -> list[str]:
+    """Make `link` point at `target` atomically (rename over the old link)."""
+    return script(f"set -e; ln -sfn {q(target)} {q(link)}.tmp; mv -Tf {q(link)}.tmp {q(link)}")
+
+
+def read_link(link: str) -> list[str]:
+    return script(f"readlink {q(link)} || true")
+
+
+def acquire_lock(lock_dir: str, owner_json: str) -> list[str]:
+    """mkdir is atomic: exit 0 and the lock is ours; exit 1 and the owner is printed."""
+    return script(
+        f"mkdir -p {q(lock_dir.rsplit('/', 1)[0])}; "
+        f"if mkdir {q(lock_dir)} 2>/dev/null; then printf %s {q(owner_json)} > "
+        f"{q(lock_dir + '/owner.json')}; exit 0; fi; "
+        f"cat {q(lock_dir + '/owner.json')} 2>/dev/null; exit 1"
+    )
+
+
+def release_lock(lock_dir: str) -> list[str]:
+    return script(f"rm -f {q(lock_dir + '/owner.json')}; rmdir {q(lock_dir)} 2>/dev/null || true")
+
+
+def start_server(launch_script: str, log: str, pid_file: str) -> list[str]:
+    """Start detached (own session, stdin from /dev/null, output to the log) and
+    record `PID STARTTIME`; prints the same."""
+    return script(
+        _PROCESS_FUNCTIONS
+        + f"setsid {SH} {q(launch_script)} < /dev/null >> {q(log)} 2>&1 &\n"
+        + 'pid=$!; st=$(starttime "$pid") || st=0\n'
+        + f'echo "$pid $st" > {q(pid_file)}; echo "$pid $st"'
+    )
+
+
+def server_state(pid_file: str) -> list[str]:
+    """Prints `running PID`, `stopped PID` or `none`."""
+    return script(
+        _PROCESS_FUNCTIONS
+        + f"[ -f {q(pid_file)} ] || {{ echo none; exit 0; }}\n"
+        + f"read pid st < {q(pid_file)}\n"
+        + 'if alive "$pid" "$st"; then echo "running $pid"; else echo "stopped $pid"; fi'
+    )
+
+
+def stop_server(pid_file: str, timeout: float) -> list[str]:
+    """SIGTERM the recorded process group, SIGKILL after `timeout` seconds.
+
+    A PID whose start time differs from the recorded one belongs to someone
+    else now and is not touched. Prints `stopped PID`, `killed PID` or `none`.
+    """
+    ticks = max(1, int(timeout * 10))
+    return script(
+        _PROCESS_FUNCTIONS
+        + f"[ -f {q(pid_file)} ] || {{ echo none; exit 0; }}\n"
+        + f"read pid st < {q(pid_file)}\n"
+        + f'alive "$pid" "$st" || {{ rm -f {q(pid_file)}; echo none; exit 0; }}\n'
+        + 'kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid"\n'
+        + f'i=0; while alive "$pid" "$st" && [ $i -lt {ticks} ]; do sleep 0.1; i=$((i+1)); done\n'
+        + 'verb=stopped; if alive "$pid" "$st"; then verb=killed; '
+        + 'kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid"; fi\n'
+        + 'while alive "$pid" "$st"; do sleep 0.1; done\n'
+        + f'rm -f {q(pid_file)}; echo "$verb $pid"'
+    )
+
+
+def tail_log(log: str, lines: int = 40) -> list[str]:
+    return script(f"tail -n {int(lines)} {q(log)} 2>/dev/null || true")
+
+
+def log_size(log: str) -> list[str]:
+    return script(f"stat -c %s {q(log)} 2>/dev/null || echo 0")
+
+
+def gpu_query(nvidia_smi: str) -> list[str]:
+    return [
+        nvidia_smi,
+        "--query-gpu=index,uuid,memory.total,memory.used,memory.free",
+        "--format=csv,noheader,nounits",
+    ]
+
+
+def gpu_apps_query(nvidia_smi: str) -> list[str]:
+    return [
+        nvidia_smi,
+        "--query-compute-apps=pid,used_memory,gpu_uuid",
+        "--format=csv,noheader,nounits",
+    ]
+
+
+def free_disk_kib(path: str) -> list[str]:
+    """Free KiB on the file system that holds `path` (or its nearest existing parent)."""
+    return script(
+        f'p={q(path)}; while [ ! -e "$p" ]; do p=${{p%/*}}; [ -n "$p" ] || p=/; done; '
+        "df -Pk \"$p\" | awk 'NR==2 {print $4}'"
+    )
+
+
+def append_line(path: str, line: str) -> list[str]:
+    return script(f"printf '%s\\n' {q(line)} >> {q(path)}")
+
+
+def remove_releases(releases_dir: str, release_ids: Sequence[str]) -> list[str]:
+    """Delete old release dirs by their exact names (never a pattern)."""
+    paths = " ".join(q(f"{releases_dir}/{rid}") for rid in release_ids)
+    return script(f"rm -rf -- {paths}")
+
+
+def list_releases(releases_dir: str) -> list[str]:
+    """`MTIME ID` per release, oldest first."""
+    return script(
+        f"[ -d {q(releases_dir)} ] || exit 0; cd {q(releases_dir)} && "
+        'for d in */; do d=${d%/}; [ -d "$d" ] && echo "$(stat -c %Y "$d") $d"; done | sort -n'
+    )

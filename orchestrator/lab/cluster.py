@@ -1,0 +1,316 @@
+"""`orch lab`: a Proxmox-like cluster on this machine, without root.
+
+Host i is a real sshd at NETWORK.i.1:2222 with a `pct` stand-in; its
+containers are directory trees at NETWORK.i.(10+j), every second one with an
+sshd of its own (direct SSH). `lab.json` records what runs, by PID, so
+`down` stops exactly what `up` started.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import getpass
+import json
+import os
+import signal
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import yaml
+
+from orchestrator.drafters.profiles import get_profile
+from orchestrator.errors import InputError
+from orchestrator.lab import sshd
+from orchestrator.lab.layout import (
+    ContainerPaths,
+    LabPaths,
+    read_gpus,
+    server_records,
+    write_container_launchers,
+    write_json_atomic,
+    write_pct_launcher,
+)
+from orchestrator.lab.models import install_models
+
+SSH_PORT = 2222
+SERVER_PORT = 8000
+FIRST_VMID = 200
+PROFILE = "z-lab/Qwen3.6-27B-DFlash"
+GPU = {"name": "NVIDIA RTX A6000", "memory_total_mib": 49140}
+GPUS_PER_CONTAINER = 2
+LOAD_SECONDS_ENV = "ORCH_LAB_LOAD_SECONDS"
+
+
+def default_lab_dir() -> Path:
+    state = os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state"
+    return Path(state) / "orch" / "lab"
+
+
+@dataclass(frozen=True)
+class LabSpec:
+    hosts: int = 1
+    containers_per_host: int = 2
+    load_seconds: float = 2.0
+    network: str = "127.66"
+
+    def __post_init__(self) -> None:
+        parts = self.network.split(".")
+        if len(parts) != 2 or parts[0] != "127" or not 0 <= int(parts[1]) <= 255:
+            raise InputError(f"--network {self.network!r}: expected 127.N (a loopback /16)")
+        if not 1 <= self.hosts <= 250 or not 1 <= self.containers_per_host <= 200:
+            raise InputError("--hosts must be 1..250 and --containers-per-host 1..200")
+
+
+@dataclass(frozen=True)
+class Node:
+    """One sshd the lab runs: a Proxmox host or a directly reached container."""
+
+    name: str
+    address: str
+    port: int
+    config: str
+    log: str
+    pid: int = 0
+
+
+@dataclass(frozen=True)
+class LabContainer:
+    name: str
+    vmid: int
+    host: str
+    address: str
+    access: str
+    root: str
+
+
+class Lab:
+    """A lab directory: its spec, files and recorded processes."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root.resolve()
+        self.paths = LabPaths(self.root)
+        self.state_file = self.root / "lab.json"
+        self.inventory = self.root / "inventory.yaml"
+        self.key = self.root / "ssh" / "id_ed25519"
+        self.known_hosts = self.root / "ssh" / "known_hosts"
+
+    def load(self) -> dict:
+        if not self.state_file.exists():
+            raise InputError(f"no lab in {self.root}: run 'orch lab up' first")
+        return json.loads(self.state_file.read_text())
+
+    def nodes(self) -> list[Node]:
+        return [Node(**n) for n in self.load()["nodes"]] if self.state_file.exists() else []
+
+    def containers(self) -> list[LabContainer]:
+        return [LabContainer(**c) for c in self.load()["containers"]]
+
+    def running(self) -> bool:
+        nodes = self.nodes()
+        return bool(nodes) and all(sshd.is_our_sshd(n.pid, Path(n.config)) for n in nodes)
+
+    def up(self, spec: LabSpec) -> bool:
+        """Build and start the lab; False when it was already running."""
+        if self.running():
+            return False
+        sshd.require_sshd()
+        self.down()
+        hosts, containers = self._topology(spec)
+        for node in [*hosts, *[n for n in containers if n]]:
+            sshd.ensure_bindable(node.address, node.port)
+        sshd.keygen(self.key, "orch-lab")
+        authorized = self.root / "ssh" / "authorized_keys"
+        authorized.write_text(Path(f"{self.key}.pub").read_text())
+        known_lines, started = [], []
+        lab_containers = self._build_containers(spec)
+        for node in [*hosts, *[n for n in containers if n]]:
+            node_dir = Path(node.config).parent
+            host_key = node_dir / "ssh_host_ed25519_key"
+            sshd.keygen(host_key, node.name)
+            Path(node.config).write_text(
+                sshd.sshd_config(
+                    node.address, node.port, host_key, authorized, node_dir / "sshd.pid"
+                )
+            )
+            pid = sshd.start(Path(node.config), Path(node.log))
+            started.append(Node(**{**asdict(node), "pid": pid}))
+            public = Path(f"{host_key}.pub").read_text().split()
+            known_lines.append(f"[{node.address}]:{node.port} {public[0]} {public[1]}")
+        self.known_hosts.write_text("\n".join(known_lines) + "\n")
+        write_json_atomic(
+            self.state_file,
+            {
+                "spec": asdict(spec),
+                "nodes": [asdict(n) for n in started],
+                "containers": [asdict(c) for c in lab_containers],
+            },
+        )
+        for node in started:
+            sshd.wait_listening(node.address, node.port, node.pid, Path(node.log))
+        self.inventory.write_text(
+            yaml.safe_dump(self._inventory(spec, lab_containers), sort_keys=False)
+        )
+        return True
+
+    def down(self) -> list[int]:
+        """Stop every process the lab started, by PID; return the PIDs stopped."""
+        if not self.state_file.exists():
+            return []
+        stopped = []
+        for container in self.containers():
+            for record in server_records(ContainerPaths(Path(container.root))):
+                stopped += stop_pid(record["pid"])
+        for node in self.nodes():
+            if sshd.is_our_sshd(node.pid, Path(node.config)):
+                stopped += stop_pid(node.pid)
+        return stopped
+
+    def status(self) -> list[dict]:
+        rows = []
+        node_by_name = {n.name: n for n in self.nodes()}
+        for container in self.containers():
+            paths = ContainerPaths(Path(container.root))
+            state = json.loads(paths.state.read_text())
+            ssh_node = node_by_name.get(container.name) or node_by_name[container.host]
+            rows.append(
+                {
+                    "container": container.name,
+                    "vmid": container.vmid,
+                    "host": container.host,
+                    "access": container.access,
+                    "ssh": f"{ssh_node.address}:{ssh_node.port}",
+                    "sshd_up": sshd.is_our_sshd(ssh_node.pid, Path(ssh_node.config)),
+                    "status": state["status"],
+                    "servers": [r["pid"] for r in server_records(paths)],
+                }
+            )
+        return rows
+
+    def _topology(self, spec: LabSpec) -> tuple[list[Node], list[Node | None]]:
+        hosts, containers = [], []
+        for h in range(1, spec.hosts + 1):
+            name = f"pve{h}"
+            node_dir = self.paths.host(name).root / "sshd"
+            node_dir.mkdir(parents=True, exist_ok=True)
+            hosts.append(
+                Node(
+                    name,
+                    f"{spec.network}.{h}.1",
+                    SSH_PORT,
+                    str(node_dir / "sshd_config"),
+                    str(node_dir / "sshd.log"),
+                )
+            )
+            for j in range(spec.containers_per_host):
+                if j % 2 == 0:
+                    containers.append(None)
+                    continue
+                vmid = FIRST_VMID + (h - 1) * 100 + j
+                node_dir = self.paths.host(name).container(vmid).root / "sshd"
+                node_dir.mkdir(parents=True, exist_ok=True)
+                containers.append(
+                    Node(
+                        f"ct{vmid}",
+                        f"{spec.network}.{h}.{10 + j}",
+                        SSH_PORT,
+                        str(node_dir / "sshd_config"),
+                        str(node_dir / "sshd.log"),
+                    )
+                )
+        return hosts, containers
+
+    def _build_containers(self, spec: LabSpec) -> list[LabContainer]:
+        profile = get_profile(PROFILE)
+        python = sys.executable
+        built = []
+        for h in range(1, spec.hosts + 1):
+            host = self.paths.host(f"pve{h}")
+            write_pct_launcher(host, python)
+            for j in range(spec.containers_per_host):
+                vmid = FIRST_VMID + (h - 1) * 100 + j
+                container = host.container(vmid)
+                name = f"ct{vmid}"
+                write_json_atomic(
+                    container.state,
+                    {"name": name, "vmid": vmid, "status": "running", "hostname": name},
+                )
+                container.config.write_text(
+                    f"arch: amd64\ncores: 16\nhostname: {name}\nmemory: 131072\n"
+                    f"net0: name=eth0,ip={spec.network}.{h}.{10 + j}/32\nostype: debian\n"
+                )
+                write_container_launchers(
+                    container, python, {LOAD_SECONDS_ENV: str(spec.load_seconds)}
+                )
+                write_json_atomic(
+                    container.gpus,
+                    [
+                        {"index": g, **GPU, "uuid": f"GPU-{vmid:08d}-0000-4000-8000-{g:012d}"}
+                        for g in range(GPUS_PER_CONTAINER)
+                    ],
+                )
+                install_models(container, container.rootfs / "opt" / "models", profile)
+                (container.rootfs / "var" / "lib" / "orch").mkdir(parents=True, exist_ok=True)
+                built.append(
+                    LabContainer(
+                        name,
+                        vmid,
+                        host.node,
+                        f"{spec.network}.{h}.{10 + j}",
+                        "ssh" if j % 2 else "pct",
+                        str(container.root),
+                    )
+                )
+        return built
+
+    def _inventory(self, spec: LabSpec, containers: list[LabContainer]) -> dict:
+        inventory: dict = {
+            "defaults": {
+                "user": getpass.getuser(),
+                "identity_file": str(self.key),
+                "known_hosts": str(self.known_hosts),
+            },
+            "hosts": {},
+            "containers": {},
+            "groups": {"gpu": [c.name for c in containers]},
+        }
+        for h in range(1, spec.hosts + 1):
+            host = self.paths.host(f"pve{h}")
+            inventory["hosts"][host.node] = {
+                "address": f"{spec.network}.{h}.1",
+                "port": SSH_PORT,
+                "pct_path": str(host.pct),
+            }
+        for c in containers:
+            paths = ContainerPaths(Path(c.root))
+            entry: dict = {"vmid": c.vmid, "host": c.host, "address": c.address, "access": c.access}
+            if c.access == "ssh":
+                entry["ssh"] = {"port": SSH_PORT}
+            entry["gpus"] = [
+                {"name": g["name"], "memory_mib": g["memory_total_mib"]} for g in read_gpus(paths)
+            ]
+            entry["vars"] = {
+                "models_dir": str(paths.rootfs / "opt" / "models"),
+                "vllm": str(paths.vllm),
+                "nvidia_smi": str(paths.nvidia_smi),
+                "state_dir": str(paths.rootfs / "var" / "lib" / "orch"),
+            }
+            inventory["containers"][c.name] = entry
+        return inventory
+
+
+def stop_pid(pid: int, timeout: float = 5.0) -> list[int]:
+    """SIGTERM, wait, then SIGKILL: the lab's own processes, by PID only."""
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not sshd.pid_alive(pid):
+            return [pid]
+        time.sleep(0.05)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+    return [pid]

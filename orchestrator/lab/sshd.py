@@ -1,0 +1,127 @@
+"""Real OpenSSH servers for the lab: key-only, one per loopback address.
+
+`sshd_config` and `sshd_argv` are pure; `start` runs one detached and returns
+its PID, which is all the lab keeps to stop it later.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+from orchestrator.errors import InputError, NeedsAttention
+
+SSHD = Path("/usr/sbin/sshd")
+SSH_KEYGEN = "ssh-keygen"
+PRIVSEP_DIR = Path("/run/sshd")
+INSTALL_HINT = "install it with: sudo apt-get install openssh-server"
+
+
+def sshd_config(
+    address: str, port: int, host_key: Path, authorized_keys: Path, pid_file: Path
+) -> str:
+    return "\n".join(
+        [
+            f"ListenAddress {address}:{port}",
+            f"HostKey {host_key}",
+            f"PidFile {pid_file}",
+            f"AuthorizedKeysFile {authorized_keys}",
+            "PubkeyAuthentication yes",
+            "PasswordAuthentication no",
+            "KbdInteractiveAuthentication no",
+            "PermitRootLogin prohibit-password",
+            "UsePAM no",
+            "StrictModes no",
+            "AllowTcpForwarding yes",
+            "X11Forwarding no",
+            "PrintMotd no",
+            "MaxStartups 100:30:200",
+            "MaxSessions 100",
+            "LogLevel VERBOSE",
+            "",
+        ]
+    )
+
+
+def sshd_argv(config: Path, log: Path) -> list[str]:
+    return [str(SSHD), "-D", "-f", str(config), "-E", str(log)]
+
+
+def require_sshd() -> None:
+    if not SSHD.exists():
+        raise InputError(f"the lab needs {SSHD} (Debian's openssh-server); {INSTALL_HINT}")
+
+
+def keygen(path: Path, comment: str) -> None:
+    """An ed25519 key pair without passphrase, unless it exists already."""
+    if path.exists():
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run(
+        [SSH_KEYGEN, "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)],
+        check=True,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def ensure_bindable(address: str, port: int) -> None:
+    """A clear error now beats an sshd that dies in its log."""
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((address, port))
+        except OSError as exc:
+            raise InputError(
+                f"{address}:{port} is already taken or unusable: {exc.strerror}; "
+                "choose another --network or stop what uses it"
+            ) from None
+
+
+def start(config: Path, log: Path) -> int:
+    """Start sshd in its own session, detached from us; return its PID."""
+    if os.geteuid() == 0:
+        PRIVSEP_DIR.mkdir(mode=0o755, exist_ok=True)
+    with open(os.devnull, "rb") as devnull:
+        process = subprocess.Popen(
+            sshd_argv(config, log),
+            stdin=devnull,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    return process.pid
+
+
+def wait_listening(address: str, port: int, pid: int, log: Path, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection((address, port), timeout=0.5):
+                return
+        except OSError:
+            if not pid_alive(pid):
+                break
+            time.sleep(0.05)
+    tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
+    raise NeedsAttention(f"sshd on {address}:{port} did not start; its log says:\n{tail}")
+
+
+def pid_alive(pid: int) -> bool:
+    """Running and not a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+
+
+def is_our_sshd(pid: int, config: Path) -> bool:
+    """The PID still runs sshd with this config: a reused PID is not ours to stop."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()  # sshd rewrites it as one title
+    except OSError:
+        return False
+    return pid_alive(pid) and str(config).encode() in cmdline

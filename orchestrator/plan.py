@@ -1,0 +1,170 @@
+"""The plan of one deploy on one container: resolved paths and rendered files.
+
+Planning is local and pure: it needs no connection. A release is named by the
+fingerprint of everything that goes into it, so deploying the same inputs
+twice finds the same release and changes nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from orchestrator.drafters.dflash import check_dflash
+from orchestrator.drafters.findings import Finding
+from orchestrator.drafters.profiles import Profile, get_profile, merge_overrides, target_files
+from orchestrator.errors import InputError
+from orchestrator.inventory import Inventory
+from orchestrator.playbook import Playbook
+from orchestrator.render import render_field, render_template
+
+DRAFTER_CONFIG = "config.json"
+LAUNCH_SCRIPT = "serve.sh"
+
+
+@dataclass(frozen=True)
+class TargetPlan:
+    """Everything a deploy will write and start on one container."""
+
+    playbook: str
+    container: str
+    host: str
+    address: str
+    port: int
+    target_dir: str
+    drafter_weights: str
+    vllm: str
+    deployment_dir: str
+    release_id: str
+    drafter_config: dict[str, Any]
+    files: dict[str, bytes]
+    profile: Profile | None
+    findings: list[Finding] = field(default_factory=list)
+
+    @property
+    def release_dir(self) -> str:
+        return f"{self.deployment_dir}/releases/{self.release_id}"
+
+    @property
+    def drafter_view(self) -> str:
+        """The drafter dir vLLM loads: links to the weights plus our config.json."""
+        return f"{self.release_dir}/drafter"
+
+
+def field_context(inventory: Inventory, container_name: str) -> dict[str, Any]:
+    """What playbook fields may refer to: `vars`, `container`, `host`."""
+    container = inventory.containers[container_name]
+    host = inventory.hosts[container.host]
+    return {
+        "vars": inventory.container_vars(container_name),
+        "container": {**container.model_dump(exclude={"vars"}), "name": container_name},
+        "host": {"name": container.host, "address": host.address},
+    }
+
+
+def plan_target(playbook: Playbook, inventory: Inventory, container_name: str) -> TargetPlan:
+    context = field_context(inventory, container_name)
+
+    def resolve(text: str, where: str) -> str:
+        value = render_field(text, context, f"{playbook.source}: {where} for {container_name}")
+        if not value.startswith("/") and where != "server.host":
+            raise InputError(
+                f"{playbook.source}: {where} for {container_name}: "
+                f"{value!r} is not an absolute path"
+            )
+        if any(c in value for c in "\n\r\0"):
+            raise InputError(
+                f"{playbook.source}: {where} for {container_name}: contains a line break or NUL"
+            )
+        return value
+
+    profile = get_profile(playbook.drafter.profile) if playbook.drafter.profile else None
+    if profile is None and not playbook.drafter.overrides:
+        raise InputError(
+            f"{playbook.source}: drafter.profile: needed to render the drafter "
+            "config (give a profile, or a whole config in drafter.overrides)"
+        )
+    drafter_config = merge_overrides(profile.config if profile else {}, playbook.drafter.overrides)
+    config_bytes = render_template("dflash/config.json.j2", {"config": drafter_config}).encode()
+
+    server = playbook.server
+    paths = {
+        "target_dir": resolve(playbook.target.path, "target.path"),
+        "drafter_weights": resolve(playbook.drafter.weights, "drafter.weights"),
+        "vllm": resolve(server.vllm, "server.vllm"),
+        "host": resolve(server.host, "server.host"),
+        "deployment_dir": f"{resolve(playbook.state_dir, 'state_dir').rstrip('/')}/{playbook.name}",
+    }
+    fingerprint_inputs = {
+        "config": drafter_config,
+        "server": server.model_dump(),
+        "paths": paths,
+        "served_name": playbook.target.served_name,
+    }
+    release_id = hashlib.sha256(
+        json.dumps(fingerprint_inputs, sort_keys=True).encode()
+    ).hexdigest()[:12]
+    release_dir = f"{paths['deployment_dir']}/releases/{release_id}"
+    launch = render_template(
+        server.template,
+        {
+            "playbook": playbook.name,
+            "release_id": release_id,
+            "container": container_name,
+            "env": server.env,
+            "vllm": paths["vllm"],
+            "target": paths["target_dir"],
+            "speculative_config": {
+                "method": playbook.drafter.kind,
+                "model": f"{release_dir}/drafter",
+                "num_speculative_tokens": server.num_speculative_tokens,
+            },
+            "served_name": playbook.target.served_name,
+            "host": paths["host"],
+            "port": server.port,
+            "tensor_parallel_size": server.tensor_parallel_size,
+            "max_model_len": server.max_model_len,
+            "attention_backend": server.attention_backend,
+            "extra_args": server.extra_args,
+        },
+    )
+    findings = (
+        check_dflash(
+            drafter_config,
+            json.loads(target_files(profile.name)[DRAFTER_CONFIG]),
+            profile=profile,
+            num_speculative_tokens=server.num_speculative_tokens,
+        )
+        if profile
+        else []
+    )
+    return TargetPlan(
+        playbook=playbook.name,
+        container=container_name,
+        host=inventory.containers[container_name].host,
+        address=inventory.containers[container_name].address,
+        port=server.port,
+        target_dir=paths["target_dir"],
+        drafter_weights=paths["drafter_weights"],
+        vllm=paths["vllm"],
+        deployment_dir=paths["deployment_dir"],
+        release_id=release_id,
+        drafter_config=drafter_config,
+        files={DRAFTER_CONFIG: config_bytes, LAUNCH_SCRIPT: launch.encode()},
+        profile=profile,
+        findings=findings,
+    )
+
+
+def plan_deploy(
+    playbook: Playbook, inventory: Inventory, limit: list[str] | None = None
+) -> list[TargetPlan]:
+    names = inventory.select(playbook.targets)
+    if limit:
+        chosen = set(inventory.select(limit))
+        names = [n for n in names if n in chosen]
+        if not names:
+            raise InputError(f"--limit {' '.join(limit)}: no container of the playbook's targets")
+    return [plan_target(playbook, inventory, name) for name in names]

@@ -1,0 +1,168 @@
+"""SSH transport over one Fabric connection, reused for every step of a run.
+
+Lifecycle: created closed; the first `run` or `open_stream` connects (strict
+host-key checking); `close` ends it. Commands go over fresh exec channels of
+the same connection; TCP streams are direct-tcpip channels, so the control
+machine needs no route to the target's ports.
+"""
+
+from __future__ import annotations
+
+import select
+import shlex
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import fabric
+import paramiko
+
+from orchestrator.errors import HostKeyError, ServiceUnavailable, TransportError
+from orchestrator.inventory import SshSettings
+from orchestrator.transport.base import Result
+from orchestrator.transport.hostkeys import AcceptNewHostKey, RefuseUnknownHostKey, fingerprint
+
+DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
+CHUNK = 1 << 16
+
+
+class SshTransport:
+    def __init__(
+        self,
+        label: str,
+        address: str,
+        settings: SshSettings,
+        accept_new_host_keys: bool = False,
+        connect_timeout: float = 10.0,
+    ) -> None:
+        self.label = label
+        self.address = address
+        connect_kwargs = {}
+        if settings.identity_file:
+            connect_kwargs["key_filename"] = [str(Path(settings.identity_file).expanduser())]
+        self.connection = fabric.Connection(
+            host=address,
+            user=settings.user,
+            port=settings.port,
+            connect_timeout=int(connect_timeout),
+            connect_kwargs=connect_kwargs,
+        )
+        self.known_hosts = Path(settings.known_hosts or DEFAULT_KNOWN_HOSTS).expanduser()
+        client = self.connection.client
+        if self.known_hosts.exists():
+            client.load_host_keys(str(self.known_hosts))
+        policy = AcceptNewHostKey if accept_new_host_keys else RefuseUnknownHostKey
+        client.set_missing_host_key_policy(policy(self.known_hosts))
+
+    @property
+    def connected(self) -> bool:
+        return self.connection.is_connected
+
+    def close(self) -> None:
+        self.connection.close()
+
+    def _transport(self) -> paramiko.Transport:
+        if not self.connection.is_connected:
+            try:
+                self.connection.open()
+            except HostKeyError as exc:
+                raise HostKeyError(self.label, exc.step, exc.reason, exc.hint) from None
+            except paramiko.BadHostKeyException as exc:
+                raise HostKeyError(
+                    self.label,
+                    "connect",
+                    f"host key CHANGED: got {fingerprint(exc.key)}, "
+                    f"{self.known_hosts} has {fingerprint(exc.expected_key)}",
+                    "this may be an attack or a reinstalled host; verify it, then remove the "
+                    f"old line with: ssh-keygen -R '{exc.hostname}' -f {self.known_hosts}",
+                ) from None
+            except paramiko.AuthenticationException as exc:
+                raise TransportError(
+                    self.label,
+                    "connect",
+                    f"authentication failed as {self.connection.user}: {exc}",
+                    "check the inventory's user and identity_file, or your ssh-agent",
+                ) from None
+            except (paramiko.SSHException, OSError) as exc:
+                raise TransportError(
+                    self.label,
+                    "connect",
+                    f"cannot reach {self.address}:{self.connection.port}: {exc}",
+                    "check the address and port, and that sshd runs there",
+                ) from None
+        transport = self.connection.transport
+        assert transport is not None
+        return transport
+
+    def run(
+        self, argv: Sequence[str], stdin: bytes | None = None, timeout: float | None = None
+    ) -> Result:
+        """Run argv through the remote login shell, quoted once here."""
+        command = shlex.join(argv)
+        step = f"running {argv[0]}"
+        channel = None
+        try:
+            channel = self._transport().open_session(timeout=30)
+            channel.exec_command(command)
+            if stdin:
+                channel.sendall(stdin)
+            channel.shutdown_write()
+            stdout, stderr = _drain(channel, timeout)
+            return Result(tuple(argv), channel.recv_exit_status(), stdout, stderr)
+        except TimeoutError:
+            raise TransportError(
+                self.label,
+                step,
+                f"no answer within {timeout} s",
+                "the target may be overloaded; try again",
+            ) from None
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            raise TransportError(
+                self.label,
+                step,
+                f"SSH channel failed: {exc}",
+                "check that the host is up; run again",
+            ) from None
+        finally:
+            if channel is not None:
+                channel.close()
+
+    def open_stream(self, address: str, port: int, timeout: float = 10.0) -> paramiko.Channel:
+        """A direct-tcpip channel from the host to address:port."""
+        try:
+            channel = self._transport().open_channel(
+                "direct-tcpip", (address, port), ("127.0.0.1", 0), timeout=timeout
+            )
+        except paramiko.ChannelException as exc:
+            raise ServiceUnavailable(
+                self.label, f"connecting to {address}:{port}", exc.text or "connection refused"
+            ) from None
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            raise TransportError(
+                self.label,
+                f"connecting to {address}:{port}",
+                str(exc),
+                "check that the host allows TCP forwarding",
+            ) from None
+        channel.settimeout(timeout)
+        return channel
+
+
+def _drain(channel: paramiko.Channel, timeout: float | None) -> tuple[bytes, bytes]:
+    """Read stdout and stderr together until the command exits (no deadlock)."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    stdout, stderr = bytearray(), bytearray()
+    while True:
+        while channel.recv_ready():
+            stdout += channel.recv(CHUNK)
+        while channel.recv_stderr_ready():
+            stderr += channel.recv_stderr(CHUNK)
+        if channel.exit_status_ready() and not (
+            channel.recv_ready() or channel.recv_stderr_ready()
+        ):
+            break
+        if deadline is not None and time.monotonic() > deadline:
+            raise TimeoutError
+        wait = 1.0 if deadline is None else max(0.0, min(1.0, deadline - time.monotonic()))
+        select.select([channel], [], [], wait)
+    return bytes(stdout), bytes(stderr)

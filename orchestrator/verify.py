@@ -1,0 +1,55 @@
+"""Drafter checks on files: the offline `orch verify-config`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from orchestrator.drafters.dflash import check_dflash
+from orchestrator.drafters.findings import Finding
+from orchestrator.drafters.modelfiles import ModelFiles, read_config_file, read_model_dir
+from orchestrator.drafters.profiles import detect_profile, get_profile
+from orchestrator.errors import InputError
+
+
+def read_files(path: Path) -> ModelFiles:
+    return read_model_dir(path) if path.is_dir() else read_config_file(path)
+
+
+def read_tokenizer(path: Path) -> dict:
+    file = path / "tokenizer_config.json" if path.is_dir() else path
+    try:
+        return json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise InputError(f"{file}: cannot read tokenizer config: {exc}") from None
+
+
+def verify_local(
+    drafter_path: Path,
+    target_path: Path,
+    tokenizer_path: Path | None = None,
+    profile_name: str | None = None,
+    num_speculative_tokens: int | None = None,
+) -> list[Finding]:
+    """All findings for a drafter against its target; unusable input raises InputError."""
+    drafter, target = read_files(drafter_path), read_files(target_path)
+    if target.config is None:
+        raise InputError(
+            f"{target_path}: no usable target config.json\n"
+            + "\n".join(f.message for f in target.findings)
+        )
+    tokenizer = read_tokenizer(tokenizer_path) if tokenizer_path else target.tokenizer_config
+    findings = [*drafter.findings]
+    if drafter.config is None:
+        return findings
+    profile = (
+        get_profile(profile_name) if profile_name else detect_profile(drafter.config, target.config)
+    )
+    return findings + check_dflash(
+        drafter.config,
+        target.config,
+        tokenizer=tokenizer,
+        tensors=drafter.tensors,
+        profile=profile,
+        num_speculative_tokens=num_speculative_tokens,
+    )
