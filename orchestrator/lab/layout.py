@@ -1,0 +1,206 @@
+"""Where the lab keeps its hosts and containers on disk: one definition for every part of it.
+
+```
+LAB/hosts/<host>/bin/pct                      pct stand-in launcher
+LAB/hosts/<host>/containers/<vmid>/state.json {"name", "vmid", "status", "hostname"}
+                                   config     `pct config` lines
+                                   rootfs/    the container's file system
+                                   lab/       gpus.json, faults.json, truth/, servers/
+```
+A container has no chroot (the lab runs without root): a path inside it is a
+real absolute path under `rootfs/`, and that is what the inventory names.
+
+The record of a running vLLM stand-in (`lab/servers/<pid>.json`) is read by
+the nvidia-smi and pct stand-ins, so its helpers live here too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+VLLM_MODULE = "orchestrator.lab.vllm_standin"
+NVIDIA_SMI_MODULE = "orchestrator.lab.nvidia_smi"
+PCT_MODULE = "orchestrator.lab.pct_standin"
+CONTAINER_ENV = "ORCH_LAB_CONTAINER"
+
+
+@dataclass(frozen=True)
+class ContainerPaths:
+    """One container's directory: `LAB/hosts/<host>/containers/<vmid>/`."""
+
+    root: Path
+
+    @property
+    def vmid(self) -> int:
+        return int(self.root.name)
+
+    @property
+    def state(self) -> Path:
+        return self.root / "state.json"
+
+    @property
+    def config(self) -> Path:
+        return self.root / "config"
+
+    @property
+    def rootfs(self) -> Path:
+        return self.root / "rootfs"
+
+    @property
+    def vllm(self) -> Path:
+        return self.rootfs / "usr/local/bin/vllm"
+
+    @property
+    def nvidia_smi(self) -> Path:
+        return self.rootfs / "usr/bin/nvidia-smi"
+
+    @property
+    def lab(self) -> Path:
+        return self.root / "lab"
+
+    @property
+    def gpus(self) -> Path:
+        return self.lab / "gpus.json"
+
+    @property
+    def faults(self) -> Path:
+        return self.lab / "faults.json"
+
+    @property
+    def truth_dir(self) -> Path:
+        return self.lab / "truth"
+
+    @property
+    def servers_dir(self) -> Path:
+        return self.lab / "servers"
+
+    def truth(self, drafter_dir_name: str) -> Path:
+        """The published drafter config for the weights in a directory of that name."""
+        return self.truth_dir / f"{drafter_dir_name}.config.json"
+
+    def server_record(self, pid: int) -> Path:
+        return self.servers_dir / f"{pid}.json"
+
+    def host_path(self, container_path: str | Path) -> Path:
+        """A path inside the container as a real path: kept when already under rootfs."""
+        path = Path(container_path)
+        if path.is_absolute() and path.is_relative_to(self.rootfs):
+            return path
+        return self.rootfs / str(path).lstrip("/")
+
+
+@dataclass(frozen=True)
+class HostPaths:
+    """One Proxmox host's directory: `LAB/hosts/<host>/`; its name is the node name."""
+
+    root: Path
+
+    @property
+    def node(self) -> str:
+        return self.root.name
+
+    @property
+    def pct(self) -> Path:
+        return self.root / "bin/pct"
+
+    @property
+    def containers_dir(self) -> Path:
+        return self.root / "containers"
+
+    def container(self, vmid: int) -> ContainerPaths:
+        return ContainerPaths(self.containers_dir / str(vmid))
+
+    def containers(self) -> list[ContainerPaths]:
+        """The host's containers in VMID order."""
+        if not self.containers_dir.is_dir():
+            return []
+        dirs = [d for d in self.containers_dir.iterdir() if d.name.isdigit()]
+        return [ContainerPaths(d) for d in sorted(dirs, key=lambda d: int(d.name))]
+
+
+@dataclass(frozen=True)
+class LabPaths:
+    """The lab's top directory: `LAB/`."""
+
+    root: Path
+
+    def host(self, name: str) -> HostPaths:
+        return HostPaths(self.root / "hosts" / name)
+
+
+def write_launcher(
+    path: Path,
+    module: str,
+    env: Mapping[str, str],
+    python: str,
+    args: Sequence[str] = (),
+) -> None:
+    """Write an executable shell wrapper that execs `python -m module args... "$@"`."""
+    lines = ["#!/bin/sh"]
+    lines += [f"export {name}={shlex.quote(value)}" for name, value in env.items()]
+    command = " ".join(shlex.quote(word) for word in [python, "-m", module, *args])
+    lines.append(f'exec {command} "$@"')
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines) + "\n")
+    path.chmod(0o755)
+
+
+def write_pct_launcher(host: HostPaths, python: str) -> None:
+    """The host's `bin/pct`, bound to that host's directory."""
+    write_launcher(host.pct, PCT_MODULE, {}, python, ["--host-dir", str(host.root)])
+
+
+def write_container_launchers(
+    container: ContainerPaths, python: str, vllm_env: Mapping[str, str] | None = None
+) -> None:
+    """The container's `vllm` and `nvidia-smi`, bound to that container's directory."""
+    env = {CONTAINER_ENV: str(container.root)}
+    write_launcher(container.vllm, VLLM_MODULE, {**env, **(vllm_env or {})}, python)
+    write_launcher(container.nvidia_smi, NVIDIA_SMI_MODULE, env, python)
+
+
+def write_json_atomic(path: Path, data: object) -> None:
+    """Readers never see half a file: write beside it, then rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temporary.write_text(json.dumps(data, indent=2) + "\n")
+    temporary.replace(path)
+
+
+def is_vllm_standin(pid: int) -> bool:
+    """Alive (not a zombie) and running the vLLM stand-in: a reused PID is not ours."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+    state = stat.rsplit(")", 1)[1].split()[0]
+    return state not in ("Z", "X") and VLLM_MODULE.encode() in cmdline
+
+
+def server_records(container: ContainerPaths) -> list[dict]:
+    """Records of the container's running vLLM stand-ins; stale or half-written ones skipped."""
+    if not container.servers_dir.is_dir():
+        return []
+    records = []
+    for path in sorted(container.servers_dir.glob("*.json")):
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        pid = record.get("pid") if isinstance(record, dict) else None
+        if isinstance(pid, int) and is_vllm_standin(pid):
+            records.append(record)
+    return records
+
+
+def read_gpus(container: ContainerPaths) -> list[dict]:
+    """The container's GPUs from `lab/gpus.json`; none when the file is absent."""
+    if not container.gpus.exists():
+        return []
+    return json.loads(container.gpus.read_text())
