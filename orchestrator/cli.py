@@ -53,44 +53,189 @@ set_option = click.option(
     help="Override a playbook field; VALUE is YAML.",
 )
 json_option = click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+accept_keys_option = click.option(
+    "--accept-new-host-keys",
+    is_flag=True,
+    help="Trust and record host keys never seen before (changed keys are still refused).",
+)
 
 
 @cli.command()
+@click.argument("playbook")
+@inventory_option
+@limit_option
+@set_option
+@click.option("--dry-run", is_flag=True, help="Connect and preflight; change nothing.")
+@click.option("--diff", is_flag=True, help="With --dry-run: diff each file against current.")
+@click.option("--force", is_flag=True, help="Deploy despite preflight errors (recorded).")
+@accept_keys_option
+@json_option
+def deploy(
+    playbook: str,
+    inventory_path: Path,
+    limit: tuple[str, ...],
+    assignments: tuple[str, ...],
+    dry_run: bool,
+    diff: bool,
+    force: bool,
+    accept_new_host_keys: bool,
+    as_json: bool,
+) -> None:
+    """Render, push, verify, restart, gate; roll back by itself when the gate fails."""
+    from orchestrator import operations, report
+
+    inputs = operations.load(playbook, inventory_path, list(limit), list(assignments))
+    options = operations.new_options(force=force, dry_run=dry_run, diff=diff)
+    with report.StepView([p.container for p in inputs.plans], enabled=not as_json) as view:
+        document, code = operations.deploy(inputs, options, accept_new_host_keys, view)
+    report.print_json(document) if as_json else report.print_run(document)
+    sys.exit(code)
+
+
+@cli.command()
+@click.argument("playbook")
+@inventory_option
+@limit_option
+@set_option
+@click.option("--to", "to_release", metavar="RELEASE_ID", help="Default: the previous release.")
+@accept_keys_option
+@json_option
+def rollback(
+    playbook: str,
+    inventory_path: Path,
+    limit: tuple[str, ...],
+    assignments: tuple[str, ...],
+    to_release: str | None,
+    accept_new_host_keys: bool,
+    as_json: bool,
+) -> None:
+    """Switch back to an earlier release, wait until ready, and gate it."""
+    from orchestrator import operations, report
+
+    inputs = operations.load(playbook, inventory_path, list(limit), list(assignments))
+    options = operations.new_options()
+    with report.StepView([p.container for p in inputs.plans], enabled=not as_json) as view:
+        document, code = operations.rollback(
+            inputs, options, to_release, accept_new_host_keys, view
+        )
+    report.print_json(document) if as_json else report.print_run(document)
+    sys.exit(code)
+
+
+@cli.command()
+@click.argument("playbook", required=False)
+@click.option(
+    "-i",
+    "--inventory",
+    "inventory_path",
+    type=click.Path(path_type=Path),
+    help="With PLAYBOOK: check the containers' current releases.",
+)
+@limit_option
+@set_option
 @click.option(
     "--drafter",
     type=click.Path(path_type=Path),
-    required=True,
-    help="Drafter config.json or model directory.",
+    help="Offline: drafter config.json or model directory.",
 )
 @click.option(
     "--target",
     type=click.Path(path_type=Path),
-    required=True,
-    help="Target config.json or model directory.",
+    help="Offline: target config.json or model directory.",
 )
 @click.option(
     "--tokenizer",
     type=click.Path(path_type=Path),
-    help="Target tokenizer_config.json (or its directory).",
+    help="Offline: target tokenizer_config.json (or its directory).",
 )
-@click.option("--profile", help="Built-in drafter profile to compare with (default: detected).")
-@click.option("--num-speculative-tokens", type=int, help="The server's num_speculative_tokens.")
+@click.option("--profile", help="Offline: built-in drafter profile (default: detected).")
+@click.option("--num-speculative-tokens", type=int, help="Offline: the server's setting.")
+@accept_keys_option
 @json_option
 def verify_config(
-    drafter: Path,
-    target: Path,
+    playbook: str | None,
+    inventory_path: Path | None,
+    limit: tuple[str, ...],
+    assignments: tuple[str, ...],
+    drafter: Path | None,
+    target: Path | None,
     tokenizer: Path | None,
     profile: str | None,
     num_speculative_tokens: int | None,
+    accept_new_host_keys: bool,
     as_json: bool,
 ) -> None:
-    """Check a drafter config against its target, from local files."""
+    """Check drafter configs: on the containers (PLAYBOOK -i INVENTORY), or in local
+    files (--drafter PATH --target PATH)."""
     from orchestrator import report
+    from orchestrator.errors import InputError
+
+    if playbook:
+        from orchestrator import operations
+
+        if not inventory_path:
+            raise InputError("verify-config PLAYBOOK needs -i INVENTORY")
+        inputs = operations.load(playbook, inventory_path, list(limit), list(assignments))
+        document, code = operations.verify_remote(inputs, accept_new_host_keys)
+        report.print_json(document) if as_json else report.print_verify(document)
+        sys.exit(code)
+    if not (drafter and target):
+        raise InputError("verify-config needs PLAYBOOK -i INVENTORY, or --drafter and --target")
     from orchestrator.verify import verify_local
 
     findings = verify_local(drafter, target, tokenizer, profile, num_speculative_tokens)
     report.print_findings(findings, as_json=as_json)
     sys.exit(1 if report.has_errors(findings) else 0)
+
+
+@cli.command()
+@click.argument("playbook")
+@inventory_option
+@limit_option
+@accept_keys_option
+@json_option
+def status(
+    playbook: str,
+    inventory_path: Path,
+    limit: tuple[str, ...],
+    accept_new_host_keys: bool,
+    as_json: bool,
+) -> None:
+    """Per container: current release, server PID and health, last gate, lock holder."""
+    from orchestrator import operations, report
+
+    inputs = operations.load(playbook, inventory_path, list(limit), [])
+    rows, code = operations.status(inputs, accept_new_host_keys)
+    report.print_rows(rows, as_json=as_json)
+    sys.exit(code)
+
+
+@cli.command()
+@click.argument("playbook")
+@inventory_option
+@limit_option
+@accept_keys_option
+def unlock(
+    playbook: str, inventory_path: Path, limit: tuple[str, ...], accept_new_host_keys: bool
+) -> None:
+    """Remove a stale deploy lock, showing whose it was."""
+    from orchestrator import operations
+
+    inputs = operations.load(playbook, inventory_path, list(limit), [])
+    for name, holder in operations.unlock(inputs, accept_new_host_keys):
+        click.echo(f"{name}: " + (f"removed the lock held by {holder}" if holder else "no lock"))
+
+
+@cli.command()
+@click.option("-n", "count", default=20, show_default=True, help="How many runs.")
+@json_option
+def history(count: int, as_json: bool) -> None:
+    """Runs from the local history: when, who, what, and each target's outcome."""
+    from orchestrator import report
+    from orchestrator.state import History
+
+    runs = History().last(count)
+    report.print_json(runs) if as_json else report.print_history(runs)
 
 
 @cli.command()
@@ -110,7 +255,8 @@ def profiles() -> None:
 def render(
     playbook: str, inventory_path: Path, limit: tuple[str, ...], assignments: tuple[str, ...]
 ) -> None:
-    """Print each target's rendered drafter config and launch script."""
+    """Print each target's rendered drafter config and launch script, with the
+    drafter checks against the profile."""
     from orchestrator import report
     from orchestrator.inventory import load_inventory
     from orchestrator.plan import plan_deploy
@@ -161,8 +307,7 @@ def lab_up(
     from orchestrator.lab.cluster import Lab, LabSpec, default_lab_dir
 
     the_lab = Lab(lab_dir or default_lab_dir())
-    spec = LabSpec(hosts, containers_per_host, load_seconds, network)
-    started = the_lab.up(spec)
+    started = the_lab.up(LabSpec(hosts, containers_per_host, load_seconds, network))
     click.echo(f"lab {'started' if started else 'already running'} in {the_lab.root}")
     click.echo(f"next: orch deploy qwen-dflash -i {the_lab.inventory}")
 

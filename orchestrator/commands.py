@@ -131,8 +131,11 @@ def stop_server(pid_file: str, timeout: float) -> list[str]:
     )
 
 
-def tail_log(log: str, lines: int = 40) -> list[str]:
-    return script(f"tail -n {int(lines)} {q(log)} 2>/dev/null || true")
+def tail_log(log: str, lines: int = 40, since_byte: int = 0) -> list[str]:
+    """The last lines written after byte `since_byte` (this start, not older runs)."""
+    return script(
+        f"tail -c +{int(since_byte) + 1} {q(log)} 2>/dev/null | tail -n {int(lines)} || true"
+    )
 
 
 def log_size(log: str) -> list[str]:
@@ -178,4 +181,47 @@ def list_releases(releases_dir: str) -> list[str]:
     return script(
         f"[ -d {q(releases_dir)} ] || exit 0; cd {q(releases_dir)} && "
         'for d in */; do d=${d%/}; [ -d "$d" ] && echo "$(stat -c %Y "$d") $d"; done | sort -n'
+    )
+
+
+def read_model_dir(directory: str, names: Sequence[str], header_limit: int) -> list[str]:
+    """One round trip for a model directory, as frames `NAME LENGTH\\n` + bytes:
+    the listing (`.listing`: `SIZE NAME` lines), each of `names` that exists, and
+    the header prefix (8 + N bytes) of every *.safetensors file."""
+    wanted = " ".join(q(n) for n in names)
+    return script(
+        f"cd {q(directory)} || exit 3\n"
+        'frame() { printf \'%s %s\\n\' "$1" "$(wc -c < "$2")"; cat "$2"; }\n'
+        "tmp=$(mktemp); trap 'rm -f \"$tmp\"' EXIT\n"
+        "find -L . -maxdepth 1 -type f -printf '%s %P\\n' | sort -k2 > \"$tmp\"; "
+        'frame .listing "$tmp"\n'
+        f'for n in {wanted}; do [ -f "$n" ] && frame "$n" "$n"; done\n'
+        'for f in *.safetensors; do [ -f "$f" ] || continue\n'
+        "  n=$(head -c 8 \"$f\" | od -An -tu8 | tr -d ' ')\n"
+        f'  [ -n "$n" ] && [ "$n" -le {int(header_limit)} ] || n=0\n'
+        '  head -c $((8 + n)) "$f" > "$tmp"; frame "$f" "$tmp"\n'
+        "done\n"
+    )
+
+
+def read_files(paths: Sequence[str]) -> list[str]:
+    """Whole files as frames `PATH LENGTH\\n` + bytes; missing files are skipped."""
+    listed = " ".join(q(p) for p in paths)
+    return script(
+        f'for p in {listed}; do [ -f "$p" ] || continue; '
+        'printf \'%s %s\\n\' "$p" "$(wc -c < "$p")"; cat "$p"; done'
+    )
+
+
+def status_report(deployment_dir: str) -> list[str]:
+    """`key value` lines: current release, server state, lock owner, last audit line."""
+    d = deployment_dir
+    return script(
+        _PROCESS_FUNCTIONS
+        + f'echo "current $(readlink {q(d + "/current")} 2>/dev/null)"\n'
+        + f"if [ -f {q(d + '/server.pid')} ]; then read pid st < {q(d + '/server.pid')}; "
+        + 'if alive "$pid" "$st"; then echo "server running $pid"; '
+        + 'else echo "server stopped $pid"; fi; else echo "server none"; fi\n'
+        + f'echo "lock $(cat {q(d + "/lock/owner.json")} 2>/dev/null)"\n'
+        + f'echo "audit $(tail -n 1 {q(d + "/audit.log")} 2>/dev/null)"'
     )

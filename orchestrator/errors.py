@@ -50,5 +50,19 @@ class HostKeyError(TransportError):
     """The host's key is unknown or changed: the connection was refused."""
 
 
+class StepFailed(NeedsAttention):
+    """A remote command of a deploy step exited non-zero."""
+
+
+class ServerFailed(CheckFailed):
+    """The new server did not come up: it exited, logged a fatal error, or timed out."""
+
+    def __init__(self, reason: str, log_tail: str = "") -> None:
+        self.reason, self.log_tail = reason, log_tail
+        super().__init__(
+            f"{reason}\n--- last lines of the server log ---\n{log_tail}" if log_tail else reason
+        )
+
+
 class LockHeld(NeedsAttention):
     """Another run holds the deploy lock of a target."""

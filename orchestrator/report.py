@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import threading
+import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
+from rich.live import Live
 from rich.syntax import Syntax
 from rich.table import Table
 
@@ -103,3 +106,149 @@ def print_rows(rows: list[dict[str, Any]], as_json: bool = False) -> None:
 
 def _show(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value)
+
+
+class StepView:
+    """Per-container current step: a live table on a terminal, plain lines elsewhere."""
+
+    def __init__(self, names: list[str], enabled: bool = True) -> None:
+        self.out = console()
+        self.enabled = enabled
+        self.live_mode = enabled and self.out.is_terminal
+        self.steps: dict[str, tuple[str, float]] = {n: ("waiting", time.monotonic()) for n in names}
+        self.started = time.monotonic()
+        self.live: Live | None = None
+        self.lock = threading.Lock()
+
+    def _table(self) -> Table:
+        table = Table(box=None)
+        table.add_column("container")
+        table.add_column("step")
+        table.add_column("for", justify="right")
+        for name, (step, since) in self.steps.items():
+            table.add_row(name, step, f"{time.monotonic() - since:5.1f}s")
+        return table
+
+    def __call__(self, name: str, step: str) -> None:
+        with self.lock:
+            self.steps[name] = (step, time.monotonic())
+            if self.live:
+                self.live.update(self._table())
+            elif self.enabled:
+                self.out.print(
+                    f"{time.monotonic() - self.started:6.1f}s {name}: {step}", highlight=False
+                )
+
+    def __enter__(self) -> StepView:
+        if self.live_mode:
+            self.live = Live(
+                self._table(),
+                console=self.out,
+                refresh_per_second=4,
+                get_renderable=self._table,
+                transient=True,
+            )
+            self.live.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.live:
+            self.live.__exit__(None, None, None)
+
+
+def print_run(document: dict[str, Any]) -> None:
+    """The final table of a deploy or rollback, with per-position acceptance bars."""
+    out = console()
+    table = Table(title=f"{document['playbook']} run {document['run_id']}: {document['result']}")
+    for column in ("container", "result", "release", "previous", "gate", "mean length", "drafts"):
+        table.add_column(column)
+    for target in document["targets"]:
+        gate = target.get("gate") or {}
+        mean = gate.get("mean_acceptance_length")
+        table.add_row(
+            target["name"],
+            target["result"],
+            target.get("release") or "",
+            target.get("previous_release") or "",
+            gate.get("verdict") or "",
+            f"{mean:.2f}" if mean is not None else "",
+            str(gate.get("drafts") or ""),
+        )
+    out.print(table)
+    for target in document["targets"]:
+        for label, key in (("gate", "gate"), ("rollback gate", "rollback_gate")):
+            gate = target.get(key)
+            if gate:
+                out.print(f"[bold]{target['name']}[/] {label}: {gate['reason']}", highlight=False)
+                if gate.get("explanation"):
+                    out.print(f"  why: {gate['explanation']}", highlight=False)
+                out.print(acceptance_bars(gate.get("per_position_acceptance") or []))
+        if target.get("findings"):
+            out.print(
+                findings_table(
+                    [Finding(**f) for f in target["findings"]], title=f"{target['name']}: findings"
+                )
+            )
+        if target.get("error"):
+            out.print(f"[red]{target['name']}: {target['error']}[/]", highlight=False)
+        if target.get("diff"):
+            out.print(Syntax(target["diff"], "diff", theme="ansi_dark"))
+
+
+def acceptance_bars(rates: list[float], width: int = 40) -> str:
+    """`pos  1 ████████░░ 0.80` per position: where the drafts stop being accepted."""
+    return "\n".join(
+        f"  pos {i:2d} {'█' * round(rate * width)}{'░' * (width - round(rate * width))} {rate:.3f}"
+        for i, rate in enumerate(rates, 1)
+    )
+
+
+def print_json(document: Any) -> None:
+    print(json.dumps(document, indent=2, default=str))
+
+
+def print_verify(document: dict[str, Any]) -> None:
+    out = console()
+    for target in document["targets"]:
+        out.rule(f"{target['name']} on {target['host']}: release {target.get('release')}")
+        if target.get("error"):
+            out.print(f"[red]{target['error']}[/]", highlight=False)
+        for drift in target.get("drift", []):
+            out.print(f"[red]drift:[/] {drift}", highlight=False)
+        if target.get("findings"):
+            out.print(findings_table([Finding(**f) for f in target["findings"]]))
+    out.print("ok" if document["ok"] else "[red]problems found[/]")
+
+
+def print_history(runs: list[dict[str, Any]]) -> None:
+    table = Table()
+    for column in (
+        "started",
+        "user",
+        "command",
+        "playbook",
+        "run",
+        "target",
+        "result",
+        "mean length",
+        "release",
+        "previous",
+    ):
+        table.add_column(column)
+    for run in runs:
+        for target in run["targets"]:
+            gate = target.get("gate") or {}
+            mean = gate.get("mean_acceptance_length")
+            table.add_row(
+                run["started"],
+                run["user"],
+                run["command"],
+                run["playbook"],
+                run["run_id"],
+                target["name"],
+                target["result"],
+                f"{mean:.2f}" if mean is not None else "",
+                target.get("release") or "",
+                target.get("previous_release") or "",
+            )
+    console().print(table)

@@ -22,7 +22,6 @@ import json
 import os
 import random
 import signal
-import struct
 import sys
 import threading
 import time
@@ -39,6 +38,11 @@ from prometheus_client import (
     generate_latest,
 )
 
+from orchestrator.drafters.modelfiles import (
+    parse_safetensors_header,
+    safetensors_header_length,
+    text_config,
+)
 from orchestrator.lab.acceptance import acceptance_profile, request_multiplier, sample_accepted
 from orchestrator.lab.layout import (
     CONTAINER_ENV,
@@ -78,7 +82,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     serve = commands.add_parser("serve", usage="vllm serve [model_tag] [options]")
     serve.add_argument("model_tag")
     serve.add_argument("--speculative-config", type=str)
-    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--host", default="127.0.0.1", help="lab: loopback addresses only")
     serve.add_argument("--port", type=int, default=8000)
     serve.add_argument("--tensor-parallel-size", type=int, default=1)
     serve.add_argument("--max-model-len", type=int)
@@ -133,11 +137,6 @@ def read_json(path: Path) -> dict:
     return json.loads(path.read_text())
 
 
-def text_config(config: dict) -> dict:
-    """Multimodal checkpoints keep the text model under `text_config`."""
-    return config.get("text_config") or config
-
-
 def parse_speculative_config(raw: str) -> dict:
     config = json.loads(raw)
     missing = [key for key in ("method", "model", "num_speculative_tokens") if key not in config]
@@ -159,9 +158,9 @@ def parse_speculative_config(raw: str) -> dict:
 def fc_in_features(weights: Path) -> int | None:
     """Second dimension of `fc.weight`, read from the safetensors header (None if absent)."""
     with weights.open("rb") as stream:
-        (length,) = struct.unpack("<Q", stream.read(8))
-        header = json.loads(stream.read(length))
-    for name, tensor in header.items():
+        first8 = stream.read(8)
+        prefix = first8 + stream.read(safetensors_header_length(first8, str(weights)))
+    for name, tensor in parse_safetensors_header(prefix, str(weights)).items():
         if name == "fc.weight" or name.endswith(".fc.weight"):
             return int(tensor["shape"][1])
     return None
@@ -287,7 +286,7 @@ class Interval:
     generation_tokens: int = 0
     drafts: int = 0
     accepted: int = 0
-    accepted_per_position: list[int] = field(default_factory=list)
+    accepted_per_position: list[int] = field(init=False)
 
     def __post_init__(self) -> None:
         self.accepted_per_position = [0] * self.positions

@@ -1,0 +1,366 @@
+"""The deploy transaction on one container, and rollback, which is the same
+switch + ready + gate with an earlier release.
+
+  preflight (read-only) -> lock -> write release -> cat-verify -> switch
+  (stop old by PID, wait for its GPU memory, point `current`, start) -> ready
+  -> gate -> keep, or roll back to the previous release.
+
+A failure before the switch leaves the target untouched; after it, the
+previous release is restored and its gate run again.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from orchestrator import commands, preflight, release
+from orchestrator.drafters.findings import Finding, Severity
+from orchestrator.errors import LockHeld, OrchError, ServerFailed
+from orchestrator.gate import GateReport, run_gate
+from orchestrator.metrics.assess import Verdict
+from orchestrator.plan import LAUNCH_SCRIPT, TargetPlan
+from orchestrator.playbook import Playbook
+from orchestrator.remote import run_step
+from orchestrator.server import Server
+from orchestrator.state import audit_line, now
+from orchestrator.transport.base import Transport
+
+Progress = Callable[[str, str], None]  # (container, step description)
+
+
+@dataclass(frozen=True)
+class Options:
+    run_id: str
+    force: bool = False
+    dry_run: bool = False
+    diff: bool = False
+    user: str = field(default_factory=getpass.getuser)
+
+
+@dataclass
+class Outcome:
+    """What happened on one container; `result` is the contract of --json."""
+
+    name: str
+    host: str
+    result: str = "failed"
+    release: str | None = None
+    previous_release: str | None = None
+    gate: GateReport | None = None
+    rollback_gate: GateReport | None = None
+    findings: list[Finding] = field(default_factory=list)
+    error: str | None = None
+    exit_code: int = 0
+    diff: str = ""
+    steps: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "host": self.host,
+            "result": self.result,
+            "release": self.release,
+            "previous_release": self.previous_release,
+            "gate": self.gate.to_dict() if self.gate else None,
+            "rollback_gate": self.rollback_gate.to_dict() if self.rollback_gate else None,
+            "findings": [f.to_dict() for f in self.findings],
+            "error": self.error,
+            "steps": {k: round(v, 3) for k, v in self.steps.items()},
+            **({"diff": self.diff} if self.diff else {}),
+        }
+
+
+class TargetRun:
+    """One container's transaction; every remote action goes through `transport`."""
+
+    def __init__(
+        self,
+        plan: TargetPlan,
+        transport: Transport,
+        playbook: Playbook,
+        prompts: list[str],
+        nvidia_smi: str,
+        options: Options,
+        progress: Progress = lambda *_: None,
+    ) -> None:
+        self.plan, self.transport, self.playbook = plan, transport, playbook
+        self.prompts, self.nvidia_smi, self.options = prompts, nvidia_smi, options
+        self.progress = progress
+        self.server = Server(transport, plan.deployment_dir, plan.address, plan.port)
+        self.outcome = Outcome(plan.container, plan.host, release=plan.release_id)
+
+    # -- steps -------------------------------------------------------------
+    def _step(self, name: str) -> _Timer:
+        self.progress(self.plan.container, name)
+        return _Timer(self.outcome.steps, name)
+
+    def _preflight(self) -> preflight.Facts:
+        with self._step("preflight"):
+            facts = preflight.gather(self.transport, self.plan, self.nvidia_smi)
+        server = self.playbook.server
+        self.outcome.findings = preflight.judge(
+            facts, self.plan, server.tensor_parallel_size, server.num_speculative_tokens
+        )
+        self.outcome.previous_release = facts.current_release
+        return facts
+
+    def _lock(self) -> None:
+        owner = json.dumps(
+            {
+                "run_id": self.options.run_id,
+                "user": self.options.user,
+                "control_host": socket.gethostname(),
+                "since": now(),
+            }
+        )
+        result = self.transport.run(commands.acquire_lock(self.lock_dir, owner), timeout=60)
+        if not result.ok:
+            holder = result.text.strip() or "unknown owner"
+            raise LockHeld(
+                f"{self.plan.container}: deploy lock held: {holder}; if that run is "
+                f"gone, remove it with 'orch unlock' (-i INVENTORY --limit "
+                f"{self.plan.container})"
+            )
+
+    @property
+    def lock_dir(self) -> str:
+        return f"{self.plan.deployment_dir}/lock"
+
+    def _unlock(self) -> None:
+        self.transport.run(commands.release_lock(self.lock_dir), timeout=60)
+
+    def _write_release(self, forced: list[Finding]) -> None:
+        files = {
+            **self.plan.files,
+            release.MANIFEST: release.manifest(self.plan, self.options.run_id, forced),
+        }
+        with self._step("write release"):
+            release.write(self.transport, self.plan, files)
+        with self._step("cat-verify"):
+            mismatches = release.verify(self.transport, self.plan, files)
+        if mismatches:
+            raise _Stop(
+                1,
+                "cat-verify failed, the server was not touched:\n"
+                + "\n".join(str(m) for m in mismatches),
+            )
+
+    def switch(self, release_id: str) -> GateReport:
+        """Stop the running server, point `current` at the release, start it, gate it."""
+        release_dir = f"{self.plan.deployment_dir}/releases/{release_id}"
+        with self._step(f"stop server ({release_id})"):
+            stopped = self.server.stop(self.playbook.server.stop_timeout)
+            if stopped != "none":
+                self.server.wait_gpu_released(self.nvidia_smi, int(stopped.split()[1]), timeout=120)
+        with self._step("switch current"):
+            run_step(
+                self.transport,
+                commands.point_link(
+                    f"{self.plan.deployment_dir}/current", f"releases/{release_id}"
+                ),
+                "switch current",
+            )
+        with self._step("start server"):
+            pid = self.server.start(f"{release_dir}/{LAUNCH_SCRIPT}")
+        try:
+            with self._step("wait ready"):
+                self.server.wait_ready(pid, self.playbook.gate.ready_timeout)
+        except ServerFailed as exc:
+            return GateReport(
+                _failed_verdict(f"server did not become ready: {exc.reason}"),
+                explanation=exc.log_tail.strip() or None,
+            )
+        with self._step("gate"):
+            return run_gate(
+                self.transport,
+                self.plan.address,
+                self.plan.port,
+                self.playbook.target.served_name,
+                self.playbook.gate,
+                self.prompts,
+            )
+
+    def _passed(self, report: GateReport) -> bool:
+        outcome = report.verdict.outcome
+        return outcome == "pass" or (
+            outcome == "inconclusive" and self.playbook.gate.on_inconclusive == "keep"
+        )
+
+    def _audit(self, action: str) -> None:
+        line = audit_line(self.options.run_id, self.options.user, action, self.outcome.to_dict())
+        self.transport.run(
+            commands.append_line(f"{self.plan.deployment_dir}/audit.log", line), timeout=60
+        )
+
+    def _prune(self, keep: set[str]) -> None:
+        releases_dir = f"{self.plan.deployment_dir}/releases"
+        listed = run_step(self.transport, commands.list_releases(releases_dir), "list releases")
+        ordered = [line.split()[1] for line in listed.text.splitlines() if line.strip()]
+        old = [r for r in ordered[: -self.playbook.releases_kept] if r not in keep]
+        if old:
+            run_step(self.transport, commands.remove_releases(releases_dir, old), "prune")
+
+    # -- the transaction -----------------------------------------------------
+    def deploy(self) -> Outcome:
+        out = self.outcome
+        try:
+            facts = self._preflight()
+            errors = [f for f in out.findings if f.severity == Severity.ERROR]
+            if errors and not self.options.force:
+                raise _Stop(
+                    1,
+                    f"preflight found {len(errors)} error(s); nothing was changed "
+                    "(--force deploys anyway, and keeps the rollback)",
+                )
+            if self.options.dry_run:
+                out.result = "dry_run"
+                if self.options.diff:
+                    out.diff = self._diff(facts.current_release)
+                return out
+            self._lock()
+            try:
+                self._transaction(facts, errors)
+            finally:
+                self._unlock()
+        except _Stop as stop:
+            out.exit_code, out.error = stop.exit_code, stop.message
+        except OrchError as exc:
+            out.exit_code, out.error = exc.exit_code, str(exc)
+            out.result = "failed"
+        return out
+
+    def _transaction(self, facts: preflight.Facts, forced: list[Finding]) -> None:
+        out = self.outcome
+        previous = facts.current_release
+        if previous == self.plan.release_id and facts.server.running:
+            with self._step("cat-verify"):
+                mismatches = release.verify(self.transport, self.plan, {**self.plan.files})
+            if not mismatches:
+                out.result, out.previous_release = "unchanged", previous
+                return
+        self._write_release(forced)
+        out.gate = self.switch(self.plan.release_id)
+        if self._passed(out.gate):
+            out.result = "deployed"
+            if previous and previous != self.plan.release_id:
+                run_step(
+                    self.transport,
+                    commands.point_link(
+                        f"{self.plan.deployment_dir}/previous", f"releases/{previous}"
+                    ),
+                    "record previous",
+                )
+            self._prune({self.plan.release_id, previous or ""})
+            self._audit("deploy")
+            return
+        out.exit_code, out.error = 1, f"gate {out.gate.verdict.outcome}: {out.gate.verdict.reason}"
+        if not previous or previous == self.plan.release_id:
+            self.progress(self.plan.container, "stop failed server (no previous release)")
+            self.server.stop(self.playbook.server.stop_timeout)
+            out.result = "failed"
+            self._audit("deploy")
+            return
+        self.progress(self.plan.container, f"roll back to {previous}")
+        out.rollback_gate = self.switch(previous)
+        if self._passed(out.rollback_gate):
+            out.result = "rolled_back"
+        else:
+            out.result, out.exit_code = "failed", 3
+            out.error += (
+                f"; ROLLBACK to {previous} did not pass either: {out.rollback_gate.verdict.reason}"
+            )
+        self._audit("deploy")
+
+    def rollback(self, to: str | None) -> Outcome:
+        """Switch to an earlier release (default: the one before `current`) and gate it."""
+        out = self.outcome
+        try:
+            deployment = self.plan.deployment_dir
+            current = (
+                run_step(
+                    self.transport, commands.read_link(f"{deployment}/current"), "current release"
+                )
+                .text.strip()
+                .rsplit("/", 1)[-1]
+                or None
+            )
+            target = (
+                to
+                or run_step(
+                    self.transport, commands.read_link(f"{deployment}/previous"), "previous release"
+                )
+                .text.strip()
+                .rsplit("/", 1)[-1]
+            )
+            if not target:
+                raise _Stop(2, "no previous release to roll back to (give --to RELEASE_ID)")
+            listed = run_step(
+                self.transport, commands.list_releases(f"{deployment}/releases"), "list releases"
+            ).text
+            if target not in {line.split()[1] for line in listed.splitlines() if line.strip()}:
+                raise _Stop(
+                    2,
+                    f"release {target!r} is not on the target (kept: "
+                    f"{', '.join(line.split()[1] for line in listed.splitlines())})",
+                )
+            out.release, out.previous_release = target, current
+            self._lock()
+            try:
+                out.gate = self.switch(target)
+                if self._passed(out.gate):
+                    out.result = "rolled_back"
+                    if current and current != target:
+                        run_step(
+                            self.transport,
+                            commands.point_link(f"{deployment}/previous", f"releases/{current}"),
+                            "record previous",
+                        )
+                else:
+                    out.result, out.exit_code = "failed", 3
+                    out.error = f"gate {out.gate.verdict.outcome}: {out.gate.verdict.reason}"
+                self._audit("rollback")
+            finally:
+                self._unlock()
+        except _Stop as stop:
+            out.exit_code, out.error = stop.exit_code, stop.message
+        except OrchError as exc:
+            out.exit_code, out.error, out.result = exc.exit_code, str(exc), "failed"
+        return out
+
+    def _diff(self, current: str | None) -> str:
+        if current is None:
+            return "(no current release: every file is new)"
+        old = release.read_back(
+            self.transport, f"{self.plan.deployment_dir}/releases/{current}", list(self.plan.files)
+        )
+        return "".join(
+            release.unified_diff(old.get(name, b""), data, name)
+            for name, data in self.plan.files.items()
+        )
+
+
+class _Stop(Exception):
+    def __init__(self, exit_code: int, message: str) -> None:
+        super().__init__(message)
+        self.exit_code, self.message = exit_code, message
+
+
+class _Timer:
+    def __init__(self, steps: dict[str, float], name: str) -> None:
+        self.steps, self.name = steps, name
+
+    def __enter__(self) -> None:
+        self.started = time.monotonic()
+
+    def __exit__(self, *exc: object) -> None:
+        self.steps[self.name] = self.steps.get(self.name, 0.0) + time.monotonic() - self.started
+
+
+def _failed_verdict(reason: str) -> Verdict:
+    return Verdict("fail", None, None, None, (), 0, reason)

@@ -1,0 +1,211 @@
+"""The acceptance gate's verdict: pass, fail or inconclusive, with a bound and a reason.
+
+The gate calls `assess` after every scrape with all intervals so far and stops
+at the first pass or fail; inconclusive means "keep probing", and is the
+verdict when the traffic budget or time runs out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from orchestrator.metrics.evaluate import Measurement, combine
+from orchestrator.metrics.stats import Batch, Interval, batch_means_interval
+
+Outcome = Literal["pass", "fail", "inconclusive"]
+
+# Position-1 acceptance below this means the drafter reads the wrong hidden
+# states or masks with the wrong token; published drafters reach 0.6 to 0.9.
+MISALIGNED_POSITION1 = 0.2
+HEALTHY_POSITION1 = 0.5
+
+
+@dataclass(frozen=True)
+class GateCriteria:
+    """What a drafter must show before it is kept."""
+
+    min_mean_acceptance_length: float
+    min_position1_acceptance: float | None = None
+    min_drafts: int = 200
+    confidence: float = 0.95
+
+    def __post_init__(self) -> None:
+        if self.min_mean_acceptance_length < 1:
+            raise ValueError("min_mean_acceptance_length counts the bonus token: it must be >= 1")
+        if (
+            self.min_position1_acceptance is not None
+            and not 0 <= self.min_position1_acceptance <= 1
+        ):
+            raise ValueError("min_position1_acceptance is a share of drafts: it must be in [0, 1]")
+        if self.min_drafts < 1:
+            raise ValueError("min_drafts must be >= 1")
+        if not 0 < self.confidence < 1:
+            raise ValueError("confidence must be in (0, 1)")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The gate's outcome; lower and upper bound the mean acceptance length."""
+
+    outcome: Outcome
+    mean_acceptance_length: float | None
+    lower: float | None
+    upper: float | None
+    per_position_acceptance: tuple[float, ...]
+    drafts: int
+    reason: str
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "verdict": self.outcome,
+            "mean_acceptance_length": self.mean_acceptance_length,
+            "lower": self.lower,
+            "upper": self.upper,
+            "per_position_acceptance": list(self.per_position_acceptance),
+            "drafts": self.drafts,
+            "reason": self.reason,
+        }
+
+
+@dataclass(frozen=True)
+class _Check:
+    """One criterion against its interval."""
+
+    label: str
+    interval: Interval
+    required: float
+
+    @property
+    def cleared(self) -> bool:
+        return self.interval.lower is not None and self.interval.lower >= self.required
+
+    @property
+    def missed(self) -> bool:
+        return self.interval.upper is not None and self.interval.upper < self.required
+
+    def describe(self, level: str) -> str:
+        """The value, the bound that decides, and the minimum, in the field's words."""
+        value = f"{self.label} {self.interval.mean:.2f}"
+        lower, upper = self.interval.lower, self.interval.upper
+        if lower is None or upper is None:
+            return (
+                f"{value} (one scrape interval: no bounds yet) against required {self.required:.2f}"
+            )
+        if self.missed:
+            return f"{value} ({level} upper bound {upper:.2f}) < required {self.required:.2f}"
+        if self.cleared:
+            return f"{value} ({level} lower bound {lower:.2f}) >= required {self.required:.2f}"
+        bounds = f"{level} bounds {lower:.2f}..{upper:.2f}"
+        return f"{value} ({bounds}) against required {self.required:.2f}"
+
+
+def assess(batches: Sequence[Measurement], criteria: GateCriteria) -> Verdict:
+    """Judge consecutive per-scrape-interval measurements against the criteria.
+
+    Each interval is one batch, so the bounds are batch-means bounds (see
+    `batch_means_interval`): conservative under the correlation of drafts inside
+    a request, and wide while there are few intervals. Pass when every lower
+    bound clears its minimum, fail when an upper bound is below its minimum,
+    both only once `min_drafts` drafts were seen. The bounds are two-sided at
+    `criteria.confidence` for each look; a gate that looks after every scrape
+    errs somewhat more often than one look would, which min_drafts and the
+    conservative variance keep small.
+    """
+    total = combine(batches)
+    if total.mean_acceptance_length is None:
+        return _verdict("inconclusive", total, None, "not enough evidence yet: no drafts measured")
+    checks = _checks(batches, criteria)
+    length = checks[0].interval
+    level = f"{criteria.confidence * 100:g}%"
+    over = f"over {total.drafts} drafts"
+    if total.drafts < criteria.min_drafts:
+        reason = (
+            f"not enough evidence yet: {total.drafts} of {criteria.min_drafts} drafts"
+            f" (mean acceptance length {length.mean:.2f} so far)"
+        )
+        return _verdict("inconclusive", total, length, reason)
+    missed = next((check for check in checks if check.missed), None)
+    if missed:
+        return _verdict("fail", total, length, f"{missed.describe(level)} {over}")
+    if all(check.cleared for check in checks):
+        cleared = ", ".join(check.describe(level) for check in checks)
+        return _verdict("pass", total, length, f"{cleared} {over}")
+    open_check = next(check for check in checks if not check.cleared)
+    reason = f"not enough evidence yet: {open_check.describe(level)} {over}"
+    return _verdict("inconclusive", total, length, reason)
+
+
+def no_spec_decode_verdict() -> Verdict:
+    """The failure when the server exposes no speculative-decoding series at all."""
+    return Verdict(
+        outcome="fail",
+        mean_acceptance_length=None,
+        lower=None,
+        upper=None,
+        per_position_acceptance=(),
+        drafts=0,
+        reason=(
+            "speculative decoding is not active: /metrics has no vllm:spec_decode_* series"
+            " (check --speculative-config in the launch script and the server log)"
+        ),
+    )
+
+
+def explain(verdict: Verdict) -> str | None:
+    """A likely cause of a failed gate, read from the per-position acceptance."""
+    if verdict.outcome != "fail" or not verdict.per_position_acceptance:
+        return None
+    position1 = verdict.per_position_acceptance[0]
+    if position1 < MISALIGNED_POSITION1:
+        return (
+            f"position-1 acceptance {position1:.2f} is near zero: the drafter is not aligned"
+            " with the target: check dflash_config.target_layer_ids and mask_token_id"
+        )
+    if position1 >= HEALTHY_POSITION1:
+        return (
+            f"position-1 acceptance {position1:.2f} is healthy but drafts rarely get further"
+            f" (mean acceptance length {verdict.mean_acceptance_length:.2f}):"
+            " check layer_types, sliding_window and bos_token_id"
+        )
+    return None
+
+
+def _checks(batches: Sequence[Measurement], criteria: GateCriteria) -> list[_Check]:
+    """The mean-length check first, then position 1 when it has a minimum."""
+    measured = [m for m in batches if m.drafts]
+    lengths = [
+        Batch(m.drafts, 1 + m.accepted / m.drafts, m.accepted_length_variance or 0.0)
+        for m in measured
+    ]
+    checks = [
+        _Check(
+            "mean acceptance length",
+            batch_means_interval(lengths, criteria.confidence),
+            criteria.min_mean_acceptance_length,
+        )
+    ]
+    if criteria.min_position1_acceptance is not None:
+        shares = [(m.drafts, 1 - m.accepted_length_counts[0] / m.drafts) for m in measured]
+        firsts = [Batch(drafts, share, share * (1 - share)) for drafts, share in shares]
+        checks.append(
+            _Check(
+                "position-1 acceptance",
+                batch_means_interval(firsts, criteria.confidence),
+                criteria.min_position1_acceptance,
+            )
+        )
+    return checks
+
+
+def _verdict(outcome: Outcome, total: Measurement, length: Interval | None, reason: str) -> Verdict:
+    return Verdict(
+        outcome=outcome,
+        mean_acceptance_length=total.mean_acceptance_length,
+        lower=length.lower if length else None,
+        upper=length.upper if length else None,
+        per_position_acceptance=total.per_position_acceptance or (),
+        drafts=total.drafts,
+        reason=reason,
+    )

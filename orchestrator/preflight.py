@@ -1,0 +1,273 @@
+"""Preflight: read-only facts about a target, and the findings they lead to.
+
+`gather` only reads (a few round trips); `judge` is pure. Nothing here changes
+the target, so a failed preflight leaves it exactly as it was.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from dataclasses import dataclass
+
+from orchestrator import commands
+from orchestrator.drafters.dflash import check_dflash
+from orchestrator.drafters.findings import Finding
+from orchestrator.drafters.modelfiles import (
+    CONFIG_FILE,
+    SAFETENSORS_HEADER_LIMIT,
+    TOKENIZER_CONFIG_FILE,
+    ModelFiles,
+    model_files_from_bytes,
+)
+from orchestrator.errors import ServiceUnavailable, StepFailed
+from orchestrator.facts import (
+    Gpu,
+    GpuApp,
+    ServerState,
+    parse_frames,
+    parse_gpu_apps,
+    parse_gpus,
+    parse_listing,
+    parse_server_state,
+)
+from orchestrator.plan import TargetPlan
+from orchestrator.remote import run_step
+from orchestrator.transport.base import Transport
+
+INDEX_FILE = "model.safetensors.index.json"
+MIN_FREE_DISK_KIB = 64 * 1024
+MIN_FREE_GPU_SHARE = 0.5
+
+
+@dataclass(frozen=True)
+class ModelDir:
+    path: str
+    exists: bool
+    files: ModelFiles | None
+    sizes: dict[str, int]
+    frames: dict[str, bytes]
+
+
+@dataclass(frozen=True)
+class Facts:
+    target: ModelDir
+    drafter: ModelDir
+    gpus: list[Gpu] | None
+    gpu_apps: list[GpuApp]
+    free_disk_kib: int
+    server: ServerState
+    port_taken: bool
+    current_release: str | None
+    gpu_error: str = ""
+
+
+def read_model_dir(transport: Transport, path: str) -> ModelDir:
+    names = [CONFIG_FILE, TOKENIZER_CONFIG_FILE, INDEX_FILE]
+    result = transport.run(
+        commands.read_model_dir(path, names, SAFETENSORS_HEADER_LIMIT), timeout=120
+    )
+    if result.exit_code == 3:
+        return ModelDir(path, False, None, {}, {})
+    if not result.ok:
+        raise StepFailed(
+            f"{transport.label}: read {path}: exit {result.exit_code}: {result.error_text[-500:]}"
+        )
+    frames = parse_frames(result.stdout)
+    sizes = parse_listing(frames.pop(".listing", b"").decode())
+    return ModelDir(path, True, model_files_from_bytes(path, frames), sizes, frames)
+
+
+def gather(transport: Transport, plan: TargetPlan, nvidia_smi: str) -> Facts:
+    target = read_model_dir(transport, plan.target_dir)
+    drafter = read_model_dir(transport, plan.drafter_weights)
+    gpus_result = transport.run(commands.gpu_query(nvidia_smi), timeout=60)
+    apps_result = transport.run(commands.gpu_apps_query(nvidia_smi), timeout=60)
+    gpus = parse_gpus(gpus_result.text) if gpus_result.ok else None
+    apps = parse_gpu_apps(apps_result.text) if apps_result.ok else []
+    disk = run_step(transport, commands.free_disk_kib(plan.deployment_dir), "free disk space")
+    server = parse_server_state(
+        run_step(
+            transport, commands.server_state(f"{plan.deployment_dir}/server.pid"), "server state"
+        ).text
+    )
+    current = run_step(
+        transport, commands.read_link(f"{plan.deployment_dir}/current"), "current release"
+    ).text.strip()
+    port_taken = False
+    if not server.running:
+        try:
+            transport.open_stream(plan.address, plan.port, timeout=5).close()
+            port_taken = True
+        except ServiceUnavailable:
+            port_taken = False
+    return Facts(
+        target=target,
+        drafter=drafter,
+        gpus=gpus,
+        gpu_apps=apps,
+        free_disk_kib=int(disk.text.strip() or 0),
+        server=server,
+        port_taken=port_taken,
+        current_release=current.rsplit("/", 1)[-1] or None,
+        gpu_error="" if gpus_result.ok else (gpus_result.error_text or gpus_result.text)[:300],
+    )
+
+
+def judge(
+    facts: Facts, plan: TargetPlan, tensor_parallel_size: int, num_speculative_tokens: int
+) -> list[Finding]:
+    """Every finding the facts support, errors and warnings, in a stable order."""
+    findings = drafter_findings(facts.target, facts.drafter, plan, num_speculative_tokens)
+    findings += _gpu_findings(facts, tensor_parallel_size)
+    if facts.port_taken:
+        findings.append(
+            Finding.error(
+                "server.port",
+                f"{plan.address}:{plan.port} is in use by a process orch did not "
+                "start; stop it or choose another server.port",
+                actual="in use",
+            )
+        )
+    if facts.free_disk_kib < MIN_FREE_DISK_KIB:
+        findings.append(
+            Finding.error(
+                "disk",
+                f"only {facts.free_disk_kib} KiB free under {plan.deployment_dir}",
+                expected=f">= {MIN_FREE_DISK_KIB} KiB",
+                actual=facts.free_disk_kib,
+            )
+        )
+    return findings
+
+
+def drafter_findings(
+    target: ModelDir, drafter: ModelDir, plan: TargetPlan, num_speculative_tokens: int
+) -> list[Finding]:
+    """The model dirs as found, and the DFlash rules for `plan.drafter_config` on them."""
+    findings = _model_dir_findings("target", target) + _model_dir_findings("drafter", drafter)
+    if target.files and target.files.config is not None and drafter.exists:
+        findings += check_dflash(
+            plan.drafter_config,
+            target.files.config,
+            tokenizer=target.files.tokenizer_config,
+            tensors=drafter.files.tensors if drafter.files else None,
+            profile=plan.profile,
+            num_speculative_tokens=num_speculative_tokens,
+        )
+    return findings
+
+
+def _model_dir_findings(role: str, model: ModelDir) -> list[Finding]:
+    if not model.exists:
+        return [
+            Finding.error(
+                f"{role}.path",
+                f"{model.path} does not exist on the target",
+                expected="a model directory",
+                actual="missing",
+            )
+        ]
+    assert model.files is not None
+    if role == "drafter":
+        weights = [n for n in model.sizes if n.endswith(".safetensors")]
+        if not weights:
+            return [
+                Finding.error(
+                    "drafter.weights",
+                    f"no *.safetensors in {model.path}",
+                    actual=sorted(model.sizes),
+                )
+            ]
+        return [f for f in model.files.findings if f.field != CONFIG_FILE] + _truncated(model)
+    return model.files.findings + _missing_shards(model) + _truncated(model)
+
+
+def _missing_shards(model: ModelDir) -> list[Finding]:
+    if INDEX_FILE not in model.frames:
+        return []
+    try:
+        shards = set(json.loads(model.frames[INDEX_FILE])["weight_map"].values())
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return [
+            Finding.error(
+                f"target.{INDEX_FILE}",
+                f"{model.path}/{INDEX_FILE} is not a valid safetensors index",
+            )
+        ]
+    missing = sorted(s for s in shards if s not in model.sizes)
+    if not missing:
+        return []
+    return [
+        Finding.error(
+            "target.weights",
+            f"{len(missing)} shard(s) named in {INDEX_FILE} are "
+            "missing: the download is incomplete",
+            expected=sorted(shards),
+            actual=missing,
+        )
+    ]
+
+
+def _truncated(model: ModelDir) -> list[Finding]:
+    """A weight file shorter than its own header says was cut off mid-download."""
+    findings = []
+    for name, prefix in model.frames.items():
+        if not name.endswith(".safetensors") or len(prefix) < 8:
+            continue
+        length = struct.unpack("<Q", prefix[:8])[0]
+        try:
+            header = json.loads(prefix[8 : 8 + length])
+            end = max(
+                (e["data_offsets"][1] for k, e in header.items() if k != "__metadata__"), default=0
+            )
+        except (ValueError, KeyError, TypeError, IndexError):
+            continue  # reported by the header parser
+        expected = 8 + length + end
+        if model.sizes.get(name, expected) < expected:
+            findings.append(
+                Finding.error(
+                    f"weights.{name}",
+                    f"{model.path}/{name} is truncated: download it again",
+                    expected=expected,
+                    actual=model.sizes[name],
+                )
+            )
+    return findings
+
+
+def _gpu_findings(facts: Facts, tensor_parallel_size: int) -> list[Finding]:
+    if facts.gpus is None:
+        return [
+            Finding.error(
+                "gpus", f"nvidia-smi failed: {facts.gpu_error}", actual="no GPU information"
+            )
+        ]
+    if len(facts.gpus) < tensor_parallel_size:
+        return [
+            Finding.error(
+                "server.tensor_parallel_size",
+                f"the container has {len(facts.gpus)} GPU(s)",
+                expected=f">= {tensor_parallel_size}",
+                actual=len(facts.gpus),
+            )
+        ]
+    ours = facts.server.pid if facts.server.running else None
+    findings = []
+    for gpu in facts.gpus[:tensor_parallel_size]:
+        freed = sum(a.used_mib for a in facts.gpu_apps if a.pid == ours and a.gpu_uuid == gpu.uuid)
+        available = gpu.free_mib + freed
+        if available < MIN_FREE_GPU_SHARE * gpu.total_mib:
+            others = sorted(
+                {a.pid for a in facts.gpu_apps if a.gpu_uuid == gpu.uuid and a.pid != ours}
+            )
+            findings.append(
+                Finding.error(
+                    f"gpu[{gpu.index}].memory",
+                    f"GPU {gpu.index} would have {available} MiB of {gpu.total_mib} MiB free "
+                    f"(held by PIDs {others})",
+                    expected=f">= {int(MIN_FREE_GPU_SHARE * 100)}% free",
+                    actual=available,
+                )
+            )
+    return findings

@@ -1,0 +1,38 @@
+"""Probe prompts: a built-in set shipped with orch, or a user's JSONL file."""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+from pathlib import Path
+
+from orchestrator.errors import InputError
+
+BUILTIN = "builtin"
+
+
+def load_prompts(spec: str) -> list[str]:
+    """Prompts from `builtin` or a JSONL file of {"prompt": "..."} lines."""
+    if spec == BUILTIN:
+        text = resources.files(__package__).joinpath("builtin.jsonl").read_text(encoding="utf-8")
+        source = "builtin prompts"
+    else:
+        try:
+            text = Path(spec).expanduser().read_text(encoding="utf-8")
+        except OSError as exc:
+            raise InputError(f"gate.probe.prompts: cannot read {spec}: {exc.strerror}") from None
+        source = spec
+    prompts = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            prompt = json.loads(line)["prompt"]
+        except (ValueError, KeyError, TypeError):
+            raise InputError(f'{source}:{number}: expected a JSON object with "prompt"') from None
+        if not isinstance(prompt, str) or not prompt:
+            raise InputError(f"{source}:{number}: prompt must be a non-empty string")
+        prompts.append(prompt)
+    if not prompts:
+        raise InputError(f"{source}: no prompts")
+    return prompts

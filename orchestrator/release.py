@@ -1,0 +1,146 @@
+"""Releases on a target: write them, read them back, compare.
+
+A release is `releases/<id>/` holding the rendered drafter config, the launch
+script, a manifest, and `drafter/` (links to the downloaded weights plus the
+release's own config.json). The downloaded model dirs are never modified.
+"""
+
+from __future__ import annotations
+
+import difflib
+import getpass
+import hashlib
+import json
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from orchestrator import commands
+from orchestrator.drafters.findings import Finding
+from orchestrator.facts import parse_frames
+from orchestrator.plan import DRAFTER_CONFIG, LAUNCH_SCRIPT, TargetPlan
+from orchestrator.remote import run_step
+from orchestrator.transport.base import Transport
+
+MANIFEST = "manifest.json"
+# Fields that decide whether a DFlash drafter lines up with its target.
+KEY_FIELDS = (
+    "dflash_config",
+    "layer_types",
+    "sliding_window",
+    "bos_token_id",
+    "block_size",
+    "num_target_layers",
+    "num_hidden_layers",
+    "hidden_size",
+    "vocab_size",
+)
+MODES = {LAUNCH_SCRIPT: "0755"}
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def manifest(plan: TargetPlan, run_id: str, forced: list[Finding]) -> bytes:
+    document = {
+        "playbook": plan.playbook,
+        "release_id": plan.release_id,
+        "container": plan.container,
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        "run_id": run_id,
+        "user": getpass.getuser(),
+        "control_host": socket.gethostname(),
+        "profile": plan.profile.name if plan.profile else None,
+        "target": plan.target_dir,
+        "drafter_weights": plan.drafter_weights,
+        "files": {name: sha256(data) for name, data in plan.files.items()},
+        "forced_findings": [f.to_dict() for f in forced],
+    }
+    return (json.dumps(document, indent=2) + "\n").encode()
+
+
+def write(transport: Transport, plan: TargetPlan, files: Mapping[str, bytes]) -> None:
+    """Each file streamed through stdin to a temp file, fsynced, renamed; then the view."""
+    for name, data in files.items():
+        run_step(
+            transport,
+            commands.write_file(f"{plan.release_dir}/{name}", MODES.get(name, "0644")),
+            f"write {name}",
+            stdin=data,
+        )
+    run_step(
+        transport,
+        commands.make_drafter_view(plan.drafter_weights, plan.drafter_view),
+        "link the drafter view",
+    )
+
+
+def read_back(transport: Transport, release_dir: str, names: list[str]) -> dict[str, bytes]:
+    """Whole files of a release, in one round trip; a missing one is absent."""
+    paths = [f"{release_dir}/{name}" for name in names]
+    result = run_step(transport, commands.read_files(paths), "read the release back")
+    frames = parse_frames(result.stdout)
+    return {name: frames[path] for name, path in zip(names, paths, strict=True) if path in frames}
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    name: str
+    reason: str
+    diff: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.name}: {self.reason}" + (f"\n{self.diff}" if self.diff else "")
+
+
+def compare(expected: Mapping[str, bytes], actual: Mapping[str, bytes]) -> list[Mismatch]:
+    """SHA-256 of every file, then parse and re-check the drafter's key fields."""
+    mismatches = []
+    for name, data in expected.items():
+        if name not in actual:
+            mismatches.append(Mismatch(name, "missing on the target"))
+        elif sha256(actual[name]) != sha256(data):
+            mismatches.append(
+                Mismatch(
+                    name,
+                    f"SHA-256 {sha256(actual[name])[:12]} != rendered {sha256(data)[:12]}",
+                    unified_diff(data, actual[name], name),
+                )
+            )
+    for name in (DRAFTER_CONFIG, f"drafter/{DRAFTER_CONFIG}"):
+        if name in actual and name in expected:
+            mismatches += _key_field_mismatches(name, expected[name], actual[name])
+    return mismatches
+
+
+def _key_field_mismatches(name: str, expected: bytes, actual: bytes) -> list[Mismatch]:
+    try:
+        got = json.loads(actual)
+    except ValueError as exc:
+        return [Mismatch(name, f"not valid JSON as read back: {exc}")]
+    want = json.loads(expected)
+    return [
+        Mismatch(name, f"{key}: {got.get(key)!r} != rendered {want.get(key)!r}")
+        for key in KEY_FIELDS
+        if got.get(key) != want.get(key)
+    ]
+
+
+def unified_diff(expected: bytes, actual: bytes, name: str) -> str:
+    return "".join(
+        difflib.unified_diff(
+            expected.decode("utf-8", "replace").splitlines(keepends=True),
+            actual.decode("utf-8", "replace").splitlines(keepends=True),
+            f"{name} (rendered)",
+            f"{name} (on target)",
+        )
+    )
+
+
+def verify(transport: Transport, plan: TargetPlan, written: Mapping[str, bytes]) -> list[Mismatch]:
+    """Cat-verify: read every written file back whole, plus the view's config."""
+    expected = {**written, f"drafter/{DRAFTER_CONFIG}": written[DRAFTER_CONFIG]}
+    actual = read_back(transport, plan.release_dir, list(expected))
+    return compare(expected, actual)

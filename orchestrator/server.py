@@ -1,0 +1,119 @@
+"""The vLLM server on one target: state, stop, start, ready, log.
+
+The server is known only by the PID (and its start time) recorded when it was
+started: it is stopped by that PID and its process group, never by name.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import tenacity
+
+from orchestrator import commands
+from orchestrator.errors import ServerFailed, ServiceUnavailable
+from orchestrator.facts import ServerState, parse_gpu_apps, parse_server_state
+from orchestrator.remote import run_step
+from orchestrator.transport import http
+from orchestrator.transport.base import Transport
+
+FATAL_LOG_MARKERS = ("Traceback (most recent call last)", "CUDA out of memory", "EngineDeadError")
+LOG_TAIL_LINES = 30
+
+
+class NotReady(Exception):
+    """Still loading: retried until the ready timeout."""
+
+
+class Server:
+    def __init__(self, transport: Transport, deployment_dir: str, address: str, port: int) -> None:
+        self.transport = transport
+        self.address = address
+        self.port = port
+        self.pid_file = f"{deployment_dir}/server.pid"
+        self.log = f"{deployment_dir}/server.log"
+        self.log_start = 0
+
+    def state(self) -> ServerState:
+        result = run_step(self.transport, commands.server_state(self.pid_file), "server state")
+        return parse_server_state(result.text)
+
+    def stop(self, timeout: float) -> str:
+        """SIGTERM, then SIGKILL after `timeout`; returns `stopped PID`, `killed PID` or `none`."""
+        step = "stop server by PID"
+        result = run_step(
+            self.transport, commands.stop_server(self.pid_file, timeout), step, timeout=timeout + 60
+        )
+        return result.text.strip()
+
+    def start(self, launch_script: str) -> int:
+        """Start detached; later log reads see only what this start wrote."""
+        self.log_start = self.log_offset()
+        result = run_step(
+            self.transport,
+            commands.start_server(launch_script, self.log, self.pid_file),
+            "start server",
+        )
+        return int(result.text.split()[0])
+
+    def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
+        argv = commands.tail_log(self.log, lines, self.log_start)
+        return self.transport.run(argv, timeout=30).text
+
+    def log_offset(self) -> int:
+        return int(self.transport.run(commands.log_size(self.log), timeout=30).text.strip() or 0)
+
+    def wait_gpu_released(self, nvidia_smi: str, pid: int, timeout: float) -> None:
+        """Until no GPU process is the old server: a new one would not fit beside it."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            result = self.transport.run(commands.gpu_apps_query(nvidia_smi), timeout=30)
+            if not result.ok or all(app.pid != pid for app in parse_gpu_apps(result.text)):
+                return
+            time.sleep(0.5)
+        raise ServerFailed(
+            f"GPU memory of the old server (PID {pid}) not released after {timeout:.0f} s"
+        )
+
+    def health(self) -> int:
+        return http.request(
+            self.transport, self.address, self.port, "GET", "/health", timeout=10
+        ).status
+
+    def wait_ready(
+        self, pid: int, timeout: float, tick: Callable[[float], None] = lambda _: None
+    ) -> float:
+        """Poll /health with capped exponential backoff while watching the process and
+        its log; fail fast on exit or a fatal log line. Returns seconds waited."""
+        started = time.monotonic()
+
+        def attempt() -> None:
+            tick(time.monotonic() - started)
+            state = self.state()
+            if not state.running or state.pid != pid:
+                raise ServerFailed("the server exited while starting", self.log_tail())
+            tail = self.log_tail()
+            marker = next((m for m in FATAL_LOG_MARKERS if m in tail), None)
+            if marker:
+                raise ServerFailed(f"the server log shows a fatal error ({marker})", tail)
+            try:
+                status = self.health()
+            except ServiceUnavailable:
+                raise NotReady from None
+            if status != 200:
+                raise NotReady
+
+        retrying = tenacity.Retrying(
+            retry=tenacity.retry_if_exception_type(NotReady),
+            wait=tenacity.wait_exponential(multiplier=0.1, min=0.1, max=2.0),
+            stop=tenacity.stop_after_delay(timeout),
+            reraise=True,
+        )
+        try:
+            retrying(attempt)
+        except NotReady:
+            raise ServerFailed(
+                f"not ready after {timeout:.0f} s (ready_timeout)", self.log_tail()
+            ) from None
+        return time.monotonic() - started

@@ -1,0 +1,46 @@
+"""One SSH connection per Proxmox host (or per directly reached container),
+shared by every step and every container of a run."""
+
+from __future__ import annotations
+
+import threading
+
+from orchestrator.inventory import Inventory, SshSettings
+from orchestrator.transport.base import Transport
+from orchestrator.transport.pct import PctTransport
+from orchestrator.transport.ssh import SshTransport
+
+
+class Connections:
+    def __init__(self, inventory: Inventory, accept_new_host_keys: bool = False) -> None:
+        self.inventory = inventory
+        self.accept_new_host_keys = accept_new_host_keys
+        self._ssh: dict[str, SshTransport] = {}
+        self._lock = threading.Lock()
+
+    def _endpoint(self, label: str, address: str, settings: SshSettings) -> SshTransport:
+        with self._lock:
+            if label not in self._ssh:
+                self._ssh[label] = SshTransport(label, address, settings, self.accept_new_host_keys)
+            return self._ssh[label]
+
+    def container(self, name: str) -> Transport:
+        """The transport that runs commands inside container `name`."""
+        container = self.inventory.containers[name]
+        address, settings, label = self.inventory.login(name)
+        ssh = self._endpoint(label, address, settings)
+        if container.access == "ssh":
+            return ssh
+        return PctTransport(name, ssh, self.inventory.pct_path(container.host), container.vmid)
+
+    def close(self) -> None:
+        with self._lock:
+            for transport in self._ssh.values():
+                transport.close()
+            self._ssh.clear()
+
+    def __enter__(self) -> Connections:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
