@@ -40,7 +40,7 @@ from orchestrator.lab.layout import (
     write_pct_launcher,
 )
 
-REFERENCE = Path("/work/shared/reference/configs")
+REFERENCE = Path(__file__).parent / "fixtures/drafters"  # the published configs
 PUBLISHED = json.loads((REFERENCE / "z-lab_Qwen3.6-27B-DFlash.config.json").read_text())
 QWEN3_8B_DRAFTER = json.loads((REFERENCE / "z-lab_Qwen3-8B-DFlash-b16.config.json").read_text())
 DRAFTER_NAME = "Qwen3.6-27B-DFlash"
@@ -563,6 +563,16 @@ def test_speculative_config_needs_num_speculative_tokens(
         "1 validation error for SpeculativeConfig\nnum_speculative_tokens\n  Field required"
         in output
     )
+
+
+def test_missing_target_config_fails_with_a_traceback(
+    container: ContainerPaths, drafter: Path, processes: list
+) -> None:
+    (target_dir(container) / "config.json").unlink()
+    server = broken_start(container, processes, drafter)
+    assert server.process.returncode == 1
+    assert "Traceback" in server.output()
+    assert "config.json" in server.output()
 
 
 def test_unknown_flag_is_a_usage_error(container: ContainerPaths, processes: list) -> None:

@@ -26,11 +26,16 @@ import random
 DEFAULT_BLOCK_SIZE = 16
 TRAINED_FIRST = 0.80
 TRAINED_STEP = 0.02
+"""Trained profile: 0.80, 0.80, 0.78, ... 0.54; mean acceptance length 4.2 at 15 tokens."""
 UNALIGNED = (0.08, 0.375)
+"""Position 1 accepted in 8% of drafts, position 2 in 0.08 * 0.375 = 3%, none later."""
 ATTENTION_MISMATCH_SCALE = 0.664
+"""Scaling every position by it halves the trained mean at 15 tokens (4.2 -> 2.1)."""
 BOS_MISMATCH_SCALE = 0.959
+"""Scaling every position by it lowers the trained mean by 10% at 15 tokens (4.2 -> 3.78)."""
 MAX_PROBABILITY = 0.98
 REQUEST_SPREAD = 0.03
+"""Standard deviation of the per-request multiplier (clipped to 0.9..1.1)."""
 
 
 def _dflash(config: dict) -> dict:
@@ -75,7 +80,7 @@ def _attention_differs(deployed: dict, truth: dict) -> bool:
 
 def _trained(positions: int) -> list[float]:
     """The published drafter: 0.8 at positions 1 and 2, then slowly falling."""
-    return [TRAINED_FIRST - TRAINED_STEP * max(i - 1, 0) for i in range(positions)]
+    return [max(TRAINED_FIRST - TRAINED_STEP * max(i - 1, 0), 0.0) for i in range(positions)]
 
 
 def _unaligned(positions: int) -> list[float]:

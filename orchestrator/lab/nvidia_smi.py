@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
 from orchestrator.lab.layout import CONTAINER_ENV, ContainerPaths, read_gpus, server_records
 
@@ -62,7 +63,7 @@ class UsageError(Exception):
 
 
 class Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         raise UsageError(USAGE_ERROR)
 
 
