@@ -31,7 +31,7 @@ def window(lengths: list[int]) -> Measurement:
 
 @pytest.mark.parametrize("drafter", [CORRECT, BROKEN])
 def test_measurement_is_the_distribution_of_the_drafts_in_the_window(drafter: Drafter) -> None:
-    lengths = accepted_lengths(drafter, random.Random(11), requests=40)
+    lengths = accepted_lengths(drafter, random.Random(11), drafts=2000)
     measured = window(lengths)
     counts = Counter(lengths)
     assert measured.accepted_length_counts == tuple(counts[j] for j in range(K + 1))
@@ -47,7 +47,7 @@ def test_measurement_is_the_distribution_of_the_drafts_in_the_window(drafter: Dr
 
 @pytest.mark.parametrize("drafter", [CORRECT, BROKEN])
 def test_measured_mean_is_close_to_the_drafters_true_mean(drafter: Drafter) -> None:
-    measured = window(accepted_lengths(drafter, random.Random(5), requests=600))
+    measured = window(accepted_lengths(drafter, random.Random(5), drafts=60_000))
     assert measured.mean_acceptance_length == pytest.approx(
         drafter.mean_acceptance_length, rel=0.03
     )

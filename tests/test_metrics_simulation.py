@@ -54,22 +54,28 @@ LATE_FALLOFF = Drafter(
 def accepted_lengths(
     drafter: Drafter,
     rng: random.Random,
-    requests: int,
+    drafts: int,
     drafts_per_request: int = 57,
-    concurrency: int = 4,
+    streams: int = 4,
 ) -> list[int]:
     """Accepted tokens per draft, in the order the server counts them.
 
-    `concurrency` requests decode side by side, so their drafts interleave;
-    57 drafts is a 256-token answer at 4.5 tokens per draft.
+    `streams` requests decode side by side, each stream starting its next
+    request when one ends, their starts staggered; drafts interleave. 57 drafts
+    is a 256-token answer at 4.5 tokens per draft.
     """
+    kinds = [accept for _, accept in drafter.kinds]
     weights = [weight for weight, _ in drafter.kinds]
+    left = [(stream + 1) * drafts_per_request // streams for stream in range(streams)]
+    current = rng.choices(kinds, weights, k=streams)
     lengths: list[int] = []
-    for first in range(0, requests, concurrency):
-        group = min(concurrency, requests - first)
-        kinds = rng.choices([accept for _, accept in drafter.kinds], weights, k=group)
-        for _ in range(drafts_per_request):
-            lengths.extend(_one_draft(accept, rng) for accept in kinds)
+    while len(lengths) < drafts:
+        stream = len(lengths) % streams
+        if not left[stream]:
+            current[stream] = rng.choices(kinds, weights)[0]
+            left[stream] = drafts_per_request
+        left[stream] -= 1
+        lengths.append(_one_draft(current[stream], rng))
     return lengths
 
 
@@ -110,14 +116,14 @@ def interval_measurements(lengths: list[int], per_interval: int) -> list[Measure
 
 @pytest.mark.parametrize("drafter", [CORRECT, BROKEN, BORDERLINE, LATE_FALLOFF])
 def test_simulated_drafts_follow_the_exact_acceptance(drafter: Drafter) -> None:
-    lengths = accepted_lengths(drafter, random.Random(7), requests=2000)
+    lengths = accepted_lengths(drafter, random.Random(7), drafts=100_000)
     shares = [sum(1 for n in lengths if n > i) / len(lengths) for i in range(K)]
     assert shares == pytest.approx(drafter.position_acceptance, abs=0.02)
 
 
 def test_drafts_of_one_request_are_correlated() -> None:
     """The point of the simulation: batch means vary more than independent drafts would."""
-    lengths = accepted_lengths(CORRECT, random.Random(3), requests=400)
+    lengths = accepted_lengths(CORRECT, random.Random(3), drafts=20_000)
     means = [sum(chunk) / len(chunk) for chunk in chunked(lengths, 200)]
     grand = sum(lengths) / len(lengths)
     per_draft = sum((n - grand) ** 2 for n in lengths) / len(lengths)

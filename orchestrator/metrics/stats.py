@@ -65,9 +65,10 @@ def batch_means_interval(batches: Sequence[Batch], confidence: float) -> Interva
     the widest of those computed with batches of 1, 2 and 3 consecutive
     intervals (each with at least 3 batches), and never narrower than if every
     draft were independent (s^2/N). Quantiles are Student's t with B-1 degrees
-    of freedom, so few batches give wide bounds. The bound covers as promised
-    when a scrape interval is at least half as long as a probe request.
-    Empty batches are ignored; one batch gives no bounds.
+    of freedom for B batches, so few batches give wide bounds. Scrape no more
+    often than every half probe request: shorter intervals let neighbouring
+    batches share requests and make the bound too narrow. Empty batches are
+    ignored; one batch gives no bounds.
     """
     used = [batch for batch in batches if batch.size > 0]
     if not used:
@@ -94,15 +95,10 @@ def _pooled(batches: Sequence[Batch]) -> Batch:
 def _half_width(batches: Sequence[Batch], confidence: float) -> float:
     whole = _pooled(batches)
     count = len(batches)
-    weights = [batch.size / whole.size for batch in batches]
-    between = (
-        count
-        / (count - 1)
-        * sum(
-            weight**2 * (batch.mean - whole.mean) ** 2
-            for weight, batch in zip(weights, batches, strict=True)
-        )
+    spread = sum(
+        (batch.size / whole.size) ** 2 * (batch.mean - whole.mean) ** 2 for batch in batches
     )
+    between = count / (count - 1) * spread
     independent = whole.variance / (whole.size - 1)
     quantile = student_t_quantile((1 + confidence) / 2, count - 1)
     return quantile * math.sqrt(max(between, independent))
