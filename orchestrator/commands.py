@@ -14,10 +14,11 @@ SH = "/bin/sh"
 
 # Shell helpers shared by the scripts that look at a recorded server process:
 # alive() holds for a live, non-zombie PID whose start time is still the recorded one.
+# Shell variables are global: the helpers use names of their own (_ps, _pst).
 _PROCESS_FUNCTIONS = """\
-starttime() { s=$(cat "/proc/$1/stat" 2>/dev/null) || return 1; set -- ${s##*) }; echo "${20}"; }
-state() { s=$(cat "/proc/$1/stat" 2>/dev/null) || return 1; set -- ${s##*) }; echo "$1"; }
-alive() { st=$(state "$1") || return 1; [ "$st" != Z ] && [ "$(starttime "$1")" = "$2" ]; }
+starttime() { _ps=$(cat "/proc/$1/stat" 2>/dev/null) || return 1; set -- ${_ps##*) }; echo ${20}; }
+procstate() { _ps=$(cat "/proc/$1/stat" 2>/dev/null) || return 1; set -- ${_ps##*) }; echo $1; }
+alive() { _pst=$(procstate "$1") || return 1; [ "$_pst" != Z ] && [ "$(starttime "$1")" = "$2" ]; }
 """
 
 

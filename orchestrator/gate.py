@@ -194,6 +194,8 @@ def run_gate(
                 except CounterReset:
                     report.resets += 1
                     report.batches.clear()
+                except MetricsFormatError:
+                    report.scrape_errors += 1  # read mid-update: start again from this scrape
             previous = current
             report.verdict = assess(report.batches, criteria)
             tick(report.verdict)

@@ -98,7 +98,7 @@ def print_rows(rows: list[dict[str, Any]], as_json: bool = False) -> None:
         return
     table = Table()
     for column in rows[0] if rows else ():
-        table.add_column(column)
+        table.add_column(column, overflow="fold")
     for row in rows:
         table.add_row(*(_show(value) for value in row.values()))
     console().print(table)

@@ -60,7 +60,9 @@ def test_unknown_key_is_refused_at_its_line() -> None:
 
 def test_duplicate_container_name_is_refused() -> None:
     message = load_error("duplicate-container.yaml")
-    assert message == f"{FIXTURES / 'duplicate-container.yaml'}:9:3: containers.ct200: duplicate key"
+    assert (
+        message == f"{FIXTURES / 'duplicate-container.yaml'}:9:3: containers.ct200: duplicate key"
+    )
 
 
 def test_container_on_unknown_host_is_refused() -> None:
@@ -106,5 +108,5 @@ def test_missing_file_is_input_error(tmp_path: Path) -> None:
 
 def test_select_unknown_name_lists_what_exists() -> None:
     inventory = load_inventory(ROOT / "inventories" / "example.yaml")
-    with pytest.raises(InputError, match="no container or group named 'ct1'.*groups: gpu"):
+    with pytest.raises(InputError, match=r"no container or group named 'ct1'.*groups: gpu"):
         inventory.select(["ct1"])

@@ -30,7 +30,9 @@ def test_set_overrides_nested_free_form_values_parsed_as_yaml() -> None:
         QWEN,
         ["drafter.overrides.dflash_config.target_layer_ids=[1,17,33,49,63]", "server.port=8001"],
     )
-    assert playbook.drafter.overrides == {"dflash_config": {"target_layer_ids": [1, 17, 33, 49, 63]}}
+    assert playbook.drafter.overrides == {
+        "dflash_config": {"target_layer_ids": [1, 17, 33, 49, 63]}
+    }
     assert playbook.server.port == 8001
 
 
@@ -40,7 +42,7 @@ def test_set_unknown_path_is_an_error_listing_the_fields() -> None:
 
 
 def test_set_below_a_scalar_is_an_error() -> None:
-    with pytest.raises(InputError, match="server.port is not a section with fields"):
+    with pytest.raises(InputError, match=r"server\.port is not a section with fields"):
         load_playbook(QWEN, ["server.port.x=1"])
 
 

@@ -32,7 +32,7 @@ def test_syntax_error_names_the_line(tmp_path: Path) -> None:
 
 
 def test_missing_template_is_input_error(tmp_path: Path) -> None:
-    with pytest.raises(InputError, match="template 'nope.j2' not found"):
+    with pytest.raises(InputError, match=r"template 'nope\.j2' not found"):
         render_template("nope.j2", {}, tmp_path)
 
 

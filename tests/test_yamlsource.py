@@ -25,7 +25,9 @@ def test_duplicate_key_is_an_error_with_its_position() -> None:
 
 
 def test_unsafe_tags_are_refused() -> None:
-    with pytest.raises(InputError, match=r"f.yaml:1:4: tag .*python/object/apply:os.system.* is not allowed"):
+    with pytest.raises(
+        InputError, match=r"f.yaml:1:4: tag .*python/object/apply:os.system.* is not allowed"
+    ):
         parse_yaml("a: !!python/object/apply:os.system ['true']\n", "f.yaml")
 
 

@@ -370,18 +370,18 @@ class Engine:
         if self.drafting is None:
             return remaining
         k = self.drafting.num_speculative_tokens
-        with self.lock:
+        metrics = self.metrics
+        with self.lock:  # one draft is one update: a scrape never sees half of it
             accepted = sample_accepted(self.drafting.profile, k, multiplier, self.rng)
             self.interval.drafts += 1
             self.interval.accepted += accepted
             for position in range(accepted):
                 self.interval.accepted_per_position[position] += 1
-        metrics = self.metrics
-        metrics.drafts.inc()
-        metrics.draft_tokens.inc(k)
-        metrics.accepted_tokens.inc(accepted)
-        for position in range(accepted):
-            metrics.accepted_per_position[position].inc()
+            metrics.drafts.inc()
+            metrics.draft_tokens.inc(k)
+            metrics.accepted_tokens.inc(accepted)
+            for position in range(accepted):
+                metrics.accepted_per_position[position].inc()
         return accepted + 1
 
 
@@ -485,7 +485,9 @@ class Handler(BaseHTTPRequestHandler):
             if app.faults.garbage_metrics:
                 self._send(200, GARBAGE_METRICS, CONTENT_TYPE_LATEST)
             else:
-                self._send(200, generate_latest(app.engine.metrics.registry), CONTENT_TYPE_LATEST)
+                with app.engine.lock:
+                    exposition = generate_latest(app.engine.metrics.registry)
+                self._send(200, exposition, CONTENT_TYPE_LATEST)
         else:
             self._send_json(404, {"detail": "Not Found"})
 

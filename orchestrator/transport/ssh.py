@@ -8,6 +8,7 @@ machine needs no route to the target's ports.
 
 from __future__ import annotations
 
+import logging
 import select
 import shlex
 import time
@@ -23,6 +24,8 @@ from orchestrator.transport.base import Result
 from orchestrator.transport.hostkeys import AcceptNewHostKey, RefuseUnknownHostKey, fingerprint
 
 DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
+# Paramiko logs refused channels itself; they reach the user as our own errors.
+logging.getLogger("paramiko").addHandler(logging.NullHandler())
 CHUNK = 1 << 16
 
 

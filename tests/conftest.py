@@ -1,0 +1,31 @@
+"""Shared fixtures: a real lab (sshd, pct and vLLM stand-ins) per test that needs one."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from labtools import LabHandle, free_network
+
+from orchestrator.lab.cluster import Lab, LabSpec
+from orchestrator.lab.sshd import pid_alive
+
+
+@pytest.fixture
+def lab(tmp_path: Path) -> Iterator[LabHandle]:
+    """A fresh default lab (one host, a pct and a direct-SSH container), torn down by PID."""
+    the_lab = Lab(tmp_path / "lab")
+    the_lab.up(LabSpec(load_seconds=0.3, network=free_network()))
+    env = {
+        **os.environ,
+        "ORCH_STATE_DIR": str(tmp_path / "state"),
+        "NO_COLOR": "1",
+        "COLUMNS": "200",
+    }
+    try:
+        yield LabHandle(the_lab, env)
+    finally:
+        stopped = the_lab.down()
+        assert all(not pid_alive(pid) for pid in stopped)

@@ -1,0 +1,245 @@
+"""End to end on the lab: real sshd, real pct and vLLM stand-ins, the real CLI."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+from labtools import LabHandle
+
+from orchestrator.lab.layout import ContainerPaths, server_records
+
+pytestmark = pytest.mark.lab
+
+FAST = ["--set", "gate.probe.scrape_interval=0.5", "--set", "gate.ready_timeout=30"]
+GUESSED_IDS = "drafter.overrides.dflash_config.target_layer_ids=[1,17,33,49,63]"
+
+
+def deploy(lab: LabHandle, *args: str) -> tuple[int, dict]:
+    result = lab.orch("deploy", "qwen-dflash", "-i", str(lab.inventory), "--json", *FAST, *args)
+    assert result.stdout, result.stderr
+    return result.code, result.json
+
+
+def target(document: dict, name: str) -> dict:
+    return next(t for t in document["targets"] if t["name"] == name)
+
+
+def release_files(lab: LabHandle, name: str, release: str) -> dict[str, bytes]:
+    directory = lab.deployment_dir(name) / "releases" / release
+    return {p.name: p.read_bytes() for p in sorted(directory.iterdir()) if p.is_file()}
+
+
+def serving_pid(lab: LabHandle, name: str) -> int:
+    pid_file = lab.deployment_dir(name) / "server.pid"
+    return int(pid_file.read_text().split()[0])
+
+
+def test_field_story_deploy_then_guessed_ids_roll_back(lab: LabHandle) -> None:
+    code, first = deploy(lab)
+    assert code == 0, first
+    for name in ("ct200", "ct201"):  # one reached by pct, one by direct SSH
+        entry = target(first, name)
+        assert entry["result"] == "deployed"
+        assert entry["gate"]["verdict"] == "pass"
+        assert 3.5 <= entry["gate"]["mean_acceptance_length"] <= 5
+    good = target(first, "ct200")["release"]
+    before = release_files(lab, "ct200", good)
+    pid_before = serving_pid(lab, "ct200")
+
+    # Without --force the guess is stopped at preflight: nothing changes.
+    code, refused = deploy(lab, "--limit", "ct200", "--set", GUESSED_IDS)
+    assert code == 1
+    entry = target(refused, "ct200")
+    assert entry["result"] == "failed" and "preflight" in entry["error"]
+    assert any(
+        f["field"] == "dflash_config.target_layer_ids" and f["severity"] == "error"
+        for f in entry["findings"]
+    )
+    assert not (lab.deployment_dir("ct200") / "releases" / entry["release"]).exists()
+    assert serving_pid(lab, "ct200") == pid_before
+
+    # With --force the gate catches it, and the previous release comes back.
+    code, forced = deploy(lab, "--limit", "ct200", "--force", "--set", GUESSED_IDS)
+    assert code == 1
+    entry = target(forced, "ct200")
+    assert entry["result"] == "rolled_back"
+    assert entry["previous_release"] == good
+    assert entry["gate"]["verdict"] == "fail"
+    assert 1.0 <= entry["gate"]["mean_acceptance_length"] < 1.3
+    assert entry["gate"]["per_position_acceptance"][0] < 0.2
+    assert "target_layer_ids" in entry["gate"]["explanation"]
+    assert entry["rollback_gate"]["verdict"] == "pass"
+    assert release_files(lab, "ct200", good) == before
+    assert (lab.deployment_dir("ct200") / "current").readlink() == Path("releases") / good
+    status = lab.orch("status", "qwen-dflash", "-i", str(lab.inventory), "--json")
+    row = next(r for r in json.loads(status.stdout) if r["container"] == "ct200")
+    assert (row["release"], row["server"], row["health"]) == (good, "running", 200)
+
+    audit = (lab.deployment_dir("ct200") / "audit.log").read_text().splitlines()
+    assert json.loads(audit[-1])["result"] == "rolled_back"
+    history = lab.orch("history", "--json")
+    runs = history.json
+    assert target(runs[0], "ct200")["result"] == "rolled_back"
+    assert runs[0]["run_id"] == forced["run_id"]
+
+
+def test_same_inputs_twice_change_nothing(lab: LabHandle) -> None:
+    code, _ = deploy(lab, "--limit", "ct201")
+    assert code == 0
+    pid = serving_pid(lab, "ct201")
+    code, second = deploy(lab, "--limit", "ct201")
+    assert code == 0
+    assert target(second, "ct201")["result"] == "unchanged"
+    assert serving_pid(lab, "ct201") == pid
+
+
+def test_hand_edited_config_is_drift(lab: LabHandle) -> None:
+    code, first = deploy(lab, "--limit", "ct200")
+    assert code == 0
+    config = lab.deployment_dir("ct200") / "releases" / target(first, "ct200")["release"]
+    config = config / "config.json"
+    edited = json.loads(config.read_text())
+    edited["dflash_config"]["mask_token_id"] = 248064
+    config.write_text(json.dumps(edited, indent=2))
+    result = lab.orch(
+        "verify-config", "qwen-dflash", "-i", str(lab.inventory), "--limit", "ct200", "--json"
+    )
+    assert result.code == 1
+    entry = result.json["targets"][0]
+    assert any("dflash_config" in drift for drift in entry["drift"])
+    assert any(f["field"] == "dflash_config.mask_token_id" for f in entry["findings"])
+
+
+@pytest.mark.parametrize(
+    ("faults", "verdict_words"),
+    [
+        ({"drop_spec_decode": True}, "speculative decoding is not active"),
+        ({"hang_while_loading": True}, "not ready after"),
+        ({"crash_after_ready_seconds": 0.0}, "did not become ready"),
+    ],
+)
+def test_faulty_new_server_is_rolled_back(lab: LabHandle, faults: dict, verdict_words: str) -> None:
+    code, first = deploy(lab, "--limit", "ct201")
+    assert code == 0
+    good = target(first, "ct201")["release"]
+    code, second = deploy(
+        lab,
+        "--limit",
+        "ct201",
+        "--set",
+        "gate.ready_timeout=3",
+        "--set",
+        f"server.env.ORCH_LAB_FAULTS={json.dumps(json.dumps(faults))}",
+    )
+    entry = target(second, "ct201")
+    assert code == 1, entry
+    assert entry["result"] == "rolled_back"
+    assert verdict_words in entry["gate"]["reason"]
+    assert entry["rollback_gate"]["verdict"] == "pass"
+    assert (lab.deployment_dir("ct201") / "current").readlink() == Path("releases") / good
+
+
+def test_server_ignoring_sigterm_is_killed_by_pid(lab: LabHandle) -> None:
+    stubborn = json.dumps(json.dumps({"ignore_sigterm": True}))
+    code, _ = deploy(
+        lab,
+        "--limit",
+        "ct200",
+        "--set",
+        "server.stop_timeout=1",
+        "--set",
+        f"server.env.ORCH_LAB_FAULTS={stubborn}",
+    )
+    assert code == 0
+    old_pid = serving_pid(lab, "ct200")
+    code, second = deploy(lab, "--limit", "ct200", "--set", "server.stop_timeout=1")
+    assert code == 0, target(second, "ct200")["error"]
+    assert target(second, "ct200")["result"] == "deployed"
+    container = ContainerPaths(lab.deployment_dir("ct200").parents[4])
+    assert [r["pid"] for r in server_records(container)] == [serving_pid(lab, "ct200")]
+    assert serving_pid(lab, "ct200") != old_pid
+
+
+def test_held_lock_is_refused_with_its_owner(lab: LabHandle) -> None:
+    lock = lab.deployment_dir("ct200") / "lock"
+    lock.mkdir(parents=True)
+    (lock / "owner.json").write_text('{"user": "alice", "run_id": "r1"}')
+    code, document = deploy(lab, "--limit", "ct200")
+    assert code == 3
+    assert "alice" in target(document, "ct200")["error"]
+    assert not (lab.deployment_dir("ct200") / "releases").exists()
+    removed = lab.orch("unlock", "qwen-dflash", "-i", str(lab.inventory), "--limit", "ct200")
+    assert removed.code == 0 and "alice" in removed.stdout
+    assert not lock.exists()
+
+
+def test_unknown_host_key_is_refused_before_any_command(lab: LabHandle, tmp_path: Path) -> None:
+    inventory = lab.inventory.read_text().replace(
+        str(lab.lab.known_hosts), str(tmp_path / "empty_known_hosts")
+    )
+    (tmp_path / "inv.yaml").write_text(inventory)
+    result = lab.orch("deploy", "qwen-dflash", "-i", str(tmp_path / "inv.yaml"), "--json")
+    assert result.code == 3
+    canary, rest = result.json["targets"]
+    assert canary["error"].startswith("pve1: connect: unknown host key ssh-ed25519 SHA256:")
+    assert "--accept-new-host-keys" in canary["error"]
+    assert rest["result"] == "skipped"
+    assert not lab.deployment_dir("ct200").exists()
+    log = (lab.lab.root / "hosts/pve1/sshd/sshd.log").read_text()
+    assert "Accepted publickey" not in log
+
+
+def test_accept_new_host_keys_records_them(lab: LabHandle, tmp_path: Path) -> None:
+    known = tmp_path / "known"
+    inventory = lab.inventory.read_text().replace(str(lab.lab.known_hosts), str(known))
+    (tmp_path / "inv.yaml").write_text(inventory)
+    result = lab.orch(
+        "deploy",
+        "qwen-dflash",
+        "-i",
+        str(tmp_path / "inv.yaml"),
+        "--dry-run",
+        "--accept-new-host-keys",
+        "--json",
+    )
+    assert result.code == 0, result.stdout + result.stderr
+    assert {t["result"] for t in result.json["targets"]} == {"dry_run"}
+    recorded = {line.split()[0] for line in known.read_text().splitlines()}
+    expected = {line.split()[0] for line in lab.lab.known_hosts.read_text().splitlines()}
+    assert recorded == expected
+
+
+def test_dry_run_diff_changes_nothing(lab: LabHandle) -> None:
+    code, first = deploy(lab, "--limit", "ct200")
+    assert code == 0
+    result = lab.orch(
+        "deploy",
+        "qwen-dflash",
+        "-i",
+        str(lab.inventory),
+        "--limit",
+        "ct200",
+        "--dry-run",
+        "--diff",
+        "--json",
+        "--set",
+        "server.max_model_len=8192",
+    )
+    entry = target(result.json, "ct200")
+    assert result.code == 0 and entry["result"] == "dry_run"
+    assert "+  --max-model-len 8192 \\" in entry["diff"]
+    assert "-  --max-model-len 32768 \\" in entry["diff"]
+    releases = lab.deployment_dir("ct200") / "releases"
+    assert [p.name for p in releases.iterdir()] == [target(first, "ct200")["release"]]
+
+
+def test_history_is_sqlite_in_the_state_dir(lab: LabHandle) -> None:
+    code, first = deploy(lab, "--limit", "ct201")
+    assert code == 0
+    db = Path(lab.env["ORCH_STATE_DIR"]) / "history.sqlite"
+    with sqlite3.connect(db) as connection:
+        rows = connection.execute("SELECT run_id, result FROM runs").fetchall()
+    assert rows == [(first["run_id"], "ok")]
