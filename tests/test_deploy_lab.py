@@ -7,6 +7,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+import yaml
 from labtools import LabHandle
 
 from orchestrator.lab.layout import ContainerPaths, server_records
@@ -243,3 +244,38 @@ def test_history_is_sqlite_in_the_state_dir(lab: LabHandle) -> None:
     with sqlite3.connect(db) as connection:
         rows = connection.execute("SELECT run_id, result FROM runs").fetchall()
     assert rows == [(first["run_id"], "ok")]
+
+
+def test_hostile_values_are_quoted_or_refused(lab: LabHandle, tmp_path: Path) -> None:
+    marker = tmp_path / "INJECTED"
+    hostile = f"we ird;$(touch {marker})`touch {marker}`'q\"x"
+    inventory = yaml.safe_load(lab.inventory.read_text())
+    state_dir = inventory["containers"]["ct200"]["vars"]["state_dir"]
+    inventory["containers"]["ct200"]["vars"]["state_dir"] = f"{state_dir}/{hostile}"
+    (tmp_path / "inv.yaml").write_text(yaml.safe_dump(inventory))
+    result = lab.orch(
+        "deploy",
+        "qwen-dflash",
+        "-i",
+        str(tmp_path / "inv.yaml"),
+        "--limit",
+        "ct200",
+        "--json",
+        *FAST,
+        "--set",
+        f"target.served_name=q';touch {marker};'",
+        "--set",
+        f"server.env.HOSTILE=$(touch {marker})",
+    )
+    entry = target(result.json, "ct200")
+    assert result.code == 0, entry["error"]
+    assert entry["result"] == "deployed"
+    assert (Path(state_dir) / hostile / "qwen-dflash" / "current").is_symlink()
+    assert not marker.exists()
+
+    inventory["containers"]["ct200"]["vars"]["state_dir"] = f"{state_dir}/a\nb"
+    (tmp_path / "inv.yaml").write_text(yaml.safe_dump(inventory))
+    refused = lab.orch("deploy", "qwen-dflash", "-i", str(tmp_path / "inv.yaml"), "--json")
+    assert refused.code == 2
+    assert "state_dir for ct200: contains a line break" in refused.stderr
+    assert not marker.exists()
