@@ -1,10 +1,10 @@
 """Start-up time of `orch --help` beside a bare `python -c pass`, and what its imports cost.
 
 Run: `.venv/bin/python benchmarks/startup.py [--runs N]`. Times each command
-N times (after one warm-up run) as a child process started in / and prints the median wall
-time and its ratio to `python -c pass` run by the same interpreter; then runs
-`python -X importtime -c "import orchestrator.cli"` N times and prints the
-imports with the largest median cumulative time.
+N times (after one warm-up run) as a child process started in `/`, and prints
+the median wall time and its ratio to `python -c pass` run by the same
+interpreter; then runs `python -X importtime -c "import orchestrator.cli"`
+N times and prints the imports with the largest median cumulative time.
 """
 
 from __future__ import annotations
