@@ -120,6 +120,7 @@ def test_hand_edited_config_is_drift(lab: LabHandle) -> None:
         ({"drop_spec_decode": True}, "speculative decoding is not active"),
         ({"hang_while_loading": True}, "not ready after"),
         ({"crash_after_ready_seconds": 0.0}, "did not become ready"),
+        ({"garbage_metrics": True}, "could not measure"),
     ],
 )
 def test_faulty_new_server_is_rolled_back(lab: LabHandle, faults: dict, verdict_words: str) -> None:
@@ -279,3 +280,41 @@ def test_hostile_values_are_quoted_or_refused(lab: LabHandle, tmp_path: Path) ->
     assert refused.code == 2
     assert "state_dir for ct200: contains a line break" in refused.stderr
     assert not marker.exists()
+
+
+def test_rollback_command_switches_to_the_previous_release(lab: LabHandle) -> None:
+    code, first = deploy(lab, "--limit", "ct201")
+    assert code == 0
+    code, second = deploy(lab, "--limit", "ct201", "--set", "server.max_model_len=8192")
+    assert code == 0
+    old, new = target(first, "ct201")["release"], target(second, "ct201")["release"]
+    assert target(second, "ct201")["previous_release"] == old
+
+    back = lab.orch(
+        "rollback", "qwen-dflash", "-i", str(lab.inventory), "--limit", "ct201", "--json", *FAST
+    )
+    entry = target(back.json, "ct201")
+    assert back.code == 0, entry["error"]
+    assert (entry["result"], entry["release"], entry["previous_release"]) == (
+        "rolled_back",
+        old,
+        new,
+    )
+    assert entry["gate"]["verdict"] == "pass"
+    deployment = lab.deployment_dir("ct201")
+    assert (deployment / "current").readlink() == Path("releases") / old
+    assert (deployment / "previous").readlink() == Path("releases") / new
+
+    unknown = lab.orch(
+        "rollback",
+        "qwen-dflash",
+        "-i",
+        str(lab.inventory),
+        "--limit",
+        "ct201",
+        "--to",
+        "0123456789ab",
+        "--json",
+    )
+    assert unknown.code == 2
+    assert "is not on the target" in target(unknown.json, "ct201")["error"]

@@ -1,0 +1,173 @@
+"""The CLI as a user runs it: exit codes, JSON documents, messages."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+DRAFTERS = Path(__file__).parent / "fixtures" / "drafters"
+EXAMPLE = ROOT / "inventories" / "example.yaml"
+
+
+def orch(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "orchestrator", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={"NO_COLOR": "1", "COLUMNS": "200", "PATH": "/usr/bin:/bin"},
+        timeout=60,
+    )
+
+
+def test_help_lists_every_command_and_the_exit_codes() -> None:
+    done = orch("--help")
+    assert done.returncode == 0
+    for command in (
+        "deploy",
+        "rollback",
+        "verify-config",
+        "status",
+        "history",
+        "lab",
+        "render",
+        "profiles",
+        "unlock",
+    ):
+        assert command in done.stdout
+    assert "2 bad input" in done.stdout
+
+
+@pytest.fixture
+def reference(tmp_path: Path) -> dict[str, Path]:
+    names = {"drafter": "z-lab_Qwen3.6-27B-DFlash.config.json", "target": "Qwen3.6-27B.config.json"}
+    return {role: DRAFTERS / name for role, name in names.items()}
+
+
+def test_verify_config_offline_passes_the_published_config(reference: dict[str, Path]) -> None:
+    done = orch(
+        "verify-config",
+        "--drafter",
+        str(reference["drafter"]),
+        "--target",
+        str(reference["target"]),
+        "--json",
+    )
+    assert done.returncode == 0, done.stdout
+    assert json.loads(done.stdout) == {"ok": True, "findings": []}
+
+
+def test_verify_config_offline_reports_the_field_guess(
+    reference: dict[str, Path], tmp_path: Path
+) -> None:
+    guessed = json.loads(reference["drafter"].read_text())
+    guessed["dflash_config"]["target_layer_ids"] = [1, 17, 33, 49, 63]
+    guessed["bos_token_id"] = 248044
+    (tmp_path / "config.json").write_text(json.dumps(guessed))
+    done = orch(
+        "verify-config",
+        "--drafter",
+        str(tmp_path / "config.json"),
+        "--target",
+        str(reference["target"]),
+        "--profile",
+        "z-lab/Qwen3.6-27B-DFlash",
+        "--json",
+    )
+    assert done.returncode == 1
+    document = json.loads(done.stdout)
+    fields = {f["field"] for f in document["findings"] if f["severity"] == "error"}
+    assert {"dflash_config.target_layer_ids", "bos_token_id"} <= fields
+    assert document["ok"] is False
+
+
+def test_verify_config_human_output_puts_errors_first(
+    reference: dict[str, Path], tmp_path: Path
+) -> None:
+    guessed = json.loads(reference["drafter"].read_text())
+    guessed["layer_types"] = ["full_attention"] * 5
+    (tmp_path / "config.json").write_text(json.dumps(guessed))
+    done = orch(
+        "verify-config",
+        "--drafter",
+        str(tmp_path / "config.json"),
+        "--target",
+        str(reference["target"]),
+    )
+    assert done.returncode == 1
+    assert "layer_types" in done.stdout
+    assert "error(s)" in done.stdout.splitlines()[-1]
+
+
+def test_truncated_config_is_a_finding_not_a_traceback(
+    reference: dict[str, Path], tmp_path: Path
+) -> None:
+    (tmp_path / "config.json").write_bytes(reference["drafter"].read_bytes()[:200])
+    done = orch(
+        "verify-config",
+        "--drafter",
+        str(tmp_path / "config.json"),
+        "--target",
+        str(reference["target"]),
+        "--json",
+    )
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr
+    assert "not valid JSON" in json.loads(done.stdout)["findings"][0]["message"]
+
+
+def test_unusable_input_exits_2(tmp_path: Path) -> None:
+    done = orch(
+        "verify-config", "--drafter", str(tmp_path / "nope"), "--target", str(tmp_path / "nope")
+    )
+    assert done.returncode == 2
+    assert done.stderr.startswith("error: ")
+
+
+def test_bad_inventory_exits_2_with_file_line_and_field() -> None:
+    bad = Path(__file__).parent / "fixtures" / "inventories" / "bad-vmid.yaml"
+    done = orch("render", "qwen-dflash", "-i", str(bad))
+    assert done.returncode == 2
+    assert f"{bad}:14:5: containers.ct201.vmid: 42 is not a valid Proxmox VMID" in done.stderr
+
+
+def test_render_prints_config_and_launch_script_per_target() -> None:
+    done = orch("render", "qwen-dflash", "-i", str(EXAMPLE), "--limit", "ct200")
+    assert done.returncode == 0, done.stderr
+    assert '"target_layer_ids"' in done.stdout
+    assert "--speculative-config" in done.stdout
+    assert "/dev/shm/models/Qwen3.6-27B" in done.stdout
+    assert "ct129" not in done.stdout
+
+
+def test_render_with_a_guess_shows_the_finding_and_exits_1() -> None:
+    done = orch(
+        "render",
+        "qwen-dflash",
+        "-i",
+        str(EXAMPLE),
+        "--limit",
+        "ct200",
+        "--set",
+        "drafter.overrides.dflash_config.mask_token_id=248064",
+    )
+    assert done.returncode == 1
+    assert "dflash_config.mask_token_id" in done.stdout
+
+
+def test_unknown_set_path_exits_2() -> None:
+    done = orch("render", "qwen-dflash", "-i", str(EXAMPLE), "--set", "server.prot=1")
+    assert done.returncode == 2
+    assert "unknown field 'server.prot'" in done.stderr
+
+
+def test_profiles_lists_the_published_drafters() -> None:
+    done = orch("profiles")
+    assert done.returncode == 0
+    assert "z-lab/Qwen3.6-27B-DFlash" in done.stdout
+    assert "z-lab/Qwen3-8B-DFlash-b16" in done.stdout
