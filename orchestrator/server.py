@@ -12,7 +12,7 @@ from collections.abc import Callable
 import tenacity
 
 from orchestrator import commands
-from orchestrator.errors import ServerFailed, ServiceUnavailable
+from orchestrator.errors import ServerFailed, TransportError
 from orchestrator.facts import ServerState, parse_gpu_apps, parse_server_state
 from orchestrator.remote import run_step
 from orchestrator.transport import http
@@ -99,7 +99,7 @@ class Server:
                 raise ServerFailed(f"the server log shows a fatal error ({marker})", tail)
             try:
                 status = self.health()
-            except ServiceUnavailable:
+            except TransportError:  # refused while loading, or dropped: the next look decides
                 raise NotReady from None
             if status != 200:
                 raise NotReady

@@ -137,7 +137,7 @@ def test_faulty_new_server_is_rolled_back(lab: LabHandle, faults: dict, verdict_
         f"server.env.ORCH_LAB_FAULTS={json.dumps(json.dumps(faults))}",
     )
     entry = target(second, "ct201")
-    assert code == 1, entry
+    assert code == 1, entry["error"]
     assert entry["result"] == "rolled_back"
     assert verdict_words in entry["gate"]["reason"]
     assert entry["rollback_gate"]["verdict"] == "pass"
