@@ -1,0 +1,668 @@
+"""Command builders: exact argv for representative builders, then the scripts run for real.
+
+The scripts run locally under /bin/sh, argv exactly as built (never through
+another shell), in a temporary directory. Every process a test starts is
+killed by PID and start time when the test ends.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import stat
+import struct
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from orchestrator import commands
+from orchestrator.drafters.modelfiles import (
+    CONFIG_FILE,
+    SAFETENSORS_HEADER_LIMIT,
+    TOKENIZER_CONFIG_FILE,
+    model_files_from_bytes,
+    read_model_dir,
+    write_safetensors_stub,
+)
+from orchestrator.drafters.profiles import target_files
+from orchestrator.facts import (
+    ServerState,
+    parse_frames,
+    parse_listing,
+    parse_server_state,
+    parse_status_report,
+)
+from orchestrator.state import audit_line
+
+QWEN36 = "z-lab/Qwen3.6-27B-DFlash"
+INDEX_FILE = "model.safetensors.index.json"
+HOSTILE_NAMES = [
+    "it's $(touch pwned).json",
+    "a;touch pwned;b",
+    "`touch pwned`",
+    'say "hi" & touch pwned',
+    "*",
+    "-rf",
+    "tab\there $HOME",
+]
+
+
+def run(
+    argv: list[str], stdin: bytes = b"", cwd: Path | None = None
+) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(argv, input=stdin, capture_output=True, cwd=cwd, timeout=30, check=False)
+
+
+def tree(root: Path) -> set[str]:
+    """Every path under `root`, relative, links not followed."""
+    return {str(p.relative_to(root)) for p in root.rglob("*")}
+
+
+def start_time(pid: int) -> str | None:
+    """Field 22 of /proc/PID/stat, or None when there is no such process."""
+    try:
+        stat_line = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat_line.rsplit(")", 1)[1].split()[19]
+
+
+def proc_state(pid: int) -> str | None:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return None
+
+
+def running(pid: int) -> bool:
+    return proc_state(pid) not in (None, "Z", "X")
+
+
+def wait_until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not true after {timeout} s: {condition}")
+        time.sleep(0.01)
+
+
+class Processes:
+    """The processes a test started, killed at the end by PID (if the start time still matches)."""
+
+    def __init__(self) -> None:
+        self.recorded: list[tuple[int, str | None]] = []
+        self.children: list[subprocess.Popen[bytes]] = []
+
+    def track(self, pid: int) -> None:
+        self.recorded.append((pid, start_time(pid)))
+
+    def spawn(self, *argv: str) -> subprocess.Popen[bytes]:
+        child = subprocess.Popen(argv)
+        self.children.append(child)
+        return child
+
+    def cleanup(self) -> None:
+        for pid, started in self.recorded:
+            if started is not None and start_time(pid) == started:
+                os.kill(pid, signal.SIGKILL)
+        for child in self.children:
+            child.kill()
+            child.wait(timeout=10)
+
+
+@pytest.fixture
+def processes() -> Iterator[Processes]:
+    tracked = Processes()
+    try:
+        yield tracked
+    finally:
+        tracked.cleanup()
+
+
+# -- exact argv --------------------------------------------------------------------------------
+
+
+def test_write_file_quotes_every_hostile_part_of_the_path() -> None:
+    argv = commands.write_file("/srv/my models/it's $(x);`y`.json", "0600")
+
+    assert argv == [
+        "/bin/sh",
+        "-c",
+        "set -e; umask 022; mkdir -p '/srv/my models'; "
+        """tmp=$(mktemp '/srv/my models/.it'"'"'s $(x);`y`.json.XXXXXX'); """
+        """trap 'rm -f "$tmp"' EXIT; cat > "$tmp"; sync "$tmp"; chmod 0600 "$tmp"; """
+        """mv -f "$tmp" '/srv/my models/it'"'"'s $(x);`y`.json'; trap - EXIT; """
+        "sync '/srv/my models'",
+    ]
+
+
+def test_plain_argv_builders_pass_paths_as_single_arguments() -> None:
+    assert commands.read_file("/m/a b;c") == ["cat", "--", "/m/a b;c"]
+    assert commands.read_prefix("/m/-x.safetensors", 8) == [
+        "head",
+        "-c",
+        "8",
+        "--",
+        "/m/-x.safetensors",
+    ]
+    assert commands.gpu_query("/usr/bin/nvidia-smi") == [
+        "/usr/bin/nvidia-smi",
+        "--query-gpu=index,uuid,memory.total,memory.used,memory.free",
+        "--format=csv,noheader,nounits",
+    ]
+    assert commands.gpu_apps_query("/opt/nv smi") == [
+        "/opt/nv smi",
+        "--query-compute-apps=pid,used_memory,gpu_uuid",
+        "--format=csv,noheader,nounits",
+    ]
+
+
+def test_point_link_and_lock_scripts() -> None:
+    assert commands.point_link("/d d/cur;rm", "releases/ab'c") == [
+        "/bin/sh",
+        "-c",
+        """set -e; ln -sfn 'releases/ab'"'"'c' '/d d/cur;rm'.tmp; """
+        "mv -Tf '/d d/cur;rm'.tmp '/d d/cur;rm'",
+    ]
+    assert commands.acquire_lock("/var/lib/orch/q/lock", '{"user": "o\'brien"}') == [
+        "/bin/sh",
+        "-c",
+        "mkdir -p /var/lib/orch/q; if mkdir /var/lib/orch/q/lock 2>/dev/null; "
+        """then printf %s '{"user": "o'"'"'brien"}' > /var/lib/orch/q/lock/owner.json; """
+        "exit 0; fi; cat /var/lib/orch/q/lock/owner.json 2>/dev/null; exit 1",
+    ]
+    assert commands.release_lock("/var/lib/orch/q/lock") == [
+        "/bin/sh",
+        "-c",
+        "rm -f /var/lib/orch/q/lock/owner.json; rmdir /var/lib/orch/q/lock 2>/dev/null || true",
+    ]
+
+
+def test_release_removal_and_log_scripts() -> None:
+    assert commands.remove_releases("/d/releases", ["abc", "x y; rm -rf /", "*"]) == [
+        "/bin/sh",
+        "-c",
+        "rm -rf -- /d/releases/abc '/d/releases/x y; rm -rf /' '/d/releases/*'",
+    ]
+    assert commands.tail_log("/d/server.log", 30, 1024) == [
+        "/bin/sh",
+        "-c",
+        "tail -c +1025 /d/server.log 2>/dev/null | tail -n 30 || true",
+    ]
+    assert commands.append_line("/d/audit.log", "it's $HOME") == [
+        "/bin/sh",
+        "-c",
+        """printf '%s\\n' 'it'"'"'s $HOME' >> /d/audit.log""",
+    ]
+
+
+# -- write_file --------------------------------------------------------------------------------
+
+
+def test_write_file_replaces_by_rename_with_mode_and_leaves_no_temp(tmp_path: Path) -> None:
+    target = tmp_path / "release" / "serve.sh"
+    target.parent.mkdir()
+    target.write_bytes(b"old\n")
+    with target.open("rb") as old:
+        done = run(commands.write_file(str(target), "0755"), stdin=b"new\x00\n\xff")
+
+        assert done.returncode == 0, done.stderr
+        assert old.read() == b"old\n"  # the old inode is intact: replaced, not overwritten
+    assert target.read_bytes() == b"new\x00\n\xff"
+    assert stat.S_IMODE(target.stat().st_mode) == 0o755
+    assert tree(tmp_path) == {"release", "release/serve.sh"}
+
+
+def test_write_file_creates_missing_directories_with_the_default_mode(tmp_path: Path) -> None:
+    target = tmp_path / "a" / "b" / "config.json"
+
+    done = run(commands.write_file(str(target)), stdin=b"{}")
+
+    assert done.returncode == 0, done.stderr
+    assert target.read_bytes() == b"{}"
+    assert stat.S_IMODE(target.stat().st_mode) == 0o644
+    assert tree(tmp_path) == {"a", "a/b", "a/b/config.json"}
+
+
+def test_a_failed_write_removes_its_temp_file_and_keeps_the_old_one(tmp_path: Path) -> None:
+    target = tmp_path / "config.json"
+    target.write_bytes(b"old")
+
+    done = run(commands.write_file(str(target), "not-a-mode"), stdin=b"new")
+
+    assert done.returncode != 0
+    assert target.read_bytes() == b"old"
+    assert tree(tmp_path) == {"config.json"}
+
+
+@pytest.mark.parametrize("name", HOSTILE_NAMES)
+def test_hostile_path_creates_exactly_that_file(tmp_path: Path, name: str) -> None:
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    target = tmp_path / "my models $(touch pwned)" / name
+
+    done = run(commands.write_file(str(target)), stdin=b"data", cwd=cwd)
+
+    assert done.returncode == 0, done.stderr
+    assert target.read_bytes() == b"data"
+    assert tree(tmp_path) == {"cwd", target.parent.name, f"{target.parent.name}/{name}"}
+
+
+# -- read_files and read_model_dir ---------------------------------------------------------------
+
+
+@settings(max_examples=25, deadline=None)
+@given(contents=st.lists(st.binary(max_size=300), min_size=1, max_size=len(HOSTILE_NAMES)))
+def test_read_files_frames_round_trip_any_bytes_and_skip_missing_files(
+    tmp_path_factory: pytest.TempPathFactory, contents: list[bytes]
+) -> None:
+    directory = tmp_path_factory.mktemp("files")
+    written = {}
+    for name, data in zip(HOSTILE_NAMES, contents, strict=False):
+        (directory / name).write_bytes(data)
+        written[str(directory / name)] = data
+    missing = [str(directory / "missing"), str(directory / "no such dir" / "x")]
+
+    done = run(commands.read_files([missing[0], *written, missing[1]]), cwd=directory)
+
+    assert done.returncode == 0, done.stderr
+    assert parse_frames(done.stdout) == written
+    assert tree(directory) == {Path(p).name for p in written}
+
+
+def test_read_files_of_nothing_prints_nothing() -> None:
+    done = run(commands.read_files([]))
+    assert (done.returncode, done.stdout) == (0, b"")
+
+
+def safetensors_prefix(path: Path) -> bytes:
+    """The real header of a safetensors file: its first 8 + N bytes."""
+    data = path.read_bytes()
+    return data[: 8 + struct.unpack("<Q", data[:8])[0]]
+
+
+@pytest.fixture
+def model_dir(tmp_path: Path) -> Path:
+    """A target-shaped dir: published config and tokenizer, an index, sparse shards, a link."""
+    directory = tmp_path / "models" / "Qwen 3.6"
+    directory.mkdir(parents=True)
+    for name, data in target_files(QWEN36).items():
+        (directory / name).write_bytes(data)
+    shards = {
+        "model-00001-of-00002.safetensors": {"embed.weight": ("BF16", [4096, 512])},
+        "model-00002-of-00002.safetensors": {"lm_head.weight": ("F32", [512, 4096])},
+    }
+    for name, tensors in shards.items():
+        write_safetensors_stub(directory / name, tensors)
+    weight_map = {t: name for name, tensors in shards.items() for t in tensors}
+    (directory / INDEX_FILE).write_text(json.dumps({"weight_map": weight_map}))
+    (directory / "notes with spaces.txt").write_text("x")
+    elsewhere = tmp_path / "elsewhere.safetensors"
+    write_safetensors_stub(elsewhere, {"norm.weight": ("F16", [512])})
+    (directory / "linked.safetensors").symlink_to(elsewhere)
+    (directory / "subdir").mkdir()
+    return directory
+
+
+def test_read_model_dir_frames_listing_wanted_files_and_real_headers(model_dir: Path) -> None:
+    names = [CONFIG_FILE, TOKENIZER_CONFIG_FILE, INDEX_FILE, "generation_config.json"]
+
+    done = run(commands.read_model_dir(str(model_dir), names, SAFETENSORS_HEADER_LIMIT))
+
+    assert done.returncode == 0, done.stderr
+    frames = parse_frames(done.stdout)
+    listing = parse_listing(frames.pop(".listing").decode())
+    files = [p for p in model_dir.iterdir() if p.is_file()]
+    assert listing == {p.name: p.stat().st_size for p in files}
+    weights = sorted(p for p in files if p.name.endswith(".safetensors"))
+    assert sorted(frames) == sorted(
+        [CONFIG_FILE, TOKENIZER_CONFIG_FILE, INDEX_FILE] + [p.name for p in weights]
+    )
+    for name in (CONFIG_FILE, TOKENIZER_CONFIG_FILE, INDEX_FILE):
+        assert frames[name] == (model_dir / name).read_bytes()
+    for path in weights:
+        assert frames[path.name] == safetensors_prefix(path)
+        assert len(frames[path.name]) < path.stat().st_size
+    # Read back over the wire or read locally, the model files come out the same.
+    assert model_files_from_bytes(str(model_dir), frames) == read_model_dir(model_dir)
+
+
+def test_read_model_dir_bounds_each_header_by_the_limit(model_dir: Path) -> None:
+    (model_dir / "huge.safetensors").write_bytes(struct.pack("<Q", 2**63 + 5) + b"{}" * 64)
+    (model_dir / "short.safetensors").write_bytes(b"abc")
+    real = safetensors_prefix(model_dir / "model-00001-of-00002.safetensors")
+
+    small_limit = len(real) - 9
+    done = run(commands.read_model_dir(str(model_dir), [], small_limit))
+
+    assert done.returncode == 0, done.stderr
+    frames = parse_frames(done.stdout)
+    assert frames["model-00001-of-00002.safetensors"] == real[:8]
+    assert frames["huge.safetensors"] == (model_dir / "huge.safetensors").read_bytes()[:8]
+    assert frames["short.safetensors"] == b"abc"
+
+
+def test_read_model_dir_of_a_missing_dir_exits_3(tmp_path: Path) -> None:
+    done = run(commands.read_model_dir(str(tmp_path / "nope"), [CONFIG_FILE], 100))
+    assert (done.returncode, done.stdout) == (3, b"")
+
+
+def test_read_model_dir_without_weights_lists_and_exits_0(tmp_path: Path) -> None:
+    (tmp_path / CONFIG_FILE).write_bytes(b"{}")
+
+    done = run(commands.read_model_dir(str(tmp_path), [CONFIG_FILE, INDEX_FILE], 100))
+
+    assert done.returncode == 0, done.stderr
+    assert parse_frames(done.stdout) == {".listing": b"2 config.json\n", CONFIG_FILE: b"{}"}
+
+
+# -- the deploy lock -----------------------------------------------------------------------------
+
+
+def test_first_mkdir_wins_the_lock_and_the_second_sees_the_owner(tmp_path: Path) -> None:
+    lock = str(tmp_path / "deploy it's" / "lock")
+    first, second = '{"run_id": "a", "user": "o\'brien"}', '{"run_id": "b"}'
+
+    won = run(commands.acquire_lock(lock, first))
+    lost = run(commands.acquire_lock(lock, second))
+
+    assert (won.returncode, won.stdout) == (0, b"")
+    assert (lost.returncode, lost.stdout.decode()) == (1, first)
+    assert run(commands.release_lock(lock)).returncode == 0
+    assert not Path(lock).exists()
+    assert run(commands.acquire_lock(lock, second)).returncode == 0
+    assert Path(lock, "owner.json").read_text() == second
+
+
+def test_concurrent_acquires_have_exactly_one_winner(tmp_path: Path) -> None:
+    lock = str(tmp_path / "lock")
+    racers = [
+        subprocess.Popen(commands.acquire_lock(lock, f'{{"n": {n}}}'), stdout=subprocess.PIPE)
+        for n in range(8)
+    ]
+    codes = [racer.wait(timeout=30) for racer in racers]
+    for racer in racers:
+        racer.stdout.close()  # type: ignore[union-attr]
+
+    assert sorted(codes) == [0] + [1] * 7
+    winner = codes.index(0)
+    assert json.loads(Path(lock, "owner.json").read_text()) == {"n": winner}
+
+
+def test_releasing_a_lock_nobody_holds_succeeds(tmp_path: Path) -> None:
+    assert run(commands.release_lock(str(tmp_path / "lock"))).returncode == 0
+
+
+# -- the server process --------------------------------------------------------------------------
+
+
+@pytest.fixture
+def deployment(tmp_path: Path) -> Path:
+    directory = tmp_path / "deploy it's $(x)"
+    directory.mkdir()
+    return directory
+
+
+def start(deployment: Path, launch: str, processes: Processes) -> int:
+    script = deployment / "serve.sh"
+    script.write_text(launch)
+    done = run(
+        commands.start_server(
+            str(script), str(deployment / "server.log"), str(deployment / "server.pid")
+        )
+    )
+    assert done.returncode == 0, done.stderr
+    pid = int(done.stdout.split()[0])
+    processes.track(pid)
+    return pid
+
+
+def state(deployment: Path) -> ServerState:
+    done = run(commands.server_state(str(deployment / "server.pid")))
+    assert done.returncode == 0, done.stderr
+    return parse_server_state(done.stdout.decode())
+
+
+def stop(deployment: Path, timeout: float = 5.0) -> str:
+    done = run(commands.stop_server(str(deployment / "server.pid"), timeout))
+    assert done.returncode == 0, done.stderr
+    return done.stdout.decode().strip()
+
+
+def test_start_detaches_records_pid_and_start_time_then_stop_terminates(
+    deployment: Path, processes: Processes
+) -> None:
+    pid = start(deployment, "echo started\nexec sleep 60\n", processes)
+
+    pid_file = (deployment / "server.pid").read_text()
+    assert pid_file == f"{pid} {start_time(pid)}\n"
+    assert os.getsid(pid) == pid and os.getpgid(pid) == pid
+    assert os.readlink(f"/proc/{pid}/fd/0") == "/dev/null"
+    assert os.readlink(f"/proc/{pid}/fd/1") == str(deployment / "server.log")
+    wait_until(lambda: (deployment / "server.log").read_text() == "started\n")
+    assert state(deployment) == ServerState("running", pid)
+
+    assert stop(deployment) == f"stopped {pid}"
+
+    assert not running(pid)
+    assert not (deployment / "server.pid").exists()
+    assert state(deployment) == ServerState("none")
+    assert stop(deployment) == "none"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="dash's kill rejects `kill -TERM -- -PID`; the fallback signals the leader only",
+)
+def test_stop_terminates_the_whole_process_group(deployment: Path, processes: Processes) -> None:
+    launch = "sleep 60 &\necho $! > worker.pid\nexec sleep 60\n"
+    pid = start(deployment, f"cd {commands.q(str(deployment))}\n{launch}", processes)
+    worker_file = deployment / "worker.pid"
+    wait_until(lambda: worker_file.is_file() and worker_file.read_text().endswith("\n"))
+    worker = int(worker_file.read_text())
+    processes.track(worker)
+    assert os.getpgid(worker) == pid
+
+    assert stop(deployment) == f"stopped {pid}"
+
+    assert not running(pid)
+    wait_until(lambda: not running(worker), timeout=0.5)
+
+
+def test_a_process_ignoring_sigterm_is_killed_after_the_timeout(
+    deployment: Path, processes: Processes
+) -> None:
+    pid = start(deployment, "trap '' TERM\nexec sleep 60\n", processes)
+    wait_until(lambda: Path(f"/proc/{pid}/comm").read_text() == "sleep\n")
+
+    began = time.monotonic()
+    assert stop(deployment, timeout=0.3) == f"killed {pid}"
+
+    assert time.monotonic() - began >= 0.3
+    assert not running(pid)
+    assert not (deployment / "server.pid").exists()
+
+
+def test_a_reused_pid_is_not_touched(deployment: Path, processes: Processes) -> None:
+    stranger = processes.spawn("sleep", "60")
+    wait_until(lambda: start_time(stranger.pid) is not None)
+    recorded = int(start_time(stranger.pid) or 0) + 1
+    (deployment / "server.pid").write_text(f"{stranger.pid} {recorded}\n")
+
+    assert state(deployment) == ServerState("stopped", stranger.pid)
+    assert stop(deployment, timeout=0.3) == "none"
+
+    assert stranger.poll() is None and running(stranger.pid)
+    assert not (deployment / "server.pid").exists()
+
+
+def test_a_zombie_counts_as_stopped(deployment: Path, processes: Processes) -> None:
+    zombie = processes.spawn("true")
+    wait_until(lambda: proc_state(zombie.pid) == "Z")
+    (deployment / "server.pid").write_text(f"{zombie.pid} {start_time(zombie.pid)}\n")
+
+    assert state(deployment) == ServerState("stopped", zombie.pid)
+    assert stop(deployment) == "none"
+    assert proc_state(zombie.pid) == "Z"  # nothing was signalled or waited for
+
+
+def test_server_state_without_a_pid_file_is_none(tmp_path: Path) -> None:
+    assert state(tmp_path) == ServerState("none")
+
+
+# -- links, views and releases -------------------------------------------------------------------
+
+
+def test_point_link_switches_atomically(tmp_path: Path) -> None:
+    for release in ("a1", "b2"):
+        (tmp_path / "releases" / release).mkdir(parents=True)
+    link = tmp_path / "current"
+    assert run(commands.point_link(str(link), "releases/a1")).returncode == 0
+    seen: set[str] = set()
+    gaps: list[OSError] = []
+    switching = True
+
+    def watch() -> None:
+        while switching:
+            try:
+                seen.add(os.readlink(link))
+            except OSError as exc:
+                gaps.append(exc)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        for release in ["b2", "a1"] * 10:
+            assert run(commands.point_link(str(link), f"releases/{release}")).returncode == 0
+    finally:
+        switching = False
+        watcher.join()
+
+    assert gaps == []
+    assert seen == {"releases/a1", "releases/b2"}
+    assert tree(tmp_path) == {"releases", "releases/a1", "releases/b2", "current"}
+    assert run(commands.read_link(str(link))).stdout == b"releases/a1\n"
+    assert run(commands.read_link(str(tmp_path / "nope"))).stdout == b""
+
+
+def test_drafter_view_links_every_weight_and_its_own_config(tmp_path: Path) -> None:
+    weights = tmp_path / "models" / "Qwen3.6-27B-DFlash"
+    weights.mkdir(parents=True)
+    write_safetensors_stub(weights / "model.safetensors", {"fc.weight": ("BF16", [64, 64])})
+    write_safetensors_stub(weights / "extra part.safetensors", {"x": ("F32", [4])})
+    (weights / "config.json").write_text('{"guessed": true}')
+    (weights / "README.md").write_text("readme")
+    before = {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in weights.iterdir()}
+    release = tmp_path / "releases" / "abc"
+    release.mkdir(parents=True)
+    (release / "config.json").write_text('{"rendered": true}')
+    view = release / "drafter"
+
+    for _ in range(2):  # a second run changes nothing
+        done = run(commands.make_drafter_view(str(weights), str(view)))
+        assert done.returncode == 0, done.stderr
+
+        assert sorted(p.name for p in view.iterdir()) == sorted(before)
+        for name in before:
+            expected = "../config.json" if name == "config.json" else str(weights / name)
+            assert os.readlink(view / name) == expected
+        assert json.loads((view / "config.json").read_text()) == {"rendered": True}
+    assert {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in weights.iterdir()} == before
+
+
+def test_list_releases_oldest_first_and_remove_by_exact_name(tmp_path: Path) -> None:
+    releases = tmp_path / "releases"
+    for release, mtime in (("b2", 3_000), ("a1", 2_000), ("c3", 1_000), ("x *", 4_000)):
+        (releases / release).mkdir(parents=True)
+        os.utime(releases / release, (mtime, mtime))
+    (releases / "stray-file").write_text("")
+
+    listed = run(commands.list_releases(str(releases)))
+
+    assert listed.stdout.decode().splitlines() == ["1000 c3", "2000 a1", "3000 b2", "4000 x *"]
+    assert run(commands.remove_releases(str(releases), ["*", "c3", "a1"])).returncode == 0
+    assert sorted(p.name for p in releases.iterdir()) == ["b2", "stray-file", "x *"]
+    assert run(commands.list_releases(str(tmp_path / "nope"))).stdout == b""
+
+
+def test_status_report_parses_into_a_status_row(
+    deployment: Path, processes: Processes, tmp_path: Path
+) -> None:
+    server = processes.spawn("sleep", "60")
+    wait_until(lambda: start_time(server.pid) is not None)
+    (deployment / "current").symlink_to("releases/0123456789ab")
+    (deployment / "server.pid").write_text(f"{server.pid} {start_time(server.pid)}\n")
+    (deployment / "lock").mkdir()
+    (deployment / "lock" / "owner.json").write_text('{"run_id": "r1", "user": "ops"}')
+    outcome = {
+        "result": "deployed",
+        "release": "0123456789ab",
+        "gate": {"verdict": "pass", "mean_acceptance_length": 4.1},
+    }
+    lines = [
+        audit_line("r0", "ops", "deploy", {"result": "failed"}),
+        audit_line("r1", "ops", "deploy", outcome),
+    ]
+    (deployment / "audit.log").write_text("".join(f"{line}\n" for line in lines))
+
+    done = run(commands.status_report(str(deployment)))
+
+    assert parse_status_report(done.stdout.decode()) == {
+        "release": "0123456789ab",
+        "server": "running",
+        "pid": server.pid,
+        "last_result": "deployed",
+        "last_verdict": "pass",
+        "last_mean_length": 4.1,
+        "lock": '{"run_id": "r1", "user": "ops"}',
+    }
+    empty = run(commands.status_report(str(tmp_path / "never deployed")))
+    assert parse_status_report(empty.stdout.decode()) == {
+        "release": None,
+        "server": "none",
+        "pid": None,
+        "last_result": None,
+        "last_verdict": None,
+        "last_mean_length": None,
+        "lock": None,
+    }
+
+
+# -- logs and disk -------------------------------------------------------------------------------
+
+
+def test_tail_log_shows_only_what_was_written_since_the_offset(tmp_path: Path) -> None:
+    log = tmp_path / "server log"
+    log.write_text("".join(f"old {i}\n" for i in range(50)))
+    offset = int(run(commands.log_size(str(log))).stdout)
+    assert offset == log.stat().st_size
+    with log.open("a") as file:
+        file.write("".join(f"new {i}\n" for i in range(5)))
+
+    assert run(commands.tail_log(str(log), 40, offset)).stdout.decode() == "".join(
+        f"new {i}\n" for i in range(5)
+    )
+    assert run(commands.tail_log(str(log), 2, offset)).stdout == b"new 3\nnew 4\n"
+    assert run(commands.tail_log(str(log), 1)).stdout == b"new 4\n"
+    missing = run(commands.tail_log(str(tmp_path / "nope")))
+    assert (missing.returncode, missing.stdout) == (0, b"")
+    assert run(commands.log_size(str(tmp_path / "nope"))).stdout == b"0\n"
+
+
+def test_free_disk_kib_prints_the_free_space_of_the_nearest_existing_parent(
+    tmp_path: Path,
+) -> None:
+    done = run(commands.free_disk_kib(str(tmp_path / "not yet" / "deployed")))
+
+    assert done.returncode == 0, done.stderr
+    free = int(done.stdout)
+    fs = os.statvfs(tmp_path)
+    assert abs(free - fs.f_bavail * fs.f_frsize // 1024) <= 64 * 1024
+    assert int(run(commands.free_disk_kib("/nonexistent/deep/path")).stdout) > 0
