@@ -260,6 +260,11 @@ class TargetRun:
             self._audit("deploy")
             return
         out.exit_code, out.error = 1, f"gate {out.gate.verdict.outcome}: {out.gate.verdict.reason}"
+        if forced:
+            cited = "; ".join(f"{f.field} {f.actual!r} (expected {f.expected!r})" for f in forced)
+            out.gate.explanation = " ".join(
+                filter(None, [out.gate.explanation, f"Preflight had found: {cited}."])
+            )
         if not previous or previous == self.plan.release_id:
             self.progress(self.plan.container, "stop failed server (no previous release)")
             self.server.stop(self.playbook.server.stop_timeout)

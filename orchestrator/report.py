@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from collections.abc import Iterable
@@ -114,7 +115,7 @@ class StepView:
     def __init__(self, names: list[str], enabled: bool = True) -> None:
         self.out = console()
         self.enabled = enabled
-        self.live_mode = enabled and self.out.is_terminal
+        self.live_mode = enabled and self.out.is_terminal and not os.environ.get("NO_COLOR")
         self.steps: dict[str, tuple[str, float]] = {n: ("waiting", time.monotonic()) for n in names}
         self.started = time.monotonic()
         self.live: Live | None = None

@@ -72,6 +72,10 @@ def test_field_story_deploy_then_guessed_ids_roll_back(lab: LabHandle) -> None:
     assert 1.0 <= entry["gate"]["mean_acceptance_length"] < 1.3
     assert entry["gate"]["per_position_acceptance"][0] < 0.2
     assert "target_layer_ids" in entry["gate"]["explanation"]
+    assert (
+        "Preflight had found: dflash_config.target_layer_ids [1, 17, 33, 49, 63]"
+        in (entry["gate"]["explanation"])
+    )
     assert entry["rollback_gate"]["verdict"] == "pass"
     assert release_files(lab, "ct200", good) == before
     assert (lab.deployment_dir("ct200") / "current").readlink() == Path("releases") / good
@@ -318,3 +322,14 @@ def test_rollback_command_switches_to_the_previous_release(lab: LabHandle) -> No
     )
     assert unknown.code == 2
     assert "is not on the target" in target(unknown.json, "ct201")["error"]
+
+
+def test_failed_first_deploy_stops_its_server(lab: LabHandle) -> None:
+    code, document = deploy(lab, "--limit", "ct200", "--force", "--set", GUESSED_IDS)
+    entry = target(document, "ct200")
+    assert code == 1
+    assert (entry["result"], entry["previous_release"]) == ("failed", None)
+    assert entry["gate"]["verdict"] == "fail"
+    assert not (lab.deployment_dir("ct200") / "server.pid").exists()
+    container = ContainerPaths(lab.deployment_dir("ct200").parents[4])
+    assert server_records(container) == []
