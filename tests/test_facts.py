@@ -76,7 +76,7 @@ def test_unreadable_gpu_list_needs_attention(text: str) -> None:
     "text",
     [
         f"31337, [N/A], {GPU0}\n",
-        f"31337, 45296\n",
+        "31337, 45296\n",
         "pid, used_gpu_memory [MiB], gpu_uuid\n",
     ],
 )
