@@ -1,0 +1,162 @@
+"""Where one `orch deploy` spends its time, the SSH connections it opens, and the gate's drafts.
+
+Run: `.venv/bin/python benchmarks/deploy.py [--ssh-runs N]`. On a fresh
+default lab (1 host x 2 containers, stand-ins load in 0 s, playbook defaults)
+runs the real CLI twice, each in its own process with ORCH_STATE_DIR in a
+temporary directory: `orch deploy qwen-dflash --json` (the published drafter
+config), then the guessed `target_layer_ids` with `--force --limit ct200`.
+Prints the wall time split into the steps the JSON document reports, the
+gate's share, the drafts the gate needed to decide, and the SSH connections
+each sshd accepted (its log's `Accepted publickey` lines) during each deploy.
+Peer: the median round trip of a plain `ssh ... true` to the same sshd.
+The lab is stopped by PID (`Lab.down()`) whatever happens.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from lab import require_free
+
+from orchestrator.lab.cluster import Lab, LabSpec, Node
+
+PLAYBOOK = "qwen-dflash"
+GUESSED_IDS = "drafter.overrides.dflash_config.target_layer_ids=[1,17,33,49,63]"
+
+
+def accepted_per_sshd(nodes: list[Node]) -> dict[str, int]:
+    """`Accepted publickey` lines so far in each sshd's log: one per SSH connection."""
+    return {
+        node.name: Path(node.log).read_text(errors="replace").count("Accepted publickey")
+        for node in nodes
+    }
+
+
+def deploy(lab: Lab, env: dict[str, str], *args: str) -> tuple[float, dict, dict[str, int]]:
+    """Wall seconds, the JSON document, and SSH connections accepted per sshd meanwhile."""
+    before = accepted_per_sshd(lab.nodes())
+    argv = [sys.executable, "-m", "orchestrator", "deploy", PLAYBOOK]
+    argv += ["-i", str(lab.inventory), "--json", *args]
+    started = time.perf_counter()
+    done = subprocess.run(argv, capture_output=True, text=True, env=env)
+    wall = time.perf_counter() - started
+    if not done.stdout:
+        raise RuntimeError(f"deploy printed no JSON (exit {done.returncode}): {done.stderr}")
+    after = accepted_per_sshd(lab.nodes())
+    return wall, json.loads(done.stdout), {name: after[name] - before[name] for name in after}
+
+
+def ssh_round_trip(lab: Lab, node: Node) -> float:
+    argv = ["ssh", "-i", str(lab.key), "-o", f"UserKnownHostsFile={lab.known_hosts}"]
+    argv += ["-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes", "-p", str(node.port)]
+    argv += [f"{getpass.getuser()}@{node.address}", "true"]
+    started = time.perf_counter()
+    subprocess.run(argv, check=True, stdin=subprocess.DEVNULL)
+    return time.perf_counter() - started
+
+
+def steps(target: dict) -> dict[str, float]:
+    """The target's steps; a release id in a name (the release switched to) said as new or previous.
+
+    A step that ran twice (a rollback switches, starts and gates again) holds
+    the sum of both runs.
+    """
+    labels = {target["release"]: "new", target["previous_release"]: "previous"}
+    named = {}
+    for name, seconds in target["steps"].items():
+        for release, label in labels.items():
+            if release:
+                name = name.replace(f"({release})", f"(to {label})")
+        named[name] = seconds
+    return named
+
+
+def print_steps(label: str, wall: float, document: dict) -> None:
+    targets = document["targets"]
+    names = list(dict.fromkeys(name for t in targets for name in steps(t)))
+    print(f"\n{label}: wall {wall:.2f} s, result {document['result']}; steps in seconds")
+    print(f"  {'step':<28}" + "".join(f" {t['name']:>11}" for t in targets))
+    print(f"  {'result':<28}" + "".join(f" {t['result']:>11}" for t in targets))
+    for name in names:
+        cells = "".join(f" {steps(t).get(name, float('nan')):11.2f}" for t in targets)
+        print(f"  {name:<28}{cells}")
+    sums = [sum(steps(t).values()) for t in targets]
+    print(f"  {'sum of steps':<28}" + "".join(f" {s:11.2f}" for s in sums))
+    gates = [steps(t).get("gate", 0.0) for t in targets]
+    shares = [gate / s for gate, s in zip(gates, sums, strict=True)]
+    print(f"  {'gate / sum of steps':<28}" + "".join(f" {share:11.0%}" for share in shares))
+    print(f"  all targets: gate {sum(gates):.2f} s = {sum(gates) / wall:.0%} of the wall time")
+    print(f"  wall - all steps (CLI start, connect, report): {wall - sum(sums):.2f} s")
+    if any(t["rollback_gate"] for t in targets):
+        print("  (rolled back: switch current, start server, wait ready, gate = both runs summed)")
+
+
+def gate_rows(label: str, document: dict) -> list[tuple[str, str, dict]]:
+    rows = []
+    for target in document["targets"]:
+        rows.append((label, target["name"], target["gate"]))
+        if target["rollback_gate"]:
+            rows.append(("rollback", target["name"], target["rollback_gate"]))
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ssh-runs", type=int, default=10)
+    parser.add_argument("--network", default="127.202", help="loopback /16 of the lab")
+    args = parser.parse_args()
+    require_free(args.network, 1, 2)
+    with tempfile.TemporaryDirectory() as tmp:
+        lab = Lab(Path(tmp) / "lab")
+        env = {**os.environ, "ORCH_STATE_DIR": str(Path(tmp) / "state"), "NO_COLOR": "1"}
+        try:
+            lab.up(LabSpec(load_seconds=0, network=args.network))
+            correct = deploy(lab, env)
+            guessed = deploy(lab, env, "--force", "--set", GUESSED_IDS, "--limit", "ct200")
+            ssh = {
+                node.name: statistics.median(
+                    ssh_round_trip(lab, node) for _ in range(args.ssh_runs)
+                )
+                for node in lab.nodes()
+            }
+        finally:
+            lab.down()
+    print(f"orch deploy {PLAYBOOK} on a fresh 1 host x 2 container lab, playbook gate defaults")
+    print_steps("published drafter config, all targets", correct[0], correct[1])
+    print_steps("guessed target_layer_ids, --force --limit ct200", guessed[0], guessed[1])
+
+    print("\ngate: drafts needed to decide")
+    header = ("config", "target", "verdict", "drafts", "requests", "mean AL")
+    print("  {:<10} {:<7} {:<8} {:>7} {:>9} {:>8}".format(*header))
+    rows = gate_rows("published", correct[1]) + gate_rows("guessed", guessed[1])
+    for label, name, gate in rows:
+        print(
+            f"  {label:<10} {name:<7} {gate['verdict']:<8} {gate['drafts']:7d}"
+            f" {gate['requests']:9d} {gate['mean_acceptance_length']:8.2f}"
+        )
+
+    print("\nSSH connections accepted per sshd during each deploy")
+    print(f"  {'sshd':<8} {'published':>10} {'guessed':>8}")
+    for name in correct[2]:
+        print(f"  {name:<8} {correct[2][name]:10d} {guessed[2][name]:8d}")
+
+    print(f"\nper-command peer: ssh -p 2222 USER@HOST true, median of {args.ssh_runs}")
+    wall = correct[0]
+    for name, seconds in ssh.items():
+        print(
+            f"  {name:<8} {seconds * 1000:6.1f} ms; the published deploy's wall time"
+            f" = {wall / seconds:.0f} round trips"
+        )
+
+
+if __name__ == "__main__":
+    main()
