@@ -284,8 +284,9 @@ def test_read_files_of_nothing_prints_nothing() -> None:
 
 def safetensors_prefix(path: Path) -> bytes:
     """The real header of a safetensors file: its first 8 + N bytes."""
-    data = path.read_bytes()
-    return data[: 8 + struct.unpack("<Q", data[:8])[0]]
+    with path.open("rb") as file:
+        first8 = file.read(8)
+        return first8 + file.read(struct.unpack("<Q", first8)[0])
 
 
 @pytest.fixture
