@@ -27,7 +27,7 @@ from pathlib import Path
 
 from orchestrator import commands
 from orchestrator.inventory import load_inventory
-from orchestrator.lab.cluster import SERVER_PORT, SSH_PORT, Lab, stop_pid
+from orchestrator.lab.cluster import SERVER_PORT, SSH_PORT, Lab, stop_pids
 from orchestrator.lab.sshd import pid_alive
 from orchestrator.plan import TargetPlan, plan_deploy
 from orchestrator.playbook import find_playbook, load_playbook
@@ -140,7 +140,7 @@ def wait_all_ready(servers: dict[str, tuple[subprocess.Popen, str]]) -> None:
 def stop_processes(processes: list[subprocess.Popen]) -> None:
     for process in processes:
         if process.poll() is None:
-            stop_pid(process.pid)
+            stop_pids([process.pid])
         process.wait()
 
 

@@ -151,14 +151,18 @@ class TargetRun:
                 + "\n".join(str(m) for m in mismatches),
             )
 
-    def switch(self, release_id: str) -> GateReport:
-        """Stop the running server, point `current` at the release, start it, gate it."""
+    def switch(self, release_id: str, phase: str = "") -> GateReport:
+        """Stop the running server, point `current` at the release, start it, gate it.
+
+        Step names carry `phase` ("rollback") so the two halves of a rollback time apart.
+        """
         release_dir = f"{self.plan.deployment_dir}/releases/{release_id}"
-        with self._step(f"stop server ({release_id})"):
+        prefix = f"{phase} " if phase else ""
+        with self._step(f"{prefix}stop server"):
             stopped = self.server.stop(self.playbook.server.stop_timeout)
             if stopped != "none":
                 self.server.wait_gpu_released(self.nvidia_smi, int(stopped.split()[1]), timeout=120)
-        with self._step("switch current"):
+        with self._step(f"{prefix}switch current"):
             run_step(
                 self.transport,
                 commands.point_link(
@@ -166,17 +170,17 @@ class TargetRun:
                 ),
                 "switch current",
             )
-        with self._step("start server"):
+        with self._step(f"{prefix}start server"):
             pid = self.server.start(f"{release_dir}/{LAUNCH_SCRIPT}")
         try:
-            with self._step("wait ready"):
+            with self._step(f"{prefix}wait ready"):
                 self.server.wait_ready(pid, self.playbook.gate.ready_timeout)
         except ServerFailed as exc:
             return GateReport(
                 _failed_verdict(f"server did not become ready: {exc.reason}"),
                 explanation=exc.log_tail.strip() or None,
             )
-        with self._step("gate"):
+        with self._step(f"{prefix}gate"):
             return run_gate(
                 self.transport,
                 self.plan.address,
@@ -272,7 +276,7 @@ class TargetRun:
             self._audit("deploy")
             return
         self.progress(self.plan.container, f"roll back to {previous}")
-        out.rollback_gate = self.switch(previous)
+        out.rollback_gate = self.switch(previous, phase="rollback")
         if self._passed(out.rollback_gate):
             out.result = "rolled_back"
         else:

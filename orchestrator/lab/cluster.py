@@ -158,14 +158,13 @@ class Lab:
         """Stop every process the lab started, by PID; return the PIDs stopped."""
         if not self.state_file.exists():
             return []
-        stopped = []
-        for container in self.containers():
-            for record in server_records(ContainerPaths(Path(container.root))):
-                stopped += stop_pid(record["pid"])
-        for node in self.nodes():
-            if sshd.is_our_sshd(node.pid, Path(node.config)):
-                stopped += stop_pid(node.pid)
-        return stopped
+        servers = [
+            record["pid"]
+            for container in self.containers()
+            for record in server_records(ContainerPaths(Path(container.root)))
+        ]
+        nodes = [n.pid for n in self.nodes() if sshd.is_our_sshd(n.pid, Path(n.config))]
+        return stop_pids(servers) + stop_pids(nodes)
 
     def status(self) -> list[dict]:
         rows = []
@@ -300,17 +299,18 @@ class Lab:
         return inventory
 
 
-def stop_pid(pid: int, timeout: float = 5.0) -> list[int]:
-    """SIGTERM, wait, then SIGKILL: the lab's own processes, by PID only."""
-    try:
-        os.kill(pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return []
+def stop_pids(pids: list[int], timeout: float = 5.0) -> list[int]:
+    """SIGTERM all, wait for all, then SIGKILL the rest: the lab's own processes, by PID."""
+    signalled = []
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+            signalled.append(pid)
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not sshd.pid_alive(pid):
-            return [pid]
+    while time.monotonic() < deadline and any(sshd.pid_alive(p) for p in signalled):
         time.sleep(0.05)
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGKILL)
-    return [pid]
+    for pid in signalled:
+        if sshd.pid_alive(pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    return signalled
