@@ -120,6 +120,16 @@ def tcp_socket_owners(local: tuple[str, int], remote: tuple[str, int]) -> set[in
     return owners
 
 
+def processes_mentioning(text: str) -> list[int]:
+    """Live processes whose command line contains text (a lab's directory)."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        with contextlib.suppress(OSError):
+            if text.encode() in cmdline.read_bytes():
+                found.append(int(cmdline.parent.name))
+    return found
+
+
 def ancestors(pid: int) -> list[int]:
     chain = []
     while pid > 1:
@@ -188,6 +198,7 @@ def test_lab_up_again_status_and_down_through_the_cli(tmp_path: Path) -> None:
         assert set(rows) == {"ct200", "ct201"}
         assert all(row["sshd_up"] and row["status"] == "running" for row in rows.values())
         assert rows["ct200"]["servers"] == [server_pid]
+        assert server_pid in processes_mentioning(str(lab.root))
         assert rows["ct201"]["ssh"] == f"{network}.1.11:{SSH_PORT}"
 
         down = handle.orch("lab", "down", "--dir", str(lab.root))
@@ -195,6 +206,7 @@ def test_lab_up_again_status_and_down_through_the_cli(tmp_path: Path) -> None:
         for pid in [*pids.values(), server_pid]:
             assert str(pid) in down.stdout
             assert not pid_alive(pid), pid
+        assert processes_mentioning(str(lab.root)) == []
         after = handle.orch("lab", "status", "--dir", str(lab.root), "--json")
         assert [(r["sshd_up"], r["servers"]) for r in after.json] == [(False, [])] * 2
 
@@ -224,6 +236,7 @@ def test_lab_up_on_a_taken_address_fails_naming_it(tmp_path: Path, taken: str) -
     assert f"{address}:{SSH_PORT} is already taken" in result.stderr
     assert "Traceback" not in result.stderr
     assert not handle.lab.state_file.exists()  # nothing was started
+    assert processes_mentioning(str(handle.lab.root)) == []
     status = handle.orch("lab", "status", "--dir", str(handle.lab.root))
     assert status.code == 2
     assert "run 'orch lab up' first" in status.stderr
@@ -256,17 +269,17 @@ def test_pct_exec_echoing_large_stdin_does_not_deadlock(ct200: PctTransport) -> 
 
     def run() -> None:
         try:
-            outcome["result"] = ct200.run(["cat"], stdin=data, timeout=10)
+            outcome["result"] = ct200.run(["cat"], stdin=data, timeout=5)
         except TransportError as exc:
             outcome["error"] = exc
 
     worker = threading.Thread(target=run, daemon=True)
     worker.start()
-    worker.join(12)
+    worker.join(7)
     if worker.is_alive():
         ct200.host.close()  # unblocks the stuck send, so nothing outlives the test
         worker.join(5)
-        pytest.fail("SshTransport.run still blocked after its 10 s timeout")
+        pytest.fail("SshTransport.run still blocked 2 s after its 5 s timeout")
     result = outcome.get("result")
     assert result is not None and result.stdout == data, outcome.get("error")
 
