@@ -258,11 +258,6 @@ def test_pct_exec_passes_binary_stdin_through(ct200: PctTransport) -> None:
     assert result.stdout == data
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="SshTransport.run sends all of stdin before reading any output: a command that "
-    "echoes more than the SSH windows hold (~4 MiB) deadlocks, and `timeout` does not apply",
-)
 def test_pct_exec_echoing_large_stdin_does_not_deadlock(ct200: PctTransport) -> None:
     data = os.urandom(8 << 20)
     outcome: dict[str, object] = {}
@@ -381,11 +376,6 @@ def test_http_goes_through_the_host_sshd(lab: LabHandle, ct200: PctTransport) ->
     assert all(host_sshd in ancestors(pid) for pid in owners)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="http.client closes the connection's socket when a response will close "
-    "(HTTP/1.0 or Connection: close); for an SSH channel that drops the unread body",
-)
 def test_http_reads_the_whole_body_of_a_closing_response(
     inventory: Inventory, ct200: PctTransport
 ) -> None:
@@ -439,11 +429,6 @@ def test_cli_accept_new_host_keys_does_not_override_a_changed_key(
     assert "host key CHANGED" in row["error"] and forged in row["error"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the CHANGED hint says `ssh-keygen -R 'ADDR'`, but on a port other than 22 the "
-    "known_hosts line is `[ADDR]:PORT`, so the command removes nothing",
-)
 def test_changed_host_key_hint_removes_the_stale_line(
     lab: LabHandle, inventory: Inventory, tmp_path: Path
 ) -> None:

@@ -30,6 +30,11 @@ class _StreamConnection(http.client.HTTPConnection):
     def connect(self) -> None:
         self.sock = self._stream
 
+    def close(self) -> None:
+        """http.client closes early on `Connection: close`; a channel would lose the body.
+        The stream is closed by `request` once the body is read."""
+        self.sock = None
+
 
 def request(
     transport: Transport,

@@ -21,7 +21,12 @@ import paramiko
 from orchestrator.errors import HostKeyError, ServiceUnavailable, TransportError
 from orchestrator.inventory import SshSettings
 from orchestrator.transport.base import Result
-from orchestrator.transport.hostkeys import AcceptNewHostKey, RefuseUnknownHostKey, fingerprint
+from orchestrator.transport.hostkeys import (
+    AcceptNewHostKey,
+    RefuseUnknownHostKey,
+    fingerprint,
+    known_hosts_name,
+)
 
 DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
 # Paramiko logs refused channels itself; they reach the user as our own errors.
@@ -77,7 +82,9 @@ class SshTransport:
                     f"host key CHANGED: got {fingerprint(exc.key)}, "
                     f"{self.known_hosts} has {fingerprint(exc.expected_key)}",
                     "this may be an attack or a reinstalled host; verify it, then remove the "
-                    f"old line with: ssh-keygen -R '{exc.hostname}' -f {self.known_hosts}",
+                    "old line with: ssh-keygen -R "
+                    f"{shlex.quote(known_hosts_name(exc.hostname, self.connection.port))} "
+                    f"-f {shlex.quote(str(self.known_hosts))}",
                 ) from None
             except paramiko.AuthenticationException as exc:
                 raise TransportError(
@@ -107,10 +114,7 @@ class SshTransport:
         try:
             channel = self._transport().open_session(timeout=30)
             channel.exec_command(command)
-            if stdin:
-                channel.sendall(stdin)
-            channel.shutdown_write()
-            stdout, stderr = _drain(channel, timeout)
+            stdout, stderr = _exchange(channel, stdin or b"", timeout)
             return Result(tuple(argv), channel.recv_exit_status(), stdout, stderr)
         except TimeoutError:
             raise TransportError(
@@ -151,21 +155,40 @@ class SshTransport:
         return channel
 
 
-def _drain(channel: paramiko.Channel, timeout: float | None) -> tuple[bytes, bytes]:
-    """Read stdout and stderr together until the command exits (no deadlock)."""
+def _exchange(
+    channel: paramiko.Channel, stdin: bytes, timeout: float | None
+) -> tuple[bytes, bytes]:
+    """Send stdin while reading stdout and stderr, until the command exits.
+
+    Interleaving matters: a command that answers before it has read all its
+    input would otherwise fill the SSH windows both ways and never finish.
+    """
     deadline = None if timeout is None else time.monotonic() + timeout
     stdout, stderr = bytearray(), bytearray()
+    sent = 0
+    if not stdin:
+        channel.shutdown_write()
     while True:
+        while sent < len(stdin) and channel.send_ready():
+            sent += channel.send(stdin[sent : sent + CHUNK])
+            if sent == len(stdin):
+                channel.shutdown_write()
         while channel.recv_ready():
             stdout += channel.recv(CHUNK)
         while channel.recv_stderr_ready():
             stderr += channel.recv_stderr(CHUNK)
-        if channel.exit_status_ready() and not (
-            channel.recv_ready() or channel.recv_stderr_ready()
+        # sshd may send the exit status before output still held back by a full
+        # window: done only once the output's EOF has arrived and all of it was read.
+        if (
+            channel.exit_status_ready()
+            and channel.eof_received
+            and not (channel.recv_ready() or channel.recv_stderr_ready())
         ):
             break
         if deadline is not None and time.monotonic() > deadline:
             raise TimeoutError
-        wait = 1.0 if deadline is None else max(0.0, min(1.0, deadline - time.monotonic()))
+        # The channel's fd signals incoming data only: poll briefly while input is pending.
+        longest = 0.01 if sent < len(stdin) else 1.0
+        wait = longest if deadline is None else max(0.0, min(longest, deadline - time.monotonic()))
         select.select([channel], [], [], wait)
     return bytes(stdout), bytes(stderr)
