@@ -5,9 +5,10 @@ default lab (1 host x 2 containers, stand-ins load in 0 s, playbook defaults)
 runs the real CLI twice, each in its own process with ORCH_STATE_DIR in a
 temporary directory: `orch deploy qwen-dflash --json` (the published drafter
 config), then the guessed `target_layer_ids` with `--force --limit ct200`.
-Prints the wall time split into the steps the JSON document reports, the
-gate's share, the drafts the gate needed to decide, and the SSH connections
-each sshd accepted (its log's `Accepted publickey` lines) during each deploy.
+Prints the wall time split into the steps the JSON document reports (a
+rollback's own steps carry a `rollback ` prefix), the gates' share, the
+drafts each gate needed to decide, and the SSH connections each sshd
+accepted (its log's `Accepted publickey` lines) during each deploy.
 Peer: the median round trip of a plain `ssh ... true` to the same sshd.
 The lab is stopped by PID (`Lab.down()`) whatever happens.
 """
@@ -64,40 +65,26 @@ def ssh_round_trip(lab: Lab, node: Node) -> float:
     return time.perf_counter() - started
 
 
-def steps(target: dict) -> dict[str, float]:
-    """The target's steps; a release id in a name (the release switched to) said as new or previous.
-
-    A step that ran twice (a rollback switches, starts and gates again) holds
-    the sum of both runs.
-    """
-    labels = {target["release"]: "new", target["previous_release"]: "previous"}
-    named = {}
-    for name, seconds in target["steps"].items():
-        for release, label in labels.items():
-            if release:
-                name = name.replace(f"({release})", f"(to {label})")
-        named[name] = seconds
-    return named
+GATE_STEPS = ("gate", "rollback gate")
 
 
 def print_steps(label: str, wall: float, document: dict) -> None:
+    """One row per step the JSON reports; a rollback's steps are their own rows."""
     targets = document["targets"]
-    names = list(dict.fromkeys(name for t in targets for name in steps(t)))
+    names = list(dict.fromkeys(name for t in targets for name in t["steps"]))
     print(f"\n{label}: wall {wall:.2f} s, result {document['result']}; steps in seconds")
     print(f"  {'step':<28}" + "".join(f" {t['name']:>11}" for t in targets))
     print(f"  {'result':<28}" + "".join(f" {t['result']:>11}" for t in targets))
     for name in names:
-        cells = "".join(f" {steps(t).get(name, float('nan')):11.2f}" for t in targets)
+        cells = "".join(f" {t['steps'].get(name, float('nan')):11.2f}" for t in targets)
         print(f"  {name:<28}{cells}")
-    sums = [sum(steps(t).values()) for t in targets]
+    sums = [sum(t["steps"].values()) for t in targets]
     print(f"  {'sum of steps':<28}" + "".join(f" {s:11.2f}" for s in sums))
-    gates = [steps(t).get("gate", 0.0) for t in targets]
+    gates = [sum(t["steps"].get(name, 0.0) for name in GATE_STEPS) for t in targets]
     shares = [gate / s for gate, s in zip(gates, sums, strict=True)]
-    print(f"  {'gate / sum of steps':<28}" + "".join(f" {share:11.0%}" for share in shares))
-    print(f"  all targets: gate {sum(gates):.2f} s = {sum(gates) / wall:.0%} of the wall time")
+    print(f"  {'gates / sum of steps':<28}" + "".join(f" {share:11.0%}" for share in shares))
+    print(f"  all targets: gates {sum(gates):.2f} s = {sum(gates) / wall:.0%} of the wall time")
     print(f"  wall - all steps (CLI start, connect, report): {wall - sum(sums):.2f} s")
-    if any(t["rollback_gate"] for t in targets):
-        print("  (rolled back: switch current, start server, wait ready, gate = both runs summed)")
 
 
 def gate_rows(label: str, document: dict) -> list[tuple[str, str, dict]]:

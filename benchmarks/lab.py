@@ -138,9 +138,8 @@ def wait_all_ready(servers: dict[str, tuple[subprocess.Popen, str]]) -> None:
 
 
 def stop_processes(processes: list[subprocess.Popen]) -> None:
+    stop_pids([process.pid for process in processes if process.poll() is None])
     for process in processes:
-        if process.poll() is None:
-            stop_pids([process.pid])
         process.wait()
 
 
