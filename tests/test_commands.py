@@ -444,10 +444,10 @@ def test_start_detaches_records_pid_and_start_time_then_stop_terminates(
 
     pid_file = (deployment / "server.pid").read_text()
     assert pid_file == f"{pid} {start_time(pid)}\n"
+    wait_until(lambda: (deployment / "server.log").read_text() == "started\n")
     assert os.getsid(pid) == pid and os.getpgid(pid) == pid
     assert os.readlink(f"/proc/{pid}/fd/0") == "/dev/null"
     assert os.readlink(f"/proc/{pid}/fd/1") == str(deployment / "server.log")
-    wait_until(lambda: (deployment / "server.log").read_text() == "started\n")
     assert state(deployment) == ServerState("running", pid)
 
     assert stop(deployment) == f"stopped {pid}"
