@@ -7,6 +7,7 @@ killed by PID and start time when the test ends.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -39,10 +40,10 @@ from orchestrator.facts import (
     parse_server_state,
     parse_status_report,
 )
+from orchestrator.preflight import INDEX_FILE
 from orchestrator.state import audit_line
 
 QWEN36 = "z-lab/Qwen3.6-27B-DFlash"
-INDEX_FILE = "model.safetensors.index.json"
 HOSTILE_NAMES = [
     "it's $(touch pwned).json",
     "a;touch pwned;b",
@@ -111,7 +112,8 @@ class Processes:
     def cleanup(self) -> None:
         for pid, started in self.recorded:
             if started is not None and start_time(pid) == started:
-                os.kill(pid, signal.SIGKILL)
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
         for child in self.children:
             child.kill()
             child.wait(timeout=10)
