@@ -114,6 +114,8 @@ def server_state(pid_file: str) -> list[str]:
 def stop_server(pid_file: str, timeout: float) -> list[str]:
     """SIGTERM the recorded process group, SIGKILL after `timeout` seconds.
 
+    `kill -s SIG -- -PGID` is the form dash (Debian's /bin/sh) accepts for a group.
+
     A PID whose start time differs from the recorded one belongs to someone
     else now and is not touched. Prints `stopped PID`, `killed PID` or `none`.
     """
@@ -123,10 +125,10 @@ def stop_server(pid_file: str, timeout: float) -> list[str]:
         + f"[ -f {q(pid_file)} ] || {{ echo none; exit 0; }}\n"
         + f"read pid st < {q(pid_file)}\n"
         + f'alive "$pid" "$st" || {{ rm -f {q(pid_file)}; echo none; exit 0; }}\n'
-        + 'kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid"\n'
+        + 'kill -s TERM -- "-$pid" 2>/dev/null || kill -s TERM "$pid"\n'
         + f'i=0; while alive "$pid" "$st" && [ $i -lt {ticks} ]; do sleep 0.1; i=$((i+1)); done\n'
         + 'verb=stopped; if alive "$pid" "$st"; then verb=killed; '
-        + 'kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid"; fi\n'
+        + 'kill -s KILL -- "-$pid" 2>/dev/null || kill -s KILL "$pid"; fi\n'
         + 'while alive "$pid" "$st"; do sleep 0.1; done\n'
         + f'rm -f {q(pid_file)}; echo "$verb $pid"'
     )

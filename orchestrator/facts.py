@@ -1,35 +1,53 @@
-"""Parsers for what read-only commands print: pure, tested on captured text."""
+"""Parsers for what read-only commands print: pure, tested on captured text.
+
+Output that does not parse is never a traceback: it is `NeedsAttention`,
+naming what was being read and showing the start of the text.
+"""
 
 from __future__ import annotations
 
 import csv
 import io
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from orchestrator.errors import NeedsAttention
+
+
+@contextmanager
+def _reading(what: str, text: str | bytes) -> Iterator[None]:
+    try:
+        yield
+    except (ValueError, IndexError, TypeError, AttributeError) as exc:
+        raise NeedsAttention(f"cannot read {what}: {exc}: {text[:200]!r}") from None
 
 
 def parse_frames(data: bytes) -> dict[str, bytes]:
     """Split `NAME LENGTH\\n` + bytes frames (see commands.read_model_dir)."""
     frames: dict[str, bytes] = {}
     position = 0
-    while position < len(data):
-        end = data.index(b"\n", position)
-        name, length = data[position:end].decode().rsplit(" ", 1)
-        start = end + 1
-        frames[name] = data[start : start + int(length)]
-        position = start + int(length)
+    with _reading("framed file contents", data[position : position + 200]):
+        while position < len(data):
+            end = data.index(b"\n", position)
+            name, length = data[position:end].decode().rsplit(" ", 1)
+            start, size = end + 1, int(length)
+            if size < 0 or start + size > len(data):
+                raise ValueError(f"{name}: {size} bytes announced, {len(data) - start} present")
+            frames[name] = data[start : start + size]
+            position = start + size
     return frames
 
 
 def parse_listing(text: str) -> dict[str, int]:
     """`SIZE NAME` lines -> {name: size}."""
     sizes = {}
-    for line in text.splitlines():
-        size, _, name = line.partition(" ")
-        if name:
-            sizes[name] = int(size)
+    with _reading("a file listing", text):
+        for line in text.splitlines():
+            size, _, name = line.partition(" ")
+            if name:
+                sizes[name] = int(size)
     return sizes
 
 
@@ -55,20 +73,16 @@ def _rows(text: str) -> list[list[str]]:
 
 def parse_gpus(text: str) -> list[Gpu]:
     """nvidia-smi --query-gpu=index,uuid,memory.total,memory.used,memory.free (noheader,nounits)."""
-    try:
+    with _reading("nvidia-smi's GPU list", text):
         return [Gpu(int(i), u, int(t), int(used), int(f)) for i, u, t, used, f in _rows(text)]
-    except ValueError as exc:
-        raise NeedsAttention(f"cannot read nvidia-smi's GPU list: {exc}: {text[:200]!r}") from None
 
 
 def parse_gpu_apps(text: str) -> list[GpuApp]:
     """nvidia-smi --query-compute-apps=pid,used_memory,gpu_uuid (noheader,nounits)."""
     if "No running processes found" in text:
         return []
-    try:
+    with _reading("nvidia-smi's process list", text):
         return [GpuApp(int(p), int(m), u) for p, m, u in _rows(text)]
-    except ValueError as exc:
-        raise NeedsAttention(f"cannot read nvidia-smi's process list: {exc}") from None
 
 
 @dataclass(frozen=True)
@@ -87,20 +101,22 @@ def parse_server_state(text: str) -> ServerState:
     words = text.split()
     if words[:1] == ["none"] or not words:
         return ServerState("none")
-    return ServerState(words[0], int(words[1]))
+    with _reading("the server state", text):
+        return ServerState(words[0], int(words[1]))
 
 
 def parse_status_report(text: str) -> dict[str, object]:
     """What commands.status_report prints, as a status row."""
-    fields = dict(line.partition(" ")[::2] for line in text.splitlines())
-    server = fields.get("server", "none").split()
-    audit = json.loads(fields["audit"]) if fields.get("audit") else {}
-    return {
-        "release": fields.get("current", "").rsplit("/", 1)[-1] or None,
-        "server": server[0],
-        "pid": int(server[1]) if len(server) > 1 else None,
-        "last_result": audit.get("result"),
-        "last_verdict": audit.get("verdict"),
-        "last_mean_length": audit.get("mean_acceptance_length"),
-        "lock": fields.get("lock") or None,
-    }
+    with _reading("the status report", text):
+        fields = dict(line.partition(" ")[::2] for line in text.splitlines())
+        server = fields.get("server", "none").split()
+        audit = json.loads(fields["audit"]) if fields.get("audit") else {}
+        return {
+            "release": fields.get("current", "").rsplit("/", 1)[-1] or None,
+            "server": server[0],
+            "pid": int(server[1]) if len(server) > 1 else None,
+            "last_result": audit.get("result"),
+            "last_verdict": audit.get("verdict"),
+            "last_mean_length": audit.get("mean_acceptance_length"),
+            "lock": fields.get("lock") or None,
+        }

@@ -18,10 +18,11 @@ from orchestrator.drafters.profiles import Profile, get_profile, merge_overrides
 from orchestrator.errors import InputError
 from orchestrator.inventory import Inventory
 from orchestrator.playbook import Playbook
-from orchestrator.render import render_field, render_template
+from orchestrator.render import render_field, render_template, template_source
 
 DRAFTER_CONFIG = "config.json"
 LAUNCH_SCRIPT = "serve.sh"
+DRAFTER_TEMPLATE = "dflash/config.json.j2"
 
 
 @dataclass(frozen=True)
@@ -87,7 +88,7 @@ def plan_target(playbook: Playbook, inventory: Inventory, container_name: str) -
             "config (give a profile, or a whole config in drafter.overrides)"
         )
     drafter_config = merge_overrides(profile.config if profile else {}, playbook.drafter.overrides)
-    config_bytes = render_template("dflash/config.json.j2", {"config": drafter_config}).encode()
+    config_bytes = render_template(DRAFTER_TEMPLATE, {"config": drafter_config}).encode()
 
     server = playbook.server
     paths = {
@@ -98,6 +99,7 @@ def plan_target(playbook: Playbook, inventory: Inventory, container_name: str) -
         "deployment_dir": f"{resolve(playbook.state_dir, 'state_dir').rstrip('/')}/{playbook.name}",
     }
     fingerprint_inputs = {
+        "templates": [template_source(n) for n in (DRAFTER_TEMPLATE, server.template)],
         "config": drafter_config,
         "server": server.model_dump(),
         "paths": paths,

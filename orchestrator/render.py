@@ -53,6 +53,16 @@ def render_template(name: str, context: dict[str, Any], template_dir: Path = TEM
         raise InputError(f"{template_dir / name}:{line}: {exc.message}") from None
 
 
+def template_source(name: str, template_dir: Path = TEMPLATE_DIR) -> str:
+    """A template's text, so that a release's fingerprint changes when the template does."""
+    env = environment(template_dir)
+    assert env.loader is not None
+    try:
+        return env.loader.get_source(env, name)[0]
+    except jinja2.TemplateNotFound:
+        raise InputError(f"template {name!r} not found in {template_dir}") from None
+
+
 def render_field(text: str, context: dict[str, Any], where: str) -> str:
     """Render a playbook field such as `{{ vars.models_dir }}/Qwen3.6-27B`."""
     try:

@@ -460,10 +460,6 @@ def test_start_detaches_records_pid_and_start_time_then_stop_terminates(
     assert stop(deployment) == "none"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="dash's kill rejects `kill -TERM -- -PID`; the fallback signals the leader only",
-)
 def test_stop_terminates_the_whole_process_group(deployment: Path, processes: Processes) -> None:
     launch = "sleep 60 &\necho $! > worker.pid\nexec sleep 60\n"
     pid = start(deployment, f"cd {commands.q(str(deployment))}\n{launch}", processes)

@@ -290,11 +290,6 @@ def test_a_damaged_target_config_is_a_finding_and_skips_the_dflash_rules(
     assert "not valid JSON" in finding.message and f"{TARGET}/config.json" in finding.message
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the drafter's own config.json is never deployed, yet a damaged one is an error "
-    "with an empty field name: only the 'no config.json' finding is filtered",
-)
 def test_a_damaged_config_json_in_the_drafter_download_does_not_block(
     facts: Facts, plan: TargetPlan
 ) -> None:
