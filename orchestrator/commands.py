@@ -19,7 +19,27 @@ _PROCESS_FUNCTIONS = """\
 starttime() { _ps=$(cat "/proc/$1/stat" 2>/dev/null) || return 1; set -- ${_ps##*) }; echo ${20}; }
 procstate() { _ps=$(cat "/proc/$1/stat" 2>/dev/null) || return 1; set -- ${_ps##*) }; echo $1; }
 alive() { _pst=$(procstate "$1") || return 1; [ "$_pst" != Z ] && [ "$(starttime "$1")" = "$2" ]; }
+recorded() {
+  [ -f "$1" ] && read _pid _st < "$1" && [ -n "$_pid" ] || { echo none; return 0; }
+  if alive "$_pid" "$_st"; then echo "running $_pid"; else echo "stopped $_pid"; fi
+}
 """
+
+# Frames `NAME LENGTH\n` + bytes carry several files (or outputs) in one round
+# trip; facts.parse_frames splits them. `capture NAME CMD...` frames a
+# command's output and, as NAME.rc, its exit status.
+_FRAME_FUNCTIONS = """\
+frame() { printf '%s %s\\n' "$1" "$(wc -c < "$2")"; cat "$2"; }
+capture() { _n=$1; shift; "$@" > "$tmp" 2>&1; _rc=$?; frame "$_n" "$tmp"; \
+printf %s "$_rc" > "$tmp"; frame "$_n.rc" "$tmp"; }
+tmp=$(mktemp); trap 'rm -f "$tmp"' EXIT
+"""
+
+GPU_QUERY = (
+    "--query-gpu=index,uuid,memory.total,memory.used,memory.free",
+    "--format=csv,noheader,nounits",
+)
+GPU_APPS_QUERY = ("--query-compute-apps=pid,used_memory,gpu_uuid", "--format=csv,noheader,nounits")
 
 
 def script(text: str) -> list[str]:
@@ -41,20 +61,6 @@ def write_file(path: str, mode: str = "0644") -> list[str]:
         f'cat > "$tmp"; sync "$tmp"; chmod {q(mode)} "$tmp"; '
         f'mv -f "$tmp" {q(path)}; trap - EXIT; sync {q(directory)}'
     )
-
-
-def read_file(path: str) -> list[str]:
-    return ["cat", "--", path]
-
-
-def read_prefix(path: str, size: int) -> list[str]:
-    """The first `size` bytes: headers of multi-gigabyte weight files."""
-    return ["head", "-c", str(size), "--", path]
-
-
-def list_dir(path: str) -> list[str]:
-    """`size name` per regular file (links followed), for completeness checks."""
-    return script(f"cd {q(path)} && find -L . -maxdepth 1 -type f -printf '%s %P\\n' | sort -k2")
 
 
 def make_drafter_view(weights_dir: str, view_dir: str) -> list[str]:
@@ -103,12 +109,7 @@ def start_server(launch_script: str, log: str, pid_file: str) -> list[str]:
 
 def server_state(pid_file: str) -> list[str]:
     """Prints `running PID`, `stopped PID` or `none`."""
-    return script(
-        _PROCESS_FUNCTIONS
-        + f"[ -f {q(pid_file)} ] || {{ echo none; exit 0; }}\n"
-        + f"read pid st < {q(pid_file)}\n"
-        + 'if alive "$pid" "$st"; then echo "running $pid"; else echo "stopped $pid"; fi'
-    )
+    return script(_PROCESS_FUNCTIONS + f"recorded {q(pid_file)}")
 
 
 def stop_server(pid_file: str, timeout: float) -> list[str]:
@@ -145,28 +146,8 @@ def log_size(log: str) -> list[str]:
     return script(f"stat -c %s {q(log)} 2>/dev/null || echo 0")
 
 
-def gpu_query(nvidia_smi: str) -> list[str]:
-    return [
-        nvidia_smi,
-        "--query-gpu=index,uuid,memory.total,memory.used,memory.free",
-        "--format=csv,noheader,nounits",
-    ]
-
-
 def gpu_apps_query(nvidia_smi: str) -> list[str]:
-    return [
-        nvidia_smi,
-        "--query-compute-apps=pid,used_memory,gpu_uuid",
-        "--format=csv,noheader,nounits",
-    ]
-
-
-def free_disk_kib(path: str) -> list[str]:
-    """Free KiB on the file system that holds `path` (or its nearest existing parent)."""
-    return script(
-        f'p={q(path)}; while [ ! -e "$p" ]; do p=${{p%/*}}; [ -n "$p" ] || p=/; done; '
-        "df -Pk \"$p\" | awk 'NR==2 {print $4}'"
-    )
+    return [nvidia_smi, *GPU_APPS_QUERY]
 
 
 def append_line(path: str, line: str) -> list[str]:
@@ -194,9 +175,8 @@ def read_model_dir(directory: str, names: Sequence[str], header_limit: int) -> l
     wanted = " ".join(q(n) for n in names)
     return script(
         f"cd {q(directory)} || exit 3\n"
-        'frame() { printf \'%s %s\\n\' "$1" "$(wc -c < "$2")"; cat "$2"; }\n'
-        "tmp=$(mktemp); trap 'rm -f \"$tmp\"' EXIT\n"
-        "find -L . -maxdepth 1 -type f -printf '%s %P\\n' | sort -k2 > \"$tmp\"; "
+        + _FRAME_FUNCTIONS
+        + "find -L . -maxdepth 1 -type f -printf '%s %P\\n' | sort -k2 > \"$tmp\"; "
         'frame .listing "$tmp"\n'
         f'for n in {wanted}; do [ -f "$n" ] && frame "$n" "$n"; done\n'
         'for f in *.safetensors; do [ -f "$f" ] || continue\n'
@@ -211,8 +191,7 @@ def read_files(paths: Sequence[str]) -> list[str]:
     """Whole files as frames `PATH LENGTH\\n` + bytes; missing files are skipped."""
     listed = " ".join(q(p) for p in paths)
     return script(
-        f'for p in {listed}; do [ -f "$p" ] || continue; '
-        'printf \'%s %s\\n\' "$p" "$(wc -c < "$p")"; cat "$p"; done'
+        _FRAME_FUNCTIONS + f'for p in {listed}; do if [ -f "$p" ]; then frame "$p" "$p"; fi; done'
     )
 
 
@@ -222,9 +201,23 @@ def status_report(deployment_dir: str) -> list[str]:
     return script(
         _PROCESS_FUNCTIONS
         + f'echo "current $(readlink {q(d + "/current")} 2>/dev/null)"\n'
-        + f"if [ -f {q(d + '/server.pid')} ]; then read pid st < {q(d + '/server.pid')}; "
-        + 'if alive "$pid" "$st"; then echo "server running $pid"; '
-        + 'else echo "server stopped $pid"; fi; else echo "server none"; fi\n'
+        + f'echo "server $(recorded {q(d + "/server.pid")})"\n'
         + f'echo "lock $(cat {q(d + "/lock/owner.json")} 2>/dev/null)"\n'
         + f'echo "audit $(tail -n 1 {q(d + "/audit.log")} 2>/dev/null)"'
+    )
+
+
+def target_facts(deployment_dir: str, nvidia_smi: str) -> list[str]:
+    """Preflight's small facts in one round trip, as frames: `gpus`, `apps` (with
+    their `.rc`), `disk` (free KiB where the deployment goes), `server`, `current`."""
+    d = deployment_dir
+    return script(
+        _PROCESS_FUNCTIONS
+        + _FRAME_FUNCTIONS
+        + f"capture gpus {shlex.join([nvidia_smi, *GPU_QUERY])}\n"
+        + f"capture apps {shlex.join([nvidia_smi, *GPU_APPS_QUERY])}\n"
+        + f'p={q(d)}; while [ ! -e "$p" ]; do p=${{p%/*}}; [ -n "$p" ] || p=/; done\n'
+        + 'df -Pk "$p" | awk \'NR==2 {print $4}\' > "$tmp"; frame disk "$tmp"\n'
+        + f'recorded {q(d + "/server.pid")} > "$tmp"; frame server "$tmp"\n'
+        + f'readlink {q(d + "/current")} > "$tmp" 2>/dev/null; frame current "$tmp"\n'
     )

@@ -79,21 +79,16 @@ def read_model_dir(transport: Transport, path: str) -> ModelDir:
 
 
 def gather(transport: Transport, plan: TargetPlan, nvidia_smi: str) -> Facts:
+    """Three round trips: the two model dirs, then the small facts together."""
     target = read_model_dir(transport, plan.target_dir)
     drafter = read_model_dir(transport, plan.drafter_weights)
-    gpus_result = transport.run(commands.gpu_query(nvidia_smi), timeout=60)
-    apps_result = transport.run(commands.gpu_apps_query(nvidia_smi), timeout=60)
-    gpus = parse_gpus(gpus_result.text) if gpus_result.ok else None
-    apps = parse_gpu_apps(apps_result.text) if apps_result.ok else []
-    disk = run_step(transport, commands.free_disk_kib(plan.deployment_dir), "free disk space")
-    server = parse_server_state(
+    small = parse_frames(
         run_step(
-            transport, commands.server_state(f"{plan.deployment_dir}/server.pid"), "server state"
-        ).text
+            transport, commands.target_facts(plan.deployment_dir, nvidia_smi), "read target facts"
+        ).stdout
     )
-    current = run_step(
-        transport, commands.read_link(f"{plan.deployment_dir}/current"), "current release"
-    ).text.strip()
+    gpus_ok, apps_ok = small["gpus.rc"] == b"0", small["apps.rc"] == b"0"
+    server = parse_server_state(small["server"].decode())
     port_taken = False
     if not server.running:
         try:
@@ -104,13 +99,13 @@ def gather(transport: Transport, plan: TargetPlan, nvidia_smi: str) -> Facts:
     return Facts(
         target=target,
         drafter=drafter,
-        gpus=gpus,
-        gpu_apps=apps,
-        free_disk_kib=int(disk.text.strip() or 0),
+        gpus=parse_gpus(small["gpus"].decode()) if gpus_ok else None,
+        gpu_apps=parse_gpu_apps(small["apps"].decode()) if apps_ok else [],
+        free_disk_kib=int(small["disk"].strip() or 0),
         server=server,
         port_taken=port_taken,
-        current_release=current.rsplit("/", 1)[-1] or None,
-        gpu_error="" if gpus_result.ok else (gpus_result.error_text or gpus_result.text)[:300],
+        current_release=small["current"].decode().strip().rsplit("/", 1)[-1] or None,
+        gpu_error="" if gpus_ok else small["gpus"].decode("utf-8", "replace")[:300],
     )
 
 

@@ -145,20 +145,7 @@ def test_write_file_quotes_every_hostile_part_of_the_path() -> None:
     ]
 
 
-def test_plain_argv_builders_pass_paths_as_single_arguments() -> None:
-    assert commands.read_file("/m/a b;c") == ["cat", "--", "/m/a b;c"]
-    assert commands.read_prefix("/m/-x.safetensors", 8) == [
-        "head",
-        "-c",
-        "8",
-        "--",
-        "/m/-x.safetensors",
-    ]
-    assert commands.gpu_query("/usr/bin/nvidia-smi") == [
-        "/usr/bin/nvidia-smi",
-        "--query-gpu=index,uuid,memory.total,memory.used,memory.free",
-        "--format=csv,noheader,nounits",
-    ]
+def test_gpu_process_query_passes_the_path_as_one_argument() -> None:
     assert commands.gpu_apps_query("/opt/nv smi") == [
         "/opt/nv smi",
         "--query-compute-apps=pid,used_memory,gpu_uuid",
@@ -655,13 +642,24 @@ def test_tail_log_shows_only_what_was_written_since_the_offset(tmp_path: Path) -
     assert run(commands.log_size(str(tmp_path / "nope"))).stdout == b"0\n"
 
 
-def test_free_disk_kib_prints_the_free_space_of_the_nearest_existing_parent(
-    tmp_path: Path,
-) -> None:
-    done = run(commands.free_disk_kib(str(tmp_path / "not yet" / "deployed")))
-
+def test_target_facts_frame_gpus_disk_server_and_current(tmp_path: Path) -> None:
+    fake_smi = tmp_path / "nvidia smi"
+    fake_smi.write_text('#!/bin/sh\necho "$1"\nexit 3\n')
+    fake_smi.chmod(0o755)
+    deployment = tmp_path / "not yet" / "deployed"
+    done = run(commands.target_facts(str(deployment), str(fake_smi)))
     assert done.returncode == 0, done.stderr
-    free = int(done.stdout)
+    frames = parse_frames(done.stdout)
+
+    assert frames["gpus"] == b"--query-gpu=index,uuid,memory.total,memory.used,memory.free\n"
+    assert (frames["gpus.rc"], frames["apps.rc"]) == (b"3", b"3")
     fs = os.statvfs(tmp_path)
-    assert abs(free - fs.f_bavail * fs.f_frsize // 1024) <= 64 * 1024
-    assert int(run(commands.free_disk_kib("/nonexistent/deep/path")).stdout) > 0
+    assert abs(int(frames["disk"]) - fs.f_bavail * fs.f_frsize // 1024) <= 64 * 1024
+    assert (frames["server"], frames["current"]) == (b"none\n", b"")
+
+    deployment.mkdir(parents=True)
+    (deployment / "server.pid").write_text("")  # a failed write leaves it empty
+    (deployment / "current").symlink_to("releases/abc")
+    frames = parse_frames(run(commands.target_facts(str(deployment), "/nonexistent")).stdout)
+    assert frames["gpus.rc"] == b"127"
+    assert (frames["server"], frames["current"]) == (b"none\n", b"releases/abc\n")
