@@ -20,6 +20,8 @@ from orchestrator.drafters.findings import Finding
 from orchestrator.drafters.modelfiles import text_config
 
 if TYPE_CHECKING:
+    from typing_extensions import TypeIs
+
     from orchestrator.drafters.profiles import Profile
 
 DFLASH_ARCHITECTURE = "DFlashDraftModel"
@@ -590,5 +592,5 @@ _RULES: tuple[Callable[[_Inputs], Iterator[Finding]], ...] = (
 )
 
 
-def _is_int(value: object) -> bool:
+def _is_int(value: object) -> TypeIs[int]:
     return isinstance(value, int) and not isinstance(value, bool)
