@@ -63,8 +63,11 @@ def _sliding_window(config: dict) -> int | None:
 def _reads_wrong_states(deployed: dict, truth: dict, fc_in_features: int | None) -> bool:
     layer_ids = _dflash(deployed).get("target_layer_ids") or []
     hidden = deployed.get("hidden_size") or truth.get("hidden_size")
-    weights_known = fc_in_features is not None and hidden is not None
-    weights_disagree = weights_known and fc_in_features != hidden * len(layer_ids)
+    weights_disagree = (
+        fc_in_features is not None
+        and hidden is not None
+        and fc_in_features != hidden * len(layer_ids)
+    )
     return (
         layer_ids != _dflash(truth).get("target_layer_ids")
         or _mask_token_id(deployed) != _mask_token_id(truth)

@@ -188,7 +188,8 @@ class Lab:
         return rows
 
     def _topology(self, spec: LabSpec) -> tuple[list[Node], list[Node | None]]:
-        hosts, containers = [], []
+        hosts: list[Node] = []
+        containers: list[Node | None] = []
         for h in range(1, spec.hosts + 1):
             name = f"pve{h}"
             node_dir = self.paths.host(name).root / "sshd"

@@ -391,7 +391,7 @@ class App:
 
     model_name: str
     root: str
-    max_model_len: int
+    max_model_len: int | None
     engine: Engine
     faults: Faults
 
@@ -520,7 +520,7 @@ class Handler(BaseHTTPRequestHandler):
     def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
         """Uvicorn's access line, as in a vLLM log."""
         host, port = self.client_address[:2]
-        phrase = self.responses.get(code, ("",))[0]
+        phrase = self.responses.get(code, ("", ""))[0] if isinstance(code, int) else ""
         print(f'INFO:     {host}:{port} - "{self.requestline}" {code} {phrase}', flush=True)
 
 
