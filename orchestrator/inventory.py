@@ -154,7 +154,7 @@ def load_inventory(path: Path) -> Inventory:
 def _check_references(inventory: Inventory, document: YamlDocument) -> None:
     problems = []
     for name, container in inventory.containers.items():
-        loc = ("containers", name, "host")
+        loc: tuple[str | int, ...] = ("containers", name, "host")
         if container.host not in inventory.hosts:
             problems.append(
                 f"{document.where(loc)}: containers.{name}.host: unknown host {container.host!r}"

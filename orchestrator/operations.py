@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -139,7 +140,7 @@ def rollback(
     with Connections(inputs.inventory, accept_new_host_keys) as connections:
         for plan in inputs.plans:
             run = _target_run(inputs, connections, plan, options, progress, prompts)
-            outcomes.append(_guarded(plan, lambda run=run: run.rollback(to)))
+            outcomes.append(_guarded(plan, partial(run.rollback, to)))
     document, code = _document(inputs, options.run_id, started, outcomes)
     History().record(document, "rollback", options.user)
     return document, code

@@ -12,6 +12,7 @@ import copy
 import dataclasses
 import types
 import typing
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
@@ -105,7 +106,7 @@ def find_playbook(name_or_path: str) -> Path:
     raise InputError(f"no playbook {name_or_path!r} (known: {known})")
 
 
-def load_playbook(path: Path, assignments: list[str] = ()) -> Playbook:  # type: ignore[assignment]
+def load_playbook(path: Path, assignments: Sequence[str] = ()) -> Playbook:
     """Load a playbook and apply `--set dotted.path=VALUE` overrides (VALUE is YAML)."""
     document = load_yaml_file(path)
     if not isinstance(document.data, dict):
@@ -114,7 +115,7 @@ def load_playbook(path: Path, assignments: list[str] = ()) -> Playbook:  # type:
     return validate_document(Playbook, document).model_copy(update={"source": str(path)})
 
 
-def apply_assignments(document: YamlDocument, assignments: list[str]) -> YamlDocument:
+def apply_assignments(document: YamlDocument, assignments: Sequence[str]) -> YamlDocument:
     """Set each `dotted.path=VALUE` in a copy of the document's data."""
     data = copy.deepcopy(document.data)
     origins = dict(document.origins)

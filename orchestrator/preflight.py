@@ -176,8 +176,8 @@ def _model_dir_findings(role: str, model: ModelDir) -> list[Finding]:
             ]
         # The download's own config.json is never deployed (the view links the release's):
         # judge the weights alone.
-        weights = {n: data for n, data in model.frames.items() if n != CONFIG_FILE}
-        found = model_files_from_bytes(model.path, weights).findings
+        frames = {n: data for n, data in model.frames.items() if n != CONFIG_FILE}
+        found = model_files_from_bytes(model.path, frames).findings
         return [f for f in found if f.field != CONFIG_FILE] + _truncated(model)
     return model.files.findings + _missing_shards(model) + _truncated(model)
 
