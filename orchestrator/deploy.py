@@ -174,7 +174,14 @@ class TargetRun:
             pid = self.server.start(f"{release_dir}/{LAUNCH_SCRIPT}")
         try:
             with self._step(f"{prefix}wait ready"):
-                self.server.wait_ready(pid, self.playbook.gate.ready_timeout)
+                timeout = self.playbook.gate.ready_timeout
+                self.server.wait_ready(
+                    pid,
+                    timeout,
+                    tick=lambda waited: self.progress(
+                        self.plan.container, f"{prefix}wait ready ({timeout - waited:.0f} s left)"
+                    ),
+                )
         except ServerFailed as exc:
             return GateReport(
                 _failed_verdict(f"server did not become ready: {exc.reason}"),
@@ -203,11 +210,10 @@ class TargetRun:
         )
 
     def _prune(self, keep: set[str]) -> None:
-        releases_dir = f"{self.plan.deployment_dir}/releases"
-        listed = run_step(self.transport, commands.list_releases(releases_dir), "list releases")
-        ordered = [line.split()[1] for line in listed.text.splitlines() if line.strip()]
+        ordered = release.kept(self.transport, self.plan.deployment_dir)
         old = [r for r in ordered[: -self.playbook.releases_kept] if r not in keep]
         if old:
+            releases_dir = f"{self.plan.deployment_dir}/releases"
             run_step(self.transport, commands.remove_releases(releases_dir, old), "prune")
 
     # -- the transaction -----------------------------------------------------
@@ -266,8 +272,8 @@ class TargetRun:
         out.exit_code, out.error = 1, f"gate {out.gate.verdict.outcome}: {out.gate.verdict.reason}"
         if forced:
             cited = "; ".join(f"{f.field} {f.actual!r} (expected {f.expected!r})" for f in forced)
-            out.gate.explanation = " ".join(
-                filter(None, [out.gate.explanation, f"Preflight had found: {cited}."])
+            out.gate.explanation = ". ".join(
+                filter(None, [out.gate.explanation, f"Preflight had found: {cited}"])
             )
         if not previous or previous == self.plan.release_id:
             self.progress(self.plan.container, "stop failed server (no previous release)")
@@ -291,32 +297,14 @@ class TargetRun:
         out = self.outcome
         try:
             deployment = self.plan.deployment_dir
-            current = (
-                run_step(
-                    self.transport, commands.read_link(f"{deployment}/current"), "current release"
-                )
-                .text.strip()
-                .rsplit("/", 1)[-1]
-                or None
-            )
-            target = (
-                to
-                or run_step(
-                    self.transport, commands.read_link(f"{deployment}/previous"), "previous release"
-                )
-                .text.strip()
-                .rsplit("/", 1)[-1]
-            )
+            current = release.linked(self.transport, f"{deployment}/current")
+            target = to or release.linked(self.transport, f"{deployment}/previous")
             if not target:
                 raise _Stop(2, "no previous release to roll back to (give --to RELEASE_ID)")
-            listed = run_step(
-                self.transport, commands.list_releases(f"{deployment}/releases"), "list releases"
-            ).text
-            if target not in {line.split()[1] for line in listed.splitlines() if line.strip()}:
+            on_target = release.kept(self.transport, deployment)
+            if target not in on_target:
                 raise _Stop(
-                    2,
-                    f"release {target!r} is not on the target (kept: "
-                    f"{', '.join(line.split()[1] for line in listed.splitlines())})",
+                    2, f"release {target!r} is not on the target (kept: {', '.join(on_target)})"
                 )
             out.release, out.previous_release = target, current
             self._lock()

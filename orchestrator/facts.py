@@ -105,6 +105,17 @@ def parse_server_state(text: str) -> ServerState:
         return ServerState(words[0], int(words[1]))
 
 
+def release_id_of(link_target: str) -> str | None:
+    """`releases/ab12cd` (what `readlink current` prints) -> `ab12cd`; nothing -> None."""
+    return link_target.strip().rsplit("/", 1)[-1] or None
+
+
+def parse_release_list(text: str) -> list[str]:
+    """`MTIME ID` lines (commands.list_releases) -> ids, oldest first."""
+    with _reading("the release list", text):
+        return [line.split()[1] for line in text.splitlines() if line.strip()]
+
+
 def parse_status_report(text: str) -> dict[str, object]:
     """What commands.status_report prints, as a status row."""
     with _reading("the status report", text):
@@ -112,7 +123,7 @@ def parse_status_report(text: str) -> dict[str, object]:
         server = fields.get("server", "none").split()
         audit = json.loads(fields["audit"]) if fields.get("audit") else {}
         return {
-            "release": fields.get("current", "").rsplit("/", 1)[-1] or None,
+            "release": release_id_of(fields.get("current", "")),
             "server": server[0],
             "pid": int(server[1]) if len(server) > 1 else None,
             "last_result": audit.get("result"),

@@ -101,7 +101,6 @@ def deploy(
     options: Options,
     accept_new_host_keys: bool,
     progress: Progress,
-    command: str = "deploy",
 ) -> tuple[dict[str, Any], int]:
     prompts = load_prompts(inputs.playbook.gate.probe.prompts)
     started = now()
@@ -127,7 +126,7 @@ def deploy(
         outcomes = run_rollout(list(plans), inputs.playbook.rollout, one, skipped)
     document, code = _document(inputs, options.run_id, started, outcomes)
     if not options.dry_run:
-        History().record(document, command, options.user)
+        History().record(document, "deploy", options.user)
     return document, code
 
 
@@ -156,11 +155,7 @@ def verify_remote(inputs: Inputs, accept_new_host_keys: bool) -> tuple[dict[str,
             entry: dict[str, Any] = {"name": plan.container, "host": plan.host}
             try:
                 transport = connections.container(plan.container)
-                current = (
-                    transport.run(commands.read_link(f"{plan.deployment_dir}/current"), timeout=60)
-                    .text.strip()
-                    .rsplit("/", 1)[-1]
-                )
+                current = release.linked(transport, f"{plan.deployment_dir}/current")
                 entry["release"] = current or None
                 if not current:
                     entry["drift"] = ["no current release: nothing deployed yet"]

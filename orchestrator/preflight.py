@@ -30,6 +30,7 @@ from orchestrator.facts import (
     parse_gpus,
     parse_listing,
     parse_server_state,
+    release_id_of,
 )
 from orchestrator.plan import TargetPlan
 from orchestrator.remote import run_step
@@ -104,7 +105,7 @@ def gather(transport: Transport, plan: TargetPlan, nvidia_smi: str) -> Facts:
         free_disk_kib=int(small["disk"].strip() or 0),
         server=server,
         port_taken=port_taken,
-        current_release=small["current"].decode().strip().rsplit("/", 1)[-1] or None,
+        current_release=release_id_of(small["current"].decode()),
         gpu_error="" if gpus_ok else small["gpus"].decode("utf-8", "replace")[:300],
     )
 

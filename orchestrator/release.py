@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 
 from orchestrator import commands
 from orchestrator.drafters.findings import Finding
-from orchestrator.facts import parse_frames
+from orchestrator.facts import parse_frames, parse_release_list, release_id_of
 from orchestrator.plan import DRAFTER_CONFIG, LAUNCH_SCRIPT, TargetPlan
 from orchestrator.remote import run_step
 from orchestrator.transport.base import Transport
@@ -83,6 +83,19 @@ def read_back(transport: Transport, release_dir: str, names: list[str]) -> dict[
     result = run_step(transport, commands.read_files(paths), "read the release back")
     frames = parse_frames(result.stdout)
     return {name: frames[path] for name, path in zip(names, paths, strict=True) if path in frames}
+
+
+def linked(transport: Transport, link: str) -> str | None:
+    """The release id a `current` or `previous` link points at, if any."""
+    return release_id_of(run_step(transport, commands.read_link(link), f"read {link}").text)
+
+
+def kept(transport: Transport, deployment_dir: str) -> list[str]:
+    """The release ids on the target, oldest first."""
+    listed = run_step(
+        transport, commands.list_releases(f"{deployment_dir}/releases"), "list releases"
+    )
+    return parse_release_list(listed.text)
 
 
 @dataclass(frozen=True)

@@ -132,10 +132,12 @@ class StepView:
 
     def __call__(self, name: str, step: str) -> None:
         with self.lock:
+            kind = step.split(" (")[0]  # "wait ready (12 s left)": one plain line per kind
+            repeated = self.steps.get(name, ("", 0.0))[0].split(" (")[0] == kind
             self.steps[name] = (step, time.monotonic())
             if self.live:
                 self.live.update(self._table())
-            elif self.enabled:
+            elif self.enabled and not repeated:
                 self.out.print(
                     f"{time.monotonic() - self.started:6.1f}s {name}: {step}", highlight=False
                 )
