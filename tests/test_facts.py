@@ -17,8 +17,10 @@ from orchestrator.facts import (
     parse_gpu_apps,
     parse_gpus,
     parse_listing,
+    parse_release_list,
     parse_server_state,
     parse_status_report,
+    release_id_of,
 )
 
 FIXTURES = Path(__file__).parent / "fixtures" / "commands"
@@ -210,3 +212,16 @@ def test_malformed_text_needs_attention(parse: object, text: str) -> None:
 def test_malformed_frames_need_attention(data: bytes) -> None:
     with pytest.raises(NeedsAttention):
         parse_frames(data)
+
+
+def test_release_id_of_a_link_target() -> None:
+    assert release_id_of("releases/ab12cd34ef56\n") == "ab12cd34ef56"
+    assert release_id_of("") is None
+    assert release_id_of("\n") is None
+
+
+def test_release_list_is_ids_oldest_first() -> None:
+    assert parse_release_list("1700000000 aaa\n1700000100 bbb\n\n") == ["aaa", "bbb"]
+    assert parse_release_list("") == []
+    with pytest.raises(NeedsAttention, match="release list"):
+        parse_release_list("1700000000\n")
