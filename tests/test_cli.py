@@ -7,8 +7,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parent.parent
 DRAFTERS = Path(__file__).parent / "fixtures" / "drafters"
 EXAMPLE = ROOT / "inventories" / "example.yaml"
@@ -43,42 +41,38 @@ def test_help_lists_every_command_and_the_exit_codes() -> None:
     assert "2 bad input" in done.stdout
 
 
-@pytest.fixture
-def reference(tmp_path: Path) -> dict[str, Path]:
-    names = {"drafter": "z-lab_Qwen3.6-27B-DFlash.config.json", "target": "Qwen3.6-27B.config.json"}
-    return {role: DRAFTERS / name for role, name in names.items()}
+REFERENCE_DRAFTER = DRAFTERS / "z-lab_Qwen3.6-27B-DFlash.config.json"
+REFERENCE_TARGET = DRAFTERS / "Qwen3.6-27B.config.json"
 
 
-def test_verify_config_offline_passes_the_published_config(reference: dict[str, Path]) -> None:
-    done = orch(
-        "verify-config",
-        "--drafter",
-        str(reference["drafter"]),
-        "--target",
-        str(reference["target"]),
-        "--json",
+def verify(drafter: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    return orch(
+        "verify-config", "--drafter", str(drafter), "--target", str(REFERENCE_TARGET), *extra
     )
+
+
+def variant(tmp_path: Path, **changes: object) -> Path:
+    """The published drafter config with some top-level fields changed."""
+    config = json.loads(REFERENCE_DRAFTER.read_text())
+    config.update(changes)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    return path
+
+
+def test_verify_config_offline_passes_the_published_config() -> None:
+    done = verify(REFERENCE_DRAFTER, "--json")
     assert done.returncode == 0, done.stdout
     assert json.loads(done.stdout) == {"ok": True, "findings": []}
 
 
-def test_verify_config_offline_reports_the_field_guess(
-    reference: dict[str, Path], tmp_path: Path
-) -> None:
-    guessed = json.loads(reference["drafter"].read_text())
-    guessed["dflash_config"]["target_layer_ids"] = [1, 17, 33, 49, 63]
-    guessed["bos_token_id"] = 248044
-    (tmp_path / "config.json").write_text(json.dumps(guessed))
-    done = orch(
-        "verify-config",
-        "--drafter",
-        str(tmp_path / "config.json"),
-        "--target",
-        str(reference["target"]),
-        "--profile",
-        "z-lab/Qwen3.6-27B-DFlash",
-        "--json",
+def test_verify_config_offline_reports_the_field_guess(tmp_path: Path) -> None:
+    guessed = variant(
+        tmp_path,
+        bos_token_id=248044,
+        dflash_config={"mask_token_id": 248070, "target_layer_ids": [1, 17, 33, 49, 63]},
     )
+    done = verify(guessed, "--profile", "z-lab/Qwen3.6-27B-DFlash", "--json")
     assert done.returncode == 1
     document = json.loads(done.stdout)
     fields = {f["field"] for f in document["findings"] if f["severity"] == "error"}
@@ -86,36 +80,16 @@ def test_verify_config_offline_reports_the_field_guess(
     assert document["ok"] is False
 
 
-def test_verify_config_human_output_puts_errors_first(
-    reference: dict[str, Path], tmp_path: Path
-) -> None:
-    guessed = json.loads(reference["drafter"].read_text())
-    guessed["layer_types"] = ["full_attention"] * 5
-    (tmp_path / "config.json").write_text(json.dumps(guessed))
-    done = orch(
-        "verify-config",
-        "--drafter",
-        str(tmp_path / "config.json"),
-        "--target",
-        str(reference["target"]),
-    )
+def test_verify_config_human_output_names_the_field_and_counts(tmp_path: Path) -> None:
+    done = verify(variant(tmp_path, layer_types=["full_attention"] * 5))
     assert done.returncode == 1
     assert "layer_types" in done.stdout
-    assert "error(s)" in done.stdout.splitlines()[-1]
+    assert done.stdout.splitlines()[-1].startswith("1 error(s)")
 
 
-def test_truncated_config_is_a_finding_not_a_traceback(
-    reference: dict[str, Path], tmp_path: Path
-) -> None:
-    (tmp_path / "config.json").write_bytes(reference["drafter"].read_bytes()[:200])
-    done = orch(
-        "verify-config",
-        "--drafter",
-        str(tmp_path / "config.json"),
-        "--target",
-        str(reference["target"]),
-        "--json",
-    )
+def test_truncated_config_is_a_finding_not_a_traceback(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_bytes(REFERENCE_DRAFTER.read_bytes()[:200])
+    done = verify(tmp_path / "config.json", "--json")
     assert done.returncode == 1
     assert "Traceback" not in done.stderr
     assert "not valid JSON" in json.loads(done.stdout)["findings"][0]["message"]
