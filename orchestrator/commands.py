@@ -19,6 +19,15 @@ _PROCESS_FUNCTIONS = """\
 starttime() { _ps=$(cat "/proc/$1/stat" 2>/dev/null) || return 1; set -- ${_ps##*) }; echo ${20}; }
 procstate() { _ps=$(cat "/proc/$1/stat" 2>/dev/null) || return 1; set -- ${_ps##*) }; echo $1; }
 alive() { _pst=$(procstate "$1") || return 1; [ "$_pst" != Z ] && [ "$(starttime "$1")" = "$2" ]; }
+# group_alive() holds while any live process is in process group $1 (vLLM's workers are).
+group_alive() {
+  _g=$1
+  for _f in /proc/[0-9]*/stat; do
+    read -r _ps < "$_f" 2>/dev/null || continue; set -- ${_ps##*) }
+    [ "$3" = "$_g" ] && [ "$1" != Z ] && return 0
+  done
+  return 1
+}
 recorded() {
   [ -f "$1" ] && read _pid _st < "$1" && [ -n "$_pid" ] || { echo none; return 0; }
   if alive "$_pid" "$_st"; then echo "running $_pid"; else echo "stopped $_pid"; fi
@@ -113,24 +122,26 @@ def server_state(pid_file: str) -> list[str]:
 
 
 def stop_server(pid_file: str, timeout: float) -> list[str]:
-    """SIGTERM the recorded process group, SIGKILL after `timeout` seconds.
+    """SIGTERM the recorded process group, SIGKILL what is left of it after `timeout`
+    seconds, and return once the whole group is gone (its GPU memory with it).
 
-    `kill -s SIG -- -PGID` is the form dash (Debian's /bin/sh) accepts for a group.
-
-    A PID whose start time differs from the recorded one belongs to someone
-    else now and is not touched. Prints `stopped PID`, `killed PID` or `none`.
+    The group is trusted only while its leader's start time matches the record: a PID
+    that belongs to someone else now is not touched. `kill -s SIG -- -PGID` is the form
+    dash (Debian's /bin/sh) accepts for a group. Prints `stopped PID`, `killed PID` or
+    `none`.
     """
     ticks = max(1, int(timeout * 10))
+    running = '{ alive "$pid" "$st" || group_alive "$pid"; }'
     return script(
         _PROCESS_FUNCTIONS
         + f"[ -f {q(pid_file)} ] || {{ echo none; exit 0; }}\n"
         + f"read pid st < {q(pid_file)}\n"
-        + f'alive "$pid" "$st" || {{ rm -f {q(pid_file)}; echo none; exit 0; }}\n'
+        + f'[ -n "$pid" ] && alive "$pid" "$st" || {{ rm -f {q(pid_file)}; echo none; exit 0; }}\n'
         + 'kill -s TERM -- "-$pid" 2>/dev/null || kill -s TERM "$pid"\n'
-        + f'i=0; while alive "$pid" "$st" && [ $i -lt {ticks} ]; do sleep 0.1; i=$((i+1)); done\n'
-        + 'verb=stopped; if alive "$pid" "$st"; then verb=killed; '
+        + f"i=0; while {running} && [ $i -lt {ticks} ]; do sleep 0.1; i=$((i+1)); done\n"
+        + f"verb=stopped; if {running}; then verb=killed; "
         + 'kill -s KILL -- "-$pid" 2>/dev/null || kill -s KILL "$pid"; fi\n'
-        + 'while alive "$pid" "$st"; do sleep 0.1; done\n'
+        + f"while {running}; do sleep 0.1; done\n"
         + f'rm -f {q(pid_file)}; echo "$verb $pid"'
     )
 
@@ -146,8 +157,8 @@ def log_size(log: str) -> list[str]:
     return script(f"stat -c %s {q(log)} 2>/dev/null || echo 0")
 
 
-def gpu_apps_query(nvidia_smi: str) -> list[str]:
-    return [nvidia_smi, *GPU_APPS_QUERY]
+def gpu_query(nvidia_smi: str) -> list[str]:
+    return [nvidia_smi, *GPU_QUERY]
 
 
 def append_line(path: str, line: str) -> list[str]:

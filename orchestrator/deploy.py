@@ -31,7 +31,8 @@ from orchestrator.server import Server
 from orchestrator.state import audit_line, now
 from orchestrator.transport.base import Transport
 
-Progress = Callable[[str, str], None]  # (container, step description)
+Progress = Callable[[str, str], None]
+GPU_RELEASE_TIMEOUT = 120.0  # (container, step description)
 
 
 @dataclass(frozen=True)
@@ -154,39 +155,20 @@ class TargetRun:
     def switch(self, release_id: str, phase: str = "") -> GateReport:
         """Stop the running server, point `current` at the release, start it, gate it.
 
-        Step names carry `phase` ("rollback") so the two halves of a rollback time apart.
+        Any failure on the way is a failed gate report, never an exception: once the
+        old server may be stopped, the caller must always get to roll back. Step names
+        carry `phase` ("rollback") so the two halves of a rollback time apart.
         """
-        release_dir = f"{self.plan.deployment_dir}/releases/{release_id}"
         prefix = f"{phase} " if phase else ""
-        with self._step(f"{prefix}stop server"):
-            stopped = self.server.stop(self.playbook.server.stop_timeout)
-            if stopped != "none":
-                self.server.wait_gpu_released(self.nvidia_smi, int(stopped.split()[1]), timeout=120)
-        with self._step(f"{prefix}switch current"):
-            run_step(
-                self.transport,
-                commands.point_link(
-                    f"{self.plan.deployment_dir}/current", f"releases/{release_id}"
-                ),
-                "switch current",
-            )
-        with self._step(f"{prefix}start server"):
-            pid = self.server.start(f"{release_dir}/{LAUNCH_SCRIPT}")
         try:
-            with self._step(f"{prefix}wait ready"):
-                timeout = self.playbook.gate.ready_timeout
-                self.server.wait_ready(
-                    pid,
-                    timeout,
-                    tick=lambda waited: self.progress(
-                        self.plan.container, f"{prefix}wait ready ({timeout - waited:.0f} s left)"
-                    ),
-                )
+            self._start(release_id, prefix)
         except ServerFailed as exc:
             return GateReport(
                 _failed_verdict(f"server did not become ready: {exc.reason}"),
                 explanation=exc.log_tail.strip() or None,
             )
+        except OrchError as exc:
+            return GateReport(_failed_verdict(f"switching to {release_id} failed: {exc}"))
         with self._step(f"{prefix}gate"):
             return run_gate(
                 self.transport,
@@ -197,10 +179,43 @@ class TargetRun:
                 self.prompts,
             )
 
+    def _start(self, release_id: str, prefix: str) -> None:
+        release_dir = f"{self.plan.deployment_dir}/releases/{release_id}"
+        with self._step(f"{prefix}stop server"):
+            self.server.stop(self.playbook.server.stop_timeout)
+            self.server.wait_gpu_free(
+                self.nvidia_smi,
+                self.playbook.server.tensor_parallel_size,
+                preflight.MIN_FREE_GPU_SHARE,
+                timeout=GPU_RELEASE_TIMEOUT,
+            )
+        with self._step(f"{prefix}switch current"):
+            run_step(
+                self.transport,
+                commands.point_link(
+                    f"{self.plan.deployment_dir}/current", f"releases/{release_id}"
+                ),
+                "switch current",
+            )
+        with self._step(f"{prefix}start server"):
+            pid = self.server.start(f"{release_dir}/{LAUNCH_SCRIPT}")
+        with self._step(f"{prefix}wait ready"):
+            timeout = self.playbook.gate.ready_timeout
+            self.server.wait_ready(
+                pid,
+                timeout,
+                tick=lambda waited: self.progress(
+                    self.plan.container, f"{prefix}wait ready ({timeout - waited:.0f} s left)"
+                ),
+            )
+
     def _passed(self, report: GateReport) -> bool:
+        """Pass; or inconclusive with `on_inconclusive: keep`, but only for a server
+        that was measured and answered (a dead one is never kept)."""
         outcome = report.verdict.outcome
+        served = report.verdict.drafts > 0 and report.request_errors < report.requests
         return outcome == "pass" or (
-            outcome == "inconclusive" and self.playbook.gate.on_inconclusive == "keep"
+            outcome == "inconclusive" and self.playbook.gate.on_inconclusive == "keep" and served
         )
 
     def _audit(self, action: str) -> None:
@@ -218,24 +233,16 @@ class TargetRun:
 
     # -- the transaction -----------------------------------------------------
     def deploy(self) -> Outcome:
+        """Preflight under the lock, so the facts it reads stay true until the switch."""
         out = self.outcome
         try:
-            facts = self._preflight()
-            errors = [f for f in out.findings if f.severity == Severity.ERROR]
-            if errors and not self.options.force:
-                raise _Stop(
-                    1,
-                    f"preflight found {len(errors)} error(s); nothing was changed "
-                    "(--force deploys anyway, and keeps the rollback)",
-                )
             if self.options.dry_run:
-                out.result = "dry_run"
-                if self.options.diff:
-                    out.diff = self._diff(facts.current_release)
+                self._dry_run()
                 return out
             self._lock()
             try:
-                self._transaction(facts, errors)
+                facts = self._preflight()
+                self._transaction(facts, self._blocking_errors())
             finally:
                 self._unlock()
         except _Stop as stop:
@@ -244,6 +251,23 @@ class TargetRun:
             out.exit_code, out.error = exc.exit_code, str(exc)
             out.result = "failed"
         return out
+
+    def _blocking_errors(self) -> list[Finding]:
+        """Preflight errors; they stop the deploy unless forced (then they are recorded)."""
+        errors = [f for f in self.outcome.findings if f.severity == Severity.ERROR]
+        if errors and not self.options.force:
+            raise _Stop(
+                1,
+                f"preflight found {len(errors)} error(s); nothing was changed "
+                "(--force deploys anyway, and keeps the rollback)",
+            )
+        return errors
+
+    def _dry_run(self) -> None:
+        facts = self._preflight()
+        self.outcome.result = "dry_run"
+        if self.options.diff:
+            self.outcome.diff = self._diff(facts.current_release)
 
     def _transaction(self, facts: preflight.Facts, forced: list[Finding]) -> None:
         out = self.outcome
@@ -275,6 +299,8 @@ class TargetRun:
             out.gate.explanation = ". ".join(
                 filter(None, [out.gate.explanation, f"Preflight had found: {cited}"])
             )
+        if previous == self.plan.release_id:  # redeployed the current one: go further back
+            previous = release.linked(self.transport, f"{self.plan.deployment_dir}/previous")
         if not previous or previous == self.plan.release_id:
             self.progress(self.plan.container, "stop failed server (no previous release)")
             self.server.stop(self.playbook.server.stop_timeout)

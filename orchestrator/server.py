@@ -12,8 +12,8 @@ from collections.abc import Callable
 import tenacity
 
 from orchestrator import commands
-from orchestrator.errors import ServerFailed, TransportError
-from orchestrator.facts import ServerState, parse_gpu_apps, parse_server_state
+from orchestrator.errors import NeedsAttention, ServerFailed, TransportError
+from orchestrator.facts import ServerState, parse_gpus, parse_server_state
 from orchestrator.remote import run_step
 from orchestrator.transport import http
 from orchestrator.transport.base import Transport
@@ -64,17 +64,28 @@ class Server:
     def log_offset(self) -> int:
         return int(self.transport.run(commands.log_size(self.log), timeout=30).text.strip() or 0)
 
-    def wait_gpu_released(self, nvidia_smi: str, pid: int, timeout: float) -> None:
-        """Until no GPU process is the old server: a new one would not fit beside it."""
+    def wait_gpu_free(self, nvidia_smi: str, gpus: int, share: float, timeout: float) -> None:
+        """Until each of the first `gpus` GPUs has `share` of its memory free.
+
+        Judged by memory, not by PIDs: inside an LXC container nvidia-smi may show
+        the host's PIDs, or none, for the old server's workers.
+        """
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            result = self.transport.run(commands.gpu_apps_query(nvidia_smi), timeout=30)
-            if not result.ok or all(app.pid != pid for app in parse_gpu_apps(result.text)):
+        while True:
+            result = self.transport.run(commands.gpu_query(nvidia_smi), timeout=30)
+            if not result.ok:
+                return  # no GPU facts to wait on; preflight has reported it
+            short = [g for g in parse_gpus(result.text)[:gpus] if g.free_mib < share * g.total_mib]
+            if not short:
                 return
+            if time.monotonic() > deadline:
+                held = ", ".join(
+                    f"GPU {g.index}: {g.free_mib} of {g.total_mib} MiB free" for g in short
+                )
+                raise NeedsAttention(
+                    f"GPU memory not released {timeout:.0f} s after the old server stopped ({held})"
+                )
             time.sleep(0.5)
-        raise ServerFailed(
-            f"GPU memory of the old server (PID {pid}) not released after {timeout:.0f} s"
-        )
 
     def health(self) -> int:
         return http.request(

@@ -145,10 +145,10 @@ def test_write_file_quotes_every_hostile_part_of_the_path() -> None:
     ]
 
 
-def test_gpu_process_query_passes_the_path_as_one_argument() -> None:
-    assert commands.gpu_apps_query("/opt/nv smi") == [
+def test_gpu_query_passes_the_path_as_one_argument() -> None:
+    assert commands.gpu_query("/opt/nv smi") == [
         "/opt/nv smi",
-        "--query-compute-apps=pid,used_memory,gpu_uuid",
+        "--query-gpu=index,uuid,memory.total,memory.used,memory.free",
         "--format=csv,noheader,nounits",
     ]
 
@@ -460,6 +460,24 @@ def test_stop_terminates_the_whole_process_group(deployment: Path, processes: Pr
 
     assert not running(pid)
     wait_until(lambda: not running(worker), timeout=0.5)
+
+
+def test_a_worker_ignoring_sigterm_is_killed_though_its_leader_exited(
+    deployment: Path, processes: Processes
+) -> None:
+    """vLLM's workers hold the GPU memory: stop returns only once the whole group is gone."""
+    launch = "sh -c 'trap \"\" TERM; exec sleep 60' &\necho $! > worker.pid\nexec sleep 60\n"
+    pid = start(deployment, f"cd {commands.q(str(deployment))}\n{launch}", processes)
+    worker_file = deployment / "worker.pid"
+    wait_until(lambda: worker_file.is_file() and worker_file.read_text().endswith("\n"))
+    worker = int(worker_file.read_text())
+    processes.track(worker)
+    wait_until(lambda: Path(f"/proc/{worker}/comm").read_text() == "sleep\n")
+
+    assert stop(deployment, timeout=0.3) == f"killed {pid}"
+
+    assert not running(pid)
+    assert not running(worker)
 
 
 def test_a_process_ignoring_sigterm_is_killed_after_the_timeout(

@@ -223,6 +223,16 @@ def test_only_other_processes_are_named_and_only_ours_is_freed(
 
     assert finding.actual == 21000
     assert "PIDs [4242]" in finding.message
+    # With our server running, its workers may hold memory under PIDs we cannot see:
+    # the switch stops it and waits for the memory, so this is a warning, not a stop.
+    assert finding.severity == Severity.WARNING
+    assert "stopped first" in finding.message
+
+
+def test_memory_short_with_no_server_of_ours_is_an_error(facts: Facts, plan: TargetPlan) -> None:
+    held = busy(facts, [GpuApp(4242, 48140, "GPU-0")], ServerState("none"))
+    [finding] = judge(held, plan, TP, SPEC_TOKENS)
+    assert finding.severity == Severity.ERROR
 
 
 def test_gpus_beyond_tensor_parallel_are_not_judged(facts: Facts, plan: TargetPlan) -> None:
