@@ -28,7 +28,7 @@ from pathlib import Path
 from orchestrator import commands
 from orchestrator.inventory import load_inventory
 from orchestrator.lab.cluster import SERVER_PORT, SSH_PORT, Lab, stop_pids
-from orchestrator.lab.sshd import pid_alive
+from orchestrator.lab.layout import pid_alive
 from orchestrator.plan import TargetPlan, plan_deploy
 from orchestrator.playbook import find_playbook, load_playbook
 

@@ -84,6 +84,8 @@ def deploy(
     """Render, push, verify, restart, gate; roll back by itself when the gate fails."""
     from orchestrator import operations, report
 
+    if diff and not dry_run:
+        raise click.UsageError("--diff shows what --dry-run would change: give both")
     inputs = operations.load(playbook, inventory_path, list(limit), list(assignments))
     options = operations.new_options(force=force, dry_run=dry_run, diff=diff)
     with report.StepView([p.container for p in inputs.plans], enabled=not as_json) as view:

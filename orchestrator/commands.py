@@ -92,27 +92,47 @@ def read_link(link: str) -> list[str]:
 
 
 def acquire_lock(lock_dir: str, owner_json: str) -> list[str]:
-    """mkdir is atomic: exit 0 and the lock is ours; exit 1 and the owner is printed."""
+    """mkdir is atomic: exit 0 and the lock is ours; exit 1 and it is held (the owner
+    is printed); exit 2 and it could not be made at all (stderr says why)."""
+    lock, owner = q(lock_dir), q(lock_dir + "/owner.json")
     return script(
-        f"mkdir -p {q(lock_dir.rsplit('/', 1)[0])}; "
-        f"if mkdir {q(lock_dir)} 2>/dev/null; then printf %s {q(owner_json)} > "
-        f"{q(lock_dir + '/owner.json')}; exit 0; fi; "
-        f"cat {q(lock_dir + '/owner.json')} 2>/dev/null; exit 1"
+        f"mkdir -p {q(lock_dir.rsplit('/', 1)[0])} || exit 2\n"
+        f"if mkdir {lock} 2>/dev/null; then printf %s {q(owner_json)} > {owner}; exit 0; fi\n"
+        f"[ -d {lock} ] || {{ mkdir {lock}; exit 2; }}\n"
+        f"cat {owner} 2>/dev/null; exit 1"
     )
 
 
-def release_lock(lock_dir: str) -> list[str]:
-    return script(f"rm -f {q(lock_dir + '/owner.json')}; rmdir {q(lock_dir)} 2>/dev/null || true")
+def release_lock(lock_dir: str, run_id: str | None = None) -> list[str]:
+    """Remove the lock; given a run id, only if that run holds it (a lock broken with
+    `orch unlock` and taken by another run meanwhile stays)."""
+    owner = q(lock_dir + "/owner.json")
+    guard = f"grep -qF {q(run_id)} {owner} 2>/dev/null || exit 0\n" if run_id else ""
+    return script(guard + f"rm -f {owner}; rmdir {q(lock_dir)} 2>/dev/null || true")
 
 
 def start_server(launch_script: str, log: str, pid_file: str) -> list[str]:
     """Start detached (own session, stdin from /dev/null, output to the log) and
-    record `PID STARTTIME`; prints the same."""
+    record `PID STARTTIME`; prints `PID STARTTIME LOGSIZE`, the log's size before
+    this start (later reads of the log begin there)."""
     return script(
         _PROCESS_FUNCTIONS
+        + f"size=$(stat -c %s {q(log)} 2>/dev/null) || size=0\n"
         + f"setsid {SH} {q(launch_script)} < /dev/null >> {q(log)} 2>&1 &\n"
         + 'pid=$!; st=$(starttime "$pid") || st=0\n'
-        + f'echo "$pid $st" > {q(pid_file)}; echo "$pid $st"'
+        + f'echo "$pid $st" > {q(pid_file)}; echo "$pid $st $size"'
+    )
+
+
+def watch_server(pid_file: str, log: str, since_byte: int, lines: int) -> list[str]:
+    """One look at a starting server, as frames: `server` (as server_state prints it)
+    and `tail` (the log's last lines since `since_byte`)."""
+    return script(
+        _PROCESS_FUNCTIONS
+        + _FRAME_FUNCTIONS
+        + f'recorded {q(pid_file)} > "$tmp"; frame server "$tmp"\n'
+        + f'tail -c +{int(since_byte) + 1} {q(log)} 2>/dev/null | tail -n {int(lines)} > "$tmp"\n'
+        + 'frame tail "$tmp"'
     )
 
 
@@ -144,17 +164,6 @@ def stop_server(pid_file: str, timeout: float) -> list[str]:
         + f"while {running}; do sleep 0.1; done\n"
         + f'rm -f {q(pid_file)}; echo "$verb $pid"'
     )
-
-
-def tail_log(log: str, lines: int = 40, since_byte: int = 0) -> list[str]:
-    """The last lines written after byte `since_byte` (this start, not older runs)."""
-    return script(
-        f"tail -c +{int(since_byte) + 1} {q(log)} 2>/dev/null | tail -n {int(lines)} || true"
-    )
-
-
-def log_size(log: str) -> list[str]:
-    return script(f"stat -c %s {q(log)} 2>/dev/null || echo 0")
 
 
 def gpu_query(nvidia_smi: str) -> list[str]:

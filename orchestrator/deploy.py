@@ -21,7 +21,7 @@ from typing import Any
 
 from orchestrator import commands, preflight, release
 from orchestrator.drafters.findings import Finding, Severity
-from orchestrator.errors import LockHeld, OrchError, ServerFailed
+from orchestrator.errors import LockHeld, OrchError, ServerFailed, StepFailed
 from orchestrator.gate import GateReport, run_gate
 from orchestrator.metrics.assess import Verdict
 from orchestrator.plan import LAUNCH_SCRIPT, TargetPlan
@@ -121,7 +121,12 @@ class TargetRun:
             }
         )
         result = self.transport.run(commands.acquire_lock(self.lock_dir, owner), timeout=60)
-        if not result.ok:
+        if result.exit_code not in (0, 1):
+            raise StepFailed(
+                f"{self.plan.container}: cannot create the deploy lock "
+                f"{self.lock_dir}: {result.error_text}"
+            )
+        if result.exit_code == 1:
             holder = result.text.strip() or "unknown owner"
             raise LockHeld(
                 f"{self.plan.container}: deploy lock held: {holder}; if that run is "
@@ -134,7 +139,7 @@ class TargetRun:
         return f"{self.plan.deployment_dir}/lock"
 
     def _unlock(self) -> None:
-        self.transport.run(commands.release_lock(self.lock_dir), timeout=60)
+        self.transport.run(commands.release_lock(self.lock_dir, self.options.run_id), timeout=60)
 
     def _write_release(self, forced: list[Finding]) -> None:
         files = {

@@ -105,6 +105,13 @@ def parse_server_state(text: str) -> ServerState:
         return ServerState(words[0], int(words[1]))
 
 
+def parse_started(text: str) -> tuple[int, int]:
+    """What commands.start_server prints -> (PID, log size before the start)."""
+    with _reading("the started server's PID", text):
+        pid, _, log_start = text.split()
+        return int(pid), int(log_start)
+
+
 def release_id_of(link_target: str) -> str | None:
     """`releases/ab12cd` (what `readlink current` prints) -> `ab12cd`; nothing -> None."""
     return link_target.strip().rsplit("/", 1)[-1] or None

@@ -11,7 +11,6 @@ import dataclasses
 import itertools
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import tenacity
@@ -55,7 +54,10 @@ class GateReport:
             **self.verdict.to_dict(),
             "explanation": self.explanation,
             "requests": self.requests,
+            "request_errors": self.request_errors,
             "scrape_errors": self.scrape_errors,
+            "counter_resets": self.resets,
+            "seconds": round(self.seconds, 3),
         }
 
 
@@ -137,7 +139,6 @@ def run_gate(
     served_name: str,
     gate: Gate,
     prompts: list[str],
-    tick: Callable[[Verdict | None], None] = lambda _: None,
 ) -> GateReport:
     criteria = GateCriteria(
         gate.min_mean_acceptance_length,
@@ -198,7 +199,6 @@ def run_gate(
                     report.scrape_errors += 1  # read mid-update: start again from this scrape
             previous = current
             report.verdict = assess(report.batches, criteria)
-            tick(report.verdict)
             if report.verdict.outcome != "inconclusive":
                 break
             out_of_traffic = not any(w.is_alive() for w in workers)

@@ -17,7 +17,7 @@ from orchestrator import commands, preflight, release
 from orchestrator.deploy import Options, Outcome, Progress, TargetRun
 from orchestrator.drafters.findings import Finding, Severity
 from orchestrator.drafters.modelfiles import parse_json_document
-from orchestrator.errors import OrchError
+from orchestrator.errors import NeedsAttention, OrchError
 from orchestrator.facts import parse_status_report
 from orchestrator.inventory import Inventory, load_inventory
 from orchestrator.plan import DRAFTER_CONFIG, TargetPlan, plan_deploy
@@ -96,6 +96,14 @@ def _document(
     }, code
 
 
+def _remember(document: dict[str, Any], command: str, user: str) -> None:
+    """History is a record, not the change: failing to write it only warns."""
+    try:
+        History().record(document, command, user)
+    except NeedsAttention as exc:
+        document.setdefault("warnings", []).append(str(exc))
+
+
 def deploy(
     inputs: Inputs,
     options: Options,
@@ -126,7 +134,7 @@ def deploy(
         outcomes = run_rollout(list(plans), inputs.playbook.rollout, one, skipped)
     document, code = _document(inputs, options.run_id, started, outcomes)
     if not options.dry_run:
-        History().record(document, "deploy", options.user)
+        _remember(document, "deploy", options.user)
     return document, code
 
 
@@ -141,7 +149,7 @@ def rollback(
             run = _target_run(inputs, connections, plan, options, progress, prompts)
             outcomes.append(_guarded(plan, partial(run.rollback, to)))
     document, code = _document(inputs, options.run_id, started, outcomes)
-    History().record(document, "rollback", options.user)
+    _remember(document, "rollback", options.user)
     return document, code
 
 
@@ -233,8 +241,7 @@ def unlock(inputs: Inputs, accept_new_host_keys: bool) -> list[tuple[str, str]]:
         for plan in inputs.plans:
             transport = connections.container(plan.container)
             lock_dir = f"{plan.deployment_dir}/lock"
-            holder = transport.run(commands.read_files([f"{lock_dir}/owner.json"]), timeout=60)
+            owner = release.read_back(transport, lock_dir, ["owner.json"]).get("owner.json", b"")
             run_step(transport, commands.release_lock(lock_dir), "remove lock")
-            owner = holder.stdout.split(b"\n", 1)[1].decode() if holder.stdout else ""
-            removed.append((plan.container, owner))
+            removed.append((plan.container, owner.decode("utf-8", "replace")))
     return removed

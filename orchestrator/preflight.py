@@ -80,7 +80,8 @@ def read_model_dir(transport: Transport, path: str) -> ModelDir:
 
 
 def gather(transport: Transport, plan: TargetPlan, nvidia_smi: str) -> Facts:
-    """Three round trips: the two model dirs, then the small facts together."""
+    """Three commands (the two model dirs, then the small facts together) and, when no
+    server of ours runs, one probe of the port."""
     target = read_model_dir(transport, plan.target_dir)
     drafter = read_model_dir(transport, plan.drafter_weights)
     small = parse_frames(
@@ -221,9 +222,9 @@ def _truncated(model: ModelDir) -> list[Finding]:
             end = max(
                 (e["data_offsets"][1] for k, e in header.items() if k != "__metadata__"), default=0
             )
-        except (ValueError, KeyError, TypeError, IndexError):
+            expected = 8 + length + int(end)
+        except (ValueError, KeyError, TypeError, IndexError, AttributeError):
             continue  # reported by the header parser
-        expected = 8 + length + end
         if model.sizes.get(name, expected) < expected:
             findings.append(
                 Finding.error(

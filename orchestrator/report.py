@@ -97,11 +97,12 @@ def print_rows(rows: list[dict[str, Any]], as_json: bool = False) -> None:
     if as_json:
         print(json.dumps(rows, indent=2))
         return
+    columns = list(dict.fromkeys(key for row in rows for key in row))  # first-seen order
     table = Table()
-    for column in rows[0] if rows else ():
+    for column in columns:
         table.add_column(column, overflow="fold")
     for row in rows:
-        table.add_row(*(_show(value) for value in row.values()))
+        table.add_row(*(_show(row[c]) if c in row else "" for c in columns))
     console().print(table)
 
 
@@ -196,6 +197,8 @@ def print_run(document: dict[str, Any]) -> None:
             out.print(f"[red]{target['name']}: {target['error']}[/]", highlight=False)
         if target.get("diff"):
             out.print(Syntax(target["diff"], "diff", theme="ansi_dark"))
+    for warning in document.get("warnings", []):
+        out.print(f"[yellow]warning: {warning}[/]", highlight=False)
 
 
 def acceptance_bars(rates: list[float], width: int = 40) -> str:

@@ -21,12 +21,12 @@ class Schema(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-def validate_document(model: type[ModelT], document: YamlDocument, context: Any = None) -> ModelT:
+def validate_document(model: type[ModelT], document: YamlDocument) -> ModelT:
     """Validate parsed YAML; every problem is one line `file:line:col: field: what`."""
     if not isinstance(document.data, dict):
         raise InputError(f"{document.source}:1:1: expected a mapping at the top level")
     try:
-        return model.model_validate(document.data, context=context)
+        return model.model_validate(document.data)
     except ValidationError as exc:
         raise InputError(format_validation_error(exc, document)) from None
 

@@ -13,7 +13,13 @@ import tenacity
 
 from orchestrator import commands
 from orchestrator.errors import NeedsAttention, ServerFailed, TransportError
-from orchestrator.facts import ServerState, parse_gpus, parse_server_state
+from orchestrator.facts import (
+    ServerState,
+    parse_frames,
+    parse_gpus,
+    parse_server_state,
+    parse_started,
+)
 from orchestrator.remote import run_step
 from orchestrator.transport import http
 from orchestrator.transport.base import Transport
@@ -49,20 +55,24 @@ class Server:
 
     def start(self, launch_script: str) -> int:
         """Start detached; later log reads see only what this start wrote."""
-        self.log_start = self.log_offset()
         result = run_step(
             self.transport,
             commands.start_server(launch_script, self.log, self.pid_file),
             "start server",
         )
-        return int(result.text.split()[0])
+        pid, self.log_start = parse_started(result.text)
+        return pid
 
-    def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
-        argv = commands.tail_log(self.log, lines, self.log_start)
-        return self.transport.run(argv, timeout=30).text
+    def log_tail(self) -> str:
+        return self.watch()[1]
 
-    def log_offset(self) -> int:
-        return int(self.transport.run(commands.log_size(self.log), timeout=30).text.strip() or 0)
+    def watch(self) -> tuple[ServerState, str]:
+        """The recorded process's state and the log written since this start, in one look."""
+        argv = commands.watch_server(self.pid_file, self.log, self.log_start, LOG_TAIL_LINES)
+        frames = parse_frames(run_step(self.transport, argv, "watch the server", timeout=30).stdout)
+        return parse_server_state(frames["server"].decode()), frames["tail"].decode(
+            "utf-8", "replace"
+        )
 
     def wait_gpu_free(self, nvidia_smi: str, gpus: int, share: float, timeout: float) -> None:
         """Until each of the first `gpus` GPUs has `share` of its memory free.
@@ -101,10 +111,9 @@ class Server:
 
         def attempt() -> None:
             tick(time.monotonic() - started)
-            state = self.state()
+            state, tail = self.watch()
             if not state.running or state.pid != pid:
-                raise ServerFailed("the server exited while starting", self.log_tail())
-            tail = self.log_tail()
+                raise ServerFailed("the server exited while starting", tail)
             marker = next((m for m in FATAL_LOG_MARKERS if m in tail), None)
             if marker:
                 raise ServerFailed(f"the server log shows a fatal error ({marker})", tail)

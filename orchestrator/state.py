@@ -10,6 +10,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from orchestrator.errors import NeedsAttention
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
     run_id TEXT PRIMARY KEY,
@@ -50,6 +52,12 @@ class History:
         return connection
 
     def record(self, document: dict[str, Any], command: str, user: str) -> None:
+        try:
+            self._insert(document, command, user)
+        except (sqlite3.Error, OSError) as exc:
+            raise NeedsAttention(f"could not record the run in {self.path}: {exc}") from None
+
+    def _insert(self, document: dict[str, Any], command: str, user: str) -> None:
         with closing(self._connect()) as db, db:
             db.execute(
                 "INSERT OR REPLACE INTO runs VALUES (?, ?, ?, ?, ?, ?, ?)",

@@ -10,7 +10,7 @@ import pytest
 from labtools import LabHandle, free_network
 
 from orchestrator.lab.cluster import Lab, LabSpec
-from orchestrator.lab.sshd import pid_alive
+from orchestrator.lab.layout import pid_alive
 
 
 @pytest.fixture

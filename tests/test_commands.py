@@ -38,6 +38,7 @@ from orchestrator.facts import (
     parse_frames,
     parse_listing,
     parse_server_state,
+    parse_started,
     parse_status_report,
 )
 from orchestrator.preflight import INDEX_FILE
@@ -163,15 +164,38 @@ def test_point_link_and_lock_scripts() -> None:
     assert commands.acquire_lock("/var/lib/orch/q/lock", '{"user": "o\'brien"}') == [
         "/bin/sh",
         "-c",
-        "mkdir -p /var/lib/orch/q; if mkdir /var/lib/orch/q/lock 2>/dev/null; "
+        "mkdir -p /var/lib/orch/q || exit 2\n"
+        "if mkdir /var/lib/orch/q/lock 2>/dev/null; "
         """then printf %s '{"user": "o'"'"'brien"}' > /var/lib/orch/q/lock/owner.json; """
-        "exit 0; fi; cat /var/lib/orch/q/lock/owner.json 2>/dev/null; exit 1",
+        "exit 0; fi\n"
+        "[ -d /var/lib/orch/q/lock ] || { mkdir /var/lib/orch/q/lock; exit 2; }\n"
+        "cat /var/lib/orch/q/lock/owner.json 2>/dev/null; exit 1",
     ]
     assert commands.release_lock("/var/lib/orch/q/lock") == [
         "/bin/sh",
         "-c",
         "rm -f /var/lib/orch/q/lock/owner.json; rmdir /var/lib/orch/q/lock 2>/dev/null || true",
     ]
+    assert commands.release_lock("/l/lock", "run 1")[2].startswith(
+        "grep -qF 'run 1' /l/lock/owner.json 2>/dev/null || exit 0\n"
+    )
+
+
+def test_a_lock_that_cannot_be_made_is_not_reported_as_held(tmp_path: Path) -> None:
+    blocker = tmp_path / "deployment"
+    blocker.write_text("a file where the deployment dir should be")
+    done = run(commands.acquire_lock(str(blocker / "lock"), "{}"))
+    assert done.returncode == 2
+    assert done.stderr
+
+
+def test_release_lock_leaves_another_runs_lock(tmp_path: Path) -> None:
+    lock = tmp_path / "lock"
+    assert run(commands.acquire_lock(str(lock), '{"run_id": "B"}')).returncode == 0
+    run(commands.release_lock(str(lock), "A"))
+    assert (lock / "owner.json").read_text() == '{"run_id": "B"}'
+    run(commands.release_lock(str(lock), "B"))
+    assert not lock.exists()
 
 
 def test_release_removal_and_log_scripts() -> None:
@@ -179,11 +203,6 @@ def test_release_removal_and_log_scripts() -> None:
         "/bin/sh",
         "-c",
         "rm -rf -- /d/releases/abc '/d/releases/x y; rm -rf /' '/d/releases/*'",
-    ]
-    assert commands.tail_log("/d/server.log", 30, 1024) == [
-        "/bin/sh",
-        "-c",
-        "tail -c +1025 /d/server.log 2>/dev/null | tail -n 30 || true",
     ]
     assert commands.append_line("/d/audit.log", "it's $HOME") == [
         "/bin/sh",
@@ -642,22 +661,43 @@ def test_status_report_parses_into_a_status_row(
 # -- logs and disk -------------------------------------------------------------------------------
 
 
-def test_tail_log_shows_only_what_was_written_since_the_offset(tmp_path: Path) -> None:
-    log = tmp_path / "server log"
+def test_watch_shows_the_server_and_only_the_log_written_since_its_start(
+    deployment: Path, processes: Processes
+) -> None:
+    log = deployment / "server.log"
     log.write_text("".join(f"old {i}\n" for i in range(50)))
-    offset = int(run(commands.log_size(str(log))).stdout)
-    assert offset == log.stat().st_size
-    with log.open("a") as file:
-        file.write("".join(f"new {i}\n" for i in range(5)))
-
-    assert run(commands.tail_log(str(log), 40, offset)).stdout.decode() == "".join(
-        f"new {i}\n" for i in range(5)
+    started = run(
+        commands.start_server(
+            str(write_launch(deployment, "echo new 0; echo new 1; exec sleep 60\n")),
+            str(log),
+            str(deployment / "server.pid"),
+        )
     )
-    assert run(commands.tail_log(str(log), 2, offset)).stdout == b"new 3\nnew 4\n"
-    assert run(commands.tail_log(str(log), 1)).stdout == b"new 4\n"
-    missing = run(commands.tail_log(str(tmp_path / "nope")))
-    assert (missing.returncode, missing.stdout) == (0, b"")
-    assert run(commands.log_size(str(tmp_path / "nope"))).stdout == b"0\n"
+    pid, log_start = parse_started(started.stdout.decode())
+    processes.track(pid)
+    assert log_start == len("".join(f"old {i}\n" for i in range(50)))
+    wait_until(lambda: log.read_text().endswith("new 1\n"))
+
+    argv = commands.watch_server(str(deployment / "server.pid"), str(log), log_start, 40)
+    frames = parse_frames(run(argv).stdout)
+    assert parse_server_state(frames["server"].decode()) == ServerState("running", pid)
+    assert frames["tail"] == b"new 0\nnew 1\n"
+    one = parse_frames(
+        run(commands.watch_server(str(deployment / "server.pid"), str(log), log_start, 1)).stdout
+    )
+    assert one["tail"] == b"new 1\n"
+    missing = parse_frames(
+        run(
+            commands.watch_server(str(deployment / "nope.pid"), str(deployment / "nope.log"), 0, 5)
+        ).stdout
+    )
+    assert missing == {"server": b"none\n", "tail": b""}
+
+
+def write_launch(deployment: Path, text: str) -> Path:
+    script = deployment / "serve.sh"
+    script.write_text(text)
+    return script
 
 
 def test_target_facts_frame_gpus_disk_server_and_current(tmp_path: Path) -> None:

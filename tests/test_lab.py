@@ -26,7 +26,7 @@ from orchestrator import release
 from orchestrator.errors import HostKeyError, ServiceUnavailable, TransportError
 from orchestrator.inventory import Inventory, load_inventory
 from orchestrator.lab.cluster import SSH_PORT, Lab
-from orchestrator.lab.sshd import pid_alive
+from orchestrator.lab.layout import pid_alive
 from orchestrator.plan import LAUNCH_SCRIPT, plan_target
 from orchestrator.playbook import find_playbook, load_playbook
 from orchestrator.server import Server

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.errors import InputError
+from orchestrator.errors import InputError, NeedsAttention
 from orchestrator.probes import load_prompts
 from orchestrator.state import History, audit_line, new_run_id, state_dir
 
@@ -86,3 +86,10 @@ def test_user_prompt_file_errors_name_the_line(tmp_path: Path) -> None:
     assert load_prompts(str(path)) == ["one", "two"]
     with pytest.raises(InputError, match="cannot read"):
         load_prompts(str(tmp_path / "missing.jsonl"))
+
+
+def test_an_unwritable_history_is_a_project_error(tmp_path: Path) -> None:
+    blocker = tmp_path / "state"
+    blocker.write_text("a file where the state dir should be")
+    with pytest.raises(NeedsAttention, match="could not record the run"):
+        History(blocker / "history.sqlite").record(document("r1", "x", "ok"), "deploy", "a")

@@ -45,6 +45,10 @@ def build_target_layer_ids(num_target_layers: int, num_draft_layers: int) -> lis
     """
     if num_draft_layers < 1:
         raise ValueError(f"num_draft_layers must be >= 1, got {num_draft_layers}")
+    if num_draft_layers > max(num_target_layers, 1):
+        raise ValueError(
+            f"{num_draft_layers} drafter layers cannot read from {num_target_layers} target layers"
+        )
     if num_draft_layers == 1:
         return [num_target_layers // 2]
     start, end = 1, num_target_layers - 3
@@ -273,8 +277,10 @@ def _layer_ids_shape(ids: list[int], num_target_layers: object) -> Iterator[Find
 
 def _default_spacing(ids: list[int], num_target_layers: object, drafter: dict) -> Iterator[Finding]:
     num_draft_layers = drafter.get("num_hidden_layers")
-    if not (_is_int(num_target_layers) and _is_int(num_draft_layers) and num_draft_layers >= 1):
+    if not (_is_int(num_target_layers) and _is_int(num_draft_layers)):
         return
+    if not 1 <= num_draft_layers <= max(num_target_layers, 1):
+        return  # no default spacing exists; the weights and shape rules report it
     default = build_target_layer_ids(num_target_layers, num_draft_layers)
     if ids != default:
         yield Finding.warning(

@@ -26,6 +26,7 @@ from orchestrator.lab import sshd
 from orchestrator.lab.layout import (
     ContainerPaths,
     LabPaths,
+    pid_alive,
     read_gpus,
     server_records,
     write_container_launchers,
@@ -33,6 +34,7 @@ from orchestrator.lab.layout import (
     write_pct_launcher,
 )
 from orchestrator.lab.models import install_models
+from orchestrator.state import state_dir
 
 SSH_PORT = 2222
 SERVER_PORT = 8000
@@ -44,8 +46,7 @@ LOAD_SECONDS_ENV = "ORCH_LAB_LOAD_SECONDS"
 
 
 def default_lab_dir() -> Path:
-    state = os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state"
-    return Path(state) / "orch" / "lab"
+    return state_dir() / "lab"
 
 
 @dataclass(frozen=True)
@@ -57,7 +58,7 @@ class LabSpec:
 
     def __post_init__(self) -> None:
         parts = self.network.split(".")
-        if len(parts) != 2 or parts[0] != "127" or not 0 <= int(parts[1]) <= 255:
+        if len(parts) != 2 or parts[0] != "127" or not parts[1].isdigit() or int(parts[1]) > 255:
             raise InputError(f"--network {self.network!r}: expected 127.N (a loopback /16)")
         if not 1 <= self.hosts <= 250 or not 1 <= self.containers_per_host <= 200:
             raise InputError("--hosts must be 1..250 and --containers-per-host 1..200")
@@ -308,10 +309,10 @@ def stop_pids(pids: list[int], timeout: float = 5.0) -> list[int]:
             os.kill(pid, signal.SIGTERM)
             signalled.append(pid)
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and any(sshd.pid_alive(p) for p in signalled):
+    while time.monotonic() < deadline and any(pid_alive(p) for p in signalled):
         time.sleep(0.05)
     for pid in signalled:
-        if sshd.pid_alive(pid):
+        if pid_alive(pid):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
     return signalled

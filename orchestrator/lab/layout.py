@@ -172,15 +172,22 @@ def write_json_atomic(path: Path, data: object) -> None:
     temporary.replace(path)
 
 
-def is_vllm_standin(pid: int) -> bool:
-    """Alive (not a zombie) and running the vLLM stand-in: a reused PID is not ours."""
+def pid_alive(pid: int) -> bool:
+    """Running and not a zombie (the lab's PID 1 may never reap what it inherits)."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+
+
+def is_vllm_standin(pid: int) -> bool:
+    """Alive and running the vLLM stand-in: a reused PID is not ours."""
+    try:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return False
-    state = stat.rsplit(")", 1)[1].split()[0]
-    return state not in ("Z", "X") and VLLM_MODULE.encode() in cmdline
+    return pid_alive(pid) and VLLM_MODULE.encode() in cmdline
 
 
 def server_records(container: ContainerPaths) -> list[dict]:

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from orchestrator.errors import InputError, NeedsAttention
+from orchestrator.lab.layout import pid_alive
 
 SSHD = Path("/usr/sbin/sshd")
 SSH_KEYGEN = "ssh-keygen"
@@ -107,15 +108,6 @@ def wait_listening(address: str, port: int, pid: int, log: Path, timeout: float 
             time.sleep(0.05)
     tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
     raise NeedsAttention(f"sshd on {address}:{port} did not start; its log says:\n{tail}")
-
-
-def pid_alive(pid: int) -> bool:
-    """Running and not a zombie."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
 
 
 def is_our_sshd(pid: int, config: Path) -> bool:

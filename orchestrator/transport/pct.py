@@ -31,12 +31,12 @@ class PctTransport:
         wrapped = [self.pct_path, "exec", str(self.vmid), "--", *argv]
         result = self.host.run(wrapped, stdin, timeout)
         if result.exit_code == 255 and PCT_FAILURE.search(result.stderr):
-            raise TransportError(
-                self.label,
-                f"pct exec {self.vmid}",
-                result.error_text,
-                f"start it on {self.host.label} with: {self.pct_path} start {self.vmid}",
+            hint = (
+                f"start it on {self.host.label} with: {self.pct_path} start {self.vmid}"
+                if b"not running" in result.stderr
+                else f"check the inventory's vmid: {self.host.label} has no container {self.vmid}"
             )
+            raise TransportError(self.label, f"pct exec {self.vmid}", result.error_text, hint)
         return Result(tuple(argv), result.exit_code, result.stdout, result.stderr)
 
     def open_stream(self, address: str, port: int, timeout: float = 10.0) -> Stream:

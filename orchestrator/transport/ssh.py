@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import select
 import shlex
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -29,6 +30,7 @@ from orchestrator.transport.hostkeys import (
 )
 
 DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
+CONNECT_TIMEOUT = 10
 # Paramiko logs refused channels itself; they reach the user as our own errors.
 logging.getLogger("paramiko").addHandler(logging.NullHandler())
 CHUNK = 1 << 16
@@ -41,10 +43,10 @@ class SshTransport:
         address: str,
         settings: SshSettings,
         accept_new_host_keys: bool = False,
-        connect_timeout: float = 10.0,
     ) -> None:
         self.label = label
         self.address = address
+        self._opening = threading.Lock()
         connect_kwargs = {}
         if settings.identity_file:
             connect_kwargs["key_filename"] = [str(Path(settings.identity_file).expanduser())]
@@ -52,7 +54,7 @@ class SshTransport:
             host=address,
             user=settings.user,
             port=settings.port,
-            connect_timeout=int(connect_timeout),
+            connect_timeout=CONNECT_TIMEOUT,
             connect_kwargs=connect_kwargs,
         )
         self.known_hosts = Path(settings.known_hosts or DEFAULT_KNOWN_HOSTS).expanduser()
@@ -62,14 +64,14 @@ class SshTransport:
         policy = AcceptNewHostKey if accept_new_host_keys else RefuseUnknownHostKey
         client.set_missing_host_key_policy(policy(self.known_hosts))
 
-    @property
-    def connected(self) -> bool:
-        return self.connection.is_connected
-
     def close(self) -> None:
         self.connection.close()
 
     def _transport(self) -> paramiko.Transport:
+        with self._opening:  # parallel rollout workers share this connection
+            return self._open()
+
+    def _open(self) -> paramiko.Transport:
         if not self.connection.is_connected:
             try:
                 self.connection.open()
@@ -141,6 +143,13 @@ class SshTransport:
                 "direct-tcpip", (address, port), ("127.0.0.1", 0), timeout=timeout
             )
         except paramiko.ChannelException as exc:
+            if exc.code != paramiko.common.OPEN_FAILED_CONNECT_FAILED:
+                raise TransportError(
+                    self.label,
+                    f"connecting to {address}:{port}",
+                    f"the host refused to forward: {exc.text}",
+                    "allow TCP forwarding (AllowTcpForwarding) in the host's sshd_config",
+                ) from None
             raise ServiceUnavailable(
                 self.label, f"connecting to {address}:{port}", exc.text or "connection refused"
             ) from None
