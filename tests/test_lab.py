@@ -184,6 +184,10 @@ def test_lab_up_again_status_and_down_through_the_cli(tmp_path: Path) -> None:
         assert again.code == 0, again.stderr
         assert "already running" in again.stdout
         assert node_pids(lab) == pids
+        other = handle.orch(*up[:-1], "1")  # another --load-seconds: refused, nothing restarted
+        assert other.code == 2
+        assert "already runs as" in other.stderr and "orch lab down" in other.stderr
+        assert node_pids(lab) == pids
 
         with contextlib.closing(endpoint(inventory, "ct200")) as host:
             ct200 = PctTransport("ct200", host, inventory.pct_path("pve1"), 200)

@@ -113,8 +113,14 @@ class Lab:
         return bool(nodes) and all(sshd.is_our_sshd(n.pid, Path(n.config)) for n in nodes)
 
     def up(self, spec: LabSpec) -> bool:
-        """Build and start the lab; False when it was already running."""
+        """Build and start the lab; False when it was already running as `spec` asks."""
         if self.running():
+            recorded = LabSpec(**self.load()["spec"])
+            if recorded != spec:
+                raise InputError(
+                    f"the lab in {self.root} already runs as {recorded}; "
+                    "run 'orch lab down' first to change it"
+                )
             return False
         sshd.require_sshd()
         self.down()
