@@ -279,7 +279,7 @@ class TargetRun:
         previous = facts.current_release
         if previous == self.plan.release_id and facts.server.running:
             with self._step("cat-verify"):
-                mismatches = release.verify(self.transport, self.plan, {**self.plan.files})
+                mismatches = release.verify(self.transport, self.plan, self.plan.files)
             if not mismatches:
                 out.result, out.previous_release = "unchanged", previous
                 return
