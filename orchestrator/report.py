@@ -106,6 +106,11 @@ def print_rows(rows: list[dict[str, Any]], as_json: bool = False) -> None:
     console().print(table)
 
 
+def _mean_length(target: dict[str, Any]) -> str:
+    mean = (target.get("gate") or {}).get("mean_acceptance_length")
+    return "" if mean is None else f"{mean:.2f}"
+
+
 def _show(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value)
 
@@ -168,14 +173,13 @@ def print_run(document: dict[str, Any]) -> None:
         table.add_column(column)
     for target in document["targets"]:
         gate = target.get("gate") or {}
-        mean = gate.get("mean_acceptance_length")
         table.add_row(
             target["name"],
             target["result"],
             target.get("release") or "",
             target.get("previous_release") or "",
             gate.get("verdict") or "",
-            f"{mean:.2f}" if mean is not None else "",
+            _mean_length(target),
             str(gate.get("drafts") or ""),
         )
     out.print(table)
@@ -243,8 +247,6 @@ def print_history(runs: list[dict[str, Any]]) -> None:
         table.add_column(column)
     for run in runs:
         for target in run["targets"]:
-            gate = target.get("gate") or {}
-            mean = gate.get("mean_acceptance_length")
             table.add_row(
                 run["started"],
                 run["user"],
@@ -253,7 +255,7 @@ def print_history(runs: list[dict[str, Any]]) -> None:
                 run["run_id"],
                 target["name"],
                 target["result"],
-                f"{mean:.2f}" if mean is not None else "",
+                _mean_length(target),
                 target.get("release") or "",
                 target.get("previous_release") or "",
             )
