@@ -145,3 +145,9 @@ def test_profiles_lists_the_published_drafters() -> None:
     assert done.returncode == 0
     assert "z-lab/Qwen3.6-27B-DFlash" in done.stdout
     assert "z-lab/Qwen3-8B-DFlash-b16" in done.stdout
+
+
+def test_diff_without_dry_run_is_a_usage_error() -> None:
+    done = orch("deploy", "qwen-dflash", "-i", str(EXAMPLE), "--diff")
+    assert done.returncode == 2
+    assert "--diff shows what --dry-run would change" in done.stderr

@@ -333,3 +333,9 @@ def test_failed_first_deploy_stops_its_server(lab: LabHandle) -> None:
     assert not (lab.deployment_dir("ct200") / "server.pid").exists()
     container = ContainerPaths(lab.deployment_dir("ct200").parents[4])
     assert server_records(container) == []
+    status = lab.orch(
+        "status", "qwen-dflash", "-i", str(lab.inventory), "--limit", "ct200", "--json"
+    )
+    assert status.code == 3  # needs attention: nothing serves there
+    [row] = status.json
+    assert (row["server"], row["health"], row["last_result"]) == ("none", "-", "failed")
