@@ -339,3 +339,23 @@ def test_failed_first_deploy_stops_its_server(lab: LabHandle) -> None:
     assert status.code == 3  # needs attention: nothing serves there
     [row] = status.json
     assert (row["server"], row["health"], row["last_result"]) == ("none", "-", "failed")
+
+
+def test_old_releases_beyond_the_kept_count_are_pruned(lab: LabHandle) -> None:
+    releases = []
+    for max_model_len in (4096, 8192, 16384):
+        code, document = deploy(
+            lab,
+            "--limit",
+            "ct201",
+            "--set",
+            "releases_kept=2",
+            "--set",
+            f"server.max_model_len={max_model_len}",
+        )
+        assert code == 0, target(document, "ct201")["error"]
+        releases.append(target(document, "ct201")["release"])
+    deployment = lab.deployment_dir("ct201")
+    assert sorted(p.name for p in (deployment / "releases").iterdir()) == sorted(releases[1:])
+    assert (deployment / "current").readlink() == Path("releases") / releases[2]
+    assert (deployment / "previous").readlink() == Path("releases") / releases[1]
