@@ -466,13 +466,19 @@ def test_start_detaches_records_pid_and_start_time_then_stop_terminates(
     assert stop(deployment) == "none"
 
 
-def test_stop_terminates_the_whole_process_group(deployment: Path, processes: Processes) -> None:
-    launch = "sleep 60 &\necho $! > worker.pid\nexec sleep 60\n"
+def start_with_worker(deployment: Path, worker: str, processes: Processes) -> tuple[int, int]:
+    """A server whose launch script leaves a worker process in its group, as vLLM does."""
+    launch = f"{worker} &\necho $! > worker.pid\nexec sleep 60\n"
     pid = start(deployment, f"cd {commands.q(str(deployment))}\n{launch}", processes)
     worker_file = deployment / "worker.pid"
     wait_until(lambda: worker_file.is_file() and worker_file.read_text().endswith("\n"))
-    worker = int(worker_file.read_text())
-    processes.track(worker)
+    worker_pid = int(worker_file.read_text())
+    processes.track(worker_pid)
+    return pid, worker_pid
+
+
+def test_stop_terminates_the_whole_process_group(deployment: Path, processes: Processes) -> None:
+    pid, worker = start_with_worker(deployment, "sleep 60", processes)
     assert os.getpgid(worker) == pid
 
     assert stop(deployment) == f"stopped {pid}"
@@ -485,12 +491,7 @@ def test_a_worker_ignoring_sigterm_is_killed_though_its_leader_exited(
     deployment: Path, processes: Processes
 ) -> None:
     """vLLM's workers hold the GPU memory: stop returns only once the whole group is gone."""
-    launch = "sh -c 'trap \"\" TERM; exec sleep 60' &\necho $! > worker.pid\nexec sleep 60\n"
-    pid = start(deployment, f"cd {commands.q(str(deployment))}\n{launch}", processes)
-    worker_file = deployment / "worker.pid"
-    wait_until(lambda: worker_file.is_file() and worker_file.read_text().endswith("\n"))
-    worker = int(worker_file.read_text())
-    processes.track(worker)
+    pid, worker = start_with_worker(deployment, "sh -c 'trap \"\" TERM; exec sleep 60'", processes)
     wait_until(lambda: Path(f"/proc/{worker}/comm").read_text() == "sleep\n")
 
     assert stop(deployment, timeout=0.3) == f"killed {pid}"
