@@ -4,7 +4,10 @@ into each command so `orch --help` starts fast."""
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -88,10 +91,28 @@ def deploy(
         raise click.UsageError("--diff shows what --dry-run would change: give both")
     inputs = operations.load(playbook, inventory_path, list(limit), list(assignments))
     options = operations.new_options(force=force, dry_run=dry_run, diff=diff)
-    with report.StepView([p.container for p in inputs.plans], enabled=not as_json) as view:
-        document, code = operations.deploy(inputs, options, accept_new_host_keys, view)
+    with _stoppable(inputs, as_json) as (view, cancel):
+        document, code = operations.deploy(inputs, options, accept_new_host_keys, view, cancel)
     report.print_json(document) if as_json else report.print_run(document)
     sys.exit(code)
+
+
+@contextmanager
+def _stoppable(inputs: Any, as_json: bool) -> Iterator[tuple[Any, Any]]:
+    """The step view, and SIGINT/SIGTERM turned into a stop at the next safe point
+    (click would turn Ctrl-C into 'Aborted!' and exit 1)."""
+    from orchestrator import report
+    from orchestrator.cancel import Cancel, on_signals
+
+    def say(message: str) -> None:
+        click.echo(message, err=True)
+
+    names = [p.container for p in inputs.plans]
+    with (
+        report.StepView(names, enabled=not as_json) as view,
+        on_signals(Cancel(), say, view.describe) as cancel,
+    ):
+        yield view, cancel
 
 
 @cli.command()
@@ -116,9 +137,9 @@ def rollback(
 
     inputs = operations.load(playbook, inventory_path, list(limit), list(assignments))
     options = operations.new_options()
-    with report.StepView([p.container for p in inputs.plans], enabled=not as_json) as view:
+    with _stoppable(inputs, as_json) as (view, cancel):
         document, code = operations.rollback(
-            inputs, options, to_release, accept_new_host_keys, view
+            inputs, options, to_release, accept_new_host_keys, view, cancel
         )
     report.print_json(document) if as_json else report.print_run(document)
     sys.exit(code)
@@ -224,8 +245,10 @@ def unlock(
     from orchestrator import operations
 
     inputs = operations.load(playbook, inventory_path, list(limit), [])
-    for name, holder in operations.unlock(inputs, accept_new_host_keys):
-        click.echo(f"{name}: " + (f"removed the lock held by {holder}" if holder else "no lock"))
+    lines, code = operations.unlock(inputs, accept_new_host_keys)
+    for name, line in lines:
+        click.echo(f"{name}: {line}")
+    sys.exit(code)
 
 
 @cli.command()

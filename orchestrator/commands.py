@@ -10,6 +10,8 @@ from __future__ import annotations
 import shlex
 from collections.abc import Sequence
 
+from orchestrator.layout import Layout
+
 SH = "/bin/sh"
 
 # Shell helpers shared by the scripts that look at a recorded server process:
@@ -72,6 +74,11 @@ def write_file(path: str, mode: str = "0644") -> list[str]:
     )
 
 
+def remove_file(path: str) -> list[str]:
+    """Remove one file and make the removal durable (sync its directory)."""
+    return script(f"rm -f -- {q(path)}; sync {q(path.rsplit('/', 1)[0])} 2>/dev/null || true")
+
+
 def make_drafter_view(weights_dir: str, view_dir: str) -> list[str]:
     """Links to every weight file, plus `config.json` pointing at the release's own."""
     return script(
@@ -108,7 +115,26 @@ def release_lock(lock_dir: str, run_id: str | None = None) -> list[str]:
     `orch unlock` and taken by another run meanwhile stays)."""
     owner = q(lock_dir + "/owner.json")
     guard = f"grep -qF {q(run_id)} {owner} 2>/dev/null || exit 0\n" if run_id else ""
-    return script(guard + f"rm -f {owner}; rmdir {q(lock_dir)} 2>/dev/null || true")
+    busy = q(lock_dir + "/takeover")
+    return script(guard + f"rm -f {owner}; rmdir {busy} {q(lock_dir)} 2>/dev/null || true")
+
+
+def take_over_lock(lock_dir: str, stale_owner: str, owner_json: str) -> list[str]:
+    """Replace the owner of a lock whose holder is gone, only if it is still `stale_owner`.
+
+    `mkdir takeover` makes the check-and-replace exclusive: of two runs that both found
+    the same stale owner, one replaces it and the other then sees the new owner. Exit 0:
+    the lock is ours; exit 1: it is held by someone else now (printed).
+    """
+    lock, owner, busy = q(lock_dir), q(lock_dir + "/owner.json"), q(lock_dir + "/takeover")
+    return script(
+        f"[ -d {lock} ] || exit 1\n"
+        f"mkdir {busy} 2>/dev/null || {{ cat {owner} 2>/dev/null; exit 1; }}\n"
+        f'if [ "$(cat {owner} 2>/dev/null)" = {q(stale_owner)} ]; then\n'
+        f"  printf %s {q(owner_json)} > {owner}.tmp && mv -f {owner}.tmp {owner}; rc=0\n"
+        f"else cat {owner} 2>/dev/null; rc=1; fi\n"
+        f"rmdir {busy}; exit $rc"
+    )
 
 
 def start_server(launch_script: str, log: str, pid_file: str) -> list[str]:
@@ -215,29 +241,27 @@ def read_files(paths: Sequence[str]) -> list[str]:
     )
 
 
-def status_report(deployment_dir: str) -> list[str]:
+def status_report(layout: Layout) -> list[str]:
     """`key value` lines: current release, server state, lock owner, last audit line."""
-    d = deployment_dir
     return script(
         _PROCESS_FUNCTIONS
-        + f'echo "current $(readlink {q(d + "/current")} 2>/dev/null)"\n'
-        + f'echo "server $(recorded {q(d + "/server.pid")})"\n'
-        + f'echo "lock $(cat {q(d + "/lock/owner.json")} 2>/dev/null)"\n'
-        + f'echo "audit $(tail -n 1 {q(d + "/audit.log")} 2>/dev/null)"'
+        + f'echo "current $(readlink {q(layout.current)} 2>/dev/null)"\n'
+        + f'echo "server $(recorded {q(layout.server_pid)})"\n'
+        + f'echo "lock $(cat {q(layout.lock_owner)} 2>/dev/null)"\n'
+        + f'echo "audit $(tail -n 1 {q(layout.audit_log)} 2>/dev/null)"'
     )
 
 
-def target_facts(deployment_dir: str, nvidia_smi: str) -> list[str]:
+def target_facts(layout: Layout, nvidia_smi: str) -> list[str]:
     """Preflight's small facts in one round trip, as frames: `gpus`, `apps` (with
     their `.rc`), `disk` (free KiB where the deployment goes), `server`, `current`."""
-    d = deployment_dir
     return script(
         _PROCESS_FUNCTIONS
         + _FRAME_FUNCTIONS
         + f"capture gpus {shlex.join([nvidia_smi, *GPU_QUERY])}\n"
         + f"capture apps {shlex.join([nvidia_smi, *GPU_APPS_QUERY])}\n"
-        + f'p={q(d)}; while [ ! -e "$p" ]; do p=${{p%/*}}; [ -n "$p" ] || p=/; done\n'
+        + f'p={q(layout.root)}; while [ ! -e "$p" ]; do p=${{p%/*}}; [ -n "$p" ] || p=/; done\n'
         + 'df -Pk "$p" | awk \'NR==2 {print $4}\' > "$tmp"; frame disk "$tmp"\n'
-        + f'recorded {q(d + "/server.pid")} > "$tmp"; frame server "$tmp"\n'
-        + f'readlink {q(d + "/current")} > "$tmp" 2>/dev/null; frame current "$tmp"\n'
+        + f'recorded {q(layout.server_pid)} > "$tmp"; frame server "$tmp"\n'
+        + f'readlink {q(layout.current)} > "$tmp" 2>/dev/null; frame current "$tmp"\n'
     )

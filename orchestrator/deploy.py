@@ -1,38 +1,43 @@
 """The deploy transaction on one container, and rollback, which is the same
 switch + ready + gate with an earlier release.
 
-  preflight (read-only) -> lock -> write release -> cat-verify -> switch
-  (stop old by PID, wait for its GPU memory, point `current`, start) -> ready
-  -> gate -> keep, or roll back to the previous release.
+  lock -> recover an interrupted run -> preflight -> write release -> cat-verify
+  -> journal -> switch (stop old by PID, wait for its GPU memory, point
+  `current`, start) -> ready -> gate -> keep, or go back to the previous release.
 
-A failure before the switch leaves the target untouched; after it, the
-previous release is restored and its gate run again.
+A failure or a stop request before the switch leaves the target untouched;
+after it, the previous release is restored and gated with its own settings.
+The journal on the target records each step of the switch, so a run that dies
+in it is undone by the next run there.
 """
 
 from __future__ import annotations
 
 import getpass
-import json
-import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator import commands, preflight, release
+from orchestrator.cancel import Cancel
 from orchestrator.drafters.findings import Finding, Severity
-from orchestrator.errors import LockHeld, OrchError, ServerFailed, StepFailed
+from orchestrator.errors import Interrupted, NeedsAttention, OrchError, ServerFailed
 from orchestrator.gate import GateReport, run_gate
+from orchestrator.journal import GATE_PASSED, Journal, Transaction
+from orchestrator.layout import Layout
+from orchestrator.lock import DeployLock, Owner
 from orchestrator.metrics.assess import Verdict
 from orchestrator.plan import LAUNCH_SCRIPT, TargetPlan
 from orchestrator.playbook import Playbook
+from orchestrator.release import GateTarget
 from orchestrator.remote import run_step
 from orchestrator.server import Server
-from orchestrator.state import audit_line, now
+from orchestrator.state import audit_line
 from orchestrator.transport.base import Transport
 
-Progress = Callable[[str, str], None]
-GPU_RELEASE_TIMEOUT = 120.0  # (container, step description)
+Progress = Callable[[str, str], None]  # (container, step description)
+GPU_RELEASE_TIMEOUT = 120.0
 
 
 @dataclass(frozen=True)
@@ -60,6 +65,9 @@ class Outcome:
     exit_code: int = 0
     diff: str = ""
     steps: dict[str, float] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    recovered: dict[str, Any] | None = None
+    current: str | None = None  # the release `current` points at when the run ends
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -73,6 +81,9 @@ class Outcome:
             "findings": [f.to_dict() for f in self.findings],
             "error": self.error,
             "steps": {k: round(v, 3) for k, v in self.steps.items()},
+            "notes": self.notes,
+            "recovered": self.recovered,
+            "current": self.current,
             **({"diff": self.diff} if self.diff else {}),
         }
 
@@ -89,84 +100,166 @@ class TargetRun:
         nvidia_smi: str,
         options: Options,
         progress: Progress = lambda *_: None,
+        cancel: Cancel | None = None,
     ) -> None:
         self.plan, self.transport, self.playbook = plan, transport, playbook
         self.prompts, self.nvidia_smi, self.options = prompts, nvidia_smi, options
         self.progress = progress
-        self.server = Server(transport, plan.deployment_dir, plan.address, plan.port)
+        self.cancel = cancel or Cancel()
+        self.layout = plan.layout
+        self.owner = Owner.me(options.run_id, options.user)
+        self.lock = DeployLock(transport, self.layout, self.owner, playbook.lock_lease)
+        self.journal = Journal(transport, self.layout)
         self.outcome = Outcome(plan.container, plan.host, release=plan.release_id)
 
-    # -- steps -------------------------------------------------------------
-    def _step(self, name: str) -> _Timer:
-        self.progress(self.plan.container, name)
-        return _Timer(self.outcome.steps, name)
+    # -- the transaction -----------------------------------------------------
+    def deploy(self) -> Outcome:
+        """Preflight under the lock, so the facts it reads stay true until the switch."""
+        return self._guard(self._deploy)
 
-    def _preflight(self) -> preflight.Facts:
-        with self._step("preflight"):
-            facts = preflight.gather(self.transport, self.plan, self.nvidia_smi)
-        server = self.playbook.server
-        self.outcome.findings = preflight.judge(
-            facts, self.plan, server.tensor_parallel_size, server.num_speculative_tokens
-        )
-        self.outcome.previous_release = facts.current_release
-        return facts
+    def rollback(self, to: str | None) -> Outcome:
+        """Switch to an earlier release (default: the one before `current`) and gate it."""
+        return self._guard(lambda: self._rollback(to))
 
-    def _lock(self) -> None:
-        owner = json.dumps(
-            {
-                "run_id": self.options.run_id,
-                "user": self.options.user,
-                "control_host": socket.gethostname(),
-                "since": now(),
-            }
-        )
-        result = self.transport.run(commands.acquire_lock(self.lock_dir, owner), timeout=60)
-        if result.exit_code not in (0, 1):
-            raise StepFailed(
-                f"{self.plan.container}: cannot create the deploy lock "
-                f"{self.lock_dir}: {result.error_text}"
+    def _deploy(self) -> None:
+        if self.options.dry_run:
+            return self._dry_run()
+        with self._locked():
+            facts = self._preflight()
+            forced = self._blocking_errors()
+            previous = facts.current_release
+            if previous == self.plan.release_id and facts.server.running and self._unchanged():
+                self.outcome.current = previous
+                return
+            self.cancel.check()
+            self._write_release(forced)
+            self.cancel.check()  # the last safe point before the old server stops
+            self._switch_and_judge("deploy", previous, self.plan.release_id, forced)
+
+    def _rollback(self, to: str | None) -> None:
+        with self._locked():
+            current = release.linked(self.transport, self.layout.current)
+            target = to or release.linked(self.transport, self.layout.previous)
+            if not target:
+                raise _Stop(2, "no previous release to roll back to (give --to RELEASE_ID)")
+            on_target = release.kept(self.transport, self.layout)
+            if target not in on_target:
+                raise _Stop(
+                    2, f"release {target!r} is not on the target (kept: {', '.join(on_target)})"
+                )
+            self.outcome.release, self.outcome.previous_release = target, current
+            self.cancel.check()
+            self._switch_and_judge("rollback", current, target, [])
+
+    def _switch_and_judge(
+        self, action: str, previous: str | None, new: str, forced: list[Finding]
+    ) -> None:
+        """Journal, switch, gate; keep `new` if it passed, else go back to `previous`."""
+        out = self.outcome
+        self.journal.begin(self.options.run_id, action, str(self.owner), previous, new)
+        out.gate = self.switch(new, self._gate_target(new), cancellable=True)
+        verdict = out.gate.verdict
+        if verdict.outcome == "pass" or (self._passed(out.gate) and not self.cancel.requested):
+            self.journal.advance(GATE_PASSED)
+            out.result, out.current = ("deployed" if action == "deploy" else "rolled_back"), new
+            self._record_previous(previous, new)
+            if action == "deploy":
+                self._prune({new, previous or ""})
+            self._finish(action)
+            return
+        out.exit_code, out.error = 1, f"gate {verdict.outcome}: {verdict.reason}"
+        if forced:
+            cited = "; ".join(f"{f.field} {f.actual!r} (expected {f.expected!r})" for f in forced)
+            out.gate.explanation = ". ".join(
+                filter(None, [out.gate.explanation, f"Preflight had found: {cited}"])
             )
-        if result.exit_code == 1:
-            holder = result.text.strip() or "unknown owner"
-            raise LockHeld(
-                f"{self.plan.container}: deploy lock held: {holder}; if that run is "
-                f"gone, remove it with 'orch unlock' (-i INVENTORY --limit "
-                f"{self.plan.container})"
+        if previous == new:  # redeployed the current one: go further back
+            previous = release.linked(self.transport, self.layout.previous)
+        back = previous if previous != new else None
+        out.rollback_gate = self._go_back(back)
+        out.current = back
+        out.result = "rolled_back" if action == "deploy" and out.rollback_gate else "failed"
+        if out.rollback_gate and not self._passed(out.rollback_gate):
+            out.result, out.exit_code = "failed", 3
+            reason = out.rollback_gate.verdict.reason
+            out.error += f"; ROLLBACK to {back} did not pass either: {reason}"
+        if self.cancel.requested:
+            out.result, out.exit_code = "interrupted", max(out.exit_code, self.cancel.exit_code)
+            out.error = "interrupted before its gate passed; " + (
+                f"back on {back}" if back else "its server stopped (nothing to go back to)"
             )
+        self._finish(action)
 
-    @property
-    def lock_dir(self) -> str:
-        return f"{self.plan.deployment_dir}/lock"
+    def _go_back(self, to: str | None) -> GateReport | None:
+        """Undo a switch: `to` made ready and gated with its own settings, or, with
+        nothing to go back to, the new server stopped. Never cut short by a stop request."""
+        if not to:
+            self._step_note("stop failed server (no previous release)")
+            self.journal.advance("stop failed server")
+            Server(self.transport, self.layout, self.plan.address, self.plan.port).stop(
+                self.playbook.server.stop_timeout
+            )
+            return None
+        self._step_note(f"roll back to {to}")
+        return self.switch(to, self._gate_target(to), phase="rollback")
 
-    def _unlock(self) -> None:
-        self.transport.run(commands.release_lock(self.lock_dir, self.options.run_id), timeout=60)
+    def _finish(self, action: str) -> None:
+        self._audit(action)
+        self.journal.clear()
 
-    def _write_release(self, forced: list[Finding]) -> None:
-        files = {
-            **self.plan.files,
-            release.MANIFEST: release.manifest(self.plan, self.options.run_id, forced),
+    # -- recovery of an interrupted run ------------------------------------------
+    def _recover(self) -> None:
+        """A journal left by a run that died in its switch: keep what was gated, undo
+        the rest, before this run does its own work."""
+        interrupted = self.journal.read()
+        if interrupted is None:
+            return
+        self._step_note(f"recover interrupted {interrupted.describe()}")
+        self.journal.active = interrupted
+        back_on: str | None
+        if interrupted.gated:
+            self._record_previous(interrupted.from_release, interrupted.to_release)
+            back_on, report = interrupted.to_release, None
+        else:
+            back_on = interrupted.from_release
+            report = self._go_back(back_on)
+        self._audit_recovery(interrupted, back_on, report)
+        self.journal.clear()
+        self.outcome.recovered = {
+            "run_id": interrupted.run_id,
+            "action": interrupted.action,
+            "step": interrupted.step,
+            "from_release": interrupted.from_release,
+            "to_release": interrupted.to_release,
+            "back_on": back_on,
+            "gate": report.to_dict() if report else None,
         }
-        with self._step("write release"):
-            release.write(self.transport, self.plan, files)
-        with self._step("cat-verify"):
-            mismatches = release.verify(self.transport, self.plan, files)
-        if mismatches:
-            raise _Stop(
-                1,
-                "cat-verify failed, the server was not touched:\n"
-                + "\n".join(str(m) for m in mismatches),
+        self.outcome.notes.append(
+            f"recovered interrupted run {interrupted.run_id} (stopped at '{interrupted.step}'): "
+            + (f"now on {back_on}" if back_on else "its server stopped, nothing to go back to")
+        )
+        if report is not None and not self._passed(report):
+            raise NeedsAttention(
+                f"{self.plan.container}: recovering interrupted run {interrupted.run_id}: "
+                f"{back_on} did not pass its gate: {report.verdict.reason}"
             )
 
-    def switch(self, release_id: str, phase: str = "") -> GateReport:
+    # -- the switch ------------------------------------------------------------
+    def switch(
+        self, release_id: str, target: GateTarget, phase: str = "", cancellable: bool = False
+    ) -> GateReport:
         """Stop the running server, point `current` at the release, start it, gate it.
 
         Any failure on the way is a failed gate report, never an exception: once the
         old server may be stopped, the caller must always get to roll back. Step names
-        carry `phase` ("rollback") so the two halves of a rollback time apart.
+        carry `phase` ("rollback") so the two halves of a rollback time apart. Only a
+        `cancellable` switch gives up its waits on a stop request; an undo does not.
         """
         prefix = f"{phase} " if phase else ""
+        stop = self.cancel.event if cancellable else None
+        server = Server(self.transport, self.layout, self.plan.address, target.port)
         try:
-            self._start(release_id, prefix)
+            self._start(server, release_id, prefix, stop)
         except ServerFailed as exc:
             return GateReport(
                 _failed_verdict(f"server did not become ready: {exc.reason}"),
@@ -178,17 +271,17 @@ class TargetRun:
             return run_gate(
                 self.transport,
                 self.plan.address,
-                self.plan.port,
-                self.playbook.target.served_name,
-                self.playbook.gate,
+                target.port,
+                target.served_name,
+                target.gate,
                 self.prompts,
+                stop,
             )
 
-    def _start(self, release_id: str, prefix: str) -> None:
-        release_dir = f"{self.plan.deployment_dir}/releases/{release_id}"
+    def _start(self, server: Server, release_id: str, prefix: str, stop: Any) -> None:
         with self._step(f"{prefix}stop server"):
-            self.server.stop(self.playbook.server.stop_timeout)
-            self.server.wait_gpu_free(
+            server.stop(self.playbook.server.stop_timeout)
+            server.wait_gpu_free(
                 self.nvidia_smi,
                 self.playbook.server.tensor_parallel_size,
                 preflight.MIN_FREE_GPU_SHARE,
@@ -197,65 +290,52 @@ class TargetRun:
         with self._step(f"{prefix}switch current"):
             run_step(
                 self.transport,
-                commands.point_link(
-                    f"{self.plan.deployment_dir}/current", f"releases/{release_id}"
-                ),
+                commands.point_link(self.layout.current, Layout.link_target(release_id)),
                 "switch current",
             )
         with self._step(f"{prefix}start server"):
-            pid = self.server.start(f"{release_dir}/{LAUNCH_SCRIPT}")
+            pid = server.start(f"{self.layout.release(release_id)}/{LAUNCH_SCRIPT}")
         with self._step(f"{prefix}wait ready"):
-            timeout = self.playbook.gate.ready_timeout
-            self.server.wait_ready(
+            timeout = self._gate_target(release_id).gate.ready_timeout
+            server.wait_ready(
                 pid,
                 timeout,
                 tick=lambda waited: self.progress(
                     self.plan.container, f"{prefix}wait ready ({timeout - waited:.0f} s left)"
                 ),
+                stop=stop,
             )
 
-    def _passed(self, report: GateReport) -> bool:
-        """Pass; or inconclusive with `on_inconclusive: keep`, but only for a server
-        that was measured and answered (a dead one is never kept)."""
-        outcome = report.verdict.outcome
-        served = report.verdict.drafts > 0 and report.request_errors < report.requests
-        return outcome == "pass" or (
-            outcome == "inconclusive" and self.playbook.gate.on_inconclusive == "keep" and served
+    # -- steps -------------------------------------------------------------
+    def _locked(self) -> _Locked:
+        return _Locked(self)
+
+    def _step(self, name: str) -> _Timer:
+        """Shown, timed, and (during a switch) written to the journal."""
+        self.progress(self.plan.container, name)
+        self.journal.advance(name)
+        return _Timer(self.outcome.steps, name)
+
+    def _step_note(self, text: str) -> None:
+        self.progress(self.plan.container, text)
+
+    def _gate_target(self, release_id: str) -> GateTarget:
+        """The new release is gated as the playbook says; an earlier one as its manifest
+        recorded (a release made before manifests recorded it: as the playbook says)."""
+        current = GateTarget.of(self.playbook)
+        if release_id == self.plan.release_id:
+            return current
+        return release.gate_target(self.transport, self.layout, release_id, current)
+
+    def _preflight(self) -> preflight.Facts:
+        with self._step("preflight"):
+            facts = preflight.gather(self.transport, self.plan, self.nvidia_smi)
+        server = self.playbook.server
+        self.outcome.findings = preflight.judge(
+            facts, self.plan, server.tensor_parallel_size, server.num_speculative_tokens
         )
-
-    def _audit(self, action: str) -> None:
-        line = audit_line(self.options.run_id, self.options.user, action, self.outcome.to_dict())
-        self.transport.run(
-            commands.append_line(f"{self.plan.deployment_dir}/audit.log", line), timeout=60
-        )
-
-    def _prune(self, keep: set[str]) -> None:
-        ordered = release.kept(self.transport, self.plan.deployment_dir)
-        old = [r for r in ordered[: -self.playbook.releases_kept] if r not in keep]
-        if old:
-            releases_dir = f"{self.plan.deployment_dir}/releases"
-            run_step(self.transport, commands.remove_releases(releases_dir, old), "prune")
-
-    # -- the transaction -----------------------------------------------------
-    def deploy(self) -> Outcome:
-        """Preflight under the lock, so the facts it reads stay true until the switch."""
-        out = self.outcome
-        try:
-            if self.options.dry_run:
-                self._dry_run()
-                return out
-            self._lock()
-            try:
-                facts = self._preflight()
-                self._transaction(facts, self._blocking_errors())
-            finally:
-                self._unlock()
-        except _Stop as stop:
-            out.exit_code, out.error = stop.exit_code, stop.message
-        except OrchError as exc:
-            out.exit_code, out.error = exc.exit_code, str(exc)
-            out.result = "failed"
-        return out
+        self.outcome.previous_release = facts.current_release
+        return facts
 
     def _blocking_errors(self) -> list[Finding]:
         """Preflight errors; they stop the deploy unless forced (then they are recorded)."""
@@ -268,109 +348,128 @@ class TargetRun:
             )
         return errors
 
+    def _unchanged(self) -> bool:
+        with self._step("cat-verify"):
+            mismatches = release.verify(self.transport, self.plan, self.plan.files)
+        if not mismatches:
+            self.outcome.result = "unchanged"
+        return not mismatches
+
+    def _write_release(self, forced: list[Finding]) -> None:
+        files = {
+            **self.plan.files,
+            release.MANIFEST: release.manifest(
+                self.plan, self.options.run_id, forced, GateTarget.of(self.playbook)
+            ),
+        }
+        with self._step("write release"):
+            release.write(self.transport, self.plan, files)
+        with self._step("cat-verify"):
+            mismatches = release.verify(self.transport, self.plan, files)
+        if mismatches:
+            raise _Stop(
+                1,
+                "cat-verify failed, the server was not touched:\n"
+                + "\n".join(str(m) for m in mismatches),
+            )
+
+    def _passed(self, report: GateReport) -> bool:
+        """Pass; or inconclusive with `on_inconclusive: keep`, but only for a server
+        that was measured and answered (a dead one is never kept)."""
+        outcome = report.verdict.outcome
+        served = report.verdict.drafts > 0 and report.request_errors < report.requests
+        return outcome == "pass" or (
+            outcome == "inconclusive" and self.playbook.gate.on_inconclusive == "keep" and served
+        )
+
+    def _record_previous(self, previous: str | None, current: str) -> None:
+        if previous and previous != current:
+            run_step(
+                self.transport,
+                commands.point_link(self.layout.previous, Layout.link_target(previous)),
+                "record previous",
+            )
+
+    def _prune(self, keep: set[str]) -> None:
+        ordered = release.kept(self.transport, self.layout)
+        old = [r for r in ordered[: -self.playbook.releases_kept] if r not in keep]
+        if old:
+            run_step(self.transport, commands.remove_releases(self.layout.releases, old), "prune")
+
+    def _audit(self, action: str) -> None:
+        self._append_audit(action, self.outcome.to_dict())
+
+    def _audit_recovery(
+        self, interrupted: Transaction, back_on: str | None, report: GateReport | None
+    ) -> None:
+        self._append_audit(
+            "recover",
+            {
+                "result": "recovered",
+                "release": back_on,
+                "previous_release": interrupted.to_release,
+                "gate": report.to_dict() if report else None,
+                "interrupted_run": interrupted.run_id,
+            },
+        )
+
+    def _append_audit(self, action: str, target: dict[str, Any]) -> None:
+        line = audit_line(self.options.run_id, self.options.user, action, target)
+        self.transport.run(commands.append_line(self.layout.audit_log, line), timeout=60)
+
     def _dry_run(self) -> None:
+        if interrupted := self.journal.read():
+            self.outcome.notes.append(f"interrupted transaction here: {interrupted.describe()}")
         facts = self._preflight()
         self.outcome.result = "dry_run"
         if self.options.diff:
             self.outcome.diff = self._diff(facts.current_release)
 
-    def _transaction(self, facts: preflight.Facts, forced: list[Finding]) -> None:
-        out = self.outcome
-        previous = facts.current_release
-        if previous == self.plan.release_id and facts.server.running:
-            with self._step("cat-verify"):
-                mismatches = release.verify(self.transport, self.plan, self.plan.files)
-            if not mismatches:
-                out.result, out.previous_release = "unchanged", previous
-                return
-        self._write_release(forced)
-        out.gate = self.switch(self.plan.release_id)
-        if self._passed(out.gate):
-            out.result = "deployed"
-            if previous and previous != self.plan.release_id:
-                run_step(
-                    self.transport,
-                    commands.point_link(
-                        f"{self.plan.deployment_dir}/previous", f"releases/{previous}"
-                    ),
-                    "record previous",
-                )
-            self._prune({self.plan.release_id, previous or ""})
-            self._audit("deploy")
-            return
-        out.exit_code, out.error = 1, f"gate {out.gate.verdict.outcome}: {out.gate.verdict.reason}"
-        if forced:
-            cited = "; ".join(f"{f.field} {f.actual!r} (expected {f.expected!r})" for f in forced)
-            out.gate.explanation = ". ".join(
-                filter(None, [out.gate.explanation, f"Preflight had found: {cited}"])
-            )
-        if previous == self.plan.release_id:  # redeployed the current one: go further back
-            previous = release.linked(self.transport, f"{self.plan.deployment_dir}/previous")
-        if not previous or previous == self.plan.release_id:
-            self.progress(self.plan.container, "stop failed server (no previous release)")
-            self.server.stop(self.playbook.server.stop_timeout)
-            out.result = "failed"
-            self._audit("deploy")
-            return
-        self.progress(self.plan.container, f"roll back to {previous}")
-        out.rollback_gate = self.switch(previous, phase="rollback")
-        if self._passed(out.rollback_gate):
-            out.result = "rolled_back"
-        else:
-            out.result, out.exit_code = "failed", 3
-            out.error += (
-                f"; ROLLBACK to {previous} did not pass either: {out.rollback_gate.verdict.reason}"
-            )
-        self._audit("deploy")
-
-    def rollback(self, to: str | None) -> Outcome:
-        """Switch to an earlier release (default: the one before `current`) and gate it."""
-        out = self.outcome
-        try:
-            deployment = self.plan.deployment_dir
-            current = release.linked(self.transport, f"{deployment}/current")
-            target = to or release.linked(self.transport, f"{deployment}/previous")
-            if not target:
-                raise _Stop(2, "no previous release to roll back to (give --to RELEASE_ID)")
-            on_target = release.kept(self.transport, deployment)
-            if target not in on_target:
-                raise _Stop(
-                    2, f"release {target!r} is not on the target (kept: {', '.join(on_target)})"
-                )
-            out.release, out.previous_release = target, current
-            self._lock()
-            try:
-                out.gate = self.switch(target)
-                if self._passed(out.gate):
-                    out.result = "rolled_back"
-                    if current and current != target:
-                        run_step(
-                            self.transport,
-                            commands.point_link(f"{deployment}/previous", f"releases/{current}"),
-                            "record previous",
-                        )
-                else:
-                    out.result, out.exit_code = "failed", 3
-                    out.error = f"gate {out.gate.verdict.outcome}: {out.gate.verdict.reason}"
-                self._audit("rollback")
-            finally:
-                self._unlock()
-        except _Stop as stop:
-            out.exit_code, out.error = stop.exit_code, stop.message
-        except OrchError as exc:
-            out.exit_code, out.error, out.result = exc.exit_code, str(exc), "failed"
-        return out
-
     def _diff(self, current: str | None) -> str:
         if current is None:
             return "(no current release: every file is new)"
-        old = release.read_back(
-            self.transport, f"{self.plan.deployment_dir}/releases/{current}", list(self.plan.files)
-        )
+        old = release.read_back(self.transport, self.layout.release(current), list(self.plan.files))
         return "".join(
             release.unified_diff(old.get(name, b""), data, name)
             for name, data in self.plan.files.items()
         )
+
+    def _guard(self, body: Callable[[], None]) -> Outcome:
+        """The outcome, whatever ended the run on this container."""
+        out = self.outcome
+        try:
+            body()
+        except _Stop as stop:
+            out.exit_code, out.error = stop.exit_code, stop.message
+        except Interrupted as exc:
+            out.result, out.exit_code = "interrupted", exc.exit_code
+            out.error = "interrupted before the switch: nothing was changed"
+            out.current = out.previous_release
+        except OrchError as exc:
+            out.exit_code, out.error, out.result = exc.exit_code, str(exc), "failed"
+        return out
+
+
+class _Locked:
+    """Hold the lock (taking over a gone owner's), and recover a run that died in its
+    switch, before the run's own work; release at the end, whatever happened."""
+
+    def __init__(self, run: TargetRun) -> None:
+        self.run = run
+
+    def __enter__(self) -> None:
+        taken_over = self.run.lock.acquire()
+        if taken_over:
+            self.run.outcome.notes.append(taken_over)
+            self.run._step_note(taken_over)
+        try:
+            self.run._recover()
+        except BaseException:
+            self.run.lock.release()
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        self.run.lock.release()
 
 
 class _Stop(Exception):

@@ -66,3 +66,11 @@ class ServerFailed(CheckFailed):
 
 class LockHeld(NeedsAttention):
     """Another run holds the deploy lock of a target."""
+
+
+class Interrupted(OrchError):
+    """The run was told to stop (SIGINT, SIGTERM); it stopped at a safe point."""
+
+    def __init__(self, signum: int) -> None:
+        self.exit_code = 128 + signum
+        super().__init__(f"interrupted by signal {signum}")

@@ -139,7 +139,11 @@ def run_gate(
     served_name: str,
     gate: Gate,
     prompts: list[str],
+    stop: threading.Event | None = None,
 ) -> GateReport:
+    """Probe and scrape until the verdict is decided, the budget is spent, or `stop`
+    is set (then inconclusive: a gate that was interrupted did not pass)."""
+    stop = stop or threading.Event()
     criteria = GateCriteria(
         gate.min_mean_acceptance_length,
         gate.min_position1_acceptance,
@@ -166,7 +170,9 @@ def run_gate(
             worker.start()
         no_series = consecutive_failures = 0
         while True:
-            time.sleep(gate.probe.scrape_interval)
+            if stop.wait(gate.probe.scrape_interval):
+                report.verdict = _inconclusive(report.verdict, "interrupted before it decided")
+                break
             try:
                 current = scrape(transport, address, port)
             except ScrapeFailed as exc:

@@ -7,23 +7,23 @@ The CLI parses and prints; these functions connect, act, and return
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 from typing import Any
 
-from orchestrator import commands, preflight, release
+from orchestrator import commands, lock, preflight, release
+from orchestrator.cancel import Cancel
 from orchestrator.deploy import Options, Outcome, Progress, TargetRun
 from orchestrator.drafters.findings import Finding, Severity
 from orchestrator.drafters.modelfiles import parse_json_document
 from orchestrator.errors import NeedsAttention, OrchError
 from orchestrator.facts import parse_status_report
+from orchestrator.fanout import READ_PARALLEL, fan_out
 from orchestrator.inventory import Inventory, load_inventory
+from orchestrator.journal import Journal
 from orchestrator.plan import DRAFTER_CONFIG, TargetPlan, plan_deploy
 from orchestrator.playbook import Playbook, find_playbook, load_playbook
 from orchestrator.probes import load_prompts
-from orchestrator.remote import run_step
 from orchestrator.rollout import run_rollout
 from orchestrator.server import Server
 from orchestrator.state import History, new_run_id, now
@@ -53,6 +53,7 @@ def _target_run(
     options: Options,
     progress: Progress,
     prompts: list[str],
+    cancel: Cancel,
 ) -> TargetRun:
     nvidia_smi = inputs.inventory.container_vars(plan.container).get(
         "nvidia_smi", DEFAULT_NVIDIA_SMI
@@ -65,28 +66,25 @@ def _target_run(
         nvidia_smi,
         options,
         progress,
+        cancel,
     )
 
 
-def _guarded(plan: TargetPlan, action: Callable[[], Outcome]) -> Outcome:
+def _unreached(plan: TargetPlan, exc: OrchError) -> Outcome:
     """A target that cannot even be reached is that target's outcome, not the run's end."""
-    try:
-        return action()
-    except OrchError as exc:
-        return Outcome(
-            plan.container,
-            plan.host,
-            release=plan.release_id,
-            error=str(exc),
-            exit_code=exc.exit_code,
-        )
+    return Outcome(
+        plan.container, plan.host, release=plan.release_id, error=str(exc), exit_code=exc.exit_code
+    )
 
 
 def _document(
-    inputs: Inputs, run_id: str, started: str, outcomes: list[Outcome]
+    inputs: Inputs, run_id: str, started: str, outcomes: list[Outcome], cancel: Cancel
 ) -> tuple[dict[str, Any], int]:
-    code = max((o.exit_code for o in outcomes), default=0)
-    result = {0: "ok", 1: "not applied", 2: "bad input", 3: "needs attention"}[code]
+    if cancel.requested:
+        code, result = cancel.exit_code, "interrupted"
+    else:
+        code = max((o.exit_code for o in outcomes), default=0)
+        result = {0: "ok", 1: "not applied", 2: "bad input", 3: "needs attention"}[code]
     return {
         "playbook": inputs.playbook.name,
         "run_id": run_id,
@@ -109,6 +107,7 @@ def deploy(
     options: Options,
     accept_new_host_keys: bool,
     progress: Progress,
+    cancel: Cancel,
 ) -> tuple[dict[str, Any], int]:
     prompts = load_prompts(inputs.playbook.gate.probe.prompts)
     started = now()
@@ -116,39 +115,49 @@ def deploy(
     with Connections(inputs.inventory, accept_new_host_keys) as connections:
 
         def one(name: str) -> Outcome:
-            plan = plans[name]
-            return _guarded(
-                plan,
-                lambda: _target_run(inputs, connections, plan, options, progress, prompts).deploy(),
-            )
+            if cancel.requested:
+                return not_started(name, "not started: the run was interrupted")
+            run = _target_run(inputs, connections, plans[name], options, progress, prompts, cancel)
+            return run.deploy()
 
-        def skipped(name: str) -> Outcome:
-            return Outcome(
-                name,
-                plans[name].host,
-                result="skipped",
-                exit_code=0,
-                error="not started: the rollout's failure budget was spent",
-            )
+        def not_started(name: str, why: str) -> Outcome:
+            return Outcome(name, plans[name].host, result="skipped", exit_code=0, error=why)
 
-        outcomes = run_rollout(list(plans), inputs.playbook.rollout, one, skipped)
-    document, code = _document(inputs, options.run_id, started, outcomes)
+        outcomes = run_rollout(
+            list(plans),
+            inputs.playbook.rollout,
+            one,
+            lambda name: not_started(name, "not started: the rollout's failure budget was spent"),
+            lambda name, exc: _unreached(plans[name], exc),
+        )
+    document, code = _document(inputs, options.run_id, started, outcomes, cancel)
     if not options.dry_run:
         _remember(document, "deploy", options.user)
     return document, code
 
 
 def rollback(
-    inputs: Inputs, options: Options, to: str | None, accept_new_host_keys: bool, progress: Progress
+    inputs: Inputs,
+    options: Options,
+    to: str | None,
+    accept_new_host_keys: bool,
+    progress: Progress,
+    cancel: Cancel,
 ) -> tuple[dict[str, Any], int]:
     prompts = load_prompts(inputs.playbook.gate.probe.prompts)
     started = now()
-    outcomes = []
+    plans = {p.container: p for p in inputs.plans}
     with Connections(inputs.inventory, accept_new_host_keys) as connections:
-        for plan in inputs.plans:
-            run = _target_run(inputs, connections, plan, options, progress, prompts)
-            outcomes.append(_guarded(plan, partial(run.rollback, to)))
-    document, code = _document(inputs, options.run_id, started, outcomes)
+
+        def one(name: str) -> Outcome:
+            run = _target_run(inputs, connections, plans[name], options, progress, prompts, cancel)
+            return run.rollback(to)
+
+        group = fan_out(list(plans), one, inputs.playbook.rollout.parallel)
+    outcomes = [
+        group.succeeded.get(name) or _unreached(plans[name], group.failed[name]) for name in plans
+    ]
+    document, code = _document(inputs, options.run_id, started, outcomes, cancel)
     _remember(document, "rollback", options.user)
     return document, code
 
@@ -156,36 +165,45 @@ def rollback(
 def verify_remote(inputs: Inputs, accept_new_host_keys: bool) -> tuple[dict[str, Any], int]:
     """Drift of each container's current release against a fresh render, plus the
     drafter checks on the files as they are on the container."""
-    targets = []
-    code = 0
+    plans = {p.container: p for p in inputs.plans}
     with Connections(inputs.inventory, accept_new_host_keys) as connections:
-        for plan in inputs.plans:
-            entry: dict[str, Any] = {"name": plan.container, "host": plan.host}
-            try:
-                transport = connections.container(plan.container)
-                current = release.linked(transport, f"{plan.deployment_dir}/current")
-                entry["release"] = current or None
-                if not current:
-                    entry["drift"] = ["no current release: nothing deployed yet"]
-                    code = max(code, 1)
-                    targets.append(entry)
-                    continue
-                release_dir = f"{plan.deployment_dir}/releases/{current}"
-                names = [*plan.files, f"drafter/{DRAFTER_CONFIG}"]
-                actual = release.read_back(transport, release_dir, names)
-                expected = {**plan.files, f"drafter/{DRAFTER_CONFIG}": plan.files[DRAFTER_CONFIG]}
-                entry["drift"] = [str(m) for m in release.compare(expected, actual)]
-                findings = _remote_findings(
-                    transport, plan, inputs.playbook, actual.get(DRAFTER_CONFIG)
-                )
-                entry["findings"] = [f.to_dict() for f in findings]
-                bad = entry["drift"] or any(f.severity == Severity.ERROR for f in findings)
-                code = max(code, 1 if bad else 0)
-            except OrchError as exc:
-                entry["error"] = str(exc)
-                code = max(code, exc.exit_code)
-            targets.append(entry)
+
+        def one(name: str) -> tuple[dict[str, Any], int]:
+            return _verify_one(connections.container(name), plans[name], inputs.playbook)
+
+        group = fan_out(list(plans), one, READ_PARALLEL)
+    targets, code = [], 0
+    for name, plan in plans.items():
+        if name in group.failed:
+            entry = {"name": name, "host": plan.host, "error": str(group.failed[name])}
+            entry_code = group.failed[name].exit_code
+        else:
+            entry, entry_code = group.succeeded[name]
+        targets.append(entry)
+        code = max(code, entry_code)
     return {"playbook": inputs.playbook.name, "ok": code == 0, "targets": targets}, code
+
+
+def _verify_one(
+    transport: Transport, plan: TargetPlan, playbook: Playbook
+) -> tuple[dict[str, Any], int]:
+    entry: dict[str, Any] = {"name": plan.container, "host": plan.host}
+    interrupted = Journal(transport, plan.layout).read()
+    if interrupted:
+        entry["interrupted"] = interrupted.describe()
+    current = release.linked(transport, plan.layout.current)
+    entry["release"] = current or None
+    if not current:
+        entry["drift"] = ["no current release: nothing deployed yet"]
+        return entry, 1
+    names = [*plan.files, f"drafter/{DRAFTER_CONFIG}"]
+    actual = release.read_back(transport, plan.layout.release(current), names)
+    expected = {**plan.files, f"drafter/{DRAFTER_CONFIG}": plan.files[DRAFTER_CONFIG]}
+    entry["drift"] = [str(m) for m in release.compare(expected, actual)]
+    findings = _remote_findings(transport, plan, playbook, actual.get(DRAFTER_CONFIG))
+    entry["findings"] = [f.to_dict() for f in findings]
+    bad = entry["drift"] or any(f.severity == Severity.ERROR for f in findings)
+    return entry, 3 if interrupted else (1 if bad else 0)
 
 
 def _remote_findings(
@@ -210,22 +228,36 @@ def new_options(**kwargs: Any) -> Options:
 
 
 def status(inputs: Inputs, accept_new_host_keys: bool) -> tuple[list[dict[str, Any]], int]:
-    rows, code = [], 0
+    plans = {p.container: p for p in inputs.plans}
     with Connections(inputs.inventory, accept_new_host_keys) as connections:
-        for plan in inputs.plans:
-            row: dict[str, Any] = {"container": plan.container, "host": plan.host}
-            try:
-                transport = connections.container(plan.container)
-                result = transport.run(commands.status_report(plan.deployment_dir), timeout=60)
-                row.update(parse_status_report(result.text))
-                server = Server(transport, plan.deployment_dir, plan.address, plan.port)
-                row["health"] = _health(server) if row["server"] == "running" else "-"
-                if row["server"] != "running" or row["health"] != 200:
-                    code = 3
-            except OrchError as exc:
-                row["error"], code = str(exc), 3
-            rows.append(row)
+
+        def one(name: str) -> dict[str, Any]:
+            return _status_row(connections.container(name), plans[name])
+
+        group = fan_out(list(plans), one, READ_PARALLEL)
+    rows, code = [], 0
+    for name, plan in plans.items():
+        row: dict[str, Any] = {"container": name, "host": plan.host}
+        if name in group.failed:
+            row["error"] = str(group.failed[name])
+        else:
+            row.update(group.succeeded[name])
+        healthy = row.get("server") == "running" and row.get("health") == 200
+        if "error" in row or row.get("interrupted") or not healthy:
+            code = 3
+        rows.append(row)
     return rows, code
+
+
+def _status_row(transport: Transport, plan: TargetPlan) -> dict[str, Any]:
+    """The journal first: an interrupted transaction is the first thing to know."""
+    interrupted = Journal(transport, plan.layout).read()
+    result = transport.run(commands.status_report(plan.layout), timeout=60)
+    row: dict[str, Any] = {"interrupted": interrupted.describe() if interrupted else None}
+    row.update(parse_status_report(result.text))
+    server = Server(transport, plan.layout, plan.address, plan.port)
+    row["health"] = _health(server) if row["server"] == "running" else "-"
+    return row
 
 
 def _health(server: Server) -> int | str:
@@ -235,13 +267,20 @@ def _health(server: Server) -> int | str:
         return "unreachable"
 
 
-def unlock(inputs: Inputs, accept_new_host_keys: bool) -> list[tuple[str, str]]:
-    removed = []
+def unlock(inputs: Inputs, accept_new_host_keys: bool) -> tuple[list[tuple[str, str]], int]:
+    """Every container's lock removed (showing whose it was), reachable or not."""
+    plans = {p.container: p for p in inputs.plans}
     with Connections(inputs.inventory, accept_new_host_keys) as connections:
-        for plan in inputs.plans:
-            transport = connections.container(plan.container)
-            lock_dir = f"{plan.deployment_dir}/lock"
-            owner = release.read_back(transport, lock_dir, ["owner.json"]).get("owner.json", b"")
-            run_step(transport, commands.release_lock(lock_dir), "remove lock")
-            removed.append((plan.container, owner.decode("utf-8", "replace")))
-    return removed
+        group = fan_out(
+            list(plans),
+            lambda name: lock.remove(connections.container(name), plans[name].layout),
+            READ_PARALLEL,
+        )
+    lines = []
+    for name in plans:
+        if name in group.failed:
+            lines.append((name, f"error: {group.failed[name]}"))
+        else:
+            holder = group.succeeded[name]
+            lines.append((name, f"removed the lock held by {holder}" if holder else "no lock"))
+    return lines, max((e.exit_code for e in group.failed.values()), default=0)

@@ -17,6 +17,7 @@ from orchestrator.drafters.findings import Finding
 from orchestrator.drafters.profiles import Profile, get_profile, merge_overrides, target_files
 from orchestrator.errors import InputError
 from orchestrator.inventory import Inventory
+from orchestrator.layout import Layout
 from orchestrator.playbook import Playbook
 from orchestrator.render import render_field, render_template, template_source
 
@@ -45,8 +46,12 @@ class TargetPlan:
     findings: list[Finding] = field(default_factory=list)
 
     @property
+    def layout(self) -> Layout:
+        return Layout(self.deployment_dir)
+
+    @property
     def release_dir(self) -> str:
-        return f"{self.deployment_dir}/releases/{self.release_id}"
+        return self.layout.release(self.release_id)
 
     @property
     def drafter_view(self) -> str:
@@ -108,7 +113,7 @@ def plan_target(playbook: Playbook, inventory: Inventory, container_name: str) -
     release_id = hashlib.sha256(
         json.dumps(fingerprint_inputs, sort_keys=True).encode()
     ).hexdigest()[:12]
-    release_dir = f"{paths['deployment_dir']}/releases/{release_id}"
+    release_dir = Layout(paths["deployment_dir"]).release(release_id)
     launch = render_template(
         server.template,
         {

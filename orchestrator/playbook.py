@@ -91,6 +91,9 @@ class Playbook(Schema):
     gate: Gate = Gate()
     rollout: Rollout = Rollout()
     releases_kept: Annotated[int, Field(ge=2)] = 5
+    # A deploy lock older than this is taken over as abandoned (default: never by age;
+    # a lock whose run is provably gone on this control host is taken over regardless).
+    lock_lease: Seconds | None = None
     source: str = Field(default="", exclude=True)
 
 

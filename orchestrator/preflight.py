@@ -86,7 +86,7 @@ def gather(transport: Transport, plan: TargetPlan, nvidia_smi: str) -> Facts:
     drafter = read_model_dir(transport, plan.drafter_weights)
     small = parse_frames(
         run_step(
-            transport, commands.target_facts(plan.deployment_dir, nvidia_smi), "read target facts"
+            transport, commands.target_facts(plan.layout, nvidia_smi), "read target facts"
         ).stdout
     )
     gpus_ok, apps_ok = small["gpus.rc"] == b"0", small["apps.rc"] == b"0"

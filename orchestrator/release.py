@@ -15,11 +15,16 @@ import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import ValidationError
 
 from orchestrator import commands
 from orchestrator.drafters.findings import Finding
 from orchestrator.facts import parse_frames, parse_release_list, release_id_of
+from orchestrator.layout import Layout
 from orchestrator.plan import DRAFTER_CONFIG, LAUNCH_SCRIPT, TargetPlan
+from orchestrator.playbook import Gate, Playbook
 from orchestrator.remote import run_step
 from orchestrator.transport.base import Transport
 
@@ -43,7 +48,28 @@ def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def manifest(plan: TargetPlan, run_id: str, forced: list[Finding]) -> bytes:
+@dataclass(frozen=True)
+class GateTarget:
+    """What a release's gate needs, recorded in its manifest: a rollback re-gates the
+    release it goes back to with its own served name, port and gate settings."""
+
+    served_name: str
+    port: int
+    gate: Gate
+
+    @classmethod
+    def of(cls, playbook: Playbook) -> GateTarget:
+        return cls(playbook.target.served_name, playbook.server.port, playbook.gate)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "served_name": self.served_name,
+            "port": self.port,
+            "gate": self.gate.model_dump(mode="json"),
+        }
+
+
+def manifest(plan: TargetPlan, run_id: str, forced: list[Finding], gate: GateTarget) -> bytes:
     document = {
         "playbook": plan.playbook,
         "release_id": plan.release_id,
@@ -57,6 +83,7 @@ def manifest(plan: TargetPlan, run_id: str, forced: list[Finding]) -> bytes:
         "drafter_weights": plan.drafter_weights,
         "files": {name: sha256(data) for name, data in plan.files.items()},
         "forced_findings": [f.to_dict() for f in forced],
+        "gate_target": gate.to_dict(),
     }
     return (json.dumps(document, indent=2) + "\n").encode()
 
@@ -90,12 +117,27 @@ def linked(transport: Transport, link: str) -> str | None:
     return release_id_of(run_step(transport, commands.read_link(link), f"read {link}").text)
 
 
-def kept(transport: Transport, deployment_dir: str) -> list[str]:
+def kept(transport: Transport, layout: Layout) -> list[str]:
     """The release ids on the target, oldest first."""
-    listed = run_step(
-        transport, commands.list_releases(f"{deployment_dir}/releases"), "list releases"
-    )
+    listed = run_step(transport, commands.list_releases(layout.releases), "list releases")
     return parse_release_list(listed.text)
+
+
+def gate_target(
+    transport: Transport, layout: Layout, release_id: str, fallback: GateTarget
+) -> GateTarget:
+    """The release's own gate settings from its manifest; `fallback` for a release made
+    before manifests recorded them, or whose manifest is unreadable."""
+    raw = read_back(transport, layout.release(release_id), [MANIFEST]).get(MANIFEST)
+    try:
+        recorded = json.loads(raw or b"null")["gate_target"]
+        return GateTarget(
+            str(recorded["served_name"]),
+            int(recorded["port"]),
+            Gate.model_validate(recorded["gate"]),
+        )
+    except (ValueError, TypeError, KeyError, ValidationError):
+        return fallback
 
 
 @dataclass(frozen=True)

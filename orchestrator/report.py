@@ -148,6 +148,11 @@ class StepView:
                     f"{time.monotonic() - self.started:6.1f}s {name}: {step}", highlight=False
                 )
 
+    def describe(self) -> str:
+        """What each container is doing now, for a message while it finishes."""
+        with self.lock:
+            return "; ".join(f"{name}: {step}" for name, (step, _) in self.steps.items())
+
     def __enter__(self) -> StepView:
         if self.live_mode:
             self.live = Live(
@@ -197,6 +202,8 @@ def print_run(document: dict[str, Any]) -> None:
                     [Finding(**f) for f in target["findings"]], title=f"{target['name']}: findings"
                 )
             )
+        for note in target.get("notes") or []:
+            out.print(f"{target['name']}: {note}", markup=False, highlight=False)
         if target.get("error"):
             out.print(f"[red]{target['name']}: {target['error']}[/]", highlight=False)
         if target.get("diff"):

@@ -7,10 +7,11 @@ failed; those not started are reported as `skipped`.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
 from orchestrator.deploy import Outcome
+from orchestrator.errors import OrchError
+from orchestrator.fanout import fan_out
 from orchestrator.playbook import Rollout
 
 T = TypeVar("T")
@@ -29,6 +30,7 @@ def run_rollout(
     rollout: Rollout,
     run_one: Callable[[str], Outcome],
     skipped: Callable[[str], Outcome],
+    unreached: Callable[[str, OrchError], Outcome],
 ) -> list[Outcome]:
     outcomes: dict[str, Outcome] = {}
     failures = 0
@@ -36,8 +38,8 @@ def run_rollout(
         if failures > rollout.max_failures:
             outcomes.update({name: skipped(name) for name in wave})
             continue
-        with ThreadPoolExecutor(max_workers=len(wave)) as pool:
-            for name, outcome in zip(wave, pool.map(run_one, wave), strict=True):
-                outcomes[name] = outcome
-                failures += outcome.exit_code != 0
+        group = fan_out(wave, run_one, len(wave))
+        outcomes.update(group.succeeded)
+        outcomes.update({name: unreached(name, exc) for name, exc in group.failed.items()})
+        failures += sum(outcomes[name].exit_code != 0 for name in wave)
     return [outcomes[name] for name in names]

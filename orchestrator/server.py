@@ -6,6 +6,7 @@ started: it is stopped by that PID and its process group, never by name.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 
@@ -20,6 +21,7 @@ from orchestrator.facts import (
     parse_server_state,
     parse_started,
 )
+from orchestrator.layout import Layout
 from orchestrator.remote import run_step
 from orchestrator.transport import http
 from orchestrator.transport.base import Transport
@@ -33,12 +35,12 @@ class NotReady(Exception):
 
 
 class Server:
-    def __init__(self, transport: Transport, deployment_dir: str, address: str, port: int) -> None:
+    def __init__(self, transport: Transport, layout: Layout, address: str, port: int) -> None:
         self.transport = transport
         self.address = address
         self.port = port
-        self.pid_file = f"{deployment_dir}/server.pid"
-        self.log = f"{deployment_dir}/server.log"
+        self.pid_file = layout.server_pid
+        self.log = layout.server_log
         self.log_start = 0
 
     def state(self) -> ServerState:
@@ -103,11 +105,17 @@ class Server:
         ).status
 
     def wait_ready(
-        self, pid: int, timeout: float, tick: Callable[[float], None] = lambda _: None
+        self,
+        pid: int,
+        timeout: float,
+        tick: Callable[[float], None] = lambda _: None,
+        stop: threading.Event | None = None,
     ) -> float:
         """Poll /health with capped exponential backoff while watching the process and
-        its log; fail fast on exit or a fatal log line. Returns seconds waited."""
+        its log; fail fast on exit or a fatal log line; give up when `stop` is set.
+        Returns seconds waited."""
         started = time.monotonic()
+        stop = stop or threading.Event()
 
         def attempt() -> None:
             tick(time.monotonic() - started)
@@ -127,12 +135,15 @@ class Server:
         retrying = tenacity.Retrying(
             retry=tenacity.retry_if_exception_type(NotReady),
             wait=tenacity.wait_exponential(multiplier=0.1, min=0.1, max=2.0),
-            stop=tenacity.stop_after_delay(timeout),
+            stop=tenacity.stop_after_delay(timeout) | tenacity.stop_when_event_set(stop),
+            sleep=stop.wait,  # type: ignore[arg-type]  # a backoff sleep a stop request ends
             reraise=True,
         )
         try:
             retrying(attempt)
         except NotReady:
+            if stop.is_set():
+                raise ServerFailed("interrupted while waiting until ready") from None
             raise ServerFailed(
                 f"not ready after {timeout:.0f} s (ready_timeout)", self.log_tail()
             ) from None

@@ -24,6 +24,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from orchestrator import commands
+from orchestrator.layout import Layout
 from orchestrator.drafters.modelfiles import (
     CONFIG_FILE,
     SAFETENSORS_HEADER_LIMIT,
@@ -174,7 +175,8 @@ def test_point_link_and_lock_scripts() -> None:
     assert commands.release_lock("/var/lib/orch/q/lock") == [
         "/bin/sh",
         "-c",
-        "rm -f /var/lib/orch/q/lock/owner.json; rmdir /var/lib/orch/q/lock 2>/dev/null || true",
+        "rm -f /var/lib/orch/q/lock/owner.json; "
+        "rmdir /var/lib/orch/q/lock/takeover /var/lib/orch/q/lock 2>/dev/null || true",
     ]
     assert commands.release_lock("/l/lock", "run 1")[2].startswith(
         "grep -qF 'run 1' /l/lock/owner.json 2>/dev/null || exit 0\n"
@@ -403,6 +405,38 @@ def test_concurrent_acquires_have_exactly_one_winner(tmp_path: Path) -> None:
     assert sorted(codes) == [0] + [1] * 7
     winner = codes.index(0)
     assert json.loads(Path(lock, "owner.json").read_text()) == {"n": winner}
+
+
+def test_take_over_replaces_only_the_stale_owner_it_was_given(tmp_path: Path) -> None:
+    lock = str(tmp_path / "it's" / "lock")
+    stale, mine, theirs = '{"run_id": "dead"}', '{"run_id": "me"}', '{"run_id": "other"}'
+    assert run(commands.acquire_lock(lock, stale)).returncode == 0
+
+    assert run(commands.take_over_lock(lock, theirs, mine)).returncode == 1
+    assert Path(lock, "owner.json").read_text() == stale
+    assert run(commands.take_over_lock(lock, stale, mine)).returncode == 0
+    assert Path(lock, "owner.json").read_text() == mine
+    again = run(commands.take_over_lock(lock, stale, theirs))
+    assert (again.returncode, again.stdout.decode()) == (1, mine)
+    assert sorted(p.name for p in Path(lock).iterdir()) == ["owner.json"]
+    run(commands.release_lock(lock, "me"))
+    assert not Path(lock).exists()
+
+
+def test_concurrent_take_overs_of_one_stale_owner_have_exactly_one_winner(tmp_path: Path) -> None:
+    lock = str(tmp_path / "lock")
+    stale = '{"run_id": "dead"}'
+    assert run(commands.acquire_lock(lock, stale)).returncode == 0
+    racers = [
+        subprocess.Popen(
+            commands.take_over_lock(lock, stale, f'{{"n": {n}}}'), stdout=subprocess.DEVNULL
+        )
+        for n in range(8)
+    ]
+    codes = [racer.wait(timeout=30) for racer in racers]
+
+    assert sorted(codes) == [0] + [1] * 7
+    assert json.loads(Path(lock, "owner.json").read_text()) == {"n": codes.index(0)}
 
 
 def test_releasing_a_lock_nobody_holds_succeeds(tmp_path: Path) -> None:
@@ -636,7 +670,7 @@ def test_status_report_parses_into_a_status_row(
     ]
     (deployment / "audit.log").write_text("".join(f"{line}\n" for line in lines))
 
-    done = run(commands.status_report(str(deployment)))
+    done = run(commands.status_report(Layout(str(deployment))))
 
     assert parse_status_report(done.stdout.decode()) == {
         "release": "0123456789ab",
@@ -647,7 +681,7 @@ def test_status_report_parses_into_a_status_row(
         "last_mean_length": 4.1,
         "lock": '{"run_id": "r1", "user": "ops"}',
     }
-    empty = run(commands.status_report(str(tmp_path / "never deployed")))
+    empty = run(commands.status_report(Layout(str(tmp_path / "never deployed"))))
     assert parse_status_report(empty.stdout.decode()) == {
         "release": None,
         "server": "none",
@@ -706,7 +740,7 @@ def test_target_facts_frame_gpus_disk_server_and_current(tmp_path: Path) -> None
     fake_smi.write_text('#!/bin/sh\necho "$1"\nexit 3\n')
     fake_smi.chmod(0o755)
     deployment = tmp_path / "not yet" / "deployed"
-    done = run(commands.target_facts(str(deployment), str(fake_smi)))
+    done = run(commands.target_facts(Layout(str(deployment)), str(fake_smi)))
     assert done.returncode == 0, done.stderr
     frames = parse_frames(done.stdout)
 
@@ -719,6 +753,6 @@ def test_target_facts_frame_gpus_disk_server_and_current(tmp_path: Path) -> None
     deployment.mkdir(parents=True)
     (deployment / "server.pid").write_text("")  # a failed write leaves it empty
     (deployment / "current").symlink_to("releases/abc")
-    frames = parse_frames(run(commands.target_facts(str(deployment), "/nonexistent")).stdout)
+    frames = parse_frames(run(commands.target_facts(Layout(str(deployment)), "/nonexistent")).stdout)
     assert frames["gpus.rc"] == b"127"
     assert (frames["server"], frames["current"]) == (b"none\n", b"releases/abc\n")

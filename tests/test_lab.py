@@ -63,7 +63,7 @@ def start_rendered_server(
     """Write the planned release for `name` and start its launch script, as a deploy does."""
     plan = plan_target(load_playbook(find_playbook("qwen-dflash")), inventory, name)
     release.write(transport, plan, plan.files)
-    server = Server(transport, plan.deployment_dir, plan.address, plan.port)
+    server = Server(transport, plan.layout, plan.address, plan.port)
     pid = server.start(f"{plan.release_dir}/{LAUNCH_SCRIPT}")
     server.wait_ready(pid, timeout=30)
     return server, pid

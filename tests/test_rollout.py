@@ -9,6 +9,7 @@ import pytest
 
 from orchestrator.deploy import Outcome
 from orchestrator.playbook import Rollout
+from orchestrator.errors import NeedsAttention, OrchError
 from orchestrator.rollout import run_rollout, waves
 
 NAMES = ["a", "b", "c", "d", "e", "f", "g"]
@@ -41,15 +42,20 @@ class Deploys:
     """run_one and skipped for run_rollout: the containers in `failing` fail (exit 1)."""
 
     def __init__(
-        self, failing: Collection[str] = (), wait: Callable[[str], None] = no_wait
+        self,
+        failing: Collection[str] = (),
+        wait: Callable[[str], None] = no_wait,
+        unreachable: Collection[str] = (),
     ) -> None:
-        self.failing = failing
+        self.failing, self.unreachable = failing, unreachable
         self.wait = wait
         self.started: list[str] = []
 
     def run_one(self, name: str) -> Outcome:
         self.started.append(name)
         self.wait(name)
+        if name in self.unreachable:
+            raise NeedsAttention(f"{name}: connect: refused")
         if name in self.failing:
             return Outcome(name, "pve", result="rolled_back", exit_code=1)
         return Outcome(name, "pve", result="deployed")
@@ -58,8 +64,12 @@ class Deploys:
     def skipped(name: str) -> Outcome:
         return Outcome(name, "pve", result="skipped")
 
+    @staticmethod
+    def unreached(name: str, exc: OrchError) -> Outcome:
+        return Outcome(name, "pve", result="unreached", error=str(exc), exit_code=exc.exit_code)
+
     def run(self, rollout: Rollout, names: list[str] = NAMES) -> list[tuple[str, str]]:
-        outcomes = run_rollout(names, rollout, self.run_one, self.skipped)
+        outcomes = run_rollout(names, rollout, self.run_one, self.skipped, self.unreached)
         return [(outcome.name, outcome.result) for outcome in outcomes]
 
 
@@ -112,3 +122,12 @@ def test_a_wave_runs_its_containers_at_the_same_time() -> None:
 
     deploys = Deploys(wait=wait)
     assert deploys.run(Rollout(canary=1, parallel=3)) == [(n, "deployed") for n in NAMES]
+
+
+def test_an_unreachable_container_is_its_own_failure_and_counts_against_the_budget() -> None:
+    deploys = Deploys(unreachable={"b"})
+
+    results = deploys.run(Rollout(canary=0, parallel=2, max_failures=0))
+
+    assert results[:2] == [("a", "deployed"), ("b", "unreached")]
+    assert {result for _, result in results[2:]} == {"skipped"}

@@ -1,0 +1,96 @@
+"""The transaction journal on the target: what a switch in progress is doing.
+
+Written atomically (temp file, fsync, rename) beside the lock before the old
+server is stopped, advanced at every step, removed at the end. A journal that
+is still there when a run starts is the record of a run that never finished:
+`status` shows it, `deploy` and `rollback` recover it before their own work.
+
+    {"run_id": "...", "action": "deploy", "owner": "ops@ctl pid 4242",
+     "from_release": "0d3c...", "to_release": "9a1f...", "step": "gate",
+     "started": "2026-12-02T16:40:01+00:00", "updated": "2026-12-02T16:40:09+00:00"}
+
+`step` is the step being done; `gate passed` means `to_release` passed its gate
+and is kept, every other step means it was never gated and must be undone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+
+from orchestrator import commands
+from orchestrator.errors import NeedsAttention
+from orchestrator.facts import parse_frames
+from orchestrator.layout import Layout
+from orchestrator.remote import run_step
+from orchestrator.state import now
+from orchestrator.transport.base import Transport
+
+GATE_PASSED = "gate passed"
+
+
+@dataclass(frozen=True)
+class Transaction:
+    run_id: str
+    action: str
+    owner: str
+    from_release: str | None
+    to_release: str
+    step: str
+    started: str
+    updated: str
+
+    @property
+    def gated(self) -> bool:
+        return self.step == GATE_PASSED
+
+    def describe(self) -> str:
+        source = self.from_release or "nothing"
+        return (
+            f"run {self.run_id} ({self.action} {source} -> {self.to_release} by {self.owner}) "
+            f"stopped at '{self.step}' ({self.updated})"
+        )
+
+
+class Journal:
+    """The journal file of one deployment; `active` is the transaction this run writes."""
+
+    def __init__(self, transport: Transport, layout: Layout) -> None:
+        self.transport, self.layout = transport, layout
+        self.active: Transaction | None = None
+
+    def read(self) -> Transaction | None:
+        result = run_step(self.transport, commands.read_files([self.layout.journal]), "journal")
+        raw = parse_frames(result.stdout).get(self.layout.journal)
+        if raw is None:
+            return None
+        try:
+            data = json.loads(raw)
+            return Transaction(**{f.name: data[f.name] for f in dataclasses.fields(Transaction)})
+        except (ValueError, TypeError, KeyError) as exc:
+            raise NeedsAttention(
+                f"{self.transport.label}: {self.layout.journal} is unreadable ({exc}); "
+                "check the container by hand, then remove it"
+            ) from None
+
+    def begin(
+        self, run_id: str, action: str, owner: str, from_release: str | None, to_release: str
+    ) -> None:
+        stamp = now()
+        self._write(
+            Transaction(run_id, action, owner, from_release, to_release, "begin", stamp, stamp)
+        )
+
+    def advance(self, step: str) -> None:
+        if self.active:
+            self._write(dataclasses.replace(self.active, step=step, updated=now()))
+
+    def clear(self) -> None:
+        run_step(self.transport, commands.remove_file(self.layout.journal), "clear the journal")
+        self.active = None
+
+    def _write(self, transaction: Transaction) -> None:
+        data = json.dumps(dataclasses.asdict(transaction), sort_keys=True).encode()
+        run_step(self.transport, commands.write_file(self.layout.journal), "journal", stdin=data)
+        self.active = transaction
