@@ -24,7 +24,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from orchestrator import commands
-from orchestrator.layout import Layout
 from orchestrator.drafters.modelfiles import (
     CONFIG_FILE,
     SAFETENSORS_HEADER_LIMIT,
@@ -42,6 +41,7 @@ from orchestrator.facts import (
     parse_started,
     parse_status_report,
 )
+from orchestrator.layout import Layout
 from orchestrator.preflight import INDEX_FILE
 from orchestrator.state import audit_line
 
@@ -753,6 +753,7 @@ def test_target_facts_frame_gpus_disk_server_and_current(tmp_path: Path) -> None
     deployment.mkdir(parents=True)
     (deployment / "server.pid").write_text("")  # a failed write leaves it empty
     (deployment / "current").symlink_to("releases/abc")
-    frames = parse_frames(run(commands.target_facts(Layout(str(deployment)), "/nonexistent")).stdout)
+    argv = commands.target_facts(Layout(str(deployment)), "/nonexistent")
+    frames = parse_frames(run(argv).stdout)
     assert frames["gpus.rc"] == b"127"
     assert (frames["server"], frames["current"]) == (b"none\n", b"releases/abc\n")

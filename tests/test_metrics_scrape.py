@@ -171,3 +171,18 @@ def test_reads_back_what_prometheus_client_exposes(engines: list[list[int]]) -> 
     )
     assert counters.accepted_per_pos == expected.accepted_per_pos
     assert counters.created is not None
+
+
+def test_counts_written_without_a_decimal_point_are_counts() -> None:
+    text = "\n".join(
+        [
+            "vllm:spec_decode_num_drafts_total 10",
+            "vllm:spec_decode_num_draft_tokens_total 40",
+            "vllm:spec_decode_num_accepted_tokens_total 15",
+            'vllm:spec_decode_num_accepted_tokens_per_pos_total{position="0"} 9',
+            'vllm:spec_decode_num_accepted_tokens_per_pos_total{position="1"} 6',
+        ]
+    )
+    counters = parse_spec_decode(text + "\n")
+    assert counters is not None
+    assert (counters.drafts, counters.accepted, counters.accepted_per_pos) == (10, 15, (9, 6))

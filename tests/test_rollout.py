@@ -8,8 +8,8 @@ from collections.abc import Callable, Collection
 import pytest
 
 from orchestrator.deploy import Outcome
-from orchestrator.playbook import Rollout
 from orchestrator.errors import NeedsAttention, OrchError
+from orchestrator.playbook import Rollout
 from orchestrator.rollout import run_rollout, waves
 
 NAMES = ["a", "b", "c", "d", "e", "f", "g"]

@@ -108,6 +108,7 @@ class Faults:
     """Ways a server can misbehave, from `lab/faults.json` and `ORCH_LAB_FAULTS` (JSON)."""
 
     hang_while_loading: bool = False
+    load_seconds: float | None = None  # this start loads this long (the lab's default otherwise)
     crash_after_ready_seconds: float | None = None
     ignore_sigterm: bool = False
     garbage_metrics: bool = False
@@ -602,7 +603,8 @@ def run_server(
     """Load (refusing connections), listen, serve until stopped or the crash fault fires."""
     log("INFO", "gpu_model_runner.py:2602", f"Starting to load model {args.model_tag}...")
     started = time.monotonic()
-    if stop.wait(None if faults.hang_while_loading else args.load_seconds):
+    load_seconds = args.load_seconds if faults.load_seconds is None else faults.load_seconds
+    if stop.wait(None if faults.hang_while_loading else load_seconds):
         return
     took = time.monotonic() - started
     log("INFO", "default_loader.py:267", f"Loading weights took {took:.2f} seconds")

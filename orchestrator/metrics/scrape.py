@@ -111,7 +111,7 @@ def _samples(text: str) -> Iterator[Sample]:
 
 
 def _count(sample: Sample) -> int:
-    value = sample.value
+    value = float(sample.value)  # prometheus-client gives an int for "100", a float for "100.0"
     if not (math.isfinite(value) and value >= 0 and value.is_integer()):
         raise MetricsFormatError(f"{sample.name}{sample.labels} = {value} is not a count")
     return int(value)

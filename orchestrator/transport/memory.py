@@ -1,0 +1,99 @@
+"""A transport held in memory: scripted replies, every call recorded.
+
+For fast unit tests of the transaction and the gate beside the lab tests. A
+command is answered by the newest rule whose needle occurs in its argv; a reply
+may be computed from the argv and stdin, so a test can keep a tiny filesystem
+in a dict. TCP streams carry HTTP/1.1 to handlers keyed by method and path.
+"""
+
+from __future__ import annotations
+
+import io
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from orchestrator.errors import ServiceUnavailable
+from orchestrator.transport.base import Result
+
+Reply = Callable[[Sequence[str], bytes | None], Result]
+HttpHandler = Callable[[bytes], tuple[int, bytes]]  # request body -> (status, body)
+
+
+@dataclass
+class Call:
+    argv: tuple[str, ...]
+    stdin: bytes | None
+
+    @property
+    def text(self) -> str:
+        return " ".join(self.argv)
+
+
+def reply(stdout: str | bytes = b"", exit_code: int = 0, stderr: bytes = b"") -> Reply:
+    """A fixed answer."""
+    out = stdout.encode() if isinstance(stdout, str) else stdout
+    return lambda argv, _stdin: Result(tuple(argv), exit_code, out, stderr)
+
+
+@dataclass
+class MemoryTransport:
+    label: str = "memory"
+    rules: list[tuple[str, Reply]] = field(default_factory=list)
+    http: dict[tuple[str, str], HttpHandler] = field(default_factory=dict)
+    calls: list[Call] = field(default_factory=list)
+    requests: list[tuple[str, str]] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def on(self, needle: str, answer: Reply) -> MemoryTransport:
+        self.rules.append((needle, answer))
+        return self
+
+    def on_http(self, method: str, path: str, handler: HttpHandler) -> MemoryTransport:
+        self.http[(method, path)] = handler
+        return self
+
+    def run(
+        self, argv: Sequence[str], stdin: bytes | None = None, timeout: float | None = None
+    ) -> Result:
+        call = Call(tuple(argv), stdin)
+        with self._lock:
+            self.calls.append(call)
+        for needle, answer in reversed(self.rules):
+            if needle in call.text:
+                return answer(argv, stdin)
+        raise AssertionError(f"{self.label}: no scripted reply for {call.text[:300]!r}")
+
+    def open_stream(self, address: str, port: int, timeout: float = 10.0) -> MemoryStream:
+        if not self.http:
+            raise ServiceUnavailable(self.label, f"connect {address}:{port}", "refused")
+        return MemoryStream(self)
+
+    def _answer(self, request: bytes) -> bytes:
+        head, _, body = request.partition(b"\r\n\r\n")
+        method, path, _ = head.split(b"\r\n", 1)[0].decode().split(" ", 2)
+        with self._lock:
+            self.requests.append((method, path))
+        handler = self.http.get((method, path))
+        status, payload = handler(body) if handler else (404, b"not found")
+        return f"HTTP/1.1 {status} X\r\nContent-Length: {len(payload)}\r\n\r\n".encode() + payload
+
+
+class MemoryStream:
+    """The request is buffered until the client reads; then the handler answers."""
+
+    def __init__(self, transport: MemoryTransport) -> None:
+        self.transport = transport
+        self.sent = b""
+
+    def sendall(self, data: bytes) -> None:
+        self.sent += data
+
+    def makefile(self, mode: str, bufsize: int = -1) -> io.BytesIO:
+        return io.BytesIO(self.transport._answer(self.sent))
+
+    def settimeout(self, timeout: float | None) -> None:
+        return None
+
+    def close(self) -> None:
+        return None
