@@ -14,6 +14,7 @@ in it is undone by the next run there.
 from __future__ import annotations
 
 import getpass
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -278,7 +279,9 @@ class TargetRun:
                 stop,
             )
 
-    def _start(self, server: Server, release_id: str, prefix: str, stop: Any) -> None:
+    def _start(
+        self, server: Server, release_id: str, prefix: str, stop: threading.Event | None
+    ) -> None:
         with self._step(f"{prefix}stop server"):
             server.stop(self.playbook.server.stop_timeout)
             server.wait_gpu_free(
@@ -287,6 +290,8 @@ class TargetRun:
                 preflight.MIN_FREE_GPU_SHARE,
                 timeout=GPU_RELEASE_TIMEOUT,
             )
+        if stop and stop.is_set():  # the old server is down: straight to the way back
+            raise ServerFailed("interrupted before the switch of current")
         with self._step(f"{prefix}switch current"):
             run_step(
                 self.transport,

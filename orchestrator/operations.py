@@ -253,7 +253,7 @@ def _status_row(transport: Transport, plan: TargetPlan) -> dict[str, Any]:
     """The journal first: an interrupted transaction is the first thing to know."""
     interrupted = Journal(transport, plan.layout).read()
     result = transport.run(commands.status_report(plan.layout), timeout=60)
-    row: dict[str, Any] = {"interrupted": interrupted.describe() if interrupted else None}
+    row: dict[str, Any] = {"interrupted": interrupted.describe()} if interrupted else {}
     row.update(parse_status_report(result.text))
     server = Server(transport, plan.layout, plan.address, plan.port)
     row["health"] = _health(server) if row["server"] == "running" else "-"

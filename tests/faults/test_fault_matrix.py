@@ -41,8 +41,10 @@ def lab_faults(knobs: dict) -> list[str]:
 
 
 SLOW_LOAD = lab_faults({"load_seconds": 6})
-SLOW_GATE = ["--set", "gate.min_drafts=100000", "--set", "gate.time_budget=60"]
-LONG_GATE = ["--set", "gate.min_drafts=8000"]  # passes, after several seconds
+# Gate settings are not part of a release's fingerprint: another max_model_len makes it new.
+NEW_RELEASE = ["--set", "server.max_model_len=16384"]
+SLOW_GATE = [*NEW_RELEASE, "--set", "gate.min_drafts=100000", "--set", "gate.time_budget=60"]
+LONG_GATE = [*NEW_RELEASE, "--set", "gate.min_drafts=8000"]  # passes, after several seconds
 
 
 class Orch:
@@ -127,12 +129,8 @@ def assert_invariants(lab: LabHandle, good: str, files: dict[str, bytes]) -> Non
     assert not (deployment(lab) / "journal.json").exists()
     status = lab.orch("status", "qwen-dflash", "-i", str(lab.inventory), "--limit", NAME, "--json")
     [row] = status.json
-    assert (row["release"], row["server"], row["health"], row["interrupted"]) == (
-        good,
-        "running",
-        200,
-        None,
-    ), row
+    assert (row.get("release"), row.get("server"), row.get("health")) == (good, "running", 200), row
+    assert "interrupted" not in row and not row.get("error"), row
     container = ContainerPaths(deployment(lab).parents[4])
     assert [r["pid"] for r in server_records(container)] == [row["pid"]]
 
