@@ -8,6 +8,7 @@ stand-in loads this module at every start.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -103,12 +104,15 @@ def newest_version(table: Table | None = None) -> str:
     return str((table or load_table()).newest_release)
 
 
-def first_release_where(predicate: Any, table: Table | None = None) -> str | None:
-    """The lower bound of the first row that satisfies `predicate` (for "upgrade to >= X")."""
+def first_release_where(
+    predicate: Callable[[Row], bool | None], after: Version, table: Table | None = None
+) -> str | None:
+    """The first release newer than `after` whose row satisfies `predicate`: the X of
+    "upgrade to >= X" (None when no row does)."""
     for row in (table or load_table()).rows:
-        if predicate(row):
-            bounds = [s.version for s in row.range if s.operator in (">=", ">", "==")]
-            return bounds[0] if bounds else None
+        bounds = [Version(s.version) for s in row.range if s.operator in (">=", "==")]
+        if bounds and bounds[0] > after and predicate(row):
+            return str(bounds[0])
     return None
 
 
