@@ -25,6 +25,7 @@ from orchestrator.preflight import (
     drafter_findings,
     judge,
 )
+from orchestrator.serving.capabilities import newest_version
 
 ROOT = Path(__file__).resolve().parent.parent
 DRAFTERS = Path(__file__).parent / "fixtures" / "drafters"
@@ -98,6 +99,7 @@ def facts(target: ModelDir, drafter: ModelDir) -> Facts:
         server=ServerState("none"),
         port_taken=False,
         current_release=None,
+        server_version=newest_version(),
     )
 
 

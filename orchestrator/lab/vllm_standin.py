@@ -93,6 +93,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     serve.add_argument("--trust-remote-code", action="store_true")
     serve.add_argument("--dtype", default="auto")
     serve.add_argument("--max-num-seqs", type=int)
+    serve.add_argument("--max-num-batched-tokens", type=int)
     serve.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction)
     serve.add_argument(
         "--load-seconds",
