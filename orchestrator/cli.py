@@ -302,15 +302,33 @@ lab_dir_option = click.option(
 @click.option(
     "--network", default="127.66", show_default=True, help="Loopback /16 for the lab's addresses."
 )
+@click.option(
+    "--vllm-version",
+    metavar="VERSION",
+    help="The vLLM version the stand-ins claim and behave as (default: the newest the "
+    "capability table knows).",
+)
 def lab_up(
-    lab_dir: Path | None, hosts: int, containers_per_host: int, load_seconds: float, network: str
+    lab_dir: Path | None,
+    hosts: int,
+    containers_per_host: int,
+    load_seconds: float,
+    network: str,
+    vllm_version: str | None,
 ) -> None:
     """Build and start the lab, and write its inventory."""
     from orchestrator.lab.cluster import Lab, LabSpec, default_lab_dir
+    from orchestrator.serving.capabilities import newest_version
 
     the_lab = Lab(lab_dir or default_lab_dir())
-    started = the_lab.up(LabSpec(hosts, containers_per_host, load_seconds, network))
-    click.echo(f"lab {'started' if started else 'already running'} in {the_lab.root}")
+    spec = LabSpec(
+        hosts, containers_per_host, load_seconds, network, vllm_version or newest_version()
+    )
+    started = the_lab.up(spec)
+    click.echo(
+        f"lab {'started' if started else 'already running'} in {the_lab.root} "
+        f"(vLLM {spec.vllm_version})"
+    )
     click.echo(f"next: orch deploy qwen-dflash -i {the_lab.inventory}")
 
 
