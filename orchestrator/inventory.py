@@ -7,6 +7,8 @@ the host, then `defaults`.
 
 from __future__ import annotations
 
+import fnmatch
+import re
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -96,19 +98,39 @@ class Inventory(Schema):
     source: str = Field(default="", exclude=True)
 
     def select(self, patterns: Iterable[str]) -> list[str]:
-        """Container names for group or container names, in inventory order, no repeats."""
-        wanted: set[str] = set()
-        for name in patterns:
-            if name in self.groups:
-                wanted.update(self.groups[name])
-            elif name in self.containers:
-                wanted.add(name)
+        """Container names matching Ansible-style patterns, in inventory order, no repeats.
+
+        Each pattern is a comma (or colon) separated list of container names, group
+        names or globs of either (`ct20*`); `!item` excludes what `item` matches. With
+        only exclusions, they are taken from every container.
+        """
+        items = [item.strip() for pattern in patterns for item in re.split(r"[,:]", pattern)]
+        included: set[str] = set()
+        excluded: set[str] = set()
+        has_inclusion = False
+        for item in filter(None, items):
+            negated = item.startswith("!")
+            names = self._matching(item[1:] if negated else item)
+            if negated:
+                excluded |= names
             else:
-                raise InputError(
-                    f"{self.source}: no container or group named {name!r} "
-                    f"(containers: {', '.join(self.containers)}; groups: {', '.join(self.groups)})"
-                )
-        return [name for name in self.containers if name in wanted]
+                included |= names
+                has_inclusion = True
+        if not has_inclusion:
+            included = set(self.containers)
+        return [name for name in self.containers if name in included - excluded]
+
+    def _matching(self, item: str) -> set[str]:
+        """Containers named by one item: a container, a group, or a glob over either."""
+        names = {name for name in self.containers if fnmatch.fnmatchcase(name, item)}
+        for group in (g for g in self.groups if fnmatch.fnmatchcase(g, item)):
+            names.update(self.groups[group])
+        if not names:
+            raise InputError(
+                f"{self.source}: no container or group matches {item!r} "
+                f"(containers: {', '.join(self.containers)}; groups: {', '.join(self.groups)})"
+            )
+        return names
 
     def login(self, container_name: str) -> tuple[str, SshSettings, str]:
         """(address, settings, label) of the SSH endpoint that reaches a container.
