@@ -96,6 +96,8 @@ class Inventory(Schema):
     containers: dict[Name, Container]
     groups: dict[Name, list[Name]] = {}
     source: str = Field(default="", exclude=True)
+    identity_files: dict[str, str] = Field(default={}, exclude=True)
+    """Where each `identity_file` setting stands (`file:line:col`), by its dotted field."""
 
     def select(self, patterns: Iterable[str]) -> list[str]:
         """Container names matching Ansible-style patterns, in inventory order, no repeats.
@@ -148,6 +150,21 @@ class Inventory(Schema):
             )
         return host.address, _merge(host, self.defaults), container.host
 
+    def identity_file_field(self, container_name: str) -> str | None:
+        """The dotted field that sets the identity file used to reach a container."""
+        container = self.containers[container_name]
+        layers = [f"hosts.{container.host}", "defaults"]
+        if container.access == "ssh":
+            layers.insert(0, f"containers.{container_name}.ssh")
+        return next(
+            (
+                f"{layer}.identity_file"
+                for layer in layers
+                if f"{layer}.identity_file" in self.identity_files
+            ),
+            None,
+        )
+
     def pct_path(self, host_name: str) -> str:
         return self.hosts[host_name].pct_path or self.defaults.pct_path
 
@@ -168,9 +185,19 @@ def _merge(first: SshSettings, fallback: SshSettings) -> SshSettings:
 def load_inventory(path: Path) -> Inventory:
     """Load and validate an inventory file; errors point at file:line:col."""
     document = load_yaml_file(path)
-    inventory = validate_document(Inventory, document).model_copy(update={"source": str(path)})
+    inventory = validate_document(Inventory, document).model_copy(
+        update={"source": str(path), "identity_files": _identity_file_positions(document)}
+    )
     _check_references(inventory, document)
     return inventory
+
+
+def _identity_file_positions(document: YamlDocument) -> dict[str, str]:
+    return {
+        ".".join(map(str, loc)): document.where(loc)
+        for loc in document.positions
+        if loc and loc[-1] == "identity_file"
+    }
 
 
 def _check_references(inventory: Inventory, document: YamlDocument) -> None:
