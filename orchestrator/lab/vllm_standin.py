@@ -684,8 +684,11 @@ def run_server(
         f"Starting vLLM API server 0 on http://{args.host}:{args.port}",
     )
     print("INFO:     Application startup complete.", flush=True)
+    crash = faults.crash_after_ready_seconds
+    if crash is not None:  # counted from ready: the warm-up's end
+        crash += max(httpd.app.warm_until - time.monotonic(), 0.0)
     try:
-        if not stop.wait(faults.crash_after_ready_seconds):
+        if not stop.wait(crash):
             log("ERROR", "core.py:710", "EngineCore encountered a fatal error.")
             raise RuntimeError("CUDA error: an illegal memory access was encountered")
         log("INFO", "launcher.py:101", "Shutting down FastAPI HTTP server.")
