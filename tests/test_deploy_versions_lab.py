@@ -3,11 +3,12 @@ judges before any restart, and what the server does when forced anyway."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 from labtools import LabHandle
-from test_deploy_lab import deploy, serving_pid, target
+from test_deploy_lab import FAST, deploy, serving_pid, target
 
 pytestmark = pytest.mark.lab
 
@@ -45,20 +46,28 @@ def test_on_vllm_0_27_the_v2_runner_is_checked_before_the_restart(lab: LabHandle
     assert releases(lab, "ct200") == {good}
     assert serving_pid(lab, "ct200") == pid
 
-    # Forced, the server dies at start with vLLM's own error, and the previous release
-    # comes back.
-    code, forced = deploy(lab, "--limit", "ct200", "--force", "--set", NO_ENV)
-    assert code == 1
-    entry = target(forced, "ct200")
-    assert entry["result"] == "rolled_back", entry
-    assert entry["gate"]["verdict"] == "fail"
-    assert "did not become ready" in entry["gate"]["reason"]
-    assert V2_ERROR in entry["gate"]["explanation"]
-    assert (
-        "Preflight had found: server.env.VLLM_USE_V2_MODEL_RUNNER" in entry["gate"]["explanation"]
+    # Forced, the server dies at start with vLLM's own error, the output shows it, and the
+    # previous release comes back.
+    forced = lab.orch(
+        "deploy",
+        "qwen-dflash",
+        "-i",
+        str(lab.inventory),
+        "--limit",
+        "ct200",
+        "--force",
+        "--set",
+        NO_ENV,
+        *FAST,
     )
-    assert entry["rollback_gate"]["verdict"] == "pass"
+    assert forced.code == 1, forced.stdout + forced.stderr
+    assert "did not become ready" in forced.stdout
+    assert V2_ERROR in " ".join(forced.stdout.split())
+    assert "Preflight had found: server.env.VLLM_USE_V2_MODEL_RUNNER" in forced.stdout
+    audit = json.loads((lab.deployment_dir("ct200") / "audit.log").read_text().splitlines()[-1])
+    assert audit["result"] == "rolled_back"
     assert (lab.deployment_dir("ct200") / "current").readlink() == Path("releases") / good
+    assert serving_pid(lab, "ct200") != pid
 
 
 @pytest.mark.parametrize("lab", [{"vllm_version": "0.19.1"}], indirect=True)
