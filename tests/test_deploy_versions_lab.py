@@ -72,19 +72,15 @@ def test_on_vllm_0_27_the_v2_runner_is_checked_before_the_restart(lab: LabHandle
 
 @pytest.mark.parametrize("lab", [{"vllm_version": "0.19.1"}], indirect=True)
 def test_on_vllm_0_19_preflight_names_the_version_and_the_upgrade(lab: LabHandle) -> None:
-    result = lab.orch(
-        "deploy",
-        "qwen-dflash",
-        "-i",
-        str(lab.inventory),
-        "--limit",
-        "ct201",
-        "--set",
-        "gate.ready_timeout=30",
+    code, refused = deploy(lab, "--limit", "ct201")
+    assert code == 1, refused
+    entry = target(refused, "ct201")
+    assert entry["result"] == "failed" and "preflight" in entry["error"]
+    [finding] = [f for f in entry["findings"] if f["severity"] == "error"]
+    assert finding["field"] == "server.version"
+    assert finding["message"].startswith("vLLM 0.19.1 has no speculative method 'dflash'")
+    assert finding["message"].endswith(
+        'upgrade to >= 0.26.0 with server.env VLLM_USE_V2_MODEL_RUNNER: "1"'
     )
-    assert result.code == 1, result.stdout + result.stderr
-    assert "preflight found" in result.stdout + result.stderr
-    assert "vLLM 0.19.1 runs this drafter's sliding layers as full attention" in result.stdout
-    assert "upgrade to >= 0.26.0" in result.stdout
     assert not (lab.deployment_dir("ct201") / "releases").exists()
     assert not (lab.deployment_dir("ct201") / "server.pid").exists()

@@ -104,7 +104,7 @@ def test_refusing_versions_refuse_a_mixed_drafter_even_on_the_v2_runner(
 def test_versions_without_dflash_refuse_the_method(
     container: ContainerPaths, drafter: Path, processes: list
 ) -> None:
-    output = started_and_died(processes, container, drafter, **{VLLM_VERSION_ENV: "0.11.0"})
+    output = started_and_died(processes, container, drafter, **{VLLM_VERSION_ENV: "0.19.1"})
     assert "validation error for SpeculativeConfig\nmethod" in output
     assert "input_value='dflash'" in output
 
@@ -116,7 +116,7 @@ def test_old_versions_run_sliding_layers_as_full_attention_and_keep_a_zero_head(
     target = json.loads((target_dir(container) / "config.json").read_text())
     speculative = {"method": "dflash", "model": str(drafter), "num_speculative_tokens": 15}
 
-    old = load_drafting(speculative, container, capabilities_for("0.19.1"), target)
+    old = load_drafting(speculative, container, capabilities_for("0.24.0"), target)
     assert old.swa_as_full_attention
     assert old.profile[0] < 0.02 and not any(old.profile[1:])
 
@@ -125,7 +125,7 @@ def test_old_versions_run_sliding_layers_as_full_attention_and_keep_a_zero_head(
     assert current.profile[0] == pytest.approx(0.8, abs=0.02)
 
     causal_target = {**target, "architectures": ["Qwen3_5ForCausalLM"]}
-    old_causal = load_drafting(speculative, container, capabilities_for("0.19.1"), causal_target)
+    old_causal = load_drafting(speculative, container, capabilities_for("0.24.0"), causal_target)
     assert old_causal.profile == current.profile
 
 
@@ -133,12 +133,12 @@ def test_zero_head_version_accepts_almost_nothing_on_a_conditional_generation_ta
     container: ContainerPaths, drafter: Path, processes: list
 ) -> None:
     server = wait_ready(
-        start_vllm(processes, container, drafter=drafter, env={VLLM_VERSION_ENV: "0.19.1"})
+        start_vllm(processes, container, drafter=drafter, env={VLLM_VERSION_ENV: "0.24.0"})
     )
     measured = measure(server.port, requests=8)
     assert measured.drafts > 1000
     assert measured.mean_length < 1.05
-    assert "vLLM API server version 0.19.1" in server.output()
+    assert "vLLM API server version 0.24.0" in server.output()
 
 
 def get(port: int, path: str, accept: str | None = None) -> tuple[int, str, str]:
@@ -176,7 +176,7 @@ def test_health_answers_503_while_warming_up_where_the_version_does(
 ) -> None:
     warming = health_codes_from_listening(container, processes, "0.27.1")
     assert warming[0] == 503 and warming[-1] == 200
-    assert health_codes_from_listening(container, processes, "0.19.1") == [200]
+    assert health_codes_from_listening(container, processes, "0.24.0") == [200]
 
 
 def test_metrics_follow_the_accept_header(

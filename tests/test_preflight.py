@@ -315,9 +315,9 @@ def test_a_damaged_config_json_in_the_drafter_download_does_not_block(
 
 
 def test_the_server_version_judges_the_release(facts: Facts, plan: TargetPlan) -> None:
-    old = judge(dataclasses.replace(facts, server_version="0.19.1"), plan, TP, SPEC_TOKENS)
+    old = judge(dataclasses.replace(facts, server_version="0.24.0"), plan, TP, SPEC_TOKENS)
     assert [f.field for f in old] == ["server.version", "server.version"]
-    assert all("vLLM 0.19.1" in f.message for f in old)
+    assert all("vLLM 0.24.0" in f.message for f in old)
 
     unknown = dataclasses.replace(
         facts, server_version=None, server_version_error="exit 127: vllm: not found"

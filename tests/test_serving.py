@@ -45,7 +45,8 @@ BARE_LAUNCH = Launch({}, "flash_attn", "dflash")
     ("version", "mixed", "lm_head_bug", "dflash"),
     [
         ("0.11.0", None, False, False),
-        ("0.19.1", FULL_ATTENTION, True, True),
+        ("0.19.1", None, False, False),
+        ("0.20.0", FULL_ATTENTION, True, True),
         ("0.24.0", FULL_ATTENTION, True, True),
         ("0.25.0", REFUSED, True, True),
         ("0.25.1", REFUSED, True, True),
@@ -82,10 +83,10 @@ def test_a_newer_release_is_judged_as_the_newest_row_and_marked_assumed() -> Non
 
 
 def test_upgrade_targets_come_from_the_rows() -> None:
-    after = capabilities_for("0.19.1").version
+    after = capabilities_for("0.21.1").version
     assert first_release_where(lambda r: r.mixed_attention_drafters == V2_RUNNER, after) == "0.26.0"
     assert first_release_where(lambda r: r.serves("dflash"), capabilities_for("0.9").version) == (
-        "0.19.0"
+        "0.20.0"
     )
     assert first_release_where(lambda r: r.serves("dflash") is False, after) is None
 
@@ -217,8 +218,8 @@ def test_a_drafter_without_sliding_layers_needs_no_runner() -> None:
 
 
 def test_old_versions_name_the_version_and_the_upgrade() -> None:
-    [window, head] = errors(judge_server("0.19.1", PLAYBOOK_LAUNCH, DRAFTER, TARGET))
-    assert window.message.startswith("vLLM 0.19.1 runs this drafter's sliding layers as full")
+    [window, head] = errors(judge_server("0.24.0", PLAYBOOK_LAUNCH, DRAFTER, TARGET))
+    assert window.message.startswith("vLLM 0.24.0 runs this drafter's sliding layers as full")
     assert "2048-token window" in window.message
     assert "upgrade to >= 0.26.0" in window.message
     assert "Qwen3_5ForConditionalGeneration" in head.message
@@ -229,15 +230,22 @@ def test_old_versions_name_the_version_and_the_upgrade() -> None:
 
 def test_the_window_named_is_the_one_the_server_sees() -> None:
     overridden = {**DRAFTER, "dflash_config": {**DRAFTER["dflash_config"], "swa_window_size": 512}}
-    [window, _] = errors(judge_server("0.19.1", PLAYBOOK_LAUNCH, overridden, TARGET))
+    [window, _] = errors(judge_server("0.20.0", PLAYBOOK_LAUNCH, overridden, TARGET))
     assert "512-token window" in window.message
 
 
-def test_a_version_without_the_method_names_the_first_that_has_it() -> None:
-    [finding] = judge_server("0.11.0", PLAYBOOK_LAUNCH, DRAFTER, TARGET)
+def test_a_version_without_the_method_names_the_release_that_serves_the_drafter() -> None:
+    [finding] = judge_server("0.19.1", PLAYBOOK_LAUNCH, DRAFTER, TARGET)
     assert finding.severity == Severity.ERROR
-    assert "no speculative method 'dflash'" in finding.message
-    assert finding.message.endswith("upgrade to >= 0.19.0")
+    assert "vLLM 0.19.1 has no speculative method 'dflash' (first in 0.20.0)" in finding.message
+    # 0.20 - 0.25 would not serve this mixed drafter and Qwen3.6 target as trained.
+    assert finding.message.endswith(
+        'upgrade to >= 0.26.0 with server.env VLLM_USE_V2_MODEL_RUNNER: "1"'
+    )
+    full = {**DRAFTER, "layer_types": ["full_attention"] * 5}
+    causal = {"architectures": ["Qwen3ForCausalLM"]}
+    [plain] = judge_server("0.11.0", PLAYBOOK_LAUNCH, full, causal)
+    assert plain.message.endswith("upgrade to >= 0.20.0")
 
 
 def test_no_attention_backend_is_a_warning_naming_the_documented_one() -> None:
@@ -308,10 +316,10 @@ def test_verify_config_judges_the_pair_against_a_server_version() -> None:
     )
     assert done.returncode == 0, done.stdout + done.stderr
 
-    done = verify("--server-version", "0.19.1", "--server-env", "VLLM_USE_V2_MODEL_RUNNER=1")
+    done = verify("--server-version", "0.24.0", "--server-env", "VLLM_USE_V2_MODEL_RUNNER=1")
     assert done.returncode == 1
     messages = [f["message"] for f in json.loads(done.stdout)["findings"]]
-    assert any(m.startswith("vLLM 0.19.1 runs this drafter's sliding layers") for m in messages)
+    assert any(m.startswith("vLLM 0.24.0 runs this drafter's sliding layers") for m in messages)
 
     done = verify("--server-version", "not-a-version")
     assert done.returncode == 0

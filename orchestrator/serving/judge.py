@@ -17,6 +17,7 @@ from orchestrator.serving.capabilities import (
     REFUSED,
     V2_RUNNER,
     Capabilities,
+    Row,
     Table,
     UnknownVersion,
     capabilities_for,
@@ -124,12 +125,16 @@ def _method_findings(
 ) -> list[Finding]:
     row, method, name = found.row, launch.method or "", f"vLLM {found.version}"
     if row.serves(method) is False:
-        needed = first_release_where(lambda r: r.serves(method), found.version, table)
+        first = first_release_where(lambda r: r.serves(method), found.version, table)
+        needed = first_release_where(
+            lambda r: serves_cleanly(r, method, drafter, target), found.version, table
+        )
+        hint = _runner_hint(table) if method == "dflash" and is_mixed(drafter) else ""
         return [
             Finding.error(
                 "server.version",
-                f"{name} has no speculative method {method!r}: the server refuses the launch; "
-                f"upgrade to >= {needed}",
+                f"{name} has no speculative method {method!r} (first in {first}): the server "
+                f"refuses the launch; upgrade to >= {needed}{hint}",
                 expected=f">= {needed}",
                 actual=str(found.version),
             )
@@ -216,6 +221,16 @@ def _runner_hint(table: Table) -> str:
     rows = [r for r in table.rows if r.mixed_attention_drafters == V2_RUNNER]
     runner = rows[0].runner_env if rows else None
     return f' with server.env {runner}: "1"' if runner else ""
+
+
+def serves_cleanly(row: Row, method: str, drafter: dict, target: dict) -> bool:
+    """The row serves this method, drafter and target as trained (given the runner's
+    variable where the row needs it)."""
+    mixed_ok = not (method == "dflash" and is_mixed(drafter)) or (
+        row.mixed_attention_drafters == V2_RUNNER
+    )
+    head_ok = not (row.lm_head_zero_for_conditional_generation and conditional_generation(target))
+    return bool(row.serves(method)) and mixed_ok and head_ok
 
 
 def runner_enabled(value: str | None) -> bool:
