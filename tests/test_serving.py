@@ -337,3 +337,16 @@ def test_verify_config_refuses_bad_server_options(args: list[str], problem: str)
     done = verify(*args)
     assert done.returncode == 2
     assert problem in done.stderr and "Traceback" not in done.stderr
+
+
+def test_lab_up_refuses_a_version_that_is_not_one(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "orchestrator", "lab", "up", "--dir", str(tmp_path / "lab")]
+        + ["--vllm-version", "latest"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert "--vllm-version 'latest': 'latest' is not a version" in done.stderr
+    assert not (tmp_path / "lab").exists()
