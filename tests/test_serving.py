@@ -340,9 +340,9 @@ def test_verify_config_refuses_bad_server_options(args: list[str], problem: str)
 
 
 def test_lab_up_refuses_a_version_that_is_not_one(tmp_path: Path) -> None:
+    lab = ["lab", "up", "--dir", str(tmp_path / "lab"), "--vllm-version", "latest"]
     done = subprocess.run(
-        [sys.executable, "-m", "orchestrator", "lab", "up", "--dir", str(tmp_path / "lab")]
-        + ["--vllm-version", "latest"],
+        [sys.executable, "-m", "orchestrator", *lab],
         capture_output=True,
         text=True,
         timeout=60,
