@@ -30,6 +30,7 @@ def test_on_vllm_0_27_the_v2_runner_is_checked_before_the_restart(lab: LabHandle
     for name in ("ct200", "ct201"):
         entry = target(first, name)
         assert entry["result"] == "deployed", entry
+        assert entry["server_version"] == "0.27.1"
         assert not [f for f in entry["findings"] if f["field"].startswith("server.")]
     good = target(first, "ct200")["release"]
     pid = serving_pid(lab, "ct200")
