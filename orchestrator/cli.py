@@ -33,8 +33,14 @@ class OrchGroup(click.Group):
     cls=OrchGroup, epilog=EXIT_CODES, context_settings={"help_option_names": ["-h", "--help"]}
 )
 @click.version_option(package_name="orch")
-def cli() -> None:
+@click.pass_context
+def cli(ctx: click.Context) -> None:
     """Deploy and verify vLLM speculative-decoding servers on Proxmox GPU containers."""
+    from orchestrator.settings import default_inventory
+
+    inventory = default_inventory()
+    if inventory is not None:
+        ctx.default_map = {name: {"inventory_path": inventory} for name in cli.commands}
 
 
 inventory_option = click.option(
@@ -42,11 +48,15 @@ inventory_option = click.option(
     "--inventory",
     "inventory_path",
     required=True,
+    envvar="ORCH_INVENTORY",
     type=click.Path(path_type=Path),
-    help="Inventory YAML file.",
+    help="Inventory YAML file (default: $ORCH_INVENTORY, then `inventory` in the config file).",
 )
 limit_option = click.option(
-    "--limit", multiple=True, metavar="NAME", help="Only these containers or groups."
+    "--limit",
+    multiple=True,
+    metavar="PATTERN",
+    help="Only these containers: names, groups, globs, comma lists, !exclusions.",
 )
 set_option = click.option(
     "--set",
@@ -151,6 +161,7 @@ def rollback(
     "-i",
     "--inventory",
     "inventory_path",
+    envvar="ORCH_INVENTORY",
     type=click.Path(path_type=Path),
     help="With PLAYBOOK: check the containers' current releases.",
 )
@@ -173,6 +184,22 @@ def rollback(
 )
 @click.option("--profile", help="Offline: built-in drafter profile (default: detected).")
 @click.option("--num-speculative-tokens", type=int, help="Offline: the server's setting.")
+@click.option(
+    "--server-version",
+    metavar="VERSION",
+    help="Offline: judge the drafter/target pair against what this vLLM version does.",
+)
+@click.option(
+    "--server-env",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="Offline, with --server-version: the server's launch environment.",
+)
+@click.option(
+    "--attention-backend",
+    metavar="NAME",
+    help="Offline, with --server-version: the server's --attention-backend.",
+)
 @accept_keys_option
 @json_option
 def verify_config(
@@ -185,11 +212,14 @@ def verify_config(
     tokenizer: Path | None,
     profile: str | None,
     num_speculative_tokens: int | None,
+    server_version: str | None,
+    server_env: tuple[str, ...],
+    attention_backend: str | None,
     accept_new_host_keys: bool,
     as_json: bool,
 ) -> None:
     """Check drafter configs: on the containers (PLAYBOOK -i INVENTORY), or in local
-    files (--drafter PATH --target PATH)."""
+    files (--drafter PATH --target PATH), optionally against a vLLM version."""
     from orchestrator import report
     from orchestrator.errors import InputError
 
@@ -204,9 +234,14 @@ def verify_config(
         sys.exit(code)
     if not (drafter and target):
         raise InputError("verify-config needs PLAYBOOK -i INVENTORY, or --drafter and --target")
-    from orchestrator.verify import verify_local
+    from orchestrator.verify import server_launch, verify_local
 
-    findings = verify_local(drafter, target, tokenizer, profile, num_speculative_tokens)
+    if (server_env or attention_backend) and not server_version:
+        raise InputError("--server-env and --attention-backend need --server-version")
+    launch = server_launch(server_env, attention_backend) if server_version else None
+    findings = verify_local(
+        drafter, target, tokenizer, profile, num_speculative_tokens, server_version, launch
+    )
     report.print_findings(findings, as_json=as_json)
     sys.exit(1 if report.has_errors(findings) else 0)
 
@@ -293,6 +328,17 @@ def render(
     sys.exit(1 if any(report.has_errors(p.findings) for p in plans) else 0)
 
 
+@cli.command()
+@click.argument("shell", type=click.Choice(["bash", "zsh", "fish"]))
+def completion(shell: str) -> None:
+    """Print the shell completion script, e.g. `eval "$(orch completion bash)"`."""
+    from click.shell_completion import get_completion_class
+
+    completer = get_completion_class(shell)
+    assert completer is not None  # every choice is one click ships
+    click.echo(completer(cli, {}, "orch", "_ORCH_COMPLETE").source())
+
+
 @cli.group()
 def lab() -> None:
     """A local Proxmox-like cluster: real sshd, pct and vLLM stand-ins."""
@@ -325,15 +371,33 @@ lab_dir_option = click.option(
 @click.option(
     "--network", default="127.66", show_default=True, help="Loopback /16 for the lab's addresses."
 )
+@click.option(
+    "--vllm-version",
+    metavar="VERSION",
+    help="The vLLM version the stand-ins claim and behave as (default: the newest the "
+    "capability table knows).",
+)
 def lab_up(
-    lab_dir: Path | None, hosts: int, containers_per_host: int, load_seconds: float, network: str
+    lab_dir: Path | None,
+    hosts: int,
+    containers_per_host: int,
+    load_seconds: float,
+    network: str,
+    vllm_version: str | None,
 ) -> None:
     """Build and start the lab, and write its inventory."""
     from orchestrator.lab.cluster import Lab, LabSpec, default_lab_dir
+    from orchestrator.serving.capabilities import newest_version
 
     the_lab = Lab(lab_dir or default_lab_dir())
-    started = the_lab.up(LabSpec(hosts, containers_per_host, load_seconds, network))
-    click.echo(f"lab {'started' if started else 'already running'} in {the_lab.root}")
+    spec = LabSpec(
+        hosts, containers_per_host, load_seconds, network, vllm_version or newest_version()
+    )
+    started = the_lab.up(spec)
+    click.echo(
+        f"lab {'started' if started else 'already running'} in {the_lab.root} "
+        f"(vLLM {spec.vllm_version})"
+    )
     click.echo(f"next: orch deploy qwen-dflash -i {the_lab.inventory}")
 
 
