@@ -359,3 +359,27 @@ def test_old_releases_beyond_the_kept_count_are_pruned(lab: LabHandle) -> None:
     assert sorted(p.name for p in (deployment / "releases").iterdir()) == sorted(releases[1:])
     assert (deployment / "current").readlink() == Path("releases") / releases[2]
     assert (deployment / "previous").readlink() == Path("releases") / releases[1]
+
+
+def test_rollback_regates_the_previous_release_with_its_own_served_name(lab: LabHandle) -> None:
+    code, first = deploy(lab, "--limit", "ct201")
+    assert code == 0
+    good = target(first, "ct201")["release"]
+    broken = json.dumps(json.dumps({"drop_spec_decode": True}))
+    code, second = deploy(
+        lab,
+        "--limit",
+        "ct201",
+        "--set",
+        "target.served_name=renamed",
+        "--set",
+        f"server.env.ORCH_LAB_FAULTS={broken}",
+    )
+    entry = target(second, "ct201")
+    assert (code, entry["result"]) == (1, "rolled_back"), entry["error"]
+    assert entry["rollback_gate"]["verdict"] == "pass"  # asked for its own name, not "renamed"
+    assert (lab.deployment_dir("ct201") / "current").readlink() == Path("releases") / good
+    manifest = json.loads(
+        (lab.deployment_dir("ct201") / "releases" / good / "manifest.json").read_text()
+    )
+    assert manifest["gate_target"]["served_name"] == "qwen3.6-27b"

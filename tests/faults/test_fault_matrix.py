@@ -206,6 +206,9 @@ def test_sigkill_then_a_plain_deploy_recovers_by_itself(
     run.process.send_signal(signal.SIGKILL)
     assert run.finish() == -signal.SIGKILL
     assert (deployment(lab) / "lock").exists()  # left behind, with the journal as its record
+    status = lab.orch("status", "qwen-dflash", "-i", str(lab.inventory), "--limit", NAME, "--json")
+    assert status.code == 3
+    assert journal["run_id"] in status.json[0]["interrupted"]
 
     code, output = plain_deploy(lab, *knobs)  # the same inputs, no `orch unlock`
 
