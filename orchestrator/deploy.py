@@ -16,7 +16,8 @@ from __future__ import annotations
 import getpass
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -314,8 +315,16 @@ class TargetRun:
             )
 
     # -- steps -------------------------------------------------------------
-    def _locked(self) -> _Locked:
-        return _Locked(self)
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        """Hold the lock (taking over a gone owner's) and recover a run that died in its
+        switch before this run's own work; the lock is released whatever happens."""
+        with self.lock.held() as taken_over:
+            if taken_over:
+                self.outcome.notes.append(taken_over)
+                self._step_note(taken_over)
+            self._recover()
+            yield
 
     def _step(self, name: str) -> _Timer:
         """Shown, timed, and (during a switch) written to the journal."""
@@ -456,28 +465,6 @@ class TargetRun:
         except OrchError as exc:
             out.exit_code, out.error, out.result = exc.exit_code, str(exc), "failed"
         return out
-
-
-class _Locked:
-    """Hold the lock (taking over a gone owner's), and recover a run that died in its
-    switch, before the run's own work; release at the end, whatever happened."""
-
-    def __init__(self, run: TargetRun) -> None:
-        self.run = run
-
-    def __enter__(self) -> None:
-        taken_over = self.run.lock.acquire()
-        if taken_over:
-            self.run.outcome.notes.append(taken_over)
-            self.run._step_note(taken_over)
-        try:
-            self.run._recover()
-        except BaseException:
-            self.run.lock.release()
-            raise
-
-    def __exit__(self, *exc: object) -> None:
-        self.run.lock.release()
 
 
 class _Stop(Exception):
