@@ -281,6 +281,55 @@ def render(
     sys.exit(1 if any(report.has_errors(p.findings) for p in plans) else 0)
 
 
+@cli.group()
+def inventory() -> None:
+    """Write inventories from what a cluster reports."""
+
+
+@inventory.command("discover")
+@click.option("--address", required=True, help="A Proxmox VE host of the cluster.")
+@click.option("--port", type=int, help="Its SSH port (default: 22 or ~/.ssh/config).")
+@click.option("--user", help="Login user (default: yours, or ~/.ssh/config).")
+@click.option("--identity-file", type=click.Path(path_type=Path), help="Private key file.")
+@click.option(
+    "--known-hosts",
+    type=click.Path(path_type=Path),
+    help="known_hosts file (default: ~/.ssh/known_hosts).",
+)
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(path_type=Path),
+    help="Inventory file to create (default: print it).",
+)
+@click.option("--force", is_flag=True, help="Replace the output file if it exists.")
+@accept_keys_option
+def inventory_discover(
+    address: str,
+    port: int | None,
+    user: str | None,
+    identity_file: Path | None,
+    known_hosts: Path | None,
+    output: Path | None,
+    force: bool,
+    accept_new_host_keys: bool,
+) -> None:
+    """List the cluster's containers through one host (pvesh, pct config, nvidia-smi)
+    and write an inventory for them."""
+    from orchestrator.discovery.run import discover, login_settings, write_new
+    from orchestrator.discovery.writer import inventory_text
+
+    login = login_settings(address, port, user, identity_file, known_hosts)
+    cluster = discover(address, login, accept_new_host_keys)
+    command = f"orch inventory discover --address {address}" + (f" --port {port}" if port else "")
+    text = inventory_text(cluster, login, command)
+    if output is None:
+        click.echo(text, nl=False)
+        return
+    write_new(output, text, force)
+    click.echo(f"wrote {output}: {len(cluster.containers)} container(s) on {cluster.node}")
+
+
 @cli.command()
 @click.argument("shell", type=click.Choice(["bash", "zsh", "fish"]))
 def completion(shell: str) -> None:
