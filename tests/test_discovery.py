@@ -3,12 +3,13 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
-from labtools import LabHandle
+from labtools import LabHandle, free_network
 
 from orchestrator.discovery import commands
 from orchestrator.discovery.facts import (
@@ -27,6 +28,7 @@ from orchestrator.discovery.writer import Cluster, FoundContainer, inventory_tex
 from orchestrator.errors import InputError, NeedsAttention
 from orchestrator.facts import parse_csv_rows
 from orchestrator.inventory import SshSettings, load_inventory
+from orchestrator.lab.cluster import Lab, LabSpec
 
 FIXTURES = Path(__file__).parent / "fixtures" / "proxmox"
 
@@ -266,3 +268,20 @@ def test_lab_node_gpus_are_the_devices_its_containers_get(lab: LabHandle) -> Non
         inside = parse_csv_rows(subprocess.run([container.nvidia_smi, *query], capture_output=True,
                                                text=True, check=True).stdout)  # fmt: skip
         assert [node[str(m)] for m in minors] == [uuid for _, uuid in inside]
+
+
+@pytest.mark.lab
+def test_discover_on_one_node_names_the_other_nodes_and_how_to_add_them(tmp_path: Path) -> None:
+    the_lab = Lab(tmp_path / "lab")
+    the_lab.up(LabSpec(hosts=2, containers_per_host=1, load_seconds=0.3, network=free_network()))
+    try:
+        handle = LabHandle(the_lab, {**os.environ, "ORCH_STATE_DIR": str(tmp_path / "state")})
+        done = handle.orch(*discover_args(handle))
+        assert done.code == 0, done.stderr
+        second = next(n for n in the_lab.nodes() if n.name == "pve2")
+        assert f"# pve2 ({second.address}, online): another node of this cluster" in done.stdout
+        assert f"orch inventory discover --address {second.address} -o pve2.yaml" in done.stdout
+        written = yaml.safe_load(done.stdout)
+        assert list(written["containers"]) == ["ct200"] and list(written["hosts"]) == ["pve1"]
+    finally:
+        the_lab.down()

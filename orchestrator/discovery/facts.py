@@ -144,17 +144,17 @@ def parse_guest_config(text: str) -> GuestConfig:
                 continue
             if device and int(device.group(1)) not in minors:
                 minors.append(int(device.group(1)))
-    address, note = None, "no network interface (net0)"
+    note = "no network interface (net0)"
     networks = sorted((k for k in values if re.fullmatch(r"net\d+", k)), key=lambda k: int(k[3:]))
     for key in networks:
         fields = property_string(values[key])
         for family in ("ip", "ip6"):
             setting = fields.get(family)
-            if setting and (found := _static_address(setting)):
-                return GuestConfig(values.get("hostname"), found, None, tuple(minors))
+            if setting and (address := _static_address(setting)):
+                return GuestConfig(values.get("hostname"), address, None, tuple(minors))
             if setting and note.startswith("no network"):
                 note = f"{key} has {family}={setting}"
-    return GuestConfig(values.get("hostname"), address, note, tuple(minors))
+    return GuestConfig(values.get("hostname"), None, note, tuple(minors))
 
 
 def parse_node_gpus(text: str) -> list[NodeGpu]:

@@ -127,7 +127,8 @@ def cluster_status(lab: LabPaths, local: str) -> list[dict]:
     return entries
 
 
-def answer(lab: LabPaths, node: str, argv: list[str]) -> list[dict]:
+def answer(lab: LabPaths, node: str, argv: list[str]) -> str:
+    """pvesh's output for argv (what it prints on stdout)."""
     parser = Parser(prog="pvesh", add_help=False)
     parser.add_argument("verb")
     parser.add_argument("path")
@@ -140,10 +141,14 @@ def answer(lab: LabPaths, node: str, argv: list[str]) -> list[dict]:
         raise PveshError("the lab's pvesh prints --output-format json or json-pretty only")
     path = "/" + args.path.strip("/")
     if path == "/cluster/resources":
-        return cluster_resources(lab, args.type)
-    if path == "/cluster/status" and args.type is None:
-        return cluster_status(lab, node)
-    raise PveshError(f"no '{args.verb}' handler for '{path}' in the lab's pvesh")
+        data = cluster_resources(lab, args.type)
+    elif path == "/cluster/status" and args.type is None:
+        data = cluster_status(lab, node)
+    else:
+        raise PveshError(f"no '{args.verb}' handler for '{path}' in the lab's pvesh")
+    if args.output_format == "json-pretty":
+        return json.dumps(data, sort_keys=True, indent=3) + "\n"
+    return json.dumps(data, sort_keys=True, separators=(",", ":")) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -153,15 +158,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     lab, node, rest = LabPaths(Path(args[1])), args[3], args[4:]
     try:
-        data = answer(lab, node, rest)
+        sys.stdout.write(answer(lab, node, rest))
     except PveshError as error:
         print(error, file=sys.stderr)
         return 255
-    pretty = "--output-format" in rest and "json-pretty" in rest
-    if pretty:
-        print(json.dumps(data, sort_keys=True, indent=3))
-    else:
-        print(json.dumps(data, sort_keys=True, separators=(",", ":")))
     return 0
 
 
