@@ -303,6 +303,10 @@ def inventory() -> None:
     help="Inventory file to create (default: print it).",
 )
 @click.option("--force", is_flag=True, help="Replace the output file if it exists.")
+@click.option(
+    "--become", type=click.Choice(["sudo"]), help="Run pvesh and pct through sudo -n (non-root)."
+)
+@click.option("--jump", metavar="[USER@]HOST[:PORT]", help="Reach the host through this one.")
 @accept_keys_option
 def inventory_discover(
     address: str,
@@ -312,6 +316,8 @@ def inventory_discover(
     known_hosts: Path | None,
     output: Path | None,
     force: bool,
+    become: str | None,
+    jump: str | None,
     accept_new_host_keys: bool,
 ) -> None:
     """List the cluster's containers through one host (pvesh, pct config, nvidia-smi)
@@ -319,7 +325,17 @@ def inventory_discover(
     from orchestrator.discovery.run import discover, login_settings, write_new
     from orchestrator.discovery.writer import inventory_text
 
-    login = login_settings(address, port, user, identity_file, known_hosts)
+    login = login_settings(
+        address,
+        {
+            "port": port,
+            "user": user,
+            "identity_file": identity_file,
+            "known_hosts": known_hosts,
+            "become": become,
+            "jump": jump,
+        },
+    )
     cluster = discover(address, login, accept_new_host_keys)
     command = f"orch inventory discover --address {address}" + (f" --port {port}" if port else "")
     text = inventory_text(cluster, login, command)

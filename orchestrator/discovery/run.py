@@ -113,19 +113,13 @@ def write_new(path: Path, text: str, force: bool = False) -> None:
     os.replace(temporary.name, path)
 
 
-def login_settings(
-    address: str,
-    port: int | None,
-    user: str | None,
-    identity_file: Path | None,
-    known_hosts: Path | None,
-) -> SshSettings:
-    """The command line's login, checked as an inventory's would be."""
+def login_settings(address: str, options: dict[str, object]) -> SshSettings:
+    """The command line's login (`--port`, `--user`, ... as keys), checked as an
+    inventory's would be; file paths are made absolute."""
     fields = {
-        "port": port,
-        "user": user,
-        "identity_file": str(identity_file.resolve()) if identity_file else None,
-        "known_hosts": str(known_hosts.resolve()) if known_hosts else None,
+        key: str(value.resolve()) if isinstance(value, Path) else value
+        for key, value in options.items()
+        if value is not None
     }
     try:
         host = Host.model_validate({"address": address, **fields})
