@@ -281,6 +281,43 @@ def render(
     sys.exit(1 if any(report.has_errors(p.findings) for p in plans) else 0)
 
 
+@cli.command()
+@click.argument("playbook", required=False)
+@inventory_option
+@limit_option
+@set_option
+@accept_keys_option
+@json_option
+def doctor(
+    playbook: str | None,
+    inventory_path: Path,
+    limit: tuple[str, ...],
+    assignments: tuple[str, ...],
+    accept_new_host_keys: bool,
+    as_json: bool,
+) -> None:
+    """Read-only: is everything a deploy needs there? Logins, containers, GPUs, and with
+    PLAYBOOK the server command, model dirs and disk; one line per check, with the fix."""
+    from orchestrator import report
+    from orchestrator.doctor import exit_code, run_doctor
+
+    if playbook:
+        from orchestrator import operations
+
+        inputs = operations.load(playbook, inventory_path, list(limit), list(assignments))
+        names = [plan.container for plan in inputs.plans]
+        checks = run_doctor(
+            inputs.inventory, names, accept_new_host_keys, inputs.playbook, inputs.plans
+        )
+    else:
+        from orchestrator.inventory import load_inventory
+
+        inv = load_inventory(inventory_path)
+        checks = run_doctor(inv, inv.select(limit), accept_new_host_keys)
+    report.print_checks([c.to_dict() for c in checks], as_json)
+    sys.exit(exit_code(checks))
+
+
 @cli.group()
 def inventory() -> None:
     """Write inventories from what a cluster reports."""

@@ -140,3 +140,21 @@ def parse_status_report(text: str) -> dict[str, object]:
             "last_mean_length": audit.get("mean_acceptance_length"),
             "lock": fields.get("lock") or None,
         }
+
+
+def parse_container_status(text: str) -> str:
+    """`pct status VMID` -> `running`, `stopped`, ... (pct prints `status: WORD`)."""
+    with reading("pct status", text):
+        label, word = text.split(":", 1)
+        if label.strip() != "status":
+            raise ValueError("expected 'status: ...'")
+        return word.strip()
+
+
+def parse_sshd_limits(text: str) -> dict[str, str]:
+    """`sshd -T` lines kept by commands.sshd_limits -> {maxsessions: "10", ...}."""
+    return {
+        key.lower(): value.strip()
+        for key, _, value in (line.partition(" ") for line in text.splitlines())
+        if value
+    }

@@ -210,7 +210,7 @@ def discover_args(lab: LabHandle, *extra: str) -> list[str]:
 
 
 @pytest.mark.lab
-def test_discover_writes_the_labs_containers_and_render_accepts_it(
+def test_discover_writes_the_labs_containers_and_render_and_doctor_accept_it(
     lab: LabHandle, tmp_path: Path
 ) -> None:
     output = tmp_path / "discovered.yaml"
@@ -236,6 +236,9 @@ def test_discover_writes_the_labs_containers_and_render_accepts_it(
     rendered = lab.orch("render", "qwen-dflash", "-i", str(filled))
     assert rendered.code == 0, rendered.stderr
     assert "ct200" in rendered.stdout and "ct201" in rendered.stdout
+    doctor = lab.orch("doctor", "qwen-dflash", "-i", str(filled), "--json")
+    assert doctor.code == 0, doctor.stdout + doctor.stderr
+    assert {c["target"] for c in doctor.json["checks"]} == {"pve1", "ct200", "ct201"}
 
     again = lab.orch(*discover_args(lab, "-o", str(output)))
     assert again.code == 2 and "exists" in again.stderr
