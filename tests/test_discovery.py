@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -196,6 +197,24 @@ def test_write_new_never_replaces_without_force(tmp_path: Path) -> None:
     assert path.read_text() == "a: 1\n"
     write_new(path, "b: 2\n", force=True)
     assert path.read_text() == "b: 2\n"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--address", "a b"], "error: --address: 'a b' is not a host name or IP address"),
+        (["--address", "h", "--port", "0"], "error: --port: Input should be greater than"),
+        (["--address", "h", "--jump", "-oProxyCommand"], "error: --jump: '-oProxyCommand' is not"),
+        (["--address", "h", "--identity-file", "/nonexistent/key"], "error: --identity-file:"),
+    ],
+)
+def test_bad_options_are_bad_input_before_connecting(args: list[str], message: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "orchestrator", "inventory", "discover", *args],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 2 and done.stderr.startswith(message), done.stderr
 
 
 # --- against the lab --------------------------------------------------------------------
