@@ -73,7 +73,12 @@ class Doctor:
         ssh = transport.host if isinstance(transport, PctTransport) else transport
         checks: list[Check] = []
         if label not in self.logins:
-            login = self._login(label, ssh, f"{settings.user or 'your user'}@{address}")
+            who = f"{settings.user or 'your user'}@{address}"
+            if settings.jump:
+                who += f" through {settings.jump}"
+            if settings.become:
+                who += f", sudo -n -u {settings.become_user or 'root'} works"
+            login = self._login(label, ssh, who)
             self.logins[label] = login.status == OK
             checks.append(login)
             if login.status == OK and isinstance(transport, PctTransport):

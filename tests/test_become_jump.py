@@ -220,6 +220,9 @@ def test_deploy_as_a_non_root_login_through_sudo(lab: LabHandle, tmp_path: Path)
         assert deployed.json["targets"][0]["result"] == "deployed"
         log = (lab.lab.root / "login" / "sshd.log").read_text()
         assert f"Accepted publickey for {user}" in log
+        doctor = lab.orch("doctor", *args)
+        assert doctor.code == 0, doctor.stdout + doctor.stderr
+        assert "pve1   login" in doctor.stdout and "sudo -n -u root works" in doctor.stdout
 
         without_sudo = edited_inventory(
             lab, tmp_path / "plain.yaml", {"hosts": {"pve1": {"address": address, "user": user}}}
@@ -232,3 +235,8 @@ def test_deploy_as_a_non_root_login_through_sudo(lab: LabHandle, tmp_path: Path)
         assert asked.code == 3
         assert "sudo wants a password to run commands as root" in asked.stdout + asked.stderr
         assert f"'{user} ALL=(root) NOPASSWD: ALL'" in asked.stdout + asked.stderr
+        refused = lab.orch("doctor", *args)
+        assert refused.code == 3
+        assert "pve1   login      FAIL  sudo wants a password to run commands as root" in (
+            refused.stdout
+        )

@@ -24,8 +24,8 @@ from paramiko.ssh_exception import NoValidConnectionsError
 
 from orchestrator.errors import (
     HostKeyError,
-    NeedsAttention,
     ServiceUnavailable,
+    SudoRefused,
     TransportError,
 )
 from orchestrator.inventory import SshSettings, parse_jump
@@ -203,7 +203,7 @@ class SshTransport:
                 channel.close()
         refused = become.refusal(result, settings.user, settings.become_user)
         if settings.become and refused:
-            raise NeedsAttention(f"{self.label}: {step}: {refused[0]}\n  fix: {refused[1]}")
+            raise SudoRefused(self.label, step, *refused)
         return result
 
     def open_stream(self, address: str, port: int, timeout: float = 10.0) -> paramiko.Channel:
