@@ -17,7 +17,6 @@ from orchestrator.report import print_checks
 
 def test_commands() -> None:
     assert commands.container_status("/usr/sbin/pct", 200) == ["/usr/sbin/pct", "status", "200"]
-    assert commands.server_version("/opt/venv/bin/vllm") == ["/opt/venv/bin/vllm", "--version"]
     assert commands.sshd_limits() == [
         "/bin/sh",
         "-c",

@@ -29,6 +29,8 @@ PCT_MODULE = "orchestrator.lab.pct_standin"
 PVESH_MODULE = "orchestrator.lab.pvesh_standin"
 CONTAINER_ENV = "ORCH_LAB_CONTAINER"
 HOST_ENV = "ORCH_LAB_HOST"
+VLLM_VERSION_ENV = "ORCH_LAB_VLLM_VERSION"
+"""The vLLM version a container's stand-in claims (`orch lab up --vllm-version`)."""
 
 
 @dataclass(frozen=True)
