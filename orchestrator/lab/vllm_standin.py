@@ -112,6 +112,9 @@ class Faults:
     ignore_sigterm: bool = False
     garbage_metrics: bool = False
     drop_spec_decode: bool = False
+    drip_health_seconds: float | None = None
+    """/health answers one byte of its response every this many seconds."""
+    drip_metrics_seconds: float | None = None
 
 
 def read_faults(container: ContainerPaths) -> Faults:
@@ -468,7 +471,7 @@ class Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         app = self.server.app
         if self.path == "/health":
-            self._send(200, b"", "application/json")
+            self._send(200, b"", "application/json", app.faults.drip_health_seconds)
         elif self.path == "/v1/models":
             created = int(time.time())
             model = {
@@ -487,7 +490,7 @@ class Handler(BaseHTTPRequestHandler):
             else:
                 with app.engine.lock:
                     exposition = generate_latest(app.engine.metrics.registry)
-                self._send(200, exposition, CONTENT_TYPE_LATEST)
+                self._send(200, exposition, CONTENT_TYPE_LATEST, app.faults.drip_metrics_seconds)
         else:
             self._send_json(404, {"detail": "Not Found"})
 
@@ -510,12 +513,26 @@ class Handler(BaseHTTPRequestHandler):
     def _send_json(self, status: int, body: dict) -> None:
         self._send(status, json.dumps(body).encode(), "application/json")
 
-    def _send(self, status: int, body: bytes, content_type: str) -> None:
+    def _send(self, status: int, body: bytes, content_type: str, drip: float | None = None) -> None:
+        if drip is not None:
+            self._drip(status, body, content_type, drip)
+            return
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
+
+    def _drip(self, status: int, body: bytes, content_type: str, every: float) -> None:
+        """The whole response one byte at a time, `every` seconds apart (a wedged server)."""
+        self.log_request(status)
+        head = (
+            f"{self.protocol_version} {status} {self.responses[status][0]}\r\n"
+            f"Content-Type: {content_type}\r\nContent-Length: {len(body)}\r\n\r\n"
+        )
+        for byte in head.encode() + body:
+            self.wfile.write(bytes([byte]))
+            time.sleep(every)
 
     def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
         """Uvicorn's access line, as in a vLLM log."""
