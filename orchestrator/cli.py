@@ -22,7 +22,9 @@ class OrchGroup(click.Group):
         try:
             return super().invoke(ctx)
         except OrchError as exc:
-            click.echo(f"error: {exc}", err=True)
+            from orchestrator.report import printable
+
+            click.echo(f"error: {printable(str(exc))}", err=True)
             sys.exit(exc.exit_code)
 
 
@@ -222,10 +224,12 @@ def unlock(
 ) -> None:
     """Remove a stale deploy lock, showing whose it was."""
     from orchestrator import operations
+    from orchestrator.report import printable
 
     inputs = operations.load(playbook, inventory_path, list(limit), [])
     for name, holder in operations.unlock(inputs, accept_new_host_keys):
-        click.echo(f"{name}: " + (f"removed the lock held by {holder}" if holder else "no lock"))
+        done = f"removed the lock held by {holder}" if holder else "no lock"
+        click.echo(printable(f"{name}: {done}"))
 
 
 @cli.command()
