@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, Field
+from pydantic import AfterValidator, ConfigDict, Field
 
 from orchestrator.errors import InputError
 from orchestrator.schema import Name, Port, Schema, validate_document
@@ -55,9 +55,19 @@ class SshSettings(Schema):
     known_hosts: PathStr | None = None
 
 
+class Vars(Schema):
+    """Values for playbook fields; free-form, but those orch itself reads are paths."""
+
+    model_config = ConfigDict(extra="allow")
+    models_dir: PathStr | None = None
+    state_dir: PathStr | None = None
+    vllm: PathStr | None = None
+    nvidia_smi: PathStr | None = None
+
+
 class Defaults(SshSettings):
     pct_path: PathStr = "/usr/sbin/pct"
-    vars: dict[str, Any] = {}
+    vars: Vars = Vars()
 
 
 class Host(SshSettings):
@@ -73,7 +83,7 @@ class DirectSsh(SshSettings):
 
 class Gpu(Schema):
     name: str
-    memory_mib: Annotated[int, Field(gt=0)]
+    memory_mib: Annotated[int, Field(gt=0, le=1 << 24)]
 
 
 class Container(Schema):
@@ -85,7 +95,7 @@ class Container(Schema):
     access: Literal["pct", "ssh"] = "pct"
     ssh: DirectSsh | None = None
     gpus: list[Gpu] = []
-    vars: dict[str, Any] = {}
+    vars: Vars = Vars()
 
 
 class Inventory(Schema):
@@ -130,7 +140,11 @@ class Inventory(Schema):
         return self.hosts[host_name].pct_path or self.defaults.pct_path
 
     def container_vars(self, container_name: str) -> dict[str, Any]:
-        return {**self.defaults.vars, **self.containers[container_name].vars}
+        own = self.containers[container_name].vars
+        return {
+            **self.defaults.vars.model_dump(exclude_none=True),
+            **own.model_dump(exclude_none=True),
+        }
 
 
 def _merge(first: SshSettings, fallback: SshSettings) -> SshSettings:
