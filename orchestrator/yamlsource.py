@@ -77,10 +77,11 @@ def load_yaml_file(path: Path) -> YamlDocument:
         raise InputError(f"{path}: no such file") from None
     except OSError as exc:
         raise InputError(f"{path}: cannot read: {exc.strerror}") from None
+    mode = os.fstat(descriptor).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(descriptor)
+        raise InputError(f"{path}:1: not a regular file ({_file_kind(mode)})")
     with os.fdopen(descriptor, "rb") as file:
-        mode = os.fstat(descriptor).st_mode
-        if not stat.S_ISREG(mode):
-            raise InputError(f"{path}:1: not a regular file ({_file_kind(mode)})")
         try:
             data = file.read(MAX_DOCUMENT_BYTES + 1)
         except OSError as exc:
