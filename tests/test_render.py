@@ -105,7 +105,7 @@ def test_fields_cannot_reach_python(
 
 def test_fields_cannot_mutate_their_context() -> None:
     context = {"vars": {"models_dir": "/m"}}
-    with pytest.raises(InputError, match="not allowed in a template: .*'update'"):
+    with pytest.raises(InputError, match=r"not allowed in a template: .*'update'"):
         render_field("{{ vars.update({'models_dir': '/x'}) }}", context, "f")
     assert context == {"vars": {"models_dir": "/m"}}
 
