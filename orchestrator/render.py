@@ -23,7 +23,7 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
 
 from orchestrator.errors import InputError
 
-TEMPLATE_DIR = Path(__file__).resolve().parent.parent / "templates"
+TEMPLATE_DIR = Path(__file__).resolve().parent / "templates"
 MAX_REPEAT_ITEMS = 1 << 16
 """The longest string or list `*` may build."""
 MAX_POWER = (1 << 64, 64)
