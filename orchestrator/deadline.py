@@ -13,9 +13,10 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-MIN_CALL_SECONDS = 1.0
+MIN_CALL_SECONDS = 5.0
 """A call started just before the deadline still gets this long, so that the last look
-(e.g. reading the log of a server that never became ready) can finish."""
+(e.g. reading the log of a server that never became ready) can finish on a busy host:
+a step ends within its budget plus this grace."""
 
 
 @dataclass(frozen=True)
@@ -39,9 +40,9 @@ class Deadline:
     def expired(self) -> bool:
         return time.monotonic() >= self.at
 
-    def limit(self, cap: float) -> float:
-        """The total time one call may take: what is left, at most `cap`."""
-        return max(MIN_CALL_SECONDS, min(cap, self.remaining()))
+    def limit(self, cap: float, floor: float = MIN_CALL_SECONDS) -> float:
+        """The total time one call may take: what is left, at most `cap`, at least `floor`."""
+        return max(floor, min(cap, self.remaining()))
 
     def pause(self, seconds: float) -> None:
         """Sleep `seconds`, never past the deadline, and no longer once cancelled."""

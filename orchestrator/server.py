@@ -127,7 +127,7 @@ class Server:
             if marker:
                 raise ServerFailed(f"the server log shows a fatal error ({marker})", tail)
             try:
-                status = self.health(deadline.limit(HEALTH_SECONDS))
+                status = self.health(deadline.limit(HEALTH_SECONDS, floor=0.1))
             except TransportError:  # refused while loading, or dropped: the next look decides
                 raise NotReady from None
             if status != 200:
