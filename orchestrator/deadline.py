@@ -42,7 +42,7 @@ class Deadline:
 
     def limit(self, cap: float, floor: float = MIN_CALL_SECONDS) -> float:
         """The total time one call may take: what is left, at most `cap`, at least `floor`."""
-        return max(floor, min(cap, self.remaining()))
+        return min(cap, max(floor, self.remaining()))
 
     def pause(self, seconds: float) -> None:
         """Sleep `seconds`, never past the deadline, and no longer once cancelled."""
