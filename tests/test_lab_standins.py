@@ -817,12 +817,14 @@ def test_nvidia_smi_refuses_unknown_fields(container: ContainerPaths) -> None:
     assert result.stdout.startswith(b'Field "bogus" is not a valid field to query.')
 
 
-@pytest.mark.parametrize("route", ["/health", "/metrics"])
+@pytest.mark.parametrize(
+    ("route", "knob", "seconds"),
+    [("/health", "drip_health_seconds", 0.01), ("/metrics", "drip_metrics_seconds", 0.0005)],
+)
 def test_dripping_routes_answer_one_byte_at_a_time(
-    container: ContainerPaths, drafter: Path, processes: list, route: str
+    container: ContainerPaths, drafter: Path, processes: list, route: str, knob: str, seconds: float
 ) -> None:
-    knob = {"/health": "drip_health_seconds", "/metrics": "drip_metrics_seconds"}[route]
-    server = wait_ready(start_vllm(processes, container, drafter=drafter, faults={knob: 0.01}))
+    server = wait_ready(start_vllm(processes, container, drafter=drafter, faults={knob: seconds}))
     with socket.create_connection(("127.0.0.1", server.port), timeout=30) as connection:
         connection.sendall(f"GET {route} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
         chunks = []
