@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from labtools import ROOT, LabHandle
 
-from orchestrator.lab.layout import ContainerPaths
+from orchestrator.lab.layout import ContainerPaths, pid_alive
 
 pytestmark = pytest.mark.lab
 
@@ -187,6 +187,10 @@ def test_killed_connection_is_reported_within_seconds(lab: LabHandle) -> None:
     connection = connection_sshd(listener)
     assert connection, "orch holds no connection to pve1"
     os.kill(listener, signal.SIGTERM)  # the host goes away: no new connection either
+    for _ in range(100):
+        if not pid_alive(listener):
+            break
+        time.sleep(0.1)
     signal_all(connection, signal.SIGKILL)
     code, entry = finish(process, within=60)
     assert code == 3, entry
