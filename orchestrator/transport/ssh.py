@@ -87,7 +87,12 @@ class SshTransport:
         self.address = address
         self._opening = threading.Lock()
         self._asking = threading.Lock()
-        connect_kwargs = {}
+        # connect_timeout bounds only the TCP connect; a frozen sshd accepts and then says
+        # nothing, so the banner and authentication get the same bound.
+        connect_kwargs: dict[str, object] = {
+            "banner_timeout": CONNECT_TIMEOUT,
+            "auth_timeout": CONNECT_TIMEOUT,
+        }
         if settings.identity_file:
             connect_kwargs["key_filename"] = [str(Path(settings.identity_file).expanduser())]
         self.connection = fabric.Connection(
