@@ -165,6 +165,22 @@ def rollback(
 )
 @click.option("--profile", help="Offline: built-in drafter profile (default: detected).")
 @click.option("--num-speculative-tokens", type=int, help="Offline: the server's setting.")
+@click.option(
+    "--server-version",
+    metavar="VERSION",
+    help="Offline: judge the drafter/target pair against what this vLLM version does.",
+)
+@click.option(
+    "--server-env",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="Offline, with --server-version: the server's launch environment.",
+)
+@click.option(
+    "--attention-backend",
+    metavar="NAME",
+    help="Offline, with --server-version: the server's --attention-backend.",
+)
 @accept_keys_option
 @json_option
 def verify_config(
@@ -177,11 +193,14 @@ def verify_config(
     tokenizer: Path | None,
     profile: str | None,
     num_speculative_tokens: int | None,
+    server_version: str | None,
+    server_env: tuple[str, ...],
+    attention_backend: str | None,
     accept_new_host_keys: bool,
     as_json: bool,
 ) -> None:
     """Check drafter configs: on the containers (PLAYBOOK -i INVENTORY), or in local
-    files (--drafter PATH --target PATH)."""
+    files (--drafter PATH --target PATH), optionally against a vLLM version."""
     from orchestrator import report
     from orchestrator.errors import InputError
 
@@ -196,9 +215,14 @@ def verify_config(
         sys.exit(code)
     if not (drafter and target):
         raise InputError("verify-config needs PLAYBOOK -i INVENTORY, or --drafter and --target")
-    from orchestrator.verify import verify_local
+    from orchestrator.verify import server_launch, verify_local
 
-    findings = verify_local(drafter, target, tokenizer, profile, num_speculative_tokens)
+    if (server_env or attention_backend) and not server_version:
+        raise InputError("--server-env and --attention-backend need --server-version")
+    launch = server_launch(server_env, attention_backend) if server_version else None
+    findings = verify_local(
+        drafter, target, tokenizer, profile, num_speculative_tokens, server_version, launch
+    )
     report.print_findings(findings, as_json=as_json)
     sys.exit(1 if report.has_errors(findings) else 0)
 
@@ -286,6 +310,108 @@ def render(
 
 
 @cli.command()
+@click.argument("playbook", required=False)
+@inventory_option
+@limit_option
+@set_option
+@accept_keys_option
+@json_option
+def doctor(
+    playbook: str | None,
+    inventory_path: Path,
+    limit: tuple[str, ...],
+    assignments: tuple[str, ...],
+    accept_new_host_keys: bool,
+    as_json: bool,
+) -> None:
+    """Read-only: is everything a deploy needs there? Logins, containers, GPUs, and with
+    PLAYBOOK the server command, model dirs and disk; one line per check, with the fix."""
+    from orchestrator import report
+    from orchestrator.doctor import exit_code, run_doctor
+
+    if playbook:
+        from orchestrator import operations
+
+        inputs = operations.load(playbook, inventory_path, list(limit), list(assignments))
+        names = [plan.container for plan in inputs.plans]
+        checks = run_doctor(
+            inputs.inventory, names, accept_new_host_keys, inputs.playbook, inputs.plans
+        )
+    else:
+        from orchestrator.inventory import load_inventory
+
+        inv = load_inventory(inventory_path)
+        checks = run_doctor(inv, inv.select(limit), accept_new_host_keys)
+    report.print_checks([c.to_dict() for c in checks], as_json)
+    sys.exit(exit_code(checks))
+
+
+@cli.group()
+def inventory() -> None:
+    """Write inventories from what a cluster reports."""
+
+
+@inventory.command("discover")
+@click.option("--address", required=True, help="A Proxmox VE host of the cluster.")
+@click.option("--port", type=int, help="Its SSH port (default: 22 or ~/.ssh/config).")
+@click.option("--user", help="Login user (default: yours, or ~/.ssh/config).")
+@click.option("--identity-file", type=click.Path(path_type=Path), help="Private key file.")
+@click.option(
+    "--known-hosts",
+    type=click.Path(path_type=Path),
+    help="known_hosts file (default: ~/.ssh/known_hosts).",
+)
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(path_type=Path),
+    help="Inventory file to create (default: print it).",
+)
+@click.option("--force", is_flag=True, help="Replace the output file if it exists.")
+@click.option(
+    "--become", type=click.Choice(["sudo"]), help="Run pvesh and pct through sudo -n (non-root)."
+)
+@click.option("--jump", metavar="[USER@]HOST[:PORT]", help="Reach the host through this one.")
+@accept_keys_option
+def inventory_discover(
+    address: str,
+    port: int | None,
+    user: str | None,
+    identity_file: Path | None,
+    known_hosts: Path | None,
+    output: Path | None,
+    force: bool,
+    become: str | None,
+    jump: str | None,
+    accept_new_host_keys: bool,
+) -> None:
+    """List the cluster's containers through one host (pvesh, pct config, nvidia-smi)
+    and write an inventory for them."""
+    from orchestrator.discovery.run import discover, login_settings, write_new
+    from orchestrator.discovery.writer import inventory_text
+
+    login = login_settings(
+        address,
+        {
+            "port": port,
+            "user": user,
+            "identity_file": identity_file,
+            "known_hosts": known_hosts,
+            "become": become,
+            "jump": jump,
+        },
+    )
+    cluster = discover(address, login, accept_new_host_keys)
+    command = f"orch inventory discover --address {address}" + (f" --port {port}" if port else "")
+    text = inventory_text(cluster, login, command)
+    if output is None:
+        click.echo(text, nl=False)
+        return
+    write_new(output, text, force)
+    click.echo(f"wrote {output}: {len(cluster.containers)} container(s) on {cluster.node}")
+
+
+@cli.command()
 @click.argument("shell", type=click.Choice(["bash", "zsh", "fish"]))
 def completion(shell: str) -> None:
     """Print the shell completion script, e.g. `eval "$(orch completion bash)"`."""
@@ -328,15 +454,33 @@ lab_dir_option = click.option(
 @click.option(
     "--network", default="127.66", show_default=True, help="Loopback /16 for the lab's addresses."
 )
+@click.option(
+    "--vllm-version",
+    metavar="VERSION",
+    help="The vLLM version the stand-ins claim and behave as (default: the newest the "
+    "capability table knows).",
+)
 def lab_up(
-    lab_dir: Path | None, hosts: int, containers_per_host: int, load_seconds: float, network: str
+    lab_dir: Path | None,
+    hosts: int,
+    containers_per_host: int,
+    load_seconds: float,
+    network: str,
+    vllm_version: str | None,
 ) -> None:
     """Build and start the lab, and write its inventory."""
     from orchestrator.lab.cluster import Lab, LabSpec, default_lab_dir
+    from orchestrator.serving.capabilities import newest_version
 
     the_lab = Lab(lab_dir or default_lab_dir())
-    started = the_lab.up(LabSpec(hosts, containers_per_host, load_seconds, network))
-    click.echo(f"lab {'started' if started else 'already running'} in {the_lab.root}")
+    spec = LabSpec(
+        hosts, containers_per_host, load_seconds, network, vllm_version or newest_version()
+    )
+    started = the_lab.up(spec)
+    click.echo(
+        f"lab {'started' if started else 'already running'} in {the_lab.root} "
+        f"(vLLM {spec.vllm_version})"
+    )
     click.echo(f"next: orch deploy qwen-dflash -i {the_lab.inventory}")
 
 

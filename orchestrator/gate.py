@@ -25,7 +25,12 @@ from orchestrator.metrics.assess import (
     no_spec_decode_verdict,
 )
 from orchestrator.metrics.evaluate import CounterReset, Measurement, measure
-from orchestrator.metrics.scrape import MetricsFormatError, SpecDecodeCounters, parse_spec_decode
+from orchestrator.metrics.scrape import (
+    ACCEPT,
+    MetricsFormatError,
+    SpecDecodeCounters,
+    parse_spec_decode,
+)
 from orchestrator.playbook import Gate
 from orchestrator.transport import http
 from orchestrator.transport.base import Transport
@@ -132,7 +137,13 @@ def scrape(
     try:
         response = retrying(
             lambda: http.request(
-                transport, address, port, "GET", "/metrics", timeout=deadline.limit(SCRAPE_SECONDS)
+                transport,
+                address,
+                port,
+                "GET",
+                "/metrics",
+                timeout=deadline.limit(SCRAPE_SECONDS),
+                headers={"Accept": ACCEPT},
             )
         )
     except OrchError as exc:

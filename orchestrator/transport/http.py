@@ -85,6 +85,7 @@ def request(
     path: str,
     payload: Any = None,
     timeout: float = 30.0,
+    headers: dict[str, str] | None = None,
 ) -> HttpResponse:
     """One request on a fresh stream, done within `timeout` seconds in all;
     connection refusal raises ServiceUnavailable."""
@@ -92,7 +93,7 @@ def request(
     stream = transport.open_stream(address, port, timeout)
     connection = _StreamConnection(stream, address, port, deadline)
     body = None if payload is None else json.dumps(payload).encode()
-    headers = {"Content-Type": "application/json"} if body else {}
+    headers = {**({"Content-Type": "application/json"} if body else {}), **(headers or {})}
     try:
         connection.request(method, path, body=body, headers=headers)
         response = connection.getresponse()
