@@ -217,6 +217,18 @@ class SshTransport:
             self.close()
         return alive
 
+    def _session(self, transport: paramiko.Transport, timeout: float | None) -> paramiko.Channel:
+        """A new session channel; one that cannot be opened on a server that no longer
+        answers is a lost connection, not a slow host."""
+        try:
+            return transport.open_session(timeout=min(30, timeout or 30))
+        except paramiko.SSHException:
+            if not self._answers(transport):
+                raise ConnectionLost(
+                    "the server did not answer when a channel was opened"
+                ) from None
+            raise
+
     def run(
         self, argv: Sequence[str], stdin: bytes | None = None, timeout: float | None = None
     ) -> Result:
@@ -228,7 +240,7 @@ class SshTransport:
         channel = None
         try:
             transport = self._transport()
-            channel = transport.open_session(timeout=min(30, timeout or 30))
+            channel = self._session(transport, timeout)
             channel.exec_command(command)
             stdout, stderr = _exchange(
                 channel, stdin or b"", timeout, lambda: self._answers(transport)
