@@ -25,7 +25,9 @@ class OrchGroup(click.Group):
         try:
             return super().invoke(ctx)
         except OrchError as exc:
-            click.echo(f"error: {exc}", err=True)
+            from orchestrator.report import printable
+
+            click.echo(f"error: {printable(str(exc))}", err=True)
             sys.exit(exc.exit_code)
 
 
@@ -278,11 +280,12 @@ def unlock(
 ) -> None:
     """Remove a stale deploy lock, showing whose it was."""
     from orchestrator import operations
+    from orchestrator.report import printable
 
     inputs = operations.load(playbook, inventory_path, list(limit), [])
     lines, code = operations.unlock(inputs, accept_new_host_keys)
     for name, line in lines:
-        click.echo(f"{name}: {line}")
+        click.echo(printable(f"{name}: {line}"))
     sys.exit(code)
 
 

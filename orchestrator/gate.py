@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import tenacity
 
+from orchestrator.deadline import Deadline
 from orchestrator.errors import OrchError
 from orchestrator.metrics.assess import (
     GateCriteria,
@@ -35,6 +36,8 @@ from orchestrator.transport import http
 from orchestrator.transport.base import Transport
 
 SCRAPE_ATTEMPTS = 3
+SCRAPE_SECONDS = 15.0
+REQUEST_SECONDS = 60.0
 CONSECUTIVE_SCRAPE_FAILURES = 4
 NO_SERIES_SCRAPES = 3
 
@@ -78,8 +81,10 @@ class _Probe:
         prompts: list[str],
         max_tokens: int,
         max_requests: int,
+        deadline: Deadline,
     ) -> None:
         self.transport, self.address, self.port = transport, address, port
+        self.deadline = deadline
         self.model, self.max_tokens = model, max_tokens
         self._prompts = itertools.cycle(prompts)
         self._budget = max_requests
@@ -106,7 +111,7 @@ class _Probe:
                     "POST",
                     "/v1/completions",
                     payload,
-                    timeout=60,
+                    timeout=self.deadline.limit(REQUEST_SECONDS),
                 )
                 ok = response.status == 200
             except OrchError:
@@ -114,27 +119,32 @@ class _Probe:
             if not ok:
                 with self._lock:
                     self.errors += 1
-                time.sleep(0.2)
+                self.deadline.pause(0.2)
 
 
-def scrape(transport: Transport, address: str, port: int) -> SpecDecodeCounters | None:
-    """One /metrics read, retried on transport errors; garbage is a ScrapeFailed."""
+def scrape(
+    transport: Transport, address: str, port: int, deadline: Deadline
+) -> SpecDecodeCounters | None:
+    """One /metrics read, retried on transport errors within the deadline; garbage is a
+    ScrapeFailed."""
     retrying = tenacity.Retrying(
         retry=tenacity.retry_if_exception_type(OrchError),
         wait=tenacity.wait_exponential(multiplier=0.1, max=1.0),
-        stop=tenacity.stop_after_attempt(SCRAPE_ATTEMPTS),
+        stop=lambda state: state.attempt_number >= SCRAPE_ATTEMPTS or deadline.expired(),
+        sleep=deadline.pause,
         reraise=True,
     )
     try:
         response = retrying(
-            http.request,
-            transport,
-            address,
-            port,
-            "GET",
-            "/metrics",
-            timeout=15,
-            headers={"Accept": ACCEPT},
+            lambda: http.request(
+                transport,
+                address,
+                port,
+                "GET",
+                "/metrics",
+                timeout=deadline.limit(SCRAPE_SECONDS),
+                headers={"Accept": ACCEPT},
+            )
         )
     except OrchError as exc:
         raise ScrapeFailed(str(exc)) from None
@@ -164,6 +174,7 @@ def run_gate(
         gate.min_drafts,
         gate.confidence,
     )
+    deadline = Deadline.after(gate.time_budget, stop)
     probe = _Probe(
         transport,
         address,
@@ -172,6 +183,7 @@ def run_gate(
         prompts,
         gate.probe.max_tokens,
         gate.probe.max_requests,
+        deadline,
     )
     report = GateReport(assess([], criteria))
     started = time.monotonic()
@@ -179,20 +191,21 @@ def run_gate(
         threading.Thread(target=probe.worker, daemon=True) for _ in range(gate.probe.concurrency)
     ]
     try:
-        previous = _first_scrape(transport, address, port, report)
+        previous = _first_scrape(transport, address, port, report, deadline)
         for worker in workers:
             worker.start()
         no_series = consecutive_failures = 0
         while True:
-            if stop.wait(gate.probe.scrape_interval):
+            deadline.pause(gate.probe.scrape_interval)
+            if stop.is_set():
                 report.verdict = _inconclusive(report.verdict, "interrupted before it decided")
                 break
             try:
-                current = scrape(transport, address, port)
+                current = scrape(transport, address, port, deadline)
             except ScrapeFailed as exc:
                 report.scrape_errors += 1
                 consecutive_failures += 1
-                if consecutive_failures >= CONSECUTIVE_SCRAPE_FAILURES:
+                if consecutive_failures >= CONSECUTIVE_SCRAPE_FAILURES or deadline.expired():
                     report.verdict = _inconclusive(
                         report.verdict,
                         f"could not measure: {consecutive_failures} scrapes failed in a row "
@@ -203,7 +216,7 @@ def run_gate(
             consecutive_failures = 0
             if current is None:
                 no_series += 1
-                if no_series >= NO_SERIES_SCRAPES and probe.sent:
+                if (no_series >= NO_SERIES_SCRAPES and probe.sent) or deadline.expired():
                     report.verdict = no_spec_decode_verdict()
                     break
                 continue
@@ -222,7 +235,7 @@ def run_gate(
             if report.verdict.outcome != "inconclusive":
                 break
             out_of_traffic = not any(w.is_alive() for w in workers)
-            if out_of_traffic or time.monotonic() - started > gate.time_budget:
+            if out_of_traffic or deadline.expired():
                 budget = "probe requests" if out_of_traffic else f"{gate.time_budget:g} s"
                 report.verdict = _inconclusive(
                     report.verdict,
@@ -233,7 +246,7 @@ def run_gate(
         probe.stop.set()
         for worker in workers:
             if worker.is_alive():
-                worker.join(timeout=70)
+                worker.join(timeout=deadline.limit(REQUEST_SECONDS))
     report.requests, report.request_errors = probe.sent, probe.errors
     report.explanation = explain(report.verdict)
     report.seconds = time.monotonic() - started
@@ -241,10 +254,10 @@ def run_gate(
 
 
 def _first_scrape(
-    transport: Transport, address: str, port: int, report: GateReport
+    transport: Transport, address: str, port: int, report: GateReport, deadline: Deadline
 ) -> SpecDecodeCounters | None:
     try:
-        return scrape(transport, address, port)
+        return scrape(transport, address, port, deadline)
     except ScrapeFailed:
         report.scrape_errors += 1
         return None

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, Field
+from pydantic import AfterValidator, ConfigDict, Field
 
 from orchestrator.errors import InputError
 from orchestrator.schema import Name, Port, Schema, validate_document
@@ -84,9 +84,19 @@ class SshSettings(Schema):
     """Reach the login through this SSH host (`[user@]host[:port]`), as `ssh -J` does."""
 
 
+class Vars(Schema):
+    """Values for playbook fields; free-form, but those orch itself reads are paths."""
+
+    model_config = ConfigDict(extra="allow")
+    models_dir: PathStr | None = None
+    state_dir: PathStr | None = None
+    vllm: PathStr | None = None
+    nvidia_smi: PathStr | None = None
+
+
 class Defaults(SshSettings):
     pct_path: PathStr = "/usr/sbin/pct"
-    vars: dict[str, Any] = {}
+    vars: Vars = Vars()
 
 
 class Host(SshSettings):
@@ -102,7 +112,7 @@ class DirectSsh(SshSettings):
 
 class Gpu(Schema):
     name: str
-    memory_mib: Annotated[int, Field(gt=0)]
+    memory_mib: Annotated[int, Field(gt=0, le=1 << 24)]
 
 
 class Container(Schema):
@@ -114,7 +124,7 @@ class Container(Schema):
     access: Literal["pct", "ssh"] = "pct"
     ssh: DirectSsh | None = None
     gpus: list[Gpu] = []
-    vars: dict[str, Any] = {}
+    vars: Vars = Vars()
 
 
 class Inventory(Schema):
@@ -196,7 +206,11 @@ class Inventory(Schema):
         return self.hosts[host_name].pct_path or self.defaults.pct_path
 
     def container_vars(self, container_name: str) -> dict[str, Any]:
-        return {**self.defaults.vars, **self.containers[container_name].vars}
+        own = self.containers[container_name].vars
+        return {
+            **self.defaults.vars.model_dump(exclude_none=True),
+            **own.model_dump(exclude_none=True),
+        }
 
 
 def _merge(first: SshSettings, fallback: SshSettings) -> SshSettings:

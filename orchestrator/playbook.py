@@ -16,17 +16,20 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
-import yaml
 from pydantic import BaseModel, Field
 
 from orchestrator.errors import InputError
 from orchestrator.schema import Name, Port, Schema, validate_document
-from orchestrator.yamlsource import YamlDocument, load_yaml_file
+from orchestrator.yamlsource import YamlDocument, load_yaml_file, parse_yaml
 
 PLAYBOOK_DIR = Path(__file__).resolve().parent / "playbooks"
 
-Positive = Annotated[int, Field(ge=1)]
-Seconds = Annotated[float, Field(gt=0)]
+# Every number has a range: a value outside it (infinite, NaN, negative, absurdly large)
+# is refused when the playbook is loaded, before anything is rendered or written.
+MAX_COUNT = 1_000_000
+WEEK = 7 * 24 * 3600.0
+Positive = Annotated[int, Field(ge=1, le=MAX_COUNT)]
+Seconds = Annotated[float, Field(gt=0, le=WEEK)]
 Fraction = Annotated[float, Field(ge=0, le=1)]
 
 
@@ -47,9 +50,9 @@ class Server(Schema):
     vllm: str = "{{ vars.vllm }}"
     host: str = "0.0.0.0"
     port: Port = 8000
-    tensor_parallel_size: Positive = 1
-    max_model_len: Positive | None = None
-    num_speculative_tokens: Positive = 15
+    tensor_parallel_size: Annotated[int, Field(ge=1, le=256)] = 1
+    max_model_len: Annotated[int, Field(ge=1, le=1 << 24)] | None = None
+    num_speculative_tokens: Annotated[int, Field(ge=1, le=256)] = 15
     attention_backend: str | None = None
     extra_args: list[str] = []
     env: dict[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")], str] = {}
@@ -65,7 +68,7 @@ class Probe(Schema):
 
 
 class Gate(Schema):
-    min_mean_acceptance_length: Annotated[float, Field(ge=1)] = 2.5
+    min_mean_acceptance_length: Annotated[float, Field(ge=1, le=257)] = 2.5
     min_position1_acceptance: Fraction | None = 0.5
     min_drafts: Positive = 200
     confidence: Annotated[float, Field(gt=0.5, lt=1)] = 0.95
@@ -76,9 +79,9 @@ class Gate(Schema):
 
 
 class Rollout(Schema):
-    canary: Annotated[int, Field(ge=0)] = 1
-    parallel: Positive = 1
-    max_failures: Annotated[int, Field(ge=0)] = 0
+    canary: Annotated[int, Field(ge=0, le=MAX_COUNT)] = 1
+    parallel: Annotated[int, Field(ge=1, le=1024)] = 1
+    max_failures: Annotated[int, Field(ge=0, le=MAX_COUNT)] = 0
 
 
 class Playbook(Schema):
@@ -90,7 +93,7 @@ class Playbook(Schema):
     server: Server = Server()
     gate: Gate = Gate()
     rollout: Rollout = Rollout()
-    releases_kept: Annotated[int, Field(ge=2)] = 5
+    releases_kept: Annotated[int, Field(ge=2, le=1000)] = 5
     # A deploy lock older than this is taken over as abandoned (default: never by age;
     # a lock whose run is provably gone on this control host is taken over regardless).
     lock_lease: Seconds | None = None
@@ -129,10 +132,7 @@ def apply_assignments(document: YamlDocument, assignments: Sequence[str]) -> Yam
             raise InputError(f"--set {assignment!r}: expected PATH=VALUE")
         parts = tuple(dotted_path.split("."))
         check_settable(Playbook, parts, assignment)
-        try:
-            value = yaml.safe_load(raw)
-        except yaml.YAMLError as exc:
-            raise InputError(f"--set {dotted_path}: VALUE is not valid YAML: {exc}") from None
+        value = parse_yaml(raw, f"--set {dotted_path}").data
         node = data
         for part in parts[:-1]:
             child = node.get(part)

@@ -1,7 +1,12 @@
 """The Jinja2 environment for templates and playbook fields.
 
-StrictUndefined makes a missing variable an error that names it and the
-template line; `shquote` quotes a value for POSIX sh; `tojson` renders JSON.
+Playbook fields and `--set` values are user text rendered on the control
+machine, so the environment is Jinja's immutable sandbox (no attribute that
+reaches Python internals, no mutation) with nothing but the two filters the
+templates use, no globals, and bounded `*` and `**` so that no expression can
+exhaust memory. StrictUndefined makes a missing variable an error that names
+it and the template line; `shquote` quotes a value for POSIX sh; `tojson`
+renders JSON.
 """
 
 from __future__ import annotations
@@ -14,19 +19,56 @@ from types import TracebackType
 from typing import Any
 
 import jinja2
+from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
 
 from orchestrator.errors import InputError
 
 TEMPLATE_DIR = Path(__file__).resolve().parent / "templates"
+MAX_REPEAT_ITEMS = 1 << 16
+"""The longest string or list `*` may build."""
+MAX_POWER = (1 << 64, 64)
+"""The largest base and exponent `**` accepts: big numbers, never a memory-sized one."""
+RENDER_ERRORS = (jinja2.TemplateError, ArithmeticError, LookupError, TypeError, ValueError)
+"""What evaluating user expressions can raise: each is bad input, never a traceback."""
 
 
 def to_json(value: Any, indent: int | None = None) -> str:
     return json.dumps(value, indent=indent, ensure_ascii=False)
 
 
+def shquote(value: Any) -> str:
+    return shlex.quote(str(value))
+
+
+class _Sandbox(ImmutableSandboxedEnvironment):
+    """The immutable sandbox, with `*` and `**` refused beyond a bound."""
+
+    intercepted_binops = frozenset({"*", "**"})
+
+    def call_binop(
+        self, context: jinja2.runtime.Context, operator: str, left: Any, right: Any
+    ) -> Any:
+        if operator == "*" and max(_repeat(left, right), _repeat(right, left)) > MAX_REPEAT_ITEMS:
+            raise SecurityError(f"a repetition longer than {MAX_REPEAT_ITEMS} items")
+        if operator == "**" and not _small_power(left, right):
+            raise SecurityError(f"a power beyond {MAX_POWER[0]} ** {MAX_POWER[1]}")
+        return super().call_binop(context, operator, left, right)
+
+
+def _repeat(sequence: Any, times: Any) -> int:
+    if isinstance(sequence, str | bytes | list | tuple) and isinstance(times, int):
+        return len(sequence) * times
+    return 0
+
+
+def _small_power(base: Any, exponent: Any) -> bool:
+    numbers = all(isinstance(v, int | float) for v in (base, exponent))
+    return not numbers or (abs(base) <= MAX_POWER[0] and abs(exponent) <= MAX_POWER[1])
+
+
 @cache
 def environment(template_dir: Path = TEMPLATE_DIR) -> jinja2.Environment:
-    env = jinja2.Environment(
+    env = _Sandbox(
         loader=jinja2.FileSystemLoader(template_dir),
         undefined=jinja2.StrictUndefined,
         autoescape=False,
@@ -34,8 +76,9 @@ def environment(template_dir: Path = TEMPLATE_DIR) -> jinja2.Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters["shquote"] = lambda value: shlex.quote(str(value))
-    env.filters["tojson"] = to_json
+    env.filters = {"shquote": shquote, "tojson": to_json}
+    env.tests = {}
+    env.globals = {}
     return env
 
 
@@ -48,9 +91,9 @@ def render_template(name: str, context: dict[str, Any], template_dir: Path = TEM
         raise InputError(f"template {name!r} not found in {template_dir}") from None
     except jinja2.TemplateSyntaxError as exc:
         raise InputError(f"{template_dir / name}:{exc.lineno}: {exc.message}") from None
-    except jinja2.UndefinedError as exc:
+    except RENDER_ERRORS as exc:
         line = _template_line(exc.__traceback__, str(template_dir / name))
-        raise InputError(f"{template_dir / name}:{line}: {exc.message}") from None
+        raise InputError(f"{template_dir / name}:{line}: {_reason(exc)}") from None
 
 
 def template_source(name: str, template_dir: Path = TEMPLATE_DIR) -> str:
@@ -67,8 +110,16 @@ def render_field(text: str, context: dict[str, Any], where: str) -> str:
     """Render a playbook field such as `{{ vars.models_dir }}/Qwen3.6-27B`."""
     try:
         return environment().from_string(text).render(context)
-    except jinja2.TemplateError as exc:
-        raise InputError(f"{where}: {exc.message}") from None
+    except RENDER_ERRORS as exc:
+        raise InputError(f"{where}: {_reason(exc)}") from None
+
+
+def _reason(exc: Exception) -> str:
+    if isinstance(exc, SecurityError):
+        return f"not allowed in a template: {exc}"
+    if isinstance(exc, jinja2.TemplateError):
+        return exc.message or type(exc).__name__
+    return f"{type(exc).__name__}: {exc}"
 
 
 def _template_line(tb: TracebackType | None, filename: str) -> int | str:

@@ -1,4 +1,10 @@
-"""What `orch` prints: rich tables for people, one JSON document for programs."""
+"""What `orch` prints: rich tables for people, one JSON document for programs.
+
+Much of what is printed comes from elsewhere: lock owners, server logs, remote
+errors, inventory names. Rich markup is therefore off, styles are given as
+`Text` styles, and every piece of such text goes through `text()`, which
+shows control characters (a terminal escape in a lock owner) as escapes.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +19,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.syntax import Syntax
 from rich.table import Table
+from rich.text import Text
 
 from orchestrator.drafters.findings import Finding, Severity
 
@@ -21,9 +28,25 @@ if TYPE_CHECKING:
     from orchestrator.plan import TargetPlan
 
 
+# C0 and C1 control characters but newline and tab, shown as Python escapes.
+_CONTROLS = {
+    code: f"\\x{code:02x}" for code in [*range(0x20), *range(0x7F, 0xA0)] if chr(code) not in "\n\t"
+}
+
+
 def console() -> Console:
-    """Rich honours NO_COLOR and falls back to plain text off a terminal."""
-    return Console(soft_wrap=False)
+    """Rich honours NO_COLOR and falls back to plain text off a terminal; no markup."""
+    return Console(soft_wrap=False, markup=False)
+
+
+def printable(value: str) -> str:
+    """`value` with its control characters shown as escapes, safe for a terminal."""
+    return value.translate(_CONTROLS)
+
+
+def text(value: Any, style: str = "") -> Text:
+    """Text from anywhere, printed as it is: never markup, never a terminal escape."""
+    return Text(printable(value if isinstance(value, str) else json.dumps(value)), style=style)
 
 
 def has_errors(findings: Iterable[Finding]) -> bool:
@@ -34,14 +57,18 @@ def sorted_findings(findings: Iterable[Finding]) -> list[Finding]:
     return sorted(findings, key=lambda f: f.severity != Severity.ERROR)
 
 
-def findings_table(findings: Iterable[Finding], title: str | None = None) -> Table:
+def findings_table(findings: Iterable[Finding], title: str | Text | None = None) -> Table:
     table = Table(title=title, show_lines=False)
     for column in ("severity", "field", "expected", "actual", "hint"):
         table.add_column(column, overflow="fold")
     for f in sorted_findings(findings):
         style = "red" if f.severity == Severity.ERROR else "yellow"
         table.add_row(
-            f"[{style}]{f.severity}[/]", f.field, _show(f.expected), _show(f.actual), f.message
+            text(str(f.severity), style),
+            text(f.field),
+            text(f.expected),
+            text(f.actual),
+            text(f.message),
         )
     return table
 
@@ -69,11 +96,11 @@ def print_profiles(profiles: Iterable[Profile]) -> None:
         config = p.config
         dflash = config.get("dflash_config", {})
         table.add_row(
-            p.name,
-            p.target_name,
-            str(config.get("num_target_layers")),
-            _show(dflash.get("target_layer_ids")),
-            _show(dflash.get("mask_token_id")),
+            text(p.name),
+            text(p.target_name),
+            text(config.get("num_target_layers")),
+            text(dflash.get("target_layer_ids")),
+            text(dflash.get("mask_token_id")),
         )
     console().print(table)
 
@@ -81,11 +108,11 @@ def print_profiles(profiles: Iterable[Profile]) -> None:
 def print_plans(plans: Iterable[TargetPlan]) -> None:
     out = console()
     for plan in plans:
-        out.rule(f"{plan.container} on {plan.host}: release {plan.release_id}")
+        out.rule(text(f"{plan.container} on {plan.host}: release {plan.release_id}"))
         for name, data in plan.files.items():
             lexer = "json" if name.endswith(".json") else "bash"
-            out.print(f"[bold]{plan.release_dir}/{name}[/]")
-            out.print(Syntax(data.decode(), lexer, theme="ansi_dark", word_wrap=True))
+            out.print(text(f"{plan.release_dir}/{name}", "bold"))
+            out.print(Syntax(printable(data.decode()), lexer, theme="ansi_dark", word_wrap=True))
         if plan.findings:
             out.print(findings_table(plan.findings, title="drafter checks against the profile"))
         else:
@@ -102,17 +129,13 @@ def print_rows(rows: list[dict[str, Any]], as_json: bool = False) -> None:
     for column in columns:
         table.add_column(column, overflow="fold")
     for row in rows:
-        table.add_row(*(_show(row[c]) if c in row else "" for c in columns))
+        table.add_row(*(text(row[c]) if c in row else "" for c in columns))
     console().print(table)
 
 
 def _mean_length(target: dict[str, Any]) -> str:
     mean = (target.get("gate") or {}).get("mean_acceptance_length")
     return "" if mean is None else f"{mean:.2f}"
-
-
-def _show(value: Any) -> str:
-    return value if isinstance(value, str) else json.dumps(value)
 
 
 class StepView:
@@ -133,7 +156,7 @@ class StepView:
         table.add_column("step")
         table.add_column("for", justify="right")
         for name, (step, since) in self.steps.items():
-            table.add_row(name, step, f"{time.monotonic() - since:5.1f}s")
+            table.add_row(text(name), text(step), f"{time.monotonic() - since:5.1f}s")
         return table
 
     def __call__(self, name: str, step: str) -> None:
@@ -145,7 +168,7 @@ class StepView:
                 self.live.update(self._table())
             elif self.enabled and not repeated:
                 self.out.print(
-                    f"{time.monotonic() - self.started:6.1f}s {name}: {step}", highlight=False
+                    text(f"{time.monotonic() - self.started:6.1f}s {name}: {step}"), highlight=False
                 )
 
     def describe(self) -> str:
@@ -173,17 +196,19 @@ class StepView:
 def print_run(document: dict[str, Any]) -> None:
     """The final table of a deploy or rollback, with per-position acceptance bars."""
     out = console()
-    table = Table(title=f"{document['playbook']} run {document['run_id']}: {document['result']}")
+    table = Table(
+        title=text(f"{document['playbook']} run {document['run_id']}: {document['result']}")
+    )
     for column in ("container", "result", "release", "previous", "gate", "mean length", "drafts"):
         table.add_column(column)
     for target in document["targets"]:
         gate = target.get("gate") or {}
         table.add_row(
-            target["name"],
-            target["result"],
-            target.get("release") or "",
-            target.get("previous_release") or "",
-            gate.get("verdict") or "",
+            text(target["name"]),
+            text(target["result"]),
+            text(target.get("release") or ""),
+            text(target.get("previous_release") or ""),
+            text(gate.get("verdict") or ""),
             _mean_length(target),
             str(gate.get("drafts") or ""),
         )
@@ -192,24 +217,28 @@ def print_run(document: dict[str, Any]) -> None:
         for label, key in (("gate", "gate"), ("rollback gate", "rollback_gate")):
             gate = target.get(key)
             if gate:
-                out.print(f"[bold]{target['name']}[/] {label}: {gate['reason']}", highlight=False)
+                out.print(
+                    text(target["name"], "bold") + text(f" {label}: {gate['reason']}"),
+                    highlight=False,
+                )
                 if gate.get("explanation"):
-                    out.print(f"  why: {gate['explanation']}", highlight=False)
+                    out.print(text(f"  why: {gate['explanation']}"), highlight=False)
                 out.print(acceptance_bars(gate.get("per_position_acceptance") or []))
         if target.get("findings"):
             out.print(
                 findings_table(
-                    [Finding(**f) for f in target["findings"]], title=f"{target['name']}: findings"
+                    [Finding(**f) for f in target["findings"]],
+                    title=text(f"{target['name']}: findings"),
                 )
             )
         for note in target.get("notes") or []:
             out.print(f"{target['name']}: {note}", markup=False, highlight=False)
         if target.get("error"):
-            out.print(f"[red]{target['name']}: {target['error']}[/]", highlight=False)
+            out.print(text(f"{target['name']}: {target['error']}", "red"), highlight=False)
         if target.get("diff"):
-            out.print(Syntax(target["diff"], "diff", theme="ansi_dark"))
+            out.print(Syntax(printable(target["diff"]), "diff", theme="ansi_dark"))
     for warning in document.get("warnings", []):
-        out.print(f"[yellow]warning: {warning}[/]", highlight=False)
+        out.print(text(f"warning: {warning}", "yellow"), highlight=False)
 
 
 def acceptance_bars(rates: list[float], width: int = 40) -> str:
@@ -227,14 +256,14 @@ def print_json(document: Any) -> None:
 def print_verify(document: dict[str, Any]) -> None:
     out = console()
     for target in document["targets"]:
-        out.rule(f"{target['name']} on {target['host']}: release {target.get('release')}")
+        out.rule(text(f"{target['name']} on {target['host']}: release {target.get('release')}"))
         if target.get("error"):
-            out.print(f"[red]{target['error']}[/]", highlight=False)
+            out.print(text(target["error"], "red"), highlight=False)
         for drift in target.get("drift", []):
-            out.print(f"[red]drift:[/] {drift}", highlight=False)
+            out.print(text("drift:", "red") + text(f" {drift}"), highlight=False)
         if target.get("findings"):
             out.print(findings_table([Finding(**f) for f in target["findings"]]))
-    out.print("ok" if document["ok"] else "[red]problems found[/]")
+    out.print(text("ok") if document["ok"] else text("problems found", "red"))
 
 
 def print_history(runs: list[dict[str, Any]]) -> None:
@@ -255,16 +284,12 @@ def print_history(runs: list[dict[str, Any]]) -> None:
     for run in runs:
         for target in run["targets"]:
             table.add_row(
-                run["started"],
-                run["user"],
-                run["command"],
-                run["playbook"],
-                run["run_id"],
-                target["name"],
-                target["result"],
+                *(text(run[key]) for key in ("started", "user", "command", "playbook", "run_id")),
+                text(target["name"]),
+                text(target["result"]),
                 _mean_length(target),
-                target.get("release") or "",
-                target.get("previous_release") or "",
+                text(target.get("release") or ""),
+                text(target.get("previous_release") or ""),
             )
     console().print(table)
 

@@ -16,9 +16,10 @@ Port = Annotated[int, Field(ge=1, le=65535)]
 
 
 class Schema(BaseModel):
-    """Every schema refuses unknown keys and is immutable once loaded."""
+    """Every schema refuses unknown keys, infinite and NaN numbers, and is immutable
+    once loaded."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 def validate_document(model: type[ModelT], document: YamlDocument) -> ModelT:

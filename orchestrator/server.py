@@ -13,6 +13,7 @@ from collections.abc import Callable
 import tenacity
 
 from orchestrator import commands
+from orchestrator.deadline import Deadline
 from orchestrator.errors import NeedsAttention, ServerFailed, TransportError
 from orchestrator.facts import (
     ServerState,
@@ -28,6 +29,8 @@ from orchestrator.transport.base import Transport
 
 FATAL_LOG_MARKERS = ("Traceback (most recent call last)", "CUDA out of memory", "EngineDeadError")
 LOG_TAIL_LINES = 30
+WATCH_SECONDS = 30.0
+HEALTH_SECONDS = 10.0
 
 
 class NotReady(Exception):
@@ -65,13 +68,14 @@ class Server:
         pid, self.log_start = parse_started(result.text)
         return pid
 
-    def log_tail(self) -> str:
-        return self.watch()[1]
+    def log_tail(self, timeout: float = WATCH_SECONDS) -> str:
+        return self.watch(timeout)[1]
 
-    def watch(self) -> tuple[ServerState, str]:
+    def watch(self, timeout: float = WATCH_SECONDS) -> tuple[ServerState, str]:
         """The recorded process's state and the log written since this start, in one look."""
         argv = commands.watch_server(self.pid_file, self.log, self.log_start, LOG_TAIL_LINES)
-        frames = parse_frames(run_step(self.transport, argv, "watch the server", timeout=30).stdout)
+        result = run_step(self.transport, argv, "watch the server", timeout=timeout)
+        frames = parse_frames(result.stdout)
         return parse_server_state(frames["server"].decode()), frames["tail"].decode(
             "utf-8", "replace"
         )
@@ -82,26 +86,27 @@ class Server:
         Judged by memory, not by PIDs: inside an LXC container nvidia-smi may show
         the host's PIDs, or none, for the old server's workers.
         """
-        deadline = time.monotonic() + timeout
+        deadline = Deadline.after(timeout)
         while True:
-            result = self.transport.run(commands.gpu_query(nvidia_smi), timeout=30)
+            result = self.transport.run(commands.gpu_query(nvidia_smi), timeout=deadline.limit(30))
             if not result.ok:
                 return  # no GPU facts to wait on; preflight has reported it
             short = [g for g in parse_gpus(result.text)[:gpus] if g.free_mib < share * g.total_mib]
             if not short:
                 return
-            if time.monotonic() > deadline:
+            if deadline.expired():
                 held = ", ".join(
                     f"GPU {g.index}: {g.free_mib} of {g.total_mib} MiB free" for g in short
                 )
                 raise NeedsAttention(
                     f"GPU memory not released {timeout:.0f} s after the old server stopped ({held})"
                 )
-            time.sleep(0.5)
+            deadline.pause(0.5)
 
-    def health(self) -> int:
+    def health(self, timeout: float = HEALTH_SECONDS) -> int:
+        """/health's status, answered in full within `timeout` seconds."""
         return http.request(
-            self.transport, self.address, self.port, "GET", "/health", timeout=10
+            self.transport, self.address, self.port, "GET", "/health", timeout=timeout
         ).status
 
     def wait_ready(
@@ -113,20 +118,24 @@ class Server:
     ) -> float:
         """Poll /health with capped exponential backoff while watching the process and
         its log; fail fast on exit or a fatal log line; give up when `stop` is set.
-        Returns seconds waited."""
+        Returns seconds waited.
+
+        Every look is bounded by what is left of `timeout`, so a server that drips its
+        answers cannot hold the wait past it."""
         started = time.monotonic()
         stop = stop or threading.Event()
+        deadline = Deadline.after(timeout, stop)
 
         def attempt() -> None:
             tick(time.monotonic() - started)
-            state, tail = self.watch()
+            state, tail = self.watch(deadline.limit(WATCH_SECONDS))
             if not state.running or state.pid != pid:
                 raise ServerFailed("the server exited while starting", tail)
             marker = next((m for m in FATAL_LOG_MARKERS if m in tail), None)
             if marker:
                 raise ServerFailed(f"the server log shows a fatal error ({marker})", tail)
             try:
-                status = self.health()
+                status = self.health(deadline.limit(HEALTH_SECONDS, floor=0.1))
             except TransportError:  # refused while loading, or dropped: the next look decides
                 raise NotReady from None
             if status != 200:
@@ -135,8 +144,8 @@ class Server:
         retrying = tenacity.Retrying(
             retry=tenacity.retry_if_exception_type(NotReady),
             wait=tenacity.wait_exponential(multiplier=0.1, min=0.1, max=2.0),
-            stop=tenacity.stop_after_delay(timeout) | tenacity.stop_when_event_set(stop),
-            sleep=stop.wait,  # type: ignore[arg-type]  # a backoff sleep a stop request ends
+            stop=lambda _: deadline.expired() or stop.is_set(),
+            sleep=deadline.pause,
             reraise=True,
         )
         try:
@@ -145,6 +154,7 @@ class Server:
             if stop.is_set():
                 raise ServerFailed("interrupted while waiting until ready") from None
             raise ServerFailed(
-                f"not ready after {timeout:.0f} s (ready_timeout)", self.log_tail()
+                f"not ready after {timeout:.0f} s (ready_timeout)",
+                self.log_tail(deadline.limit(WATCH_SECONDS)),
             ) from None
         return time.monotonic() - started

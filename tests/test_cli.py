@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
+import re
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 DRAFTERS = Path(__file__).parent / "fixtures" / "drafters"
@@ -156,3 +160,106 @@ def test_diff_without_dry_run_is_a_usage_error() -> None:
     done = orch("deploy", "qwen-dflash", "-i", str(EXAMPLE), "--diff")
     assert done.returncode == 2
     assert "--diff shows what --dry-run would change" in done.stderr
+
+
+# --- hostile inputs: each is bad input (exit 2) with its place, never a traceback ---------------
+
+
+def render(*args: str) -> subprocess.CompletedProcess[str]:
+    done = orch("render", "qwen-dflash", *args)
+    assert "Traceback" not in done.stderr, done.stderr
+    return done
+
+
+def test_template_payload_in_set_runs_nothing(tmp_path: Path) -> None:
+    marker = tmp_path / "pwned"
+    payload = f'{{{{ cycler.__init__.__globals__.os.system("touch {marker}") }}}}'
+    done = render("-i", str(EXAMPLE), "--set", f"target.path={json.dumps(payload)}")
+    assert done.returncode == 2
+    assert "target.path for ct129: not allowed in a template" in done.stderr
+    assert not marker.exists()
+
+
+def test_template_payload_in_a_playbook_file_runs_nothing(tmp_path: Path) -> None:
+    marker = tmp_path / "pwned"
+    playbook = (ROOT / "playbooks" / "qwen-dflash.yaml").read_text()
+    hostile = playbook.replace(
+        "{{ vars.models_dir }}",
+        f"{{{{ self.__init__.__globals__.os.system('touch {marker}') }}}}",
+        1,
+    )
+    assert hostile != playbook
+    (tmp_path / "p.yaml").write_text(hostile)
+    done = orch("render", str(tmp_path / "p.yaml"), "-i", str(EXAMPLE))
+    assert done.returncode == 2, done.stderr
+    assert "not allowed in a template" in done.stderr
+    assert not marker.exists()
+
+
+def billion_laughs() -> str:
+    lines = ["hosts: {pve: {address: 127.0.0.1}}", "l0: &l0 [" + ", ".join(["lol"] * 9) + "]"]
+    lines += [f"l{n}: &l{n} [" + ", ".join([f"*l{n - 1}"] * 9) + "]" for n in range(1, 10)]
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (billion_laughs(), r":2:\d+: aliases expand to more than 100000 values"),
+        ("hosts: &h {pve: *h}\n", r":1:8: an alias refers to itself"),
+        ("containers: " + "[" * 50_000 + "]" * 50_000 + "\n", r":1: nested deeper than 64 levels"),
+    ],
+    ids=["billion-laughs", "self-reference", "deep-nesting"],
+)
+def test_hostile_yaml_inventory_exits_2_with_its_line(
+    tmp_path: Path, text: str, message: str
+) -> None:
+    inventory = tmp_path / "inventory.yaml"
+    inventory.write_text(text)
+    done = render("-i", str(inventory))
+    assert done.returncode == 2
+    assert re.fullmatch(f"error: {re.escape(str(inventory))}{message}\n", done.stderr)
+
+
+def test_devices_fifos_and_directories_are_not_inventories(tmp_path: Path) -> None:
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for path, kind in (
+        ("/dev/zero", "a character device"),
+        (str(fifo), "a FIFO"),
+        (str(tmp_path), "a directory"),
+    ):
+        done = render("-i", path)
+        assert done.returncode == 2
+        assert done.stderr == f"error: {path}:1: not a regular file ({kind})\n"
+
+
+@pytest.mark.parametrize(
+    ("assignment", "message"),
+    [
+        ("server.stop_timeout=.inf", "Input should be a finite number (got inf)"),
+        ("server.stop_timeout=.nan", "Input should be a finite number (got nan)"),
+        ("server.stop_timeout=-5", "Input should be greater than 0 (got -5)"),
+        ("server.stop_timeout=1.0e+300", "Input should be less than or equal to 604800"),
+    ],
+)
+def test_numbers_out_of_range_exit_2(assignment: str, message: str) -> None:
+    done = render("-i", str(EXAMPLE), "--set", assignment)
+    assert done.returncode == 2
+    assert done.stderr.startswith(
+        f"error: --set server.stop_timeout: server.stop_timeout: {message}"
+    )
+
+
+def test_a_wrongly_typed_var_is_a_schema_error(tmp_path: Path) -> None:
+    inventory = tmp_path / "inventory.yaml"
+    inventory.write_text(
+        EXAMPLE.read_text().replace("nvidia_smi: /usr/bin/nvidia-smi", "nvidia_smi: 42")
+    )
+    done = render("-i", str(inventory))
+    assert done.returncode == 2
+    assert re.fullmatch(
+        rf"error: {re.escape(str(inventory))}:\d+:\d+: defaults.vars.nvidia_smi: "
+        r"Input should be a valid string \(got 42\)\n",
+        done.stderr,
+    )

@@ -282,7 +282,8 @@ def test_hostile_values_are_quoted_or_refused(lab: LabHandle, tmp_path: Path) ->
     (tmp_path / "inv.yaml").write_text(yaml.safe_dump(inventory))
     refused = lab.orch("deploy", "qwen-dflash", "-i", str(tmp_path / "inv.yaml"), "--json")
     assert refused.code == 2
-    assert "state_dir for ct200: contains a line break" in refused.stderr
+    assert "containers.ct200.vars.state_dir: " in refused.stderr  # the schema's, with its line
+    assert "contains a line break" in refused.stderr
     assert not marker.exists()
 
 

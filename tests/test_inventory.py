@@ -112,6 +112,48 @@ def test_select_unknown_name_lists_what_exists() -> None:
         inventory.select(["ct1"])
 
 
+MINIMAL = """\
+hosts: {pve: {address: 127.0.0.1}}
+defaults:
+  vars: {state_dir: /var/lib/orch, gpu_label: 3}
+containers:
+  ct200:
+    vmid: 200
+    host: pve
+    address: 127.0.0.1
+    vars:
+      nvidia_smi: VALUE
+"""
+
+
+def test_a_var_orch_reads_must_be_a_path(tmp_path: Path) -> None:
+    path = tmp_path / "inv.yaml"
+    path.write_text(MINIMAL.replace("VALUE", "42"))
+    with pytest.raises(InputError) as caught:
+        load_inventory(path)
+    assert str(caught.value) == (
+        f"{path}:10:7: containers.ct200.vars.nvidia_smi: Input should be a valid string (got 42)"
+    )
+
+
+def test_other_vars_stay_free_form_and_merge_over_the_defaults(tmp_path: Path) -> None:
+    path = tmp_path / "inv.yaml"
+    path.write_text(MINIMAL.replace("VALUE", "/opt/bin/nvidia-smi"))
+    assert load_inventory(path).container_vars("ct200") == {
+        "state_dir": "/var/lib/orch",
+        "gpu_label": 3,
+        "nvidia_smi": "/opt/bin/nvidia-smi",
+    }
+
+
+def test_gpu_memory_must_be_in_range(tmp_path: Path) -> None:
+    path = tmp_path / "inv.yaml"
+    text = MINIMAL.replace("VALUE", "/x") + "    gpus: [{name: H100, memory_mib: 100000000000}]\n"
+    path.write_text(text)
+    with pytest.raises(InputError, match=r"memory_mib: Input should be"):
+        load_inventory(path)
+
+
 @pytest.mark.parametrize(
     ("patterns", "expected"),
     [

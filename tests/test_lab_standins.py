@@ -816,3 +816,27 @@ def test_nvidia_smi_refuses_unknown_fields(container: ContainerPaths) -> None:
     result = nvidia_smi(container, "--query-gpu=index,bogus", "--format=csv")
     assert result.returncode == 2
     assert result.stdout.startswith(b'Field "bogus" is not a valid field to query.')
+
+
+@pytest.mark.parametrize(
+    ("route", "knob", "seconds"),
+    [("/health", "drip_health_seconds", 0.01), ("/metrics", "drip_metrics_seconds", 0.0005)],
+)
+def test_dripping_routes_answer_one_byte_at_a_time(
+    container: ContainerPaths, drafter: Path, processes: list, route: str, knob: str, seconds: float
+) -> None:
+    server = wait_ready(start_vllm(processes, container, drafter=drafter, faults={knob: seconds}))
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as connection:
+        connection.sendall(f"GET {route} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+        chunks = []
+        while chunk := connection.recv(65536):
+            chunks.append(chunk)
+    head, _, body = b"".join(chunks).partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200 ")
+    length = int(
+        next(h for h in head.split(b"\r\n") if h.lower().startswith(b"content-length")).split(b":")[
+            1
+        ]
+    )
+    assert len(body) == length
+    assert len(chunks) > 20  # byte by byte; a busy reader may find a few waiting at once

@@ -64,3 +64,31 @@ def test_schema_errors_name_line_and_field_in_file_order() -> None:
     source = FIXTURES / "bad-gate.yaml"
     assert lines[0].startswith(f"{source}:10:3: gate.confidence: ")
     assert lines[1] == f"{source}:12:5: gate.probe.concurency: unknown field"
+
+
+@pytest.mark.parametrize(
+    ("assignment", "message"),
+    [
+        ("server.stop_timeout=.inf", "server.stop_timeout: Input should be a finite number"),
+        ("server.stop_timeout=.nan", "server.stop_timeout: Input should be a finite number"),
+        ("server.stop_timeout=-1", "server.stop_timeout: Input should be greater than 0"),
+        ("gate.ready_timeout=1.0e+300", "gate.ready_timeout: Input should be less than or equal"),
+        ("gate.min_drafts=1000000000000", "gate.min_drafts: Input should be less than or equal"),
+        ("gate.confidence=.nan", "gate.confidence: Input should be a finite number"),
+        ("server.num_speculative_tokens=100000", "server.num_speculative_tokens: Input should be"),
+    ],
+)
+def test_numbers_must_be_finite_and_in_range(assignment: str, message: str) -> None:
+    with pytest.raises(InputError, match=rf"^--set {assignment.split('=')[0]}: {message}"):
+        load_playbook(QWEN, [assignment])
+
+
+def test_set_value_is_parsed_with_the_same_bounds_as_files() -> None:
+    nested = "drafter.overrides.x=" + "[" * 200 + "]" * 200
+    with pytest.raises(InputError, match=r"^--set drafter.overrides.x:1: nested deeper"):
+        load_playbook(QWEN, [nested])
+    levels = ["l0: &l0 [" + ", ".join(["lol"] * 9) + "]"]
+    levels += [f"l{n}: &l{n} [" + ", ".join([f"*l{n - 1}"] * 9) + "]" for n in range(1, 9)]
+    bomb = "drafter.overrides.x={" + ", ".join(levels) + "}"
+    with pytest.raises(InputError, match=r"^--set drafter.overrides.x:1:\d+: aliases expand"):
+        load_playbook(QWEN, [bomb])

@@ -82,3 +82,51 @@ def test_launch_script_quotes_every_value() -> None:
     assert argv[argv.index("--served-model-name") + 1] == "q;rm"
     assert "--attention-backend" not in argv and "--enforce-eager" in argv
     assert "export HF_HOME='/x y'" in script
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        '{{ cycler.__init__.__globals__.os.system("touch MARK") }}',
+        "{{ vars.__class__.__mro__[1].__subclasses__() }}",
+        "{{ vars.models_dir.__class__ }}",
+        '{{ self.__init__.__globals__["os"].system("touch MARK") }}',
+        "{{ lipsum.__globals__ }}",
+    ],
+)
+def test_fields_cannot_reach_python(
+    payload: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(InputError, match=r"^target.path: "):
+        render_field(payload, {"vars": {"models_dir": "/m"}}, "target.path")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_fields_cannot_mutate_their_context() -> None:
+    context = {"vars": {"models_dir": "/m"}}
+    with pytest.raises(InputError, match=r"not allowed in a template: .*'update'"):
+        render_field("{{ vars.update({'models_dir': '/x'}) }}", context, "f")
+    assert context == {"vars": {"models_dir": "/m"}}
+
+
+@pytest.mark.parametrize(
+    ("expression", "message"),
+    [
+        ("{{ 'a' * 10**9 }}", "a repetition longer than"),
+        ("{{ [0] * 10**9 }}", "a repetition longer than"),
+        ("{{ 7 ** 10000000 }}", "a power beyond"),
+        ("{{ 1 / 0 }}", "ZeroDivisionError: division by zero"),
+        ("{{ 1 + 'a' }}", "TypeError: unsupported operand"),
+        ("{{ vars.models_dir | attr('x') }}", "No filter named 'attr'"),
+        ("{{ range(10) }}", "'range' is undefined"),
+    ],
+)
+def test_expensive_or_broken_expressions_are_bad_input(expression: str, message: str) -> None:
+    with pytest.raises(InputError, match=message):
+        render_field(expression, {"vars": {"models_dir": "/m"}}, "f")
+
+
+def test_ordinary_expressions_still_work() -> None:
+    text = "{{ vars.d }}/{{ 'x' * 3 }}/{{ 2 ** 10 }}/{{ vars.n * 1000000 }}"
+    assert render_field(text, {"vars": {"d": "/m", "n": 7}}, "f") == "/m/xxx/1024/7000000"

@@ -91,3 +91,28 @@ def test_rows_take_their_columns_from_every_row(capsys: pytest.CaptureFixture) -
     assert header == ["container", "error", "release"]
     second = [cell.strip() for cell in lines[2].strip("│ ").split("│")]
     assert second == ["b", "", "x"]
+
+
+HOSTILE = "alice [/] [bold red]x[/bold red] [link=http://e]y"
+
+
+def test_remote_text_with_markup_is_printed_verbatim(capsys: pytest.CaptureFixture) -> None:
+    target = {**DOCUMENT["targets"][0], "error": f"lock held by {HOSTILE}"}  # type: ignore[dict-item]
+    report.print_run({**DOCUMENT, "targets": [target], "warnings": [HOSTILE]})
+    out = capsys.readouterr().out
+    assert f"ct200: lock held by {HOSTILE}" in out
+    assert f"warning: {HOSTILE}" in out
+
+
+def test_rows_with_markup_and_terminal_escapes_are_shown_as_text(
+    capsys: pytest.CaptureFixture,
+) -> None:
+    report.print_rows([{"container": "ct200", "lock": HOSTILE, "log": "a\x1b[2Jb\x9bc\x07"}])
+    out = capsys.readouterr().out
+    assert HOSTILE in out
+    assert "a\\x1b[2Jb\\x9bc\\x07" in out
+    assert "\x1b" not in out and "\x9b" not in out
+
+
+def test_printable_keeps_newlines_and_tabs() -> None:
+    assert report.printable("a\tb\nc\rd\x00") == "a\tb\nc\\x0dd\\x00"

@@ -138,6 +138,9 @@ class Faults:
     ignore_sigterm: bool = False
     garbage_metrics: bool = False
     drop_spec_decode: bool = False
+    drip_health_seconds: float | None = None
+    """/health answers one byte of its response every this many seconds."""
+    drip_metrics_seconds: float | None = None
 
 
 def read_faults(container: ContainerPaths) -> Faults:
@@ -529,7 +532,8 @@ class Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         app = self.server.app
         if self.path == "/health":
-            self._send(503 if time.monotonic() < app.warm_until else 200, b"", "application/json")
+            status = 503 if time.monotonic() < app.warm_until else 200
+            self._send(status, b"", "application/json", app.faults.drip_health_seconds)
         elif self.path == "/v1/models":
             created = int(time.time())
             model = {
@@ -549,7 +553,7 @@ class Handler(BaseHTTPRequestHandler):
                 encode, content_type = choose_encoder(self.headers.get("Accept", ""))
                 with app.engine.lock:
                     exposition = encode(app.engine.metrics.registry)
-                self._send(200, exposition, content_type)
+                self._send(200, exposition, content_type, app.faults.drip_metrics_seconds)
         else:
             self._send_json(404, {"detail": "Not Found"})
 
@@ -572,12 +576,26 @@ class Handler(BaseHTTPRequestHandler):
     def _send_json(self, status: int, body: dict) -> None:
         self._send(status, json.dumps(body).encode(), "application/json")
 
-    def _send(self, status: int, body: bytes, content_type: str) -> None:
+    def _send(self, status: int, body: bytes, content_type: str, drip: float | None = None) -> None:
+        if drip is not None:
+            self._drip(status, body, content_type, drip)
+            return
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
+
+    def _drip(self, status: int, body: bytes, content_type: str, every: float) -> None:
+        """The whole response one byte at a time, `every` seconds apart (a wedged server)."""
+        self.log_request(status)
+        head = (
+            f"{self.protocol_version} {status} {self.responses[status][0]}\r\n"
+            f"Content-Type: {content_type}\r\nContent-Length: {len(body)}\r\n\r\n"
+        )
+        for byte in head.encode() + body:
+            self.wfile.write(bytes([byte]))
+            time.sleep(every)
 
     def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
         """Uvicorn's access line, as in a vLLM log."""

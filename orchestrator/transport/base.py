@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 
 @dataclass(frozen=True)
@@ -37,8 +37,7 @@ class Stream(Protocol):
     """A connected byte stream (a socket or an SSH direct-tcpip channel)."""
 
     def sendall(self, data: bytes) -> None: ...
-    # A binary file to read from: an io file for a socket, a ChannelFile for a channel.
-    def makefile(self, mode: str, bufsize: int = -1) -> Any: ...
+    def recv(self, size: int) -> bytes: ...
     def settimeout(self, timeout: float | None) -> None: ...
     def close(self) -> None: ...
 

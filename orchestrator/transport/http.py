@@ -1,16 +1,26 @@
 """Plain HTTP/1.1 over a transport's stream, so the server's port needs no route
 from the control machine: health checks, metrics and probe traffic all travel
-inside the SSH connection."""
+inside the SSH connection.
+
+`timeout` is the total time of a request, from opening the stream to the last
+byte of the body: every read is given only what is left of it, so a server
+that answers one byte every few seconds cannot hold a request longer.
+"""
 
 from __future__ import annotations
 
 import http.client
+import io
 import json
 from dataclasses import dataclass
 from typing import Any
 
+from orchestrator.deadline import Deadline
 from orchestrator.errors import TransportError
 from orchestrator.transport.base import Stream, Transport
+
+MAX_BODY_BYTES = 16 << 20
+"""Far above any /metrics or completion body; a reply beyond it is refused, not buffered."""
 
 
 @dataclass(frozen=True)
@@ -22,13 +32,44 @@ class HttpResponse:
         return json.loads(self.body)
 
 
+class _DeadlineReader(io.RawIOBase):
+    """Reads a stream, each read allowed only the time left before the deadline."""
+
+    def __init__(self, stream: Stream, deadline: Deadline) -> None:
+        self._stream, self._deadline = stream, deadline
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        remaining = self._deadline.remaining()
+        if remaining <= 0:
+            raise TimeoutError(f"no complete answer within {self._deadline.seconds:g} s")
+        self._stream.settimeout(remaining)
+        try:
+            data = self._stream.recv(len(buffer))
+        except TimeoutError:
+            raise TimeoutError(f"no complete answer within {self._deadline.seconds:g} s") from None
+        buffer[: len(data)] = data
+        return len(data)
+
+
 class _StreamConnection(http.client.HTTPConnection):
-    def __init__(self, stream: Stream, host: str, port: int) -> None:
+    def __init__(self, stream: Stream, host: str, port: int, deadline: Deadline) -> None:
         super().__init__(host, port)
-        self._stream = stream
+        self._stream, self._deadline = stream, deadline
 
     def connect(self) -> None:
-        self.sock = self._stream
+        self.sock = self
+
+    def sendall(self, data: bytes) -> None:
+        if self._deadline.expired():
+            raise TimeoutError(f"no complete answer within {self._deadline.seconds:g} s")
+        self._stream.settimeout(self._deadline.remaining())
+        self._stream.sendall(data)
+
+    def makefile(self, mode: str, bufsize: int = -1) -> io.BufferedReader:
+        return io.BufferedReader(_DeadlineReader(self._stream, self._deadline))
 
     def close(self) -> None:
         """http.client closes early on `Connection: close`; a channel would lose the body.
@@ -46,15 +87,19 @@ def request(
     timeout: float = 30.0,
     headers: dict[str, str] | None = None,
 ) -> HttpResponse:
-    """One request on a fresh stream; connection refusal raises ServiceUnavailable."""
+    """One request on a fresh stream, done within `timeout` seconds in all;
+    connection refusal raises ServiceUnavailable."""
+    deadline = Deadline.after(timeout)
     stream = transport.open_stream(address, port, timeout)
-    connection = _StreamConnection(stream, address, port)
+    connection = _StreamConnection(stream, address, port, deadline)
     body = None if payload is None else json.dumps(payload).encode()
     headers = {**({"Content-Type": "application/json"} if body else {}), **(headers or {})}
     try:
         connection.request(method, path, body=body, headers=headers)
         response = connection.getresponse()
-        return HttpResponse(response.status, response.read())
+        if (response.length or 0) > MAX_BODY_BYTES:
+            raise http.client.HTTPException(f"a body of {response.length} bytes is too large")
+        content = response.read() if response.length is not None else _read_bounded(response)
     except (OSError, http.client.HTTPException) as exc:
         raise TransportError(
             transport.label, f"{method} {path} on {address}:{port}", f"{type(exc).__name__}: {exc}"
@@ -62,3 +107,12 @@ def request(
     finally:
         connection.close()
         stream.close()
+    return HttpResponse(response.status, content)
+
+
+def _read_bounded(response: http.client.HTTPResponse) -> bytes:
+    """A body of unannounced length (chunked, or until close), refused beyond the bound."""
+    content = response.read(MAX_BODY_BYTES + 1)
+    if len(content) > MAX_BODY_BYTES:
+        raise http.client.HTTPException(f"a body of more than {MAX_BODY_BYTES} bytes is too large")
+    return content

@@ -4,6 +4,12 @@ Lifecycle: created closed; the first `run` or `open_stream` connects (strict
 host-key checking); `close` ends it. Commands go over fresh exec channels of
 the same connection; TCP streams are direct-tcpip channels, so the control
 machine needs no route to the target's ports.
+
+A `timeout` is the total time of a command. A lost connection is noticed
+within seconds, not at the end of it: keepalives keep traffic flowing, a
+connection paramiko has seen die fails the command at once, and a command
+that has been silent for a while makes the transport ask the server for an
+answer, as OpenSSH's ServerAliveInterval does; no answer ends the connection.
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ import shlex
 import socket
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import fabric
@@ -43,6 +49,18 @@ CONNECT_TIMEOUT = 10
 # Paramiko logs refused channels itself; they reach the user as our own errors.
 logging.getLogger("paramiko").addHandler(logging.NullHandler())
 CHUNK = 1 << 16
+KEEPALIVE_SECONDS = 5
+STALL_SECONDS = 5.0
+"""A command silent this long makes the transport check that the server still answers."""
+ANSWER_SECONDS = 5.0
+LOST_HINT = (
+    "the host or the network went away mid-step; what the step did on the target is "
+    "unknown: check with `orch status`, then run again"
+)
+
+
+class ConnectionLost(Exception):
+    """The SSH connection died or stopped answering while a command ran."""
 
 
 def connect_failure(exc: Exception) -> tuple[str, str]:
@@ -75,7 +93,13 @@ class SshTransport:
         self.address = address
         self.settings = settings
         self._opening = threading.Lock()
-        connect_kwargs = {}
+        self._asking = threading.Lock()
+        # connect_timeout bounds only the TCP connect; a frozen sshd accepts and then says
+        # nothing, so the banner and authentication get the same bound.
+        connect_kwargs: dict[str, object] = {
+            "banner_timeout": CONNECT_TIMEOUT,
+            "auth_timeout": CONNECT_TIMEOUT,
+        }
         if settings.identity_file:
             connect_kwargs["key_filename"] = [str(Path(settings.identity_file).expanduser())]
         self.known_hosts = Path(settings.known_hosts or DEFAULT_KNOWN_HOSTS).expanduser()
@@ -168,7 +192,42 @@ class SshTransport:
                 ) from None
         transport = self.connection.transport
         assert transport is not None
+        transport.set_keepalive(KEEPALIVE_SECONDS)
         return transport
+
+    def _answers(self, transport: paramiko.Transport) -> bool:
+        """Whether the server answers a request within ANSWER_SECONDS.
+
+        paramiko's own keepalive asks for no reply, so it cannot see a peer that
+        stopped answering; this asks for one, like OpenSSH's ServerAliveInterval
+        (`keepalive@openssh.com`, which servers refuse, and refusing is an answer).
+        paramiko waits for the reply without a bound, hence the thread. A connection
+        that does not answer is closed, which also ends that wait.
+        """
+        with self._asking:  # paramiko keeps one pending global request at a time
+            answered = threading.Event()
+
+            def ask() -> None:
+                transport.global_request("keepalive@openssh.com", wait=True)
+                answered.set()
+
+            threading.Thread(target=ask, daemon=True).start()
+            alive = answered.wait(ANSWER_SECONDS) and transport.is_active()
+        if not alive:
+            self.close()
+        return alive
+
+    def _session(self, transport: paramiko.Transport, timeout: float | None) -> paramiko.Channel:
+        """A new session channel; one that cannot be opened on a server that no longer
+        answers is a lost connection, not a slow host."""
+        try:
+            return transport.open_session(timeout=min(30, timeout or 30))
+        except paramiko.SSHException:
+            if not self._answers(transport):
+                raise ConnectionLost(
+                    "the server did not answer when a channel was opened"
+                ) from None
+            raise
 
     def run(
         self, argv: Sequence[str], stdin: bytes | None = None, timeout: float | None = None
@@ -180,10 +239,15 @@ class SshTransport:
         step = f"running {argv[0]}"
         channel = None
         try:
-            channel = self._transport().open_session(timeout=30)
+            transport = self._transport()
+            channel = self._session(transport, timeout)
             channel.exec_command(command)
-            stdout, stderr = _exchange(channel, stdin or b"", timeout)
+            stdout, stderr = _exchange(
+                channel, stdin or b"", timeout, lambda: self._answers(transport)
+            )
             result = Result(tuple(argv), channel.recv_exit_status(), stdout, stderr)
+        except ConnectionLost as exc:
+            raise TransportError(self.label, step, f"connection lost: {exc}", LOST_HINT) from None
         except TimeoutError:
             raise TransportError(
                 self.label,
@@ -235,7 +299,10 @@ class SshTransport:
 
 
 def _exchange(
-    channel: paramiko.Channel, stdin: bytes, timeout: float | None
+    channel: paramiko.Channel,
+    stdin: bytes,
+    timeout: float | None,
+    answers: Callable[[], bool],
 ) -> tuple[bytes, bytes]:
     """Send stdin while reading stdout and stderr, until the command exits.
 
@@ -245,9 +312,11 @@ def _exchange(
     deadline = None if timeout is None else time.monotonic() + timeout
     stdout, stderr = bytearray(), bytearray()
     sent = 0
+    moved = time.monotonic()
     if not stdin:
         channel.shutdown_write()
     while True:
+        before = (sent, len(stdout), len(stderr))
         while sent < len(stdin) and channel.send_ready():
             sent += channel.send(stdin[sent : sent + CHUNK])
             if sent == len(stdin):
@@ -264,8 +333,19 @@ def _exchange(
             and not (channel.recv_ready() or channel.recv_stderr_ready())
         ):
             break
-        if deadline is not None and time.monotonic() > deadline:
+        if channel.closed or not channel.get_transport().is_active():
+            raise ConnectionLost("the connection closed before the command finished")
+        now = time.monotonic()
+        if deadline is not None and now > deadline:
             raise TimeoutError
+        if (sent, len(stdout), len(stderr)) != before:
+            moved = now
+        elif now - moved > STALL_SECONDS:
+            if not answers():
+                raise ConnectionLost(
+                    f"the server did not answer for {now - moved + ANSWER_SECONDS:.0f} s"
+                )
+            moved = time.monotonic()
         # The channel's fd signals incoming data only: poll briefly while input is pending.
         longest = 0.01 if sent < len(stdin) else 1.0
         wait = longest if deadline is None else max(0.0, min(longest, deadline - time.monotonic()))

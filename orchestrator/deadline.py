@@ -1,0 +1,49 @@
+"""Deadlines: the one notion of "how long" for a step and every call inside it.
+
+A step's budget (`ready_timeout`, the gate's `time_budget`, a step timeout)
+becomes a `Deadline`; each remote command or HTTP request made for the step is
+given `deadline.limit(cap)` as its `timeout=`, which transports treat as the
+total time of the call, not the time between two reads. A peer that drips one
+byte every few seconds therefore cannot stretch a step past its budget.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+
+MIN_CALL_SECONDS = 5.0
+"""A call started just before the deadline still gets this long, so that the last look
+(e.g. reading the log of a server that never became ready) can finish on a busy host:
+a step ends within its budget plus this grace."""
+
+
+@dataclass(frozen=True)
+class Deadline:
+    """A point in monotonic time by which a step must be done.
+
+    `cancel` is the hook for stopping early: `pause` returns as soon as it is set.
+    """
+
+    at: float
+    seconds: float
+    cancel: threading.Event = field(default_factory=threading.Event, compare=False)
+
+    @classmethod
+    def after(cls, seconds: float, cancel: threading.Event | None = None) -> Deadline:
+        return cls(time.monotonic() + seconds, seconds, cancel or threading.Event())
+
+    def remaining(self) -> float:
+        return max(0.0, self.at - time.monotonic())
+
+    def expired(self) -> bool:
+        return time.monotonic() >= self.at
+
+    def limit(self, cap: float, floor: float = MIN_CALL_SECONDS) -> float:
+        """The total time one call may take: what is left, at most `cap`, at least `floor`."""
+        return min(cap, max(floor, self.remaining()))
+
+    def pause(self, seconds: float) -> None:
+        """Sleep `seconds`, never past the deadline, and no longer once cancelled."""
+        self.cancel.wait(min(seconds, self.remaining()))
