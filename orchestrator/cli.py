@@ -291,7 +291,7 @@ lab_dir_option = click.option(
     "--containers-per-host",
     default=2,
     show_default=True,
-    help="Containers per host; every second one is reached by direct SSH.",
+    help="Containers per host.",
 )
 @click.option(
     "--load-seconds",
@@ -302,14 +302,42 @@ lab_dir_option = click.option(
 @click.option(
     "--network", default="127.66", show_default=True, help="Loopback /16 for the lab's addresses."
 )
+@click.option(
+    "--direct-ssh/--all-pct",
+    default=True,
+    show_default=True,
+    help="Every second container has its own sshd, or every container is reached by pct.",
+)
+@click.option(
+    "--max-sessions",
+    type=int,
+    default=None,
+    help="Raise every sshd's MaxSessions (default: OpenSSH's 10, as on a stock host).",
+)
+@click.option(
+    "--max-startups",
+    default=None,
+    metavar="START:RATE:FULL",
+    help="Raise every sshd's MaxStartups (default: OpenSSH's 10:30:100).",
+)
 def lab_up(
-    lab_dir: Path | None, hosts: int, containers_per_host: int, load_seconds: float, network: str
+    lab_dir: Path | None,
+    hosts: int,
+    containers_per_host: int,
+    load_seconds: float,
+    network: str,
+    direct_ssh: bool,
+    max_sessions: int | None,
+    max_startups: str | None,
 ) -> None:
     """Build and start the lab, and write its inventory."""
     from orchestrator.lab.cluster import Lab, LabSpec, default_lab_dir
 
     the_lab = Lab(lab_dir or default_lab_dir())
-    started = the_lab.up(LabSpec(hosts, containers_per_host, load_seconds, network))
+    spec = LabSpec(
+        hosts, containers_per_host, load_seconds, network, direct_ssh, max_sessions, max_startups
+    )
+    started = the_lab.up(spec)
     click.echo(f"lab {'started' if started else 'already running'} in {the_lab.root}")
     click.echo(f"next: orch deploy qwen-dflash -i {the_lab.inventory}")
 

@@ -10,6 +10,7 @@ import os
 import socket
 import subprocess
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.errors import InputError, NeedsAttention
@@ -21,9 +22,30 @@ PRIVSEP_DIR = Path("/run/sshd")
 INSTALL_HINT = "install it with: sudo apt-get install openssh-server"
 
 
+@dataclass(frozen=True)
+class SessionLimits:
+    """Raised sshd limits for a lab that asks for them; None keeps OpenSSH's default
+    (MaxSessions 10, MaxStartups 10:30:100: docs/field-notes.md)."""
+
+    max_sessions: int | None = None
+    max_startups: str | None = None
+
+
 def sshd_config(
-    address: str, port: int, host_key: Path, authorized_keys: Path, pid_file: Path
+    address: str,
+    port: int,
+    host_key: Path,
+    authorized_keys: Path,
+    pid_file: Path,
+    limits: SessionLimits | None = None,
 ) -> str:
+    """OpenSSH's own MaxSessions and MaxStartups unless `limits` raises them:
+    the lab must refuse what a stock Debian host refuses."""
+    raised = []
+    if limits and limits.max_sessions is not None:
+        raised.append(f"MaxSessions {limits.max_sessions}")
+    if limits and limits.max_startups is not None:
+        raised.append(f"MaxStartups {limits.max_startups}")
     return "\n".join(
         [
             f"ListenAddress {address}:{port}",
@@ -39,8 +61,7 @@ def sshd_config(
             "AllowTcpForwarding yes",
             "X11Forwarding no",
             "PrintMotd no",
-            "MaxStartups 100:30:200",
-            "MaxSessions 100",
+            *raised,
             "LogLevel VERBOSE",
             "",
         ]
