@@ -64,9 +64,7 @@ class LabSpec:
     def __post_init__(self) -> None:
         if self.max_sessions is not None and self.max_sessions < 0:
             raise InputError(f"--max-sessions {self.max_sessions}: expected 0 or more")
-        if self.max_startups is not None and not re.fullmatch(
-            r"\d+(:\d+:\d+)?", self.max_startups
-        ):
+        if self.max_startups is not None and not re.fullmatch(r"\d+(:\d+:\d+)?", self.max_startups):
             raise InputError(f"--max-startups {self.max_startups!r}: expected N or START:RATE:FULL")
         parts = self.network.split(".")
         if len(parts) != 2 or parts[0] != "127" or not parts[1].isdigit() or int(parts[1]) > 255:
