@@ -53,6 +53,8 @@ class SshSettings(Schema):
     port: Port | None = None
     identity_file: PathStr | None = None
     known_hosts: PathStr | None = None
+    # Commands at once over one connection: the host sshd's MaxSessions (OpenSSH: 10).
+    max_sessions: Annotated[int, Field(ge=1)] | None = None
 
 
 class Defaults(SshSettings):
@@ -134,11 +136,10 @@ class Inventory(Schema):
 
 
 def _merge(first: SshSettings, fallback: SshSettings) -> SshSettings:
-    fields = ("user", "port", "identity_file", "known_hosts")
     return SshSettings(
         **{
             f: getattr(first, f) if getattr(first, f) is not None else getattr(fallback, f)
-            for f in fields
+            for f in SshSettings.model_fields
         }
     )
 

@@ -2,8 +2,9 @@
 
 Lifecycle: created closed; the first `run` or `open_stream` connects (strict
 host-key checking); `close` ends it. Commands go over fresh exec channels of
-the same connection; TCP streams are direct-tcpip channels, so the control
-machine needs no route to the target's ports.
+the same connection, at most `max_sessions` at once (the rest queue); TCP
+streams are direct-tcpip channels, which sshd does not count as sessions, so
+the control machine needs no route to the target's ports.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 
 import fabric
 import paramiko
+import tenacity
 
 from orchestrator.errors import HostKeyError, ServiceUnavailable, TransportError
 from orchestrator.inventory import SshSettings
@@ -28,9 +30,11 @@ from orchestrator.transport.hostkeys import (
     fingerprint,
     known_hosts_name,
 )
+from orchestrator.transport.sessions import DEFAULT_MAX_SESSIONS, SessionSlots
 
 DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
 CONNECT_TIMEOUT = 10
+SESSION_REFUSED_PATIENCE = 30.0
 # Paramiko logs refused channels itself; they reach the user as our own errors.
 logging.getLogger("paramiko").addHandler(logging.NullHandler())
 CHUNK = 1 << 16
@@ -46,6 +50,7 @@ class SshTransport:
     ) -> None:
         self.label = label
         self.address = address
+        self.sessions = SessionSlots(settings.max_sessions or DEFAULT_MAX_SESSIONS)
         self._opening = threading.Lock()
         connect_kwargs = {}
         if settings.identity_file:
@@ -112,12 +117,15 @@ class SshTransport:
         """Run argv through the remote login shell, quoted once here."""
         command = shlex.join(argv)
         step = f"running {argv[0]}"
-        channel = None
         try:
-            channel = self._transport().open_session(timeout=30)
-            channel.exec_command(command)
-            stdout, stderr = _exchange(channel, stdin or b"", timeout)
-            return Result(tuple(argv), channel.recv_exit_status(), stdout, stderr)
+            with self.sessions.held():  # the timeout starts once a session slot is ours
+                channel = self._open_session(step)
+                try:
+                    channel.exec_command(command)
+                    stdout, stderr = _exchange(channel, stdin or b"", timeout)
+                    return Result(tuple(argv), channel.recv_exit_status(), stdout, stderr)
+                finally:
+                    channel.close()  # before the slot is free again
         except TimeoutError:
             raise TransportError(
                 self.label,
@@ -132,9 +140,27 @@ class SshTransport:
                 f"SSH channel failed: {exc}",
                 "check that the host is up; run again",
             ) from None
-        finally:
-            if channel is not None:
-                channel.close()
+
+    def _open_session(self, step: str) -> paramiko.Channel:
+        """A session channel; refusals are retried for a while: sshd frees a closed
+        session only after reading its close, and a host may allow fewer than the cap."""
+        retrying = tenacity.Retrying(
+            retry=tenacity.retry_if_exception(_session_refused),
+            wait=tenacity.wait_exponential(multiplier=0.02, max=1.0),
+            stop=tenacity.stop_after_delay(SESSION_REFUSED_PATIENCE),
+            reraise=True,
+        )
+        try:
+            return retrying(lambda: self._transport().open_session(timeout=30))
+        except paramiko.ChannelException as exc:
+            raise TransportError(
+                self.label,
+                step,
+                f"the host refused a session channel for {SESSION_REFUSED_PATIENCE:.0f} s: "
+                f"{exc.text}",
+                f"its sshd allows fewer than {self.sessions.limit} sessions per connection "
+                "(MaxSessions): set max_sessions for this host in the inventory",
+            ) from None
 
     def open_stream(self, address: str, port: int, timeout: float = 10.0) -> paramiko.Channel:
         """A direct-tcpip channel from the host to address:port."""
@@ -162,6 +188,14 @@ class SshTransport:
             ) from None
         channel.settimeout(timeout)
         return channel
+
+
+def _session_refused(exc: BaseException) -> bool:
+    """sshd's answer to a session beyond MaxSessions (its log: `no more sessions`)."""
+    return (
+        isinstance(exc, paramiko.ChannelException)
+        and exc.code == paramiko.common.OPEN_FAILED_CONNECT_FAILED
+    )
 
 
 def _exchange(
