@@ -131,8 +131,11 @@ def deploy(
                 error="not started: the rollout's failure budget was spent",
             )
 
-        outcomes = run_rollout(list(plans), inputs.playbook.rollout, one, skipped)
-    document, code = _document(inputs, options.run_id, started, outcomes)
+        rollout = run_rollout(list(plans), inputs.playbook.rollout, one, skipped)
+        usage = connections.usage()
+    document, code = _document(inputs, options.run_id, started, rollout.outcomes)
+    document["rollout"] = rollout.to_dict()
+    document["connections"] = usage
     if not options.dry_run:
         _remember(document, "deploy", options.user)
     return document, code

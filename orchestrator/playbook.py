@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
 import yaml
-from pydantic import BaseModel, Field
+from pydantic import AfterValidator, BaseModel, Field
 
 from orchestrator.errors import InputError
 from orchestrator.schema import Name, Port, Schema, validate_document
@@ -75,10 +75,28 @@ class Gate(Schema):
     probe: Probe = Probe()
 
 
+def _percentage(value: str) -> str:
+    if float(value.rstrip("%")) > 100:
+        raise ValueError(f"{value!r} is more than 100%")
+    return value
+
+
+def _above_zero(value: str) -> str:
+    if float(value.rstrip("%")) == 0:
+        raise ValueError(f"{value!r} would be no container at all")
+    return value
+
+
+# "25%": a share of the run's containers (orchestrator/rollout.py rounds it).
+Percentage = Annotated[str, Field(pattern=r"^\d+(\.\d+)?%$"), AfterValidator(_percentage)]
+PositivePercentage = Annotated[Percentage, AfterValidator(_above_zero)]
+
+
 class Rollout(Schema):
-    canary: Annotated[int, Field(ge=0)] = 1
-    parallel: Positive = 1
-    max_failures: Annotated[int, Field(ge=0)] = 0
+    canary: Annotated[int, Field(ge=0)] | Percentage = 1
+    parallel: Positive | PositivePercentage = 1
+    max_failures: Annotated[int, Field(ge=0)] | Percentage = 0
+    pause: Seconds | None = None  # between waves
 
 
 class Playbook(Schema):

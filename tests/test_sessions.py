@@ -32,16 +32,16 @@ def host_transport(lab: LabHandle, **defaults: object) -> SshTransport:
     return SshTransport(label, address, settings)
 
 
-def all_at_once(count: int, command: Callable[[], Result]) -> list[Result | BaseException]:
+def all_at_once(count: int, command: Callable[[], Result]) -> list[Result | Exception]:
     """Run `command` in `count` threads released together; each result or error."""
     start = threading.Barrier(count)
-    outcomes: list[Result | BaseException] = [RuntimeError("not run")] * count
+    outcomes: list[Result | Exception] = [RuntimeError("not run")] * count
 
     def one(index: int) -> None:
         start.wait()
         try:
             outcomes[index] = command()
-        except BaseException as exc:  # noqa: BLE001 - reported by the assertions
+        except Exception as exc:  # reported by the assertions
             outcomes[index] = exc
 
     threads = [threading.Thread(target=one, args=(i,)) for i in range(count)]

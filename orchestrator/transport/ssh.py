@@ -14,7 +14,7 @@ import select
 import shlex
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import fabric
@@ -52,6 +52,7 @@ class SshTransport:
         self.address = address
         self.sessions = SessionSlots(settings.max_sessions or DEFAULT_MAX_SESSIONS)
         self._opening = threading.Lock()
+        self._channel_opening = threading.Lock()
         connect_kwargs = {}
         if settings.identity_file:
             connect_kwargs["key_filename"] = [str(Path(settings.identity_file).expanduser())]
@@ -141,6 +142,16 @@ class SshTransport:
                 "check that the host is up; run again",
             ) from None
 
+    def _one_open(
+        self, open_channel: Callable[[paramiko.Transport], paramiko.Channel]
+    ) -> paramiko.Channel:
+        """Channel opens one at a time: paramiko keeps one failure reason per connection
+        (`saved_exception`), so concurrent refused opens would take each other's reason
+        and see only "Unable to open channel."."""
+        transport = self._transport()
+        with self._channel_opening:
+            return open_channel(transport)
+
     def _open_session(self, step: str) -> paramiko.Channel:
         """A session channel; refusals are retried for a while: sshd frees a closed
         session only after reading its close, and a host may allow fewer than the cap."""
@@ -151,7 +162,7 @@ class SshTransport:
             reraise=True,
         )
         try:
-            return retrying(lambda: self._transport().open_session(timeout=30))
+            return retrying(lambda: self._one_open(lambda t: t.open_session(timeout=30)))
         except paramiko.ChannelException as exc:
             raise TransportError(
                 self.label,
@@ -165,8 +176,10 @@ class SshTransport:
     def open_stream(self, address: str, port: int, timeout: float = 10.0) -> paramiko.Channel:
         """A direct-tcpip channel from the host to address:port."""
         try:
-            channel = self._transport().open_channel(
-                "direct-tcpip", (address, port), ("127.0.0.1", 0), timeout=timeout
+            channel = self._one_open(
+                lambda t: t.open_channel(
+                    "direct-tcpip", (address, port), ("127.0.0.1", 0), timeout=timeout
+                )
             )
         except paramiko.ChannelException as exc:
             if exc.code != paramiko.common.OPEN_FAILED_CONNECT_FAILED:
