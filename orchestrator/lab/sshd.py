@@ -61,6 +61,10 @@ def sshd_config(
             "AllowTcpForwarding yes",
             "X11Forwarding no",
             "PrintMotd no",
+            # bash sources ~/.bashrc for a command sshd runs while SHLVL < 2 (bash shell.c,
+            # run_startup_files): the lab would pay this machine user's rc files per
+            # command, which a Proxmox host's stock root .bashrc does not cost.
+            "SetEnv SHLVL=1",
             *raised,
             "LogLevel VERBOSE",
             "",
