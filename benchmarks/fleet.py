@@ -197,6 +197,19 @@ def main() -> None:
     for size, run in runs.items():
         waves = run["document"].get("rollout", {}).get("waves", [])
         print(f"  {size:3d}: " + " ".join(f"{w['seconds']:.1f}" for w in waves))
+    print("\nwhere a container's time goes: median seconds per step (max in brackets)")
+    steps = list(
+        dict.fromkeys(
+            n for r in runs.values() for t in r["document"]["targets"] for n in t["steps"]
+        )
+    )
+    print("  {:<16}".format("step") + "".join(f" {size:>13}" for size in runs))
+    for step in steps:
+        cells = []
+        for run in runs.values():
+            times = [t["steps"][step] for t in run["document"]["targets"] if step in t["steps"]]
+            cells.append(f"{statistics.median(times):6.2f} [{max(times):5.2f}]" if times else "")
+        print(f"  {step:<16}" + "".join(f" {cell:>13}" for cell in cells))
     print("\none pct exec on the lab, median of 30 (ms)")
     for label, ms in pct.items():
         print(f"  {label:<24} {ms:7.1f}")
