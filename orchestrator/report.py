@@ -228,7 +228,8 @@ def queue_lines(connections: list[dict[str, Any]] | None) -> list[str]:
     """Hosts where more commands were due at once than one connection's sessions allow."""
     return [
         f"{c['endpoint']}: {c['waited']} command(s) queued for a session on its one SSH "
-        f"connection (max_sessions {c['max_sessions']}, peak {c['peak_sessions']})"
+        f"connection (max_sessions {c['max_sessions']}, peak {c['peak_sessions']}, "
+        f"{c['refused']} open(s) refused by sshd and tried again)"
         for c in connections or []
         if c["waited"]
     ]

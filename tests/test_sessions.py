@@ -68,7 +68,9 @@ def test_commands_above_the_cap_queue_and_all_succeed(lab: LabHandle) -> None:
     assert [o.text if isinstance(o, Result) else repr(o) for o in outcomes] == ["done\n"] * 16
     assert (use.limit, use.peak) == (10, 10)
     assert use.waited >= 6
-    assert "no more sessions" not in Path(lab.lab.nodes()[0].log).read_text()
+    # sshd may refuse an open that follows a close too closely; each was tried again
+    refusals = Path(lab.lab.nodes()[0].log).read_text().count("no more sessions")
+    assert use.refused == refusals
 
 
 def test_max_sessions_from_the_inventory_caps_the_connection(lab: LabHandle) -> None:

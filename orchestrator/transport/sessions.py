@@ -24,9 +24,15 @@ class SessionUse:
     limit: int
     peak: int
     waited: int
+    refused: int  # opens sshd refused and that were tried again
 
     def to_dict(self) -> dict[str, int]:
-        return {"max_sessions": self.limit, "peak_sessions": self.peak, "waited": self.waited}
+        return {
+            "max_sessions": self.limit,
+            "peak_sessions": self.peak,
+            "waited": self.waited,
+            "refused": self.refused,
+        }
 
 
 class SessionSlots:
@@ -34,7 +40,7 @@ class SessionSlots:
         self.limit = limit
         self._free = threading.BoundedSemaphore(limit)
         self._count = threading.Lock()
-        self._in_use = self._peak = self._waited = 0
+        self._in_use = self._peak = self._waited = self._refused = 0
 
     @contextmanager
     def held(self) -> Iterator[None]:
@@ -53,6 +59,12 @@ class SessionSlots:
                 self._in_use -= 1
             self._free.release()
 
+    def refused(self) -> None:
+        """sshd refused an open within the cap: it frees a closed session only after
+        reading its close, which may come in the same read as the next open."""
+        with self._count:
+            self._refused += 1
+
     def use(self) -> SessionUse:
         with self._count:
-            return SessionUse(self.limit, self._peak, self._waited)
+            return SessionUse(self.limit, self._peak, self._waited, self._refused)

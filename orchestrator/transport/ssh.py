@@ -178,6 +178,7 @@ class SshTransport:
             retry=tenacity.retry_if_exception(_session_refused),
             wait=tenacity.wait_exponential(multiplier=0.02, max=1.0),
             stop=tenacity.stop_after_delay(SESSION_REFUSED_PATIENCE),
+            before_sleep=lambda _: self.sessions.refused(),
             reraise=True,
         )
         try:
