@@ -9,6 +9,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
+import paramiko
 import pytest
 import yaml
 from labtools import LabHandle
@@ -108,3 +109,14 @@ def test_forwarded_streams_take_no_session_slot(lab: LabHandle) -> None:
         finally:
             holding.join(30)
     assert banner.startswith(b"SSH-2.0-OpenSSH")
+
+
+def test_refusals_are_told_from_other_channel_failures(lab: LabHandle) -> None:
+    with contextlib.closing(host_transport(lab)) as host:
+        lost = paramiko.SSHException("Unable to open channel.")
+        assert not host._refused(lost)  # not connected: nothing was refused
+        host.run(["true"])
+        assert host._refused(paramiko.ChannelException(2, "Connect failed"))
+        assert host._refused(lost)  # a live connection: the reason went to another open
+        assert not host._refused(paramiko.ChannelException(1, "Administratively prohibited"))
+        assert not host._refused(paramiko.SSHException("Timeout opening channel."))

@@ -16,7 +16,7 @@ import shlex
 import socket
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import fabric
@@ -73,7 +73,6 @@ class SshTransport:
         self.address = address
         self.sessions = SessionSlots(settings.max_sessions or DEFAULT_MAX_SESSIONS)
         self._opening = threading.Lock()
-        self._channel_opening = threading.Lock()
         connect_kwargs = {}
         if settings.identity_file:
             connect_kwargs["key_filename"] = [str(Path(settings.identity_file).expanduser())]
@@ -161,34 +160,40 @@ class SshTransport:
                 "check that the host is up; run again",
             ) from None
 
-    def _one_open(
-        self, open_channel: Callable[[paramiko.Transport], paramiko.Channel]
-    ) -> paramiko.Channel:
-        """Channel opens one at a time: paramiko keeps one failure reason per connection
-        (`saved_exception`), so concurrent refused opens would take each other's reason
-        and see only "Unable to open channel."."""
-        transport = self._transport()
-        with self._channel_opening:
-            return open_channel(transport)
+    def _refused(self, exc: BaseException) -> bool:
+        """sshd refused an open (`no more sessions`, or a refused connect), as paramiko
+        tells it: a ChannelException, or, when several opens fail at once, "Unable to
+        open channel." on a live connection: paramiko keeps one failure reason per
+        connection (`saved_exception`), and a concurrent failed open may have taken it."""
+        if isinstance(exc, paramiko.ChannelException):
+            return exc.code == paramiko.common.OPEN_FAILED_CONNECT_FAILED
+        transport = self.connection.transport
+        return (
+            isinstance(exc, paramiko.SSHException)
+            and str(exc) == "Unable to open channel."
+            and transport is not None
+            and transport.is_active()
+        )
 
     def _open_session(self, step: str) -> paramiko.Channel:
         """A session channel; refusals are retried for a while: sshd frees a closed
         session only after reading its close, and a host may allow fewer than the cap."""
         retrying = tenacity.Retrying(
-            retry=tenacity.retry_if_exception(_session_refused),
+            retry=tenacity.retry_if_exception(self._refused),
             wait=tenacity.wait_exponential(multiplier=0.02, max=1.0),
             stop=tenacity.stop_after_delay(SESSION_REFUSED_PATIENCE),
             before_sleep=lambda _: self.sessions.refused(),
             reraise=True,
         )
         try:
-            return retrying(lambda: self._one_open(lambda t: t.open_session(timeout=30)))
-        except paramiko.ChannelException as exc:
+            return retrying(lambda: self._transport().open_session(timeout=30))
+        except paramiko.SSHException as exc:
+            if not self._refused(exc):
+                raise
             raise TransportError(
                 self.label,
                 step,
-                f"the host refused a session channel for {SESSION_REFUSED_PATIENCE:.0f} s: "
-                f"{exc.text}",
+                f"the host refused a session channel for {SESSION_REFUSED_PATIENCE:.0f} s: {exc}",
                 f"its sshd allows fewer than {self.sessions.limit} sessions per connection "
                 "(MaxSessions): set max_sessions for this host in the inventory",
             ) from None
@@ -196,10 +201,8 @@ class SshTransport:
     def open_stream(self, address: str, port: int, timeout: float = 10.0) -> paramiko.Channel:
         """A direct-tcpip channel from the host to address:port."""
         try:
-            channel = self._one_open(
-                lambda t: t.open_channel(
-                    "direct-tcpip", (address, port), ("127.0.0.1", 0), timeout=timeout
-                )
+            channel = self._transport().open_channel(
+                "direct-tcpip", (address, port), ("127.0.0.1", 0), timeout=timeout
             )
         except paramiko.ChannelException as exc:
             if exc.code != paramiko.common.OPEN_FAILED_CONNECT_FAILED:
@@ -213,6 +216,10 @@ class SshTransport:
                 self.label, f"connecting to {address}:{port}", exc.text or "connection refused"
             ) from None
         except (paramiko.SSHException, OSError, EOFError) as exc:
+            if self._refused(exc):
+                raise ServiceUnavailable(
+                    self.label, f"connecting to {address}:{port}", "connection refused"
+                ) from None
             raise TransportError(
                 self.label,
                 f"connecting to {address}:{port}",
@@ -221,14 +228,6 @@ class SshTransport:
             ) from None
         channel.settimeout(timeout)
         return channel
-
-
-def _session_refused(exc: BaseException) -> bool:
-    """sshd's answer to a session beyond MaxSessions (its log: `no more sessions`)."""
-    return (
-        isinstance(exc, paramiko.ChannelException)
-        and exc.code == paramiko.common.OPEN_FAILED_CONNECT_FAILED
-    )
 
 
 def _exchange(
