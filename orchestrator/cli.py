@@ -240,6 +240,39 @@ def unlock(
 
 
 @cli.command()
+@click.argument("playbook", required=False)
+@inventory_option
+@limit_option
+@set_option
+@accept_keys_option
+@json_option
+def doctor(
+    playbook: str | None,
+    inventory_path: Path,
+    limit: tuple[str, ...],
+    assignments: tuple[str, ...],
+    accept_new_host_keys: bool,
+    as_json: bool,
+) -> None:
+    """Read-only: is each host and container ready for a deploy (with PLAYBOOK, its
+    model dirs, GPUs, port and disk too)? Exit 0 when everything is there, 3 otherwise."""
+    from orchestrator import doctor as checks
+    from orchestrator import operations, report
+    from orchestrator.inventory import load_inventory
+
+    if playbook:
+        inputs = operations.load(playbook, inventory_path, list(limit), list(assignments))
+        inventory, plans = inputs.inventory, {p.container: p for p in inputs.plans}
+        names, book = list(plans), inputs.playbook
+    else:
+        inventory, plans, book = load_inventory(inventory_path), None, None
+        names = inventory.select(list(limit) or list(inventory.containers))
+    rows, code = checks.doctor(inventory, names, accept_new_host_keys, book, plans)
+    report.print_checks(rows, as_json=as_json)
+    sys.exit(code)
+
+
+@cli.command()
 @click.option("-n", "count", default=20, show_default=True, help="How many runs.")
 @json_option
 def history(count: int, as_json: bool) -> None:

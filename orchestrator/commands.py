@@ -166,6 +166,11 @@ def stop_server(pid_file: str, timeout: float) -> list[str]:
     )
 
 
+def is_executable(path: str) -> list[str]:
+    """Exit 0 when `path` is an executable file."""
+    return script(f"[ -f {q(path)} ] && [ -x {q(path)} ]")
+
+
 def gpu_query(nvidia_smi: str) -> list[str]:
     return [nvidia_smi, *GPU_QUERY]
 

@@ -207,6 +207,24 @@ def print_run(document: dict[str, Any]) -> None:
         out.print(f"[yellow]warning: {warning}[/]", highlight=False)
 
 
+def print_checks(rows: list[dict[str, Any]], as_json: bool = False) -> None:
+    """`ok   ct200  gpus: ...` per check, and `     fix: ...` under each failure."""
+    if as_json:
+        print_json(rows)
+        return
+    out = console()
+    width = max((len(str(row["subject"])) for row in rows), default=0)
+    for row in rows:
+        mark = "[green]ok  [/]" if row["ok"] else "[red]FAIL[/]"
+        subject = str(row["subject"]).ljust(width)
+        line = f"{mark} {subject}  {row['check']}: {row['detail']}"
+        out.print(line, highlight=False, soft_wrap=True)
+        if row["fix"]:
+            out.print(f"     {' ' * width}  fix: {row['fix']}", highlight=False, soft_wrap=True)
+    failed = sum(not row["ok"] for row in rows)
+    out.print(f"{len(rows) - failed} ok, {failed} failed", highlight=False)
+
+
 def wave_lines(rollout: dict[str, Any] | None) -> list[str]:
     """`wave 2 of 5: 16 containers, deployed 15, rolled_back 1, 41.2 s` per wave."""
     if not rollout:
