@@ -17,7 +17,7 @@ import re
 import signal
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import yaml
@@ -26,6 +26,7 @@ from orchestrator.drafters.profiles import get_profile
 from orchestrator.errors import InputError
 from orchestrator.lab import sshd
 from orchestrator.lab.layout import (
+    VLLM_VERSION_ENV,
     ContainerPaths,
     LabPaths,
     pid_alive,
@@ -36,6 +37,7 @@ from orchestrator.lab.layout import (
     write_pct_launcher,
 )
 from orchestrator.lab.models import install_models
+from orchestrator.serving.capabilities import UnknownVersion, capabilities_for, newest_version
 from orchestrator.state import state_dir
 
 SSH_PORT = 2222
@@ -57,11 +59,17 @@ class LabSpec:
     containers_per_host: int = 2
     load_seconds: float = 2.0
     network: str = "127.66"
+    vllm_version: str = field(default_factory=newest_version)
+    """The vLLM version every container's stand-in claims and behaves as."""
     direct_ssh: bool = True
     max_sessions: int | None = None
     max_startups: str | None = None
 
     def __post_init__(self) -> None:
+        try:
+            capabilities_for(self.vllm_version)
+        except UnknownVersion as exc:
+            raise InputError(f"--vllm-version {self.vllm_version!r}: {exc}") from None
         if self.max_sessions is not None and self.max_sessions < 0:
             raise InputError(f"--max-sessions {self.max_sessions}: expected 0 or more")
         if self.max_startups is not None and not re.fullmatch(r"\d+(:\d+:\d+)?", self.max_startups):
@@ -266,7 +274,9 @@ class Lab:
                     f"net0: name=eth0,ip={spec.network}.{h}.{10 + j}/32\nostype: debian\n"
                 )
                 write_container_launchers(
-                    container, python, {LOAD_SECONDS_ENV: str(spec.load_seconds)}
+                    container,
+                    python,
+                    {LOAD_SECONDS_ENV: str(spec.load_seconds), VLLM_VERSION_ENV: spec.vllm_version},
                 )
                 write_json_atomic(
                     container.gpus,
