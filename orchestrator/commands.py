@@ -173,6 +173,11 @@ def stop_server(pid_file: str, timeout: float) -> list[str]:
     )
 
 
+def server_version(vllm: str) -> list[str]:
+    """The vLLM version, as preflight reads it (see _VERSION_FUNCTION)."""
+    return script(_VERSION_FUNCTION + f"vllm_version {q(vllm)}")
+
+
 def is_executable(path: str) -> list[str]:
     """Exit 0 when `path` is an executable file."""
     return script(f"[ -f {q(path)} ] && [ -x {q(path)} ]")

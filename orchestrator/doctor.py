@@ -2,7 +2,8 @@
 
 Per host: the login (with its host key checked) and, where containers are
 reached by pct, the pct command. Per container: pct's status (or the login,
-for a container reached by SSH), the server command, nvidia-smi and its GPUs;
+for a container reached by SSH), the server command and its version against
+the capability table, nvidia-smi and its GPUs;
 with a playbook, every preflight finding (model dirs and their weights, GPU
 memory, port, free disk under the state dir). Each failure says how to fix it.
 """
@@ -14,10 +15,11 @@ from dataclasses import asdict, dataclass
 from orchestrator import commands, preflight
 from orchestrator.drafters.findings import Severity
 from orchestrator.errors import OrchError, TransportError
-from orchestrator.facts import parse_gpus
+from orchestrator.facts import parse_gpus, parse_vllm_version
 from orchestrator.inventory import Inventory
 from orchestrator.plan import TargetPlan
 from orchestrator.playbook import Playbook
+from orchestrator.serving.capabilities import UnknownVersion, capabilities_for
 from orchestrator.transport.base import Transport
 from orchestrator.transport.pct import PctTransport
 from orchestrator.transport.pool import Connections
@@ -129,6 +131,29 @@ def container_checks(
     return checks
 
 
+def server_check(name: str, transport: Transport, vllm: str) -> Check:
+    """The server command is there, and its version is one the capability table knows."""
+    if not transport.run(commands.is_executable(vllm), timeout=60).ok:
+        return Check(
+            name,
+            "server command",
+            False,
+            f"{vllm} is not there",
+            "install vLLM there, or set the container's vars.vllm",
+        )
+    result = transport.run(commands.server_version(vllm), timeout=120)
+    version, unreadable = parse_vllm_version(result.text, str(result.exit_code))
+    if version is None:
+        return Check(name, "server command", False, f"{vllm}: {unreadable}")
+    try:
+        known = capabilities_for(version)
+    except UnknownVersion as exc:
+        fix = "use a vLLM release the capability table covers (orchestrator/serving/vllm.yaml)"
+        return Check(name, "server command", False, f"{vllm}: vLLM {version}: {exc}", fix)
+    judged = f", judged as the newest known row ({known.row.range})" if known.assumed else ""
+    return Check(name, "server command", True, f"{vllm}: vLLM {version}{judged}")
+
+
 def remote_checks(
     inventory: Inventory,
     name: str,
@@ -144,9 +169,7 @@ def remote_checks(
     vllm = plan.vllm if plan else container_vars.get("vllm")
     checks = []
     if vllm:
-        found = transport.run(commands.is_executable(vllm), timeout=60).ok
-        fix = "" if found else "install vLLM there, or set the container's vars.vllm"
-        checks.append(Check(name, "server command", found, vllm, fix))
+        checks.append(server_check(name, transport, vllm))
     result = transport.run(commands.gpu_query(nvidia_smi), timeout=60)
     gpus = parse_gpus(result.text) if result.ok else []
     if gpus:

@@ -11,6 +11,8 @@ import pytest
 import yaml
 from labtools import LabHandle
 
+from orchestrator.serving.capabilities import newest_version
+
 pytestmark = pytest.mark.lab
 
 
@@ -30,6 +32,8 @@ def test_a_ready_lab_passes_every_check(lab: LabHandle) -> None:
     checks = {(row["subject"], row["check"]) for row in rows}
     assert {("pve1", "login"), ("pve1", "pct"), ("ct200", "container")} <= checks
     assert {("ct201", "login"), ("ct200", "gpus"), ("ct201", "server command")} <= checks
+    server = next(r for r in rows if (r["subject"], r["check"]) == ("ct200", "server command"))
+    assert f"vLLM {newest_version()}" in server["detail"]  # what the lab's stand-in claims
 
 
 def test_a_stopped_container_fails_naming_it_with_the_fix(lab: LabHandle) -> None:
