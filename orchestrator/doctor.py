@@ -1,7 +1,8 @@
 """`orch doctor`: is a cluster ready for a first deploy? Read-only, one line per check.
 
-Per host: the login (with its host key checked) and, where containers are
-reached by pct, the pct command. Per container: pct's status (or the login,
+Per host: the login (with its host key checked), the sshd's MaxSessions
+against the inventory's `max_sessions` (when `sshd -T` can read it) and the
+pct command. Per container: pct's status (or the login,
 for a container reached by SSH), the server command and its version against
 the capability table, nvidia-smi and its GPUs;
 with a playbook, every preflight finding (model dirs and their weights, GPU
@@ -23,6 +24,7 @@ from orchestrator.serving.capabilities import UnknownVersion, capabilities_for
 from orchestrator.transport.base import Transport
 from orchestrator.transport.pct import PctTransport
 from orchestrator.transport.pool import Connections
+from orchestrator.transport.sessions import DEFAULT_MAX_SESSIONS
 
 DEFAULT_NVIDIA_SMI = "/usr/bin/nvidia-smi"
 
@@ -60,13 +62,14 @@ def run_checks(
     playbook: Playbook | None = None,
     plans: dict[str, TargetPlan] | None = None,
 ) -> list[Check]:
-    """Hosts first; a container behind a host that failed is reported, not checked."""
+    """Hosts first; a container behind a host that cannot be reached or has no pct is
+    reported, not checked."""
     checks: list[Check] = []
     host_ok: dict[str, bool] = {}
     for host in dict.fromkeys(inventory.containers[n].host for n in names):
         lines = host_checks(inventory, host, names, connections)
         checks += lines
-        host_ok[host] = all(line.ok for line in lines)
+        host_ok[host] = all(line.ok for line in lines if line.check in ("login", "pct"))
     for name in names:
         container = inventory.containers[name]
         if container.access == "ssh" or host_ok[container.host]:
@@ -90,6 +93,8 @@ def host_checks(
     except OrchError as error:
         return [failed(host, "login", error)]
     checks = [Check(host, "login", True, "logged in, host key verified")]
+    cap = inventory.login(via_pct[0])[1].max_sessions or DEFAULT_MAX_SESSIONS
+    checks.append(sessions_check(host, transport, cap))
     pct = inventory.pct_path(host)
     result = transport.run(commands.is_executable(pct), timeout=60)
     checks.append(
@@ -98,6 +103,27 @@ def host_checks(
         else Check(host, "pct", False, f"{pct} is not there", "set pct_path for this host")
     )
     return checks
+
+
+def sessions_check(host: str, transport: Transport, cap: int) -> Check:
+    """The host sshd's MaxSessions against how many commands orch runs at once on one
+    connection (`max_sessions`); a limit that cannot be read is said, not failed."""
+    result = transport.run(commands.sshd_max_sessions(), timeout=60)
+    words = result.text.split()
+    if not result.ok or len(words) != 2 or not words[1].isdigit():
+        reason = (result.text.strip() or result.error_text or "no output").splitlines()[-1]
+        return Check(host, "sshd sessions", True, f"MaxSessions could not be read: {reason}")
+    limit = int(words[1])
+    detail = f"MaxSessions {limit}; orch opens at most {cap} per connection"
+    if limit < cap:
+        return Check(
+            host,
+            "sshd sessions",
+            False,
+            detail,
+            f"set max_sessions: {limit} for {host} in the inventory",
+        )
+    return Check(host, "sshd sessions", True, detail)
 
 
 def container_checks(

@@ -32,6 +32,8 @@ def test_a_ready_lab_passes_every_check(lab: LabHandle) -> None:
     checks = {(row["subject"], row["check"]) for row in rows}
     assert {("pve1", "login"), ("pve1", "pct"), ("ct200", "container")} <= checks
     assert {("ct201", "login"), ("ct200", "gpus"), ("ct201", "server command")} <= checks
+    sessions = next(r for r in rows if r["check"] == "sshd sessions")
+    assert sessions["detail"].startswith("MaxSessions 10;")  # OpenSSH's default, read by sshd -T
     server = next(r for r in rows if (r["subject"], r["check"]) == ("ct200", "server command"))
     assert f"vLLM {newest_version()}" in server["detail"]  # what the lab's stand-in claims
 
@@ -57,3 +59,19 @@ def test_with_a_playbook_missing_weights_are_a_failure(lab: LabHandle) -> None:
     code, rows = doctor(lab, "qwen-dflash")
     assert code == 3
     assert {subject for subject, _ in failures(rows)} == {"ct201"}
+
+
+@pytest.mark.parametrize("lab", [{"max_sessions": 4}], indirect=True)
+def test_a_host_allowing_fewer_sessions_than_orch_opens_fails_until_the_inventory_says_so(
+    lab: LabHandle,
+) -> None:
+    code, rows = doctor(lab)
+    assert (code, failures(rows)) == (3, [("pve1", "sshd sessions")])
+    (row,) = [r for r in rows if not r["ok"]]
+    assert row["detail"].startswith("MaxSessions 4;")
+    assert row["fix"] == "set max_sessions: 4 for pve1 in the inventory"
+    inventory = yaml.safe_load(lab.inventory.read_text())
+    inventory["hosts"]["pve1"]["max_sessions"] = 4
+    lab.inventory.write_text(yaml.safe_dump(inventory, sort_keys=False))
+    code, rows = doctor(lab)
+    assert (code, failures(rows)) == (0, [])
