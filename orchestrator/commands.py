@@ -173,39 +173,6 @@ def stop_server(pid_file: str, timeout: float) -> list[str]:
     )
 
 
-def server_version(vllm: str) -> list[str]:
-    """The vLLM version, as preflight reads it (see _VERSION_FUNCTION)."""
-    return script(_VERSION_FUNCTION + f"vllm_version {q(vllm)}")
-
-
-def sshd_max_sessions() -> list[str]:
-    """`maxsessions N` of the sshd serving this login, as `sshd -T` reads its config.
-
-    The listening sshd is found up the process tree: its title (`sshd: /usr/sbin/sshd
-    -D -f CONFIG [listener] 0 of 10-100 startups`) names the config it runs with.
-    Exit 2 when there is no listener above us; `sshd -T` needs root."""
-    return script(
-        # The marker is spelt in two parts: this script's own command line holds it too.
-        'l="[list""ener]"; p=$PPID; t=""\n'
-        'while [ "${p:-1}" -gt 1 ]; do\n'
-        '  t=$(tr "\\0" " " < "/proc/$p/cmdline" 2>/dev/null)\n'
-        '  case $t in *"$l"*) break ;; esac\n'
-        '  p=$(sed -n "s/^PPid:[[:space:]]*//p" "/proc/$p/status" 2>/dev/null)\n'
-        "done\n"
-        'case $t in *"$l"*) ;; *) echo "no listening sshd above us"; exit 2 ;; esac\n'
-        'set -f; set -- ${t%%"$l"*}; cfg=""\n'
-        'while [ $# -gt 1 ]; do [ "$1" = -f ] && cfg=$2; shift; done\n'
-        "sshd=$(command -v sshd || echo /usr/sbin/sshd)\n"
-        'out=$("$sshd" -T ${cfg:+-f "$cfg"} 2>&1) || { echo "$out" | tail -1; exit 1; }\n'
-        'echo "$out" | grep -i "^maxsessions "'
-    )
-
-
-def is_executable(path: str) -> list[str]:
-    """Exit 0 when `path` is an executable file."""
-    return script(f"[ -f {q(path)} ] && [ -x {q(path)} ]")
-
-
 def gpu_query(nvidia_smi: str) -> list[str]:
     return [nvidia_smi, *GPU_QUERY]
 
@@ -284,3 +251,18 @@ def target_facts(deployment_dir: str, nvidia_smi: str, vllm: str) -> list[str]:
         + f'recorded {q(d + "/server.pid")} > "$tmp"; frame server "$tmp"\n'
         + f'readlink {q(d + "/current")} > "$tmp" 2>/dev/null; frame current "$tmp"\n'
     )
+
+
+# --- read-only checks of `orch doctor` ---------------------------------------------------
+
+SSHD = "/usr/sbin/sshd"
+
+
+def container_status(pct: str, vmid: int) -> list[str]:
+    """On the Proxmox host: `status: running` or `status: stopped`."""
+    return [pct, "status", str(vmid)]
+
+
+def sshd_limits() -> list[str]:
+    """The host sshd's session limits from its effective configuration (needs root)."""
+    return script(f"{SSHD} -T 2>/dev/null | grep -i -E '^(maxsessions|maxstartups) '")

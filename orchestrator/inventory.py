@@ -43,7 +43,29 @@ def _path(value: str) -> str:
     return value
 
 
+JUMP = re.compile(
+    r"^(?:([A-Za-z0-9._][A-Za-z0-9._-]*)@)?(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9][A-Za-z0-9._-]*)(?::(\d+))?$"
+)
+
+
+def _jump(value: str) -> str:
+    found = JUMP.match(value)
+    if not found or not 1 <= int(found.group(3) or 22) <= 65535:
+        raise ValueError(f"{value!r} is not a jump host: expected [user@]host[:port]")
+    return value
+
+
+def parse_jump(value: str) -> tuple[str | None, str, int | None]:
+    """`user@host:port` (user and port optional, `[v6]` in brackets) -> (user, host, port)."""
+    found = JUMP.match(value)
+    assert found is not None  # checked when the inventory was loaded
+    user, host, port = found.groups()
+    return user, host.strip("[]"), int(port) if port else None
+
+
 Address = Annotated[str, AfterValidator(_address)]
+UserName = Annotated[str, Field(pattern=r"^[A-Za-z0-9._][A-Za-z0-9._-]{0,31}$")]
+Jump = Annotated[str, AfterValidator(_jump)]
 PathStr = Annotated[str, AfterValidator(_path)]
 Vmid = Annotated[int, AfterValidator(_vmid)]
 
@@ -57,6 +79,11 @@ class SshSettings(Schema):
     known_hosts: PathStr | None = None
     # Commands at once over one connection: the host sshd's MaxSessions (OpenSSH: 10).
     max_sessions: Annotated[int, Field(ge=1)] | None = None
+    become: Literal["sudo"] | None = None
+    """Run every command through `sudo -n -u become_user` (for a login that is not root)."""
+    become_user: UserName | None = None
+    jump: Jump | None = None
+    """Reach the login through this SSH host (`[user@]host[:port]`), as `ssh -J` does."""
 
 
 class Defaults(SshSettings):

@@ -207,24 +207,6 @@ def print_run(document: dict[str, Any]) -> None:
         out.print(f"[yellow]warning: {warning}[/]", highlight=False)
 
 
-def print_checks(rows: list[dict[str, Any]], as_json: bool = False) -> None:
-    """`ok   ct200  gpus: ...` per check, and `     fix: ...` under each failure."""
-    if as_json:
-        print_json(rows)
-        return
-    out = console()
-    width = max((len(str(row["subject"])) for row in rows), default=0)
-    for row in rows:
-        mark = "[green]ok  [/]" if row["ok"] else "[red]FAIL[/]"
-        subject = str(row["subject"]).ljust(width)
-        line = f"{mark} {subject}  {row['check']}: {row['detail']}"
-        out.print(line, highlight=False, soft_wrap=True)
-        if row["fix"]:
-            out.print(f"     {' ' * width}  fix: {row['fix']}", highlight=False, soft_wrap=True)
-    failed = sum(not row["ok"] for row in rows)
-    out.print(f"{len(rows) - failed} ok, {failed} failed", highlight=False)
-
-
 def wave_lines(rollout: dict[str, Any] | None) -> list[str]:
     """`wave 2 of 5: 16 containers, deployed 15, rolled_back 1, 41.2 s` per wave."""
     if not rollout:
@@ -308,3 +290,22 @@ def print_history(runs: list[dict[str, Any]]) -> None:
                 target.get("previous_release") or "",
             )
     console().print(table)
+
+
+def print_checks(checks: list[dict[str, str]], as_json: bool = False) -> None:
+    """`orch doctor`: one line per check (`fix:` under each failure), or one JSON document."""
+    if as_json:
+        print_json({"ok": all(c["status"] != "fail" for c in checks), "checks": checks})
+        return
+    target_width = max((len(c["target"]) for c in checks), default=0)
+    check_width = max((len(c["check"]) for c in checks), default=0)
+    for c in checks:  # plain lines: one per check, never wrapped, for grep and logs
+        status = c["status"].upper() if c["status"] == "fail" else c["status"]
+        print(
+            f"{c['target']:<{target_width}}  {c['check']:<{check_width}}  {status:<4}  "
+            + c["detail"]
+        )
+        if c["status"] == "fail" and c["fix"]:
+            print(" " * (target_width + check_width + 10) + f"fix: {c['fix']}")
+    failed = sum(c["status"] == "fail" for c in checks)
+    print(f"{failed} check(s) failed" if failed else "ready to deploy")

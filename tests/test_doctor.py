@@ -1,77 +1,74 @@
-"""`orch doctor` on the lab, as a user runs it: read-only checks, one line each."""
+"""`orch doctor`: its commands, parsers and output, and on the lab: a stopped container
+is named with its fix and exit 3; a ready lab exits 0."""
 
 from __future__ import annotations
 
-import json
-import shutil
 import subprocess
-from pathlib import Path
 
 import pytest
-import yaml
 from labtools import LabHandle
 
-from orchestrator.serving.capabilities import newest_version
-
-pytestmark = pytest.mark.lab
-
-
-def doctor(lab: LabHandle, *args: str) -> tuple[int, list[dict]]:
-    result = lab.orch("doctor", *args, "-i", str(lab.inventory), "--json")
-    assert "Traceback" not in result.stderr
-    return result.code, json.loads(result.stdout)
+from orchestrator import commands
+from orchestrator.doctor import Check, exit_code
+from orchestrator.errors import NeedsAttention
+from orchestrator.facts import parse_container_status, parse_sshd_limits
+from orchestrator.report import print_checks
 
 
-def failures(rows: list[dict]) -> list[tuple[str, str]]:
-    return [(row["subject"], row["check"]) for row in rows if not row["ok"]]
+def test_commands() -> None:
+    assert commands.container_status("/usr/sbin/pct", 200) == ["/usr/sbin/pct", "status", "200"]
+    assert commands.sshd_limits() == [
+        "/bin/sh",
+        "-c",
+        "/usr/sbin/sshd -T 2>/dev/null | grep -i -E '^(maxsessions|maxstartups) '",
+    ]
 
 
-def test_a_ready_lab_passes_every_check(lab: LabHandle) -> None:
-    code, rows = doctor(lab)
-    assert (code, failures(rows)) == (0, [])
-    checks = {(row["subject"], row["check"]) for row in rows}
-    assert {("pve1", "login"), ("pve1", "pct"), ("ct200", "container")} <= checks
-    assert {("ct201", "login"), ("ct200", "gpus"), ("ct201", "server command")} <= checks
-    sessions = next(r for r in rows if r["check"] == "sshd sessions")
-    assert sessions["detail"].startswith("MaxSessions 10;")  # OpenSSH's default, read by sshd -T
-    server = next(r for r in rows if (r["subject"], r["check"]) == ("ct200", "server command"))
-    assert f"vLLM {newest_version()}" in server["detail"]  # what the lab's stand-in claims
+def test_parsers() -> None:
+    assert parse_container_status("status: running\n") == "running"
+    assert parse_container_status("status: stopped\n") == "stopped"
+    with pytest.raises(NeedsAttention, match="cannot read pct status"):
+        parse_container_status("CT 200 is fine\n")
+    assert parse_sshd_limits("maxsessions 10\nmaxstartups 10:30:100\n") == {
+        "maxsessions": "10",
+        "maxstartups": "10:30:100",
+    }
+    assert parse_sshd_limits("") == {}
 
 
-def test_a_stopped_container_fails_naming_it_with_the_fix(lab: LabHandle) -> None:
-    pct = yaml.safe_load(lab.inventory.read_text())["hosts"]["pve1"]["pct_path"]
-    subprocess.run([pct, "stop", "200"], check=True, timeout=30)
-    code, rows = doctor(lab)
-    assert code == 3
-    assert failures(rows) == [("ct200", "container")]
-    (row,) = [r for r in rows if not r["ok"]]
-    assert "stopped" in row["detail"] and row["fix"].endswith(f"{pct} start 200")
-    text = lab.orch("doctor", "-i", str(lab.inventory))
-    assert text.code == 3 and "FAIL ct200" in text.stdout and "1 failed" in text.stdout
+def test_one_line_per_check_with_the_fix_under_failures(capsys: pytest.CaptureFixture) -> None:
+    checks = [
+        Check("pve1", "login", "ok", "root@192.0.2.1, host key verified"),
+        Check("ct200", "container", "fail", "CT 200 on pve1 is stopped", "pct start 200"),
+        Check("ct200", "sshd sessions", "info", "unknown"),
+    ]
+    print_checks([c.to_dict() for c in checks])
+    assert capsys.readouterr().out == (
+        "pve1   login          ok    root@192.0.2.1, host key verified\n"
+        "ct200  container      FAIL  CT 200 on pve1 is stopped\n"
+        "                            fix: pct start 200\n"
+        "ct200  sshd sessions  info  unknown\n"
+        "1 check(s) failed\n"
+    )
+    assert exit_code(checks) == 3 and exit_code([checks[0], checks[2]]) == 0
 
 
-def test_with_a_playbook_missing_weights_are_a_failure(lab: LabHandle) -> None:
-    code, rows = doctor(lab, "qwen-dflash")
-    assert (code, failures(rows)) == (0, [])
-    assert ("ct201", "preflight") in {(row["subject"], row["check"]) for row in rows}
-    models = Path(lab.container_vars("ct201")["models_dir"])
-    shutil.rmtree(models / "Qwen3.6-27B-DFlash")
-    code, rows = doctor(lab, "qwen-dflash")
-    assert code == 3
-    assert {subject for subject, _ in failures(rows)} == {"ct201"}
+@pytest.mark.lab
+def test_doctor_names_the_stopped_container_and_exits_3(lab: LabHandle) -> None:
+    ready = lab.orch("doctor", "qwen-dflash", "-i", str(lab.inventory), "--json")
+    assert ready.code == 0, ready.stdout + ready.stderr
+    checks = ready.json["checks"]
+    assert ready.json["ok"] and not [c for c in checks if c["status"] == "fail"]
+    names = {(c["target"], c["check"]) for c in checks}
+    for name in ("ct200", "ct201"):
+        assert {(name, "nvidia-smi"), (name, "server"), (name, "models"), (name, "disk")} <= names
+    assert ("pve1", "login") in names and ("ct201", "login") in names
 
-
-@pytest.mark.parametrize("lab", [{"max_sessions": 4}], indirect=True)
-def test_a_host_allowing_fewer_sessions_than_orch_opens_fails_until_the_inventory_says_so(
-    lab: LabHandle,
-) -> None:
-    code, rows = doctor(lab)
-    assert (code, failures(rows)) == (3, [("pve1", "sshd sessions")])
-    (row,) = [r for r in rows if not r["ok"]]
-    assert row["detail"].startswith("MaxSessions 4;")
-    assert row["fix"] == "set max_sessions: 4 for pve1 in the inventory"
-    inventory = yaml.safe_load(lab.inventory.read_text())
-    inventory["hosts"]["pve1"]["max_sessions"] = 4
-    lab.inventory.write_text(yaml.safe_dump(inventory, sort_keys=False))
-    code, rows = doctor(lab)
-    assert (code, failures(rows)) == (0, [])
+    pct = lab.lab.paths.host("pve1").pct
+    subprocess.run([pct, "stop", "200"], check=True)
+    stopped = lab.orch("doctor", "qwen-dflash", "-i", str(lab.inventory))
+    assert stopped.code == 3
+    assert "ct200  container      FAIL  CT 200 on pve1 is stopped\n" in stopped.stdout
+    assert f"fix: start it on pve1 with: {pct} start 200\n" in stopped.stdout
+    assert "ct201  server         ok" in stopped.stdout
+    assert stopped.stdout.endswith("1 check(s) failed\n")

@@ -57,7 +57,7 @@ def test_lab_sshd_keeps_openssh_session_limits_unless_raised(tmp_path: Path) -> 
     paths = (tmp_path / "key", tmp_path / "keys", tmp_path / "pid")
     stock = sshd.sshd_config("127.0.0.1", 2222, *paths)
     assert "MaxSessions" not in stock and "MaxStartups" not in stock
-    raised = sshd.sshd_config("127.0.0.1", 2222, *paths, sshd.SessionLimits(50, "40:30:100"))
+    raised = sshd.sshd_config("127.0.0.1", 2222, *paths, limits=sshd.SessionLimits(50, "40:30:100"))
     assert "MaxSessions 50\n" in raised and "MaxStartups 40:30:100\n" in raised
 
 

@@ -37,15 +37,21 @@ def sshd_config(
     host_key: Path,
     authorized_keys: Path,
     pid_file: Path,
+    path: str | None = None,
     limits: SessionLimits | None = None,
 ) -> str:
-    """OpenSSH's own MaxSessions and MaxStartups unless `limits` raises them:
-    the lab must refuse what a stock Debian host refuses."""
+    """OpenSSH's own MaxSessions and MaxStartups unless `limits` raises them: the lab
+    must refuse what a stock Debian host refuses. `path`, when given, is the PATH of
+    every session. sshd takes the first SetEnv line only: all variables go on one."""
     raised = []
     if limits and limits.max_sessions is not None:
         raised.append(f"MaxSessions {limits.max_sessions}")
     if limits and limits.max_startups is not None:
         raised.append(f"MaxStartups {limits.max_startups}")
+    # bash sources ~/.bashrc for a command sshd runs while SHLVL < 2 (bash shell.c,
+    # run_startup_files): the lab would pay this machine user's rc files per command,
+    # which a Proxmox host's stock root .bashrc does not cost.
+    environment = ["SHLVL=1", *([f"PATH={path}"] if path else [])]
     return "\n".join(
         [
             f"ListenAddress {address}:{port}",
@@ -61,10 +67,7 @@ def sshd_config(
             "AllowTcpForwarding yes",
             "X11Forwarding no",
             "PrintMotd no",
-            # bash sources ~/.bashrc for a command sshd runs while SHLVL < 2 (bash shell.c,
-            # run_startup_files): the lab would pay this machine user's rc files per
-            # command, which a Proxmox host's stock root .bashrc does not cost.
-            "SetEnv SHLVL=1",
+            f"SetEnv {' '.join(environment)}",
             *raised,
             "LogLevel VERBOSE",
             "",
