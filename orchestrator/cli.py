@@ -465,7 +465,7 @@ lab_dir_option = click.option(
     "--containers-per-host",
     default=2,
     show_default=True,
-    help="Containers per host; every second one is reached by direct SSH.",
+    help="Containers per host.",
 )
 @click.option(
     "--load-seconds",
@@ -482,6 +482,24 @@ lab_dir_option = click.option(
     help="The vLLM version the stand-ins claim and behave as (default: the newest the "
     "capability table knows).",
 )
+@click.option(
+    "--direct-ssh/--all-pct",
+    default=True,
+    show_default=True,
+    help="Every second container has its own sshd, or every container is reached by pct.",
+)
+@click.option(
+    "--max-sessions",
+    type=int,
+    default=None,
+    help="Raise every sshd's MaxSessions (default: OpenSSH's 10, as on a stock host).",
+)
+@click.option(
+    "--max-startups",
+    default=None,
+    metavar="START:RATE:FULL",
+    help="Raise every sshd's MaxStartups (default: OpenSSH's 10:30:100).",
+)
 def lab_up(
     lab_dir: Path | None,
     hosts: int,
@@ -489,6 +507,9 @@ def lab_up(
     load_seconds: float,
     network: str,
     vllm_version: str | None,
+    direct_ssh: bool,
+    max_sessions: int | None,
+    max_startups: str | None,
 ) -> None:
     """Build and start the lab, and write its inventory."""
     from orchestrator.lab.cluster import Lab, LabSpec, default_lab_dir
@@ -496,7 +517,14 @@ def lab_up(
 
     the_lab = Lab(lab_dir or default_lab_dir())
     spec = LabSpec(
-        hosts, containers_per_host, load_seconds, network, vllm_version or newest_version()
+        hosts,
+        containers_per_host,
+        load_seconds,
+        network,
+        vllm_version or newest_version(),
+        direct_ssh,
+        max_sessions,
+        max_startups,
     )
     started = the_lab.up(spec)
     click.echo(

@@ -77,6 +77,8 @@ class SshSettings(Schema):
     port: Port | None = None
     identity_file: PathStr | None = None
     known_hosts: PathStr | None = None
+    # Commands at once over one connection: the host sshd's MaxSessions (OpenSSH: 10).
+    max_sessions: Annotated[int, Field(ge=1)] | None = None
     become: Literal["sudo"] | None = None
     """Run every command through `sudo -n -u become_user` (for a login that is not root)."""
     become_user: UserName | None = None

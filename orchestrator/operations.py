@@ -24,7 +24,7 @@ from orchestrator.journal import Journal
 from orchestrator.plan import DRAFTER_CONFIG, TargetPlan, plan_deploy
 from orchestrator.playbook import Playbook, find_playbook, load_playbook
 from orchestrator.probes import load_prompts
-from orchestrator.rollout import run_rollout
+from orchestrator.rollout import Plan, run_rollout
 from orchestrator.server import Server
 from orchestrator.state import History, new_run_id, now
 from orchestrator.transport.base import Transport
@@ -123,14 +123,17 @@ def deploy(
         def not_started(name: str, why: str) -> Outcome:
             return Outcome(name, plans[name].host, result="skipped", exit_code=0, error=why)
 
-        outcomes = run_rollout(
+        rollout = run_rollout(
             list(plans),
             inputs.playbook.rollout,
             one,
             lambda name: not_started(name, "not started: the rollout's failure budget was spent"),
             lambda name, exc: _unreached(plans[name], exc),
         )
-    document, code = _document(inputs, options.run_id, started, outcomes, cancel)
+        usage = connections.usage()
+    document, code = _document(inputs, options.run_id, started, rollout.outcomes, cancel)
+    document["rollout"] = rollout.to_dict()
+    document["connections"] = usage
     if not options.dry_run:
         _remember(document, "deploy", options.user)
     return document, code
@@ -153,7 +156,8 @@ def rollback(
             run = _target_run(inputs, connections, plans[name], options, progress, prompts, cancel)
             return run.rollback(to)
 
-        group = fan_out(list(plans), one, inputs.playbook.rollout.parallel)
+        parallel = Plan.of(inputs.playbook.rollout, len(plans)).parallel
+        group = fan_out(list(plans), one, parallel)
     outcomes = [
         group.succeeded.get(name) or _unreached(plans[name], group.failed[name]) for name in plans
     ]

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, Field
+from pydantic import AfterValidator, BaseModel, Field
 
 from orchestrator.errors import InputError
 from orchestrator.schema import Name, Port, Schema, validate_document
@@ -78,10 +78,28 @@ class Gate(Schema):
     probe: Probe = Probe()
 
 
+def _percentage(value: str) -> str:
+    if float(value.rstrip("%")) > 100:
+        raise ValueError(f"{value!r} is more than 100%")
+    return value
+
+
+def _above_zero(value: str) -> str:
+    if float(value.rstrip("%")) == 0:
+        raise ValueError(f"{value!r} would be no container at all")
+    return value
+
+
+# "25%": a share of the run's containers (orchestrator/rollout.py rounds it).
+Percentage = Annotated[str, Field(pattern=r"^\d+(\.\d+)?%$"), AfterValidator(_percentage)]
+PositivePercentage = Annotated[Percentage, AfterValidator(_above_zero)]
+
+
 class Rollout(Schema):
-    canary: Annotated[int, Field(ge=0, le=MAX_COUNT)] = 1
-    parallel: Annotated[int, Field(ge=1, le=1024)] = 1
-    max_failures: Annotated[int, Field(ge=0, le=MAX_COUNT)] = 0
+    canary: Annotated[int, Field(ge=0, le=MAX_COUNT)] | Percentage = 1
+    parallel: Annotated[int, Field(ge=1, le=1024)] | PositivePercentage = 1
+    max_failures: Annotated[int, Field(ge=0, le=MAX_COUNT)] | Percentage = 0
+    pause: Seconds | None = None  # between waves
 
 
 class Playbook(Schema):

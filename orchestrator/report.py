@@ -237,8 +237,38 @@ def print_run(document: dict[str, Any]) -> None:
             out.print(text(f"{target['name']}: {target['error']}", "red"), highlight=False)
         if target.get("diff"):
             out.print(Syntax(printable(target["diff"]), "diff", theme="ansi_dark"))
+    for line in [*wave_lines(document.get("rollout")), *queue_lines(document.get("connections"))]:
+        out.print(line, highlight=False)
     for warning in document.get("warnings", []):
         out.print(text(f"warning: {warning}", "yellow"), highlight=False)
+
+
+def wave_lines(rollout: dict[str, Any] | None) -> list[str]:
+    """`wave 2 of 5: 16 containers, deployed 15, rolled_back 1, 41.2 s` per wave."""
+    if not rollout:
+        return []
+    waves = rollout["waves"]
+    lines = []
+    for wave in waves:
+        results = ", ".join(f"{name} {count}" for name, count in sorted(wave["results"].items()))
+        kind = "canary" if wave["kind"] == "canary" else "wave"
+        pause = f", then paused {wave['paused']:g} s" if wave["paused"] else ""
+        lines.append(
+            f"{kind} {wave['wave']} of {len(waves)}: {len(wave['targets'])} container(s), "
+            f"{results}, {wave['seconds']:.1f} s{pause}"
+        )
+    return lines
+
+
+def queue_lines(connections: list[dict[str, Any]] | None) -> list[str]:
+    """Hosts where more commands were due at once than one connection's sessions allow."""
+    return [
+        f"{c['endpoint']}: {c['waited']} command(s) queued for a session on its one SSH "
+        f"connection (max_sessions {c['max_sessions']}, peak {c['peak_sessions']}, "
+        f"{c['refused']} open(s) refused by sshd and tried again)"
+        for c in connections or []
+        if c["waited"]
+    ]
 
 
 def acceptance_bars(rates: list[float], width: int = 40) -> str:

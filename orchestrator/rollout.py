@@ -1,13 +1,20 @@
-"""Deploys across containers: canaries first, then batches, within a failure budget.
+"""Deploys across containers: canaries first, then waves, within a failure budget.
 
+`parallel`, `canary` and `max_failures` are counts or percentages of the
+containers in the run ("25%"), rounded down as Ansible's `serial` rounds, with
+at least one container per wave (and per canary, when the share is not 0).
 The run stops starting new containers once more than `max_failures` have
-failed; those not started are reported as `skipped`.
+failed; those not started are reported as `skipped`. An optional `pause`
+waits between waves, never after the last or once the budget is spent.
 """
 
 from __future__ import annotations
 
+import time
+from collections import Counter
 from collections.abc import Callable, Sequence
-from typing import TypeVar
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 from orchestrator.deploy import Outcome
 from orchestrator.errors import OrchError
@@ -17,12 +24,79 @@ from orchestrator.playbook import Rollout
 T = TypeVar("T")
 
 
-def waves(items: Sequence[T], rollout: Rollout) -> list[list[T]]:
+def share(value: int | str, total: int, at_least_one: bool = False) -> int:
+    """A count as given, or a percentage of `total` rounded down; with `at_least_one`,
+    a percentage above 0 of a non-empty run is never less than one."""
+    if isinstance(value, int):
+        return value
+    percent = float(value.rstrip("%"))
+    count = int(total * percent / 100)
+    return max(1, count) if at_least_one and percent > 0 and total else count
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A rollout's settings resolved against the number of containers."""
+
+    canary: int
+    parallel: int
+    max_failures: int
+    pause: float | None
+
+    @classmethod
+    def of(cls, rollout: Rollout, total: int) -> Plan:
+        return cls(
+            canary=share(rollout.canary, total, at_least_one=True),
+            parallel=max(1, share(rollout.parallel, total, at_least_one=True)),
+            max_failures=share(rollout.max_failures, total),
+            pause=rollout.pause,
+        )
+
+
+def waves(items: Sequence[T], plan: Plan) -> list[list[T]]:
     """Canaries one at a time, then the rest `parallel` at a time."""
-    canaries = [[item] for item in items[: rollout.canary]]
-    rest = items[rollout.canary :]
-    step = rollout.parallel
+    canaries = [[item] for item in items[: plan.canary]]
+    rest = items[plan.canary :]
+    step = plan.parallel
     return canaries + [list(rest[i : i + step]) for i in range(0, len(rest), step)]
+
+
+@dataclass
+class Wave:
+    """One wave as it ran: its containers, their results, its wall time."""
+
+    number: int
+    kind: str  # "canary" or "wave"
+    names: list[str]
+    results: dict[str, int] = field(default_factory=dict)
+    seconds: float = 0.0
+    paused: float = 0.0  # seconds waited after this wave, before the next
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "wave": self.number,
+            "kind": self.kind,
+            "targets": self.names,
+            "results": self.results,
+            "seconds": round(self.seconds, 3),
+            "paused": round(self.paused, 3),
+        }
+
+
+@dataclass
+class RolloutRun:
+    plan: Plan
+    outcomes: list[Outcome]
+    waves: list[Wave]
+
+    def to_dict(self) -> dict[str, Any]:
+        settings = {
+            "canary": self.plan.canary,
+            "parallel": self.plan.parallel,
+            "max_failures": self.plan.max_failures,
+            "pause": self.plan.pause,
+        }
+        return {**settings, "waves": [wave.to_dict() for wave in self.waves]}
 
 
 def run_rollout(
@@ -31,15 +105,27 @@ def run_rollout(
     run_one: Callable[[str], Outcome],
     skipped: Callable[[str], Outcome],
     unreached: Callable[[str, OrchError], Outcome],
-) -> list[Outcome]:
+    sleep: Callable[[float], None] = time.sleep,
+) -> RolloutRun:
+    plan = Plan.of(rollout, len(names))
     outcomes: dict[str, Outcome] = {}
     failures = 0
-    for wave in waves(list(names), rollout):
-        if failures > rollout.max_failures:
-            outcomes.update({name: skipped(name) for name in wave})
-            continue
-        group = fan_out(wave, run_one, len(wave))
-        outcomes.update(group.succeeded)
-        outcomes.update({name: unreached(name, exc) for name, exc in group.failed.items()})
-        failures += sum(outcomes[name].exit_code != 0 for name in wave)
-    return [outcomes[name] for name in names]
+    ran: list[Wave] = []
+    batches = waves(list(names), plan)
+    for number, batch in enumerate(batches, 1):
+        wave = Wave(number, "canary" if number <= plan.canary else "wave", batch)
+        ran.append(wave)
+        started = time.monotonic()
+        if failures > plan.max_failures:
+            outcomes.update({name: skipped(name) for name in batch})
+        else:
+            group = fan_out(batch, run_one, len(batch))
+            outcomes.update(group.succeeded)
+            outcomes.update({name: unreached(name, exc) for name, exc in group.failed.items()})
+            failures += sum(outcomes[name].exit_code != 0 for name in batch)
+        wave.seconds = time.monotonic() - started
+        wave.results = dict(Counter(outcomes[name].result for name in batch))
+        if plan.pause and number < len(batches) and failures <= plan.max_failures:
+            sleep(plan.pause)
+            wave.paused = plan.pause
+    return RolloutRun(plan, [outcomes[name] for name in names], ran)

@@ -176,3 +176,16 @@ def test_select_names_the_pattern_that_matches_nothing() -> None:
     inventory = load_inventory(ROOT / "inventories" / "example.yaml")
     with pytest.raises(InputError, match=r"no container or group matches 'db\*'"):
         inventory.select(["gpu,!db*"])
+
+
+def test_max_sessions_falls_back_from_host_to_defaults_and_must_be_positive(
+    tmp_path: Path,
+) -> None:
+    text = (ROOT / "inventories" / "example.yaml").read_text()
+    path = tmp_path / "inv.yaml"
+    path.write_text(text.replace("defaults:\n", "defaults:\n  max_sessions: 4\n", 1))
+    inventory = load_inventory(path)
+    assert inventory.login("ct200")[1].max_sessions == 4
+    path.write_text(text.replace("defaults:\n", "defaults:\n  max_sessions: 0\n", 1))
+    with pytest.raises(InputError, match=r"inv.yaml:\d+:\d+: defaults.max_sessions"):
+        load_inventory(path)

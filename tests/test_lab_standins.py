@@ -704,6 +704,10 @@ def test_pct_exec_refusals(container: ContainerPaths) -> None:
     missing = pct(container, "exec", "100", "--", "no-such-command")
     assert missing.returncode == 127
     assert b'Failed to exec "no-such-command"' in missing.stderr
+    (container.rootfs / "not-executable").write_text("echo hi\n")
+    refused = pct(container, "exec", "100", "--", str(container.rootfs / "not-executable"))
+    assert refused.returncode == 126
+    assert b"Permission denied - Failed to exec" in refused.stderr
     unknown = pct(container, "exec", "999", "--", "true")
     assert unknown.returncode == 255
     assert unknown.stderr == b"Configuration file 'nodes/pve1/lxc/999.conf' does not exist\n"

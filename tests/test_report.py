@@ -116,3 +116,42 @@ def test_rows_with_markup_and_terminal_escapes_are_shown_as_text(
 
 def test_printable_keeps_newlines_and_tabs() -> None:
     assert report.printable("a\tb\nc\rd\x00") == "a\tb\nc\\x0dd\\x00"
+
+
+def test_wave_lines_summarise_each_wave() -> None:
+    rollout = {
+        "waves": [
+            {
+                "wave": 1,
+                "kind": "canary",
+                "targets": ["a"],
+                "results": {"deployed": 1},
+                "seconds": 3.44,
+                "paused": 5.0,
+            },
+            {
+                "wave": 2,
+                "kind": "wave",
+                "targets": ["b", "c"],
+                "results": {"rolled_back": 1, "deployed": 1},
+                "seconds": 7.0,
+                "paused": 0.0,
+            },
+        ]
+    }
+    assert report.wave_lines(rollout) == [
+        "canary 1 of 2: 1 container(s), deployed 1, 3.4 s, then paused 5 s",
+        "wave 2 of 2: 2 container(s), deployed 1, rolled_back 1, 7.0 s",
+    ]
+    assert report.wave_lines(None) == []
+
+
+def test_queue_lines_name_only_hosts_where_commands_waited() -> None:
+    connections = [
+        {"endpoint": "pve1", "max_sessions": 10, "peak_sessions": 10, "waited": 33, "refused": 2},
+        {"endpoint": "pve2", "max_sessions": 10, "peak_sessions": 4, "waited": 0, "refused": 0},
+    ]
+    assert report.queue_lines(connections) == [
+        "pve1: 33 command(s) queued for a session on its one SSH connection "
+        "(max_sessions 10, peak 10, 2 open(s) refused by sshd and tried again)"
+    ]

@@ -2,7 +2,8 @@
 
 Host i is a real sshd at NETWORK.i.1:2222 with a `pct` stand-in; its
 containers are directory trees at NETWORK.i.(10+j), every second one with an
-sshd of its own (direct SSH). `lab.json` records what runs, by PID, so
+sshd of its own (direct SSH) unless the spec turns that off. Every sshd keeps
+OpenSSH's session limits unless the spec raises them. `lab.json` records what runs, by PID, so
 `down` stops exactly what `up` started.
 """
 
@@ -12,6 +13,7 @@ import contextlib
 import getpass
 import json
 import os
+import re
 import signal
 import sys
 import time
@@ -62,17 +64,28 @@ class LabSpec:
     network: str = "127.66"
     vllm_version: str = field(default_factory=newest_version)
     """The vLLM version every container's stand-in claims and behaves as."""
+    direct_ssh: bool = True
+    max_sessions: int | None = None
+    max_startups: str | None = None
 
     def __post_init__(self) -> None:
         try:
             capabilities_for(self.vllm_version)
         except UnknownVersion as exc:
             raise InputError(f"--vllm-version {self.vllm_version!r}: {exc}") from None
+        if self.max_sessions is not None and self.max_sessions < 0:
+            raise InputError(f"--max-sessions {self.max_sessions}: expected 0 or more")
+        if self.max_startups is not None and not re.fullmatch(r"\d+(:\d+:\d+)?", self.max_startups):
+            raise InputError(f"--max-startups {self.max_startups!r}: expected N or START:RATE:FULL")
         parts = self.network.split(".")
         if len(parts) != 2 or parts[0] != "127" or not parts[1].isdigit() or int(parts[1]) > 255:
             raise InputError(f"--network {self.network!r}: expected 127.N (a loopback /16)")
         if not 1 <= self.hosts <= 250 or not 1 <= self.containers_per_host <= 200:
             raise InputError("--hosts must be 1..250 and --containers-per-host 1..200")
+
+    def reached_by_ssh(self, index: int) -> bool:
+        """Every second container of a host has an sshd of its own, unless direct_ssh is off."""
+        return self.direct_ssh and index % 2 == 1
 
 
 @dataclass(frozen=True)
@@ -151,7 +164,13 @@ class Lab:
             path = f"{self.paths.host(node.name).bin}:{STANDARD_PATH}" if is_host else None
             Path(node.config).write_text(
                 sshd.sshd_config(
-                    node.address, node.port, host_key, authorized, node_dir / "sshd.pid", path
+                    node.address,
+                    node.port,
+                    host_key,
+                    authorized,
+                    node_dir / "sshd.pid",
+                    path,
+                    sshd.SessionLimits(spec.max_sessions, spec.max_startups),
                 )
             )
             pid = sshd.start(Path(node.config), Path(node.log))
@@ -224,7 +243,7 @@ class Lab:
                 )
             )
             for j in range(spec.containers_per_host):
-                if j % 2 == 0:
+                if not spec.reached_by_ssh(j):
                     containers.append(None)
                     continue
                 vmid = FIRST_VMID + (h - 1) * 100 + j
@@ -286,7 +305,7 @@ class Lab:
                         vmid,
                         host.node,
                         f"{spec.network}.{h}.{10 + j}",
-                        "ssh" if j % 2 else "pct",
+                        "ssh" if spec.reached_by_ssh(j) else "pct",
                         str(container.root),
                     )
                 )

@@ -164,10 +164,13 @@ def write_launcher(
     env: Mapping[str, str],
     python: str,
     args: Sequence[str] = (),
+    prelude: Sequence[str] = (),
 ) -> None:
-    """Write an executable shell wrapper that execs `python -m module args... "$@"`."""
+    """Write an executable shell wrapper that execs `python -m module args... "$@"`,
+    after the `prelude` lines (which may exec something else first)."""
     lines = ["#!/bin/sh"]
     lines += [f"export {name}={shlex.quote(value)}" for name, value in env.items()]
+    lines += prelude
     command = " ".join(shlex.quote(word) for word in [python, "-m", module, *args])
     lines.append(f'exec {command} "$@"')
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -175,9 +178,61 @@ def write_launcher(
     path.chmod(0o755)
 
 
+# `pct exec VMID -- ARGV` on a running container, in sh: it is most of a deploy's
+# calls, and a Python interpreter per call would cost the lab far more than the real
+# pct's Perl start costs a Proxmox host. Anything else, errors included, goes to the
+# Python stand-in, which words them as pct does. As in the stand-in: PATH is the
+# container's standard directories then the host's, HOME=/root, the working directory
+# is the rootfs, and a command that cannot be run exits as lxc-attach does.
+_PCT_EXEC = """\
+if [ "$1" = exec ] && [ "$3" = -- ] && [ $# -ge 4 ]; then
+  case $2 in
+  [1-9]*[!0-9]*) ;;
+  [1-9]*)
+    ct=$host/containers/$2
+    running=
+    if [ -f "$ct/state.json" ]; then
+      while IFS= read -r line; do
+        case $line in *'"status": "running"'*) running=1 ;; esac
+      done < "$ct/state.json"
+    fi
+    if [ -n "$running" ]; then
+      vmid=$2; shift 3
+      root=$ct/rootfs
+      PATH=$root/sbin:$root/bin:$root/usr/sbin:$root/usr/bin:/sbin:/bin:/usr/sbin:/usr/bin
+      HOME=/root
+      export PATH HOME
+      cd "$root" || exit 255
+      export PWD
+      name=$1; shift
+      program=$name
+      case $program in
+      */*) ;;
+      *)
+        set -f; IFS=:
+        for dir in $PATH; do
+          if [ -f "$dir/$name" ] && [ -x "$dir/$name" ]; then program=$dir/$name; break; fi
+        done
+        unset IFS; set +f ;;
+      esac
+      case $program in
+      */*)
+        if [ -f "$program" ] && [ -x "$program" ]; then exec "$program" "$@"; fi
+        [ -e "$program" ] && { reason="Permission denied"; code=126; } ;;
+      esac
+      echo "lxc-attach: $vmid: ../src/lxc/attach.c: lxc_attach_run_command: 1841" \\
+        "${reason:-No such file or directory} - Failed to exec \\"$name\\"" >&2
+      exit "${code:-127}"
+    fi ;;
+  esac
+fi
+"""
+
+
 def write_pct_launcher(host: HostPaths, python: str) -> None:
-    """The host's `bin/pct`, bound to that host's directory."""
-    write_launcher(host.pct, PCT_MODULE, {}, python, ["--host-dir", str(host.root)])
+    """The host's `bin/pct`, bound to that host's directory: `exec` in sh, the rest in Python."""
+    prelude = [f"host={shlex.quote(str(host.root))}", _PCT_EXEC.rstrip("\n")]
+    write_launcher(host.pct, PCT_MODULE, {}, python, ["--host-dir", str(host.root)], prelude)
 
 
 def write_host_launchers(host: HostPaths, python: str) -> None:

@@ -10,6 +10,7 @@ import os
 import socket
 import subprocess
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.errors import InputError, NeedsAttention
@@ -21,6 +22,15 @@ PRIVSEP_DIR = Path("/run/sshd")
 INSTALL_HINT = "install it with: sudo apt-get install openssh-server"
 
 
+@dataclass(frozen=True)
+class SessionLimits:
+    """Raised sshd limits for a lab that asks for them; None keeps OpenSSH's default
+    (MaxSessions 10, MaxStartups 10:30:100: docs/field-notes.md)."""
+
+    max_sessions: int | None = None
+    max_startups: str | None = None
+
+
 def sshd_config(
     address: str,
     port: int,
@@ -28,8 +38,20 @@ def sshd_config(
     authorized_keys: Path,
     pid_file: Path,
     path: str | None = None,
+    limits: SessionLimits | None = None,
 ) -> str:
-    """`path`, when given, is the PATH of every session (SetEnv overrides sshd's default)."""
+    """OpenSSH's own MaxSessions and MaxStartups unless `limits` raises them: the lab
+    must refuse what a stock Debian host refuses. `path`, when given, is the PATH of
+    every session. sshd takes the first SetEnv line only: all variables go on one."""
+    raised = []
+    if limits and limits.max_sessions is not None:
+        raised.append(f"MaxSessions {limits.max_sessions}")
+    if limits and limits.max_startups is not None:
+        raised.append(f"MaxStartups {limits.max_startups}")
+    # bash sources ~/.bashrc for a command sshd runs while SHLVL < 2 (bash shell.c,
+    # run_startup_files): the lab would pay this machine user's rc files per command,
+    # which a Proxmox host's stock root .bashrc does not cost.
+    environment = ["SHLVL=1", *([f"PATH={path}"] if path else [])]
     return "\n".join(
         [
             f"ListenAddress {address}:{port}",
@@ -45,10 +67,9 @@ def sshd_config(
             "AllowTcpForwarding yes",
             "X11Forwarding no",
             "PrintMotd no",
-            "MaxStartups 100:30:200",
-            "MaxSessions 100",
+            f"SetEnv {' '.join(environment)}",
+            *raised,
             "LogLevel VERBOSE",
-            *([f"SetEnv PATH={path}"] if path else []),
             "",
         ]
     )

@@ -85,12 +85,15 @@ class MemoryStream:
     def __init__(self, transport: MemoryTransport) -> None:
         self.transport = transport
         self.sent = b""
+        self._answer: io.BytesIO | None = None
 
     def sendall(self, data: bytes) -> None:
         self.sent += data
 
-    def makefile(self, mode: str, bufsize: int = -1) -> io.BytesIO:
-        return io.BytesIO(self.transport._answer(self.sent))
+    def recv(self, size: int) -> bytes:
+        if self._answer is None:
+            self._answer = io.BytesIO(self.transport._answer(self.sent))
+        return self._answer.read(size)
 
     def settimeout(self, timeout: float | None) -> None:
         return None

@@ -40,6 +40,21 @@ class Connections:
             return ssh
         return PctTransport(name, ssh, self.inventory.pct_path(container.host), container.vmid)
 
+    def usage(self) -> list[dict[str, object]]:
+        """Per SSH connection: where, its session cap, the peak reached, and how many
+        commands waited for a free session (they queue; no second connection is opened)."""
+        with self._lock:
+            transports = list(self._ssh.values())
+        return [
+            {
+                "endpoint": t.label,
+                "address": t.address,
+                "connections": 1,
+                **t.sessions.use().to_dict(),
+            }
+            for t in transports
+        ]
+
     def close(self) -> None:
         with self._lock:
             for transport in self._ssh.values():

@@ -2,8 +2,9 @@
 
 Lifecycle: created closed; the first `run` or `open_stream` connects (strict
 host-key checking); `close` ends it. Commands go over fresh exec channels of
-the same connection; TCP streams are direct-tcpip channels, so the control
-machine needs no route to the target's ports.
+the same connection, at most `max_sessions` at once (the rest queue); TCP
+streams are direct-tcpip channels, which sshd does not count as sessions, so
+the control machine needs no route to the target's ports.
 
 A `timeout` is the total time of a command. A lost connection is noticed
 within seconds, not at the end of it: keepalives keep traffic flowing, a
@@ -26,6 +27,7 @@ from pathlib import Path
 
 import fabric
 import paramiko
+import tenacity
 from paramiko.ssh_exception import NoValidConnectionsError
 
 from orchestrator.errors import (
@@ -43,9 +45,11 @@ from orchestrator.transport.hostkeys import (
     fingerprint,
     known_hosts_name,
 )
+from orchestrator.transport.sessions import DEFAULT_MAX_SESSIONS, SessionSlots
 
 DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
 CONNECT_TIMEOUT = 10
+SESSION_REFUSED_PATIENCE = 30.0
 # Paramiko logs refused channels itself; they reach the user as our own errors.
 logging.getLogger("paramiko").addHandler(logging.NullHandler())
 CHUNK = 1 << 16
@@ -92,6 +96,7 @@ class SshTransport:
         self.label = label
         self.address = address
         self.settings = settings
+        self.sessions = SessionSlots(settings.max_sessions or DEFAULT_MAX_SESSIONS)
         self._opening = threading.Lock()
         self._asking = threading.Lock()
         # connect_timeout bounds only the TCP connect; a frozen sshd accepts and then says
@@ -237,15 +242,18 @@ class SshTransport:
         sent = become.sudo_argv(argv, settings.become_user) if settings.become else argv
         command = shlex.join(sent)
         step = f"running {argv[0]}"
-        channel = None
         try:
-            transport = self._transport()
-            channel = self._session(transport, timeout)
-            channel.exec_command(command)
-            stdout, stderr = _exchange(
-                channel, stdin or b"", timeout, lambda: self._answers(transport)
-            )
-            result = Result(tuple(argv), channel.recv_exit_status(), stdout, stderr)
+            with self.sessions.held():  # the timeout starts once a session slot is ours
+                transport = self._transport()
+                channel = self._open_session(transport, step, timeout)
+                try:
+                    channel.exec_command(command)
+                    stdout, stderr = _exchange(
+                        channel, stdin or b"", timeout, lambda: self._answers(transport)
+                    )
+                    result = Result(tuple(argv), channel.recv_exit_status(), stdout, stderr)
+                finally:
+                    channel.close()  # before the slot is free again
         except ConnectionLost as exc:
             raise TransportError(self.label, step, f"connection lost: {exc}", LOST_HINT) from None
         except TimeoutError:
@@ -262,13 +270,50 @@ class SshTransport:
                 f"SSH channel failed: {exc}",
                 "check that the host is up; run again",
             ) from None
-        finally:
-            if channel is not None:
-                channel.close()
         refused = become.refusal(result, settings.user, settings.become_user)
         if settings.become and refused:
             raise SudoRefused(self.label, step, *refused)
         return result
+
+    def _refused(self, exc: BaseException) -> bool:
+        """sshd refused an open (`no more sessions`, or a refused connect), as paramiko
+        tells it: a ChannelException, or, when several opens fail at once, "Unable to
+        open channel." on a live connection: paramiko keeps one failure reason per
+        connection (`saved_exception`), and a concurrent failed open may have taken it."""
+        if isinstance(exc, paramiko.ChannelException):
+            return exc.code == paramiko.common.OPEN_FAILED_CONNECT_FAILED
+        transport = self.connection.transport
+        return (
+            isinstance(exc, paramiko.SSHException)
+            and str(exc) == "Unable to open channel."
+            and transport is not None
+            and transport.is_active()
+        )
+
+    def _open_session(
+        self, transport: paramiko.Transport, step: str, timeout: float | None
+    ) -> paramiko.Channel:
+        """A session channel; refusals are retried for a while: sshd frees a closed
+        session only after reading its close, and a host may allow fewer than the cap."""
+        retrying = tenacity.Retrying(
+            retry=tenacity.retry_if_exception(self._refused),
+            wait=tenacity.wait_exponential(multiplier=0.02, max=1.0),
+            stop=tenacity.stop_after_delay(SESSION_REFUSED_PATIENCE),
+            before_sleep=lambda _: self.sessions.refused(),
+            reraise=True,
+        )
+        try:
+            return retrying(lambda: self._session(transport, timeout))
+        except paramiko.SSHException as exc:
+            if not self._refused(exc):
+                raise
+            raise TransportError(
+                self.label,
+                step,
+                f"the host refused a session channel for {SESSION_REFUSED_PATIENCE:.0f} s: {exc}",
+                f"its sshd allows fewer than {self.sessions.limit} sessions per connection "
+                "(MaxSessions): set max_sessions for this host in the inventory",
+            ) from None
 
     def open_stream(self, address: str, port: int, timeout: float = 10.0) -> paramiko.Channel:
         """A direct-tcpip channel from the host to address:port."""
@@ -288,6 +333,10 @@ class SshTransport:
                 self.label, f"connecting to {address}:{port}", exc.text or "connection refused"
             ) from None
         except (paramiko.SSHException, OSError, EOFError) as exc:
+            if self._refused(exc):
+                raise ServiceUnavailable(
+                    self.label, f"connecting to {address}:{port}", "connection refused"
+                ) from None
             raise TransportError(
                 self.label,
                 f"connecting to {address}:{port}",

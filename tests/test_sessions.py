@@ -1,0 +1,122 @@
+"""Session channels per SSH connection against the lab's real sshd, which keeps
+OpenSSH's default MaxSessions (10): commands beyond the cap queue and all succeed,
+the step timeout starts after the queue, and forwarded streams take no slot."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import paramiko
+import pytest
+import yaml
+from labtools import LabHandle
+
+from orchestrator.inventory import load_inventory
+from orchestrator.lab import sshd
+from orchestrator.transport.base import Result
+from orchestrator.transport.pct import PctTransport
+from orchestrator.transport.ssh import SshTransport
+
+pytestmark = pytest.mark.lab
+
+
+def host_transport(lab: LabHandle, **defaults: object) -> SshTransport:
+    """pve1's SSH transport, with inventory `defaults` added (e.g. max_sessions)."""
+    data = yaml.safe_load(lab.inventory.read_text())
+    data["defaults"].update(defaults)
+    lab.inventory.write_text(yaml.safe_dump(data, sort_keys=False))
+    inventory = load_inventory(lab.inventory)
+    address, settings, label = inventory.login("ct200")
+    return SshTransport(label, address, settings)
+
+
+def all_at_once(count: int, command: Callable[[], Result]) -> list[Result | Exception]:
+    """Run `command` in `count` threads released together; each result or error."""
+    start = threading.Barrier(count)
+    outcomes: list[Result | Exception] = [RuntimeError("not run")] * count
+
+    def one(index: int) -> None:
+        start.wait()
+        try:
+            outcomes[index] = command()
+        except Exception as exc:  # reported by the assertions
+            outcomes[index] = exc
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    return outcomes
+
+
+def test_lab_sshd_keeps_openssh_session_limits_unless_raised(tmp_path: Path) -> None:
+    paths = (tmp_path / "key", tmp_path / "keys", tmp_path / "pid")
+    stock = sshd.sshd_config("127.0.0.1", 2222, *paths)
+    assert "MaxSessions" not in stock and "MaxStartups" not in stock
+    raised = sshd.sshd_config("127.0.0.1", 2222, *paths, limits=sshd.SessionLimits(50, "40:30:100"))
+    assert "MaxSessions 50\n" in raised and "MaxStartups 40:30:100\n" in raised
+
+
+def test_commands_above_the_cap_queue_and_all_succeed(lab: LabHandle) -> None:
+    with contextlib.closing(host_transport(lab)) as host:
+        ct200 = PctTransport("ct200", host, load_inventory(lab.inventory).pct_path("pve1"), 200)
+        outcomes = all_at_once(16, lambda: ct200.run(["/bin/sh", "-c", "sleep 2; echo done"]))
+        use = host.sessions.use()
+    assert [o.text if isinstance(o, Result) else repr(o) for o in outcomes] == ["done\n"] * 16
+    assert (use.limit, use.peak) == (10, 10)
+    assert use.waited >= 6
+    # sshd may refuse an open that follows a close too closely; each was tried again
+    refusals = Path(lab.lab.nodes()[0].log).read_text().count("no more sessions")
+    assert use.refused == refusals
+
+
+def test_max_sessions_from_the_inventory_caps_the_connection(lab: LabHandle) -> None:
+    with contextlib.closing(host_transport(lab, max_sessions=3)) as host:
+        outcomes = all_at_once(6, lambda: host.run(["/bin/sh", "-c", "sleep 1"]))
+        use = host.sessions.use()
+    assert all(isinstance(o, Result) and o.ok for o in outcomes), outcomes
+    assert (use.limit, use.peak) == (3, 3)
+
+
+def test_step_timeout_does_not_count_the_wait_for_a_session(lab: LabHandle) -> None:
+    """One slot, four 1 s commands with a 3 s timeout each: the last waits about 3 s
+    in the queue, which must not count against its own timeout."""
+    with contextlib.closing(host_transport(lab, max_sessions=1)) as host:
+        outcomes = all_at_once(4, lambda: host.run(["/bin/sh", "-c", "sleep 1"], timeout=3))
+        use = host.sessions.use()
+    assert all(isinstance(o, Result) and o.ok for o in outcomes), outcomes
+    assert (use.peak, use.waited) == (1, 3)
+
+
+def test_forwarded_streams_take_no_session_slot(lab: LabHandle) -> None:
+    node = lab.lab.nodes()[0]
+    with contextlib.closing(host_transport(lab, max_sessions=1)) as host:
+        holding = threading.Thread(target=host.run, args=(["/bin/sh", "-c", "sleep 3"],))
+        holding.start()
+        try:
+            while host.sessions.use().peak < 1:
+                threading.Event().wait(0.05)
+            stream = host.open_stream(node.address, node.port, timeout=10)
+            try:
+                banner = stream.makefile("rb").readline()
+            finally:
+                stream.close()
+            assert host.sessions.use().waited == 0
+        finally:
+            holding.join(30)
+    assert banner.startswith(b"SSH-2.0-OpenSSH")
+
+
+def test_refusals_are_told_from_other_channel_failures(lab: LabHandle) -> None:
+    with contextlib.closing(host_transport(lab)) as host:
+        lost = paramiko.SSHException("Unable to open channel.")
+        assert not host._refused(lost)  # not connected: nothing was refused
+        host.run(["true"])
+        assert host._refused(paramiko.ChannelException(2, "Connect failed"))
+        assert host._refused(lost)  # a live connection: the reason went to another open
+        assert not host._refused(paramiko.ChannelException(1, "Administratively prohibited"))
+        assert not host._refused(paramiko.SSHException("Timeout opening channel."))
