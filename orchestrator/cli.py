@@ -302,14 +302,29 @@ lab_dir_option = click.option(
 @click.option(
     "--network", default="127.66", show_default=True, help="Loopback /16 for the lab's addresses."
 )
+@click.option(
+    "--tokens-per-second",
+    type=click.FloatRange(min=0, min_open=True),
+    default=4000.0,
+    show_default=True,
+    help="Decode speed per stream without drafts (one engine step each 1/N s); "
+    "about 30 for a 27B target on two A6000.",
+)
 def lab_up(
-    lab_dir: Path | None, hosts: int, containers_per_host: int, load_seconds: float, network: str
+    lab_dir: Path | None,
+    hosts: int,
+    containers_per_host: int,
+    load_seconds: float,
+    network: str,
+    tokens_per_second: float,
 ) -> None:
     """Build and start the lab, and write its inventory."""
     from orchestrator.lab.cluster import Lab, LabSpec, default_lab_dir
 
     the_lab = Lab(lab_dir or default_lab_dir())
-    started = the_lab.up(LabSpec(hosts, containers_per_host, load_seconds, network))
+    started = the_lab.up(
+        LabSpec(hosts, containers_per_host, load_seconds, network, tokens_per_second)
+    )
     click.echo(f"lab {'started' if started else 'already running'} in {the_lab.root}")
     click.echo(f"next: orch deploy qwen-dflash -i {the_lab.inventory}")
 

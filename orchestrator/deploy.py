@@ -26,6 +26,7 @@ from orchestrator.gate import GateReport, run_gate
 from orchestrator.metrics.assess import Verdict
 from orchestrator.plan import LAUNCH_SCRIPT, TargetPlan
 from orchestrator.playbook import Playbook
+from orchestrator.probes.context import ContextBucket
 from orchestrator.remote import run_step
 from orchestrator.server import Server
 from orchestrator.state import audit_line, now
@@ -85,13 +86,13 @@ class TargetRun:
         plan: TargetPlan,
         transport: Transport,
         playbook: Playbook,
-        prompts: list[str],
+        buckets: list[ContextBucket],
         nvidia_smi: str,
         options: Options,
         progress: Progress = lambda *_: None,
     ) -> None:
         self.plan, self.transport, self.playbook = plan, transport, playbook
-        self.prompts, self.nvidia_smi, self.options = prompts, nvidia_smi, options
+        self.buckets, self.nvidia_smi, self.options = buckets, nvidia_smi, options
         self.progress = progress
         self.server = Server(transport, plan.deployment_dir, plan.address, plan.port)
         self.outcome = Outcome(plan.container, plan.host, release=plan.release_id)
@@ -181,7 +182,7 @@ class TargetRun:
                 self.plan.port,
                 self.playbook.target.served_name,
                 self.playbook.gate,
-                self.prompts,
+                self.buckets,
             )
 
     def _start(self, release_id: str, prefix: str) -> None:

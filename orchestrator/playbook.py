@@ -62,6 +62,11 @@ class Probe(Schema):
     concurrency: Annotated[int, Field(ge=1, le=64)] = 4
     max_requests: Positive = 400
     scrape_interval: Seconds = 1.0
+    endpoints: Annotated[list[Literal["completions", "chat"]], Field(min_length=1)] = [
+        "completions",
+        "chat",
+    ]
+    chat_template_kwargs: dict[str, Any] = {}
 
 
 class Gate(Schema):

@@ -43,6 +43,7 @@ PROFILE = "z-lab/Qwen3.6-27B-DFlash"
 GPU = {"name": "NVIDIA RTX A6000", "memory_total_mib": 49140}
 GPUS_PER_CONTAINER = 2
 LOAD_SECONDS_ENV = "ORCH_LAB_LOAD_SECONDS"
+TOKENS_PER_SECOND_ENV = "ORCH_LAB_TOKENS_PER_SECOND"
 
 
 def default_lab_dir() -> Path:
@@ -55,6 +56,7 @@ class LabSpec:
     containers_per_host: int = 2
     load_seconds: float = 2.0
     network: str = "127.66"
+    tokens_per_second: float = 4000.0
 
     def __post_init__(self) -> None:
         parts = self.network.split(".")
@@ -62,6 +64,8 @@ class LabSpec:
             raise InputError(f"--network {self.network!r}: expected 127.N (a loopback /16)")
         if not 1 <= self.hosts <= 250 or not 1 <= self.containers_per_host <= 200:
             raise InputError("--hosts must be 1..250 and --containers-per-host 1..200")
+        if not self.tokens_per_second > 0:
+            raise InputError(f"--tokens-per-second must be > 0, got {self.tokens_per_second:g}")
 
 
 @dataclass(frozen=True)
@@ -248,7 +252,12 @@ class Lab:
                     f"net0: name=eth0,ip={spec.network}.{h}.{10 + j}/32\nostype: debian\n"
                 )
                 write_container_launchers(
-                    container, python, {LOAD_SECONDS_ENV: str(spec.load_seconds)}
+                    container,
+                    python,
+                    {
+                        LOAD_SECONDS_ENV: str(spec.load_seconds),
+                        TOKENS_PER_SECOND_ENV: str(spec.tokens_per_second),
+                    },
                 )
                 write_json_atomic(
                     container.gpus,
