@@ -246,8 +246,8 @@ def run_gate(
     report.requests = sum(phase.requests for phase in report.phases)
     report.request_errors = sum(phase.request_errors for phase in report.phases)
     report.explanation = explain_phases(report.phases, report.verdict)
-    measured = combine(batch for phase in report.phases for batch in phase.batches)
-    report.advice = speculative_tokens_advice(measured.per_position_acceptance or ())
+    if report.verdict.outcome == "pass":  # a failed drafter needs fixing, not tuning
+        report.advice = speculative_tokens_advice(report.verdict.per_position_acceptance)
     report.seconds = time.monotonic() - started
     return report
 

@@ -79,12 +79,12 @@ def context_buckets(
 
 
 def long_prompt(passages: Sequence[str], start: int, words: int) -> str:
-    """Passages in turn from `start` until the text holds `words` words, then a question."""
+    """`words` words of the passages in turn from `start` (the last one cut), then a question."""
     taken: list[str] = []
-    count, index = 0, start
-    while count < words:
-        passage = passages[index % len(passages)]
-        taken.append(passage)
-        count += len(passage.split())
+    left, index = words, start
+    while left > 0:
+        passage = passages[index % len(passages)].split(" ")
+        taken.append(" ".join(passage[:left]))
+        left -= len(passage)
         index += 1
     return "\n\n".join([*taken, LONG_QUESTION])
