@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from orchestrator.errors import OrchError
+from orchestrator.lab.layout import DEFAULT_TOKENS_PER_SECOND
 
 EXIT_CODES = """Exit codes: 0 success; 1 the change did not pass its gate or checks (rolled back
 or not applied, nothing broken); 2 bad input (nothing touched); 3 needs attention
@@ -305,7 +306,7 @@ lab_dir_option = click.option(
 @click.option(
     "--tokens-per-second",
     type=click.FloatRange(min=0, min_open=True),
-    default=4000.0,
+    default=DEFAULT_TOKENS_PER_SECOND,
     show_default=True,
     help="Decode speed per stream without drafts (one engine step each 1/N s); "
     "about 30 for a 27B target on two A6000.",

@@ -217,7 +217,8 @@ def run_gate(
 
     A phase starts from its own scrape after the previous phase's requests have
     finished, so its counter deltas are its own. Each phase gets an equal share
-    of what is left of `time_budget` and `max_requests`. The first failed phase
+    of what is left of `time_budget` (a quick phase leaves more to the later
+    ones) and sends at most `probe.max_requests`. The first failed phase
     decides the gate; every phase must pass for the gate to pass.
     """
     criteria = GateCriteria(
@@ -230,16 +231,12 @@ def run_gate(
     phases = [(bucket, endpoint) for bucket in buckets for endpoint in endpoints]
     report = GateReport(assess([], criteria))
     started = time.monotonic()
-    requests_left = gate.probe.max_requests
     for index, (bucket, endpoint) in enumerate(phases):
         left = len(phases) - index
         seconds = (gate.time_budget - (time.monotonic() - started)) / left
         target = _Target(transport, address, port, served_name)
-        phase, go_on = _run_phase(
-            target, gate, criteria, bucket, endpoint, seconds, max(requests_left // left, 1), report
-        )
+        phase, go_on = _run_phase(target, gate, criteria, bucket, endpoint, seconds, report)
         report.phases.append(phase)
-        requests_left -= phase.requests
         if not go_on:
             break
     report.verdict = overall_verdict(report.phases, criteria)
@@ -267,7 +264,6 @@ def _run_phase(
     bucket: ContextBucket,
     endpoint: Endpoint,
     seconds: float,
-    max_requests: int,
     report: GateReport,
 ) -> tuple[PhaseReport, bool]:
     """One phase: scrape, probe, scrape every interval until a verdict or a budget is spent.
@@ -284,7 +280,7 @@ def _run_phase(
         endpoint,
         bucket.prompts,
         gate.probe.max_tokens,
-        max_requests,
+        gate.probe.max_requests,
     )
     phase = PhaseReport(bucket, endpoint, assess([], criteria))
     started = time.monotonic()

@@ -24,6 +24,8 @@ from orchestrator.drafters.profiles import get_profile
 from orchestrator.errors import InputError
 from orchestrator.lab import sshd
 from orchestrator.lab.layout import (
+    DEFAULT_TOKENS_PER_SECOND,
+    TOKENS_PER_SECOND_ENV,
     ContainerPaths,
     LabPaths,
     pid_alive,
@@ -43,7 +45,6 @@ PROFILE = "z-lab/Qwen3.6-27B-DFlash"
 GPU = {"name": "NVIDIA RTX A6000", "memory_total_mib": 49140}
 GPUS_PER_CONTAINER = 2
 LOAD_SECONDS_ENV = "ORCH_LAB_LOAD_SECONDS"
-TOKENS_PER_SECOND_ENV = "ORCH_LAB_TOKENS_PER_SECOND"
 
 
 def default_lab_dir() -> Path:
@@ -56,7 +57,7 @@ class LabSpec:
     containers_per_host: int = 2
     load_seconds: float = 2.0
     network: str = "127.66"
-    tokens_per_second: float = 4000.0
+    tokens_per_second: float = DEFAULT_TOKENS_PER_SECOND
 
     def __post_init__(self) -> None:
         parts = self.network.split(".")

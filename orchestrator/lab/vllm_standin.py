@@ -56,6 +56,8 @@ from orchestrator.lab.acceptance import (
 )
 from orchestrator.lab.layout import (
     CONTAINER_ENV,
+    DEFAULT_TOKENS_PER_SECOND,
+    TOKENS_PER_SECOND_ENV,
     ContainerPaths,
     read_gpus,
     server_records,
@@ -65,12 +67,10 @@ from orchestrator.lab.layout import (
 VLLM_VERSION = "0.11.0"
 FAULTS_ENV = "ORCH_LAB_FAULTS"
 LOAD_SECONDS_ENV = "ORCH_LAB_LOAD_SECONDS"
-TOKENS_PER_SECOND_ENV = "ORCH_LAB_TOKENS_PER_SECOND"
 STATS_INTERVAL_ENV = "VLLM_LOG_STATS_INTERVAL"
 DEFAULT_LOAD_SECONDS = 2.0
 DEFAULT_STATS_INTERVAL = 5.0
 DEFAULT_MAX_TOKENS = 16
-DEFAULT_TOKENS_PER_SECOND = 4000.0
 FILLER = ("the", "draft", "tokens", "were", "verified", "by", "the", "target", "in", "one", "pass")
 SPEC_DECODE_LINE = (
     "SpecDecoding metrics: Mean acceptance length: %.2f, Accepted throughput: %.2f tokens/s, "
