@@ -48,7 +48,11 @@ class ScrapeFailed(Exception):
 
 @dataclass
 class PhaseReport:
-    """One context bucket on one endpoint, measured from its own counter deltas."""
+    """One context bucket on one endpoint, measured from its own counter deltas.
+
+    `seconds` runs from the phase's first scrape to its verdict; the requests
+    still in flight then are waited for before the next phase starts.
+    """
 
     bucket: ContextBucket
     endpoint: Endpoint
@@ -338,6 +342,7 @@ def _run_phase(
                     f"{budget} spent before the gate decided: {phase.verdict.reason}",
                 )
                 break
+        phase.seconds = time.monotonic() - started  # decided; in-flight requests still run
     finally:
         probe.stop.set()
         for worker in workers:
@@ -345,7 +350,6 @@ def _run_phase(
                 worker.join(timeout=70)
     phase.requests, phase.request_errors = probe.sent, probe.errors
     phase.prompt_tokens = probe.prompt_tokens
-    phase.seconds = time.monotonic() - started
     return phase, go_on and phase.verdict.outcome != "fail"
 
 
