@@ -19,11 +19,18 @@ from test_lab_standins import (
     wait_ready,
 )
 
-from orchestrator.gate import GateReport, run_gate
-from orchestrator.metrics.assess import Verdict
+from orchestrator.gate import (
+    GateReport,
+    PhaseReport,
+    explain_phases,
+    overall_verdict,
+    run_gate,
+)
+from orchestrator.metrics.assess import GateCriteria, Outcome, Verdict
 from orchestrator.playbook import Gate, Probe
 from orchestrator.probes import load_passages, load_prompts
 from orchestrator.probes.context import ContextBucket, context_buckets
+from orchestrator.probes.endpoints import Endpoint
 from orchestrator.transport.base import Result
 
 
@@ -166,3 +173,91 @@ def test_time_budget_is_split_between_phases(servers: dict) -> None:
     report = probe_gate(servers, "healthy", the_gate)
     assert len(report.phases) == 2
     assert "0.3 s spent before the gate decided" in report.phases[0].verdict.reason
+
+
+# --- pure: phases to one verdict and explanation ---------------------------------------------
+
+SHORT_BUCKET, LONG_BUCKET = buckets()
+CHAT = Endpoint("chat", {"enable_thinking": False})
+HEALTHY = (0.8, 0.64, 0.5, 0.38, 0.28)
+COLLAPSED = (0.55, 0.25, 0.08, 0.02, 0.0)
+
+
+def verdict(outcome: Outcome, mean: float, curve: tuple[float, ...], lower: float = 2.0) -> Verdict:
+    return Verdict(outcome, mean, lower, mean + 1, curve, 500, f"{outcome} over 500 drafts")
+
+
+def phase(bucket: ContextBucket, endpoint: Endpoint, judged: Verdict) -> PhaseReport:
+    return PhaseReport(bucket, endpoint, judged)
+
+
+CRITERIA = GateCriteria(2.5)
+
+
+def test_a_failed_phase_decides_with_its_own_figures_and_label() -> None:
+    phases = [
+        phase(SHORT_BUCKET, CHAT, verdict("pass", 4.2, HEALTHY, lower=3.5)),
+        phase(LONG_BUCKET, CHAT, verdict("fail", 1.9, COLLAPSED)),
+    ]
+    overall = overall_verdict(phases, CRITERIA)
+    assert (overall.outcome, overall.mean_acceptance_length) == ("fail", 1.9)
+    assert overall.reason == (
+        "long context (2048..32768 tokens) via /v1/chat/completions (enable_thinking=False):"
+        " fail over 500 drafts"
+    )
+    explanation = explain_phases(phases, overall)
+    assert explanation is not None
+    assert explanation.startswith(
+        "short contexts pass (mean acceptance length 4.20) and long ones collapse"
+        " (mean acceptance length 1.90, per-position 0.55, 0.25, 0.08, 0.02, 0.00, ...)"
+        " past the drafter's 2048-token sliding window"
+    )
+
+
+def test_a_failed_short_phase_is_explained_by_its_curve() -> None:
+    phases = [phase(SHORT_BUCKET, CHAT, verdict("fail", 1.1, (0.08, 0.03, 0.0)))]
+    explanation = explain_phases(phases, overall_verdict(phases, CRITERIA))
+    assert explanation is not None and "target_layer_ids" in explanation
+
+
+def test_passing_phases_pool_their_drafts_with_the_weakest_bound() -> None:
+    phases = [
+        phase(SHORT_BUCKET, CHAT, verdict("pass", 4.2, HEALTHY, lower=3.5)),
+        phase(LONG_BUCKET, CHAT, verdict("pass", 4.0, HEALTHY, lower=3.1)),
+    ]
+    overall = overall_verdict(phases, CRITERIA)
+    assert overall.outcome == "pass"
+    assert overall.lower == 3.1
+    assert overall.reason.startswith("every phase passed (95% lower bounds): short context")
+    assert explain_phases(phases, overall) is None
+
+
+def test_an_undecided_phase_leaves_the_gate_undecided() -> None:
+    phases = [
+        phase(SHORT_BUCKET, CHAT, verdict("pass", 4.2, HEALTHY)),
+        phase(LONG_BUCKET, CHAT, verdict("inconclusive", 2.6, HEALTHY)),
+    ]
+    assert overall_verdict(phases, CRITERIA).outcome == "inconclusive"
+
+
+def test_by_context_json_names_bucket_endpoint_and_template_settings() -> None:
+    entry = phase(LONG_BUCKET, CHAT, verdict("fail", 1.9, COLLAPSED)).to_dict()
+    assert entry == {
+        "context": "long",
+        "min_tokens": 2048,
+        "max_tokens": 32768,
+        "endpoint": "/v1/chat/completions",
+        "chat_template_kwargs": {"enable_thinking": False},
+        "prompt_tokens_seen": None,
+        "drafts": 500,
+        "mean_acceptance_length": 1.9,
+        "lower": 2.0,
+        "upper": 2.9,
+        "per_position_acceptance": list(COLLAPSED),
+        "verdict": "fail",
+        "reason": "fail over 500 drafts",
+        "note": "the drafter's sliding window is 2048 tokens",
+        "requests": 0,
+        "request_errors": 0,
+        "seconds": 0.0,
+    }
