@@ -123,22 +123,28 @@ class GateReport:
         }
 
 
+@dataclass(frozen=True)
+class _Target:
+    """The server a gate probes, and the name it serves the target under."""
+
+    transport: Transport
+    address: str
+    port: int
+    served_name: str
+
+
 class _Probe:
     """Bounded-concurrency requests on one endpoint until stopped or out of budget."""
 
     def __init__(
         self,
-        transport: Transport,
-        address: str,
-        port: int,
-        model: str,
+        target: _Target,
         endpoint: Endpoint,
         prompts: Sequence[str],
         max_tokens: int,
         max_requests: int,
     ) -> None:
-        self.transport, self.address, self.port = transport, address, port
-        self.model, self.endpoint, self.max_tokens = model, endpoint, max_tokens
+        self.target, self.endpoint, self.max_tokens = target, endpoint, max_tokens
         self._prompts = itertools.cycle(prompts)
         self._budget = max_requests
         self._lock = threading.Lock()
@@ -156,12 +162,13 @@ class _Probe:
 
     def worker(self) -> None:
         while (prompt := self._next_prompt()) is not None:
-            payload = self.endpoint.payload(self.model, prompt, self.max_tokens)
+            target = self.target
+            payload = self.endpoint.payload(target.served_name, prompt, self.max_tokens)
             try:
                 response = http.request(
-                    self.transport,
-                    self.address,
-                    self.port,
+                    target.transport,
+                    target.address,
+                    target.port,
                     "POST",
                     self.endpoint.path,
                     payload,
@@ -235,10 +242,10 @@ def run_gate(
     phases = [(bucket, endpoint) for bucket in buckets for endpoint in endpoints]
     report = GateReport(assess([], criteria))
     started = time.monotonic()
+    target = _Target(transport, address, port, served_name)
     for index, (bucket, endpoint) in enumerate(phases):
         left = len(phases) - index
         seconds = (gate.time_budget - (time.monotonic() - started)) / left
-        target = _Target(transport, address, port, served_name)
         phase, go_on = _run_phase(target, gate, criteria, bucket, endpoint, seconds, report)
         report.phases.append(phase)
         if not go_on:
@@ -251,14 +258,6 @@ def run_gate(
         report.advice = speculative_tokens_advice(report.verdict.per_position_acceptance)
     report.seconds = time.monotonic() - started
     return report
-
-
-@dataclass(frozen=True)
-class _Target:
-    transport: Transport
-    address: str
-    port: int
-    served_name: str
 
 
 def _run_phase(
@@ -276,16 +275,7 @@ def _run_phase(
     failure or when /metrics cannot be read).
     """
     transport, address, port = target.transport, target.address, target.port
-    probe = _Probe(
-        transport,
-        address,
-        port,
-        target.served_name,
-        endpoint,
-        bucket.prompts,
-        gate.probe.max_tokens,
-        gate.probe.max_requests,
-    )
+    probe = _Probe(target, endpoint, bucket.prompts, gate.probe.max_tokens, gate.probe.max_requests)
     phase = PhaseReport(bucket, endpoint, assess([], criteria))
     started = time.monotonic()
     workers = [
