@@ -113,3 +113,10 @@ def test_broken_prompt_file_names_file_and_line(tmp_path: Path) -> None:
     prompts.write_text('{"prompt": "fine"}\n{"text": "no"}\n')
     with pytest.raises(InputError, match=rf"{prompts}:2: expected a JSON object"):
         load_prompts(str(prompts))
+
+
+def test_short_prompts_that_reach_past_the_window_are_noted() -> None:
+    long_words = " ".join(["word"] * 1900)
+    short, long = context_buckets([long_words], load_passages(), PUBLISHED, 32768, 256)
+    assert "the longest short prompt (1900 words) with max_tokens 256 reaches past it" in short.note
+    assert "short prompt" not in long.note

@@ -63,15 +63,22 @@ def context_buckets(
         if window
         else f"the drafter has no sliding window: the long bucket starts at {edge} tokens"
     )
-    short = ContextBucket(SHORT, 0, edge - 1, tuple(short_prompts), window, origin)
+    longest = max(len(prompt.split()) for prompt in short_prompts)
+    short_note = origin
+    if longest + max_tokens >= edge:
+        short_note += (
+            f"; the longest short prompt ({longest} words) with max_tokens {max_tokens}"
+            " reaches past it"
+        )
+    short = ContextBucket(SHORT, 0, edge - 1, tuple(short_prompts), window, short_note)
     words = math.ceil(edge * WORD_MARGIN)
     if max_model_len is not None:
         room = math.floor((max_model_len - max_tokens) / TOKENS_PER_WORD_AT_MOST)
         words = min(words, room)
         if words <= edge:
             note = (
-                f"{origin}; max_model_len {max_model_len} leaves no room for prompts above it:"
-                " long contexts are not probed"
+                f"{short_note}; max_model_len {max_model_len} leaves no room for prompts"
+                " above it: long contexts are not probed"
             )
             return [ContextBucket(SHORT, 0, edge - 1, tuple(short_prompts), window, note)]
     prompts = tuple(long_prompt(passages, start, words) for start in range(len(passages)))
