@@ -19,7 +19,6 @@ The lab is stopped by PID (`Lab.down()`) whatever happens.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import getpass
 import json
 import os
@@ -117,8 +116,10 @@ def main() -> None:
         lab = Lab(Path(tmp) / "lab")
         env = {**os.environ, "ORCH_STATE_DIR": str(Path(tmp) / "state"), "NO_COLOR": "1"}
         try:
-            spec = LabSpec(load_seconds=0, network=args.network)
-            lab.up(dataclasses.replace(spec, tokens_per_second=args.tokens_per_second))
+            spec = LabSpec(
+                load_seconds=0, network=args.network, tokens_per_second=args.tokens_per_second
+            )
+            lab.up(spec)
             correct = deploy(lab, env)
             guessed = deploy(lab, env, "--force", "--set", GUESSED_IDS, "--limit", "ct200")
             ssh = {

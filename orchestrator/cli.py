@@ -345,9 +345,10 @@ def lab_up(
     from orchestrator.lab.cluster import Lab, LabSpec, default_lab_dir
 
     the_lab = Lab(lab_dir or default_lab_dir())
-    started = the_lab.up(
-        LabSpec(hosts, containers_per_host, load_seconds, network, tokens_per_second)
+    spec = LabSpec(
+        hosts, containers_per_host, load_seconds, network, tokens_per_second=tokens_per_second
     )
+    started = the_lab.up(spec)
     click.echo(f"lab {'started' if started else 'already running'} in {the_lab.root}")
     click.echo(f"next: orch deploy qwen-dflash -i {the_lab.inventory}")
 
