@@ -67,6 +67,16 @@ class PhaseReport:
     def label(self) -> str:
         return f"{self.bucket.describe()} via {self.endpoint.describe()}"
 
+    def outside_bucket(self) -> str:
+        """Says so when the server counted prompts outside the bucket (another tokenizer)."""
+        if self.prompt_tokens is None:
+            return ""
+        low, high = self.prompt_tokens
+        upper = self.bucket.max_tokens
+        if low >= self.bucket.min_tokens and (upper is None or high <= upper):
+            return ""
+        return f"the server counted {low}..{high} prompt tokens: outside this bucket"
+
     def to_dict(self) -> dict[str, object]:
         verdict = self.verdict
         return {
@@ -83,7 +93,7 @@ class PhaseReport:
             "per_position_acceptance": list(verdict.per_position_acceptance),
             "verdict": verdict.outcome,
             "reason": verdict.reason,
-            "note": self.bucket.note,
+            "note": "; ".join(filter(None, [self.bucket.note, self.outside_bucket()])),
             "requests": self.requests,
             "request_errors": self.request_errors,
             "seconds": round(self.seconds, 3),

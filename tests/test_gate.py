@@ -261,3 +261,14 @@ def test_by_context_json_names_bucket_endpoint_and_template_settings() -> None:
         "request_errors": 0,
         "seconds": 0.0,
     }
+
+
+def test_prompts_the_server_counted_outside_the_bucket_are_noted() -> None:
+    counted = phase(LONG_BUCKET, CHAT, verdict("pass", 4.2, HEALTHY))
+    counted.prompt_tokens = (1900, 2300)
+    assert counted.to_dict()["note"] == (
+        "the drafter's sliding window is 2048 tokens;"
+        " the server counted 1900..2300 prompt tokens: outside this bucket"
+    )
+    counted.prompt_tokens = (2100, 2300)
+    assert counted.to_dict()["note"] == "the drafter's sliding window is 2048 tokens"
