@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Sequence
 from pathlib import Path
 
 from orchestrator.drafters.dflash import check_dflash
@@ -10,6 +12,9 @@ from orchestrator.drafters.findings import Finding
 from orchestrator.drafters.modelfiles import ModelFiles, read_config_file, read_model_dir
 from orchestrator.drafters.profiles import detect_profile, get_profile
 from orchestrator.errors import InputError
+from orchestrator.serving.judge import Launch, judge_server
+
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def read_files(path: Path) -> ModelFiles:
@@ -30,8 +35,11 @@ def verify_local(
     tokenizer_path: Path | None = None,
     profile_name: str | None = None,
     num_speculative_tokens: int | None = None,
+    server_version: str | None = None,
+    launch: Launch | None = None,
 ) -> list[Finding]:
-    """All findings for a drafter against its target; unusable input raises InputError."""
+    """All findings for a drafter against its target, and against what vLLM
+    `server_version` does with them when given; unusable input raises InputError."""
     drafter, target = read_files(drafter_path), read_files(target_path)
     if target.config is None:
         raise InputError(
@@ -45,6 +53,9 @@ def verify_local(
     profile = (
         get_profile(profile_name) if profile_name else detect_profile(drafter.config, target.config)
     )
+    if server_version is not None:
+        launch = launch or Launch(method="dflash")
+        findings += judge_server(server_version, launch, drafter.config, target.config)
     return findings + check_dflash(
         drafter.config,
         target.config,
@@ -53,3 +64,14 @@ def verify_local(
         profile=profile,
         num_speculative_tokens=num_speculative_tokens,
     )
+
+
+def server_launch(env: Sequence[str], attention_backend: str | None) -> Launch:
+    """`--server-env NAME=VALUE` pairs and `--attention-backend` as a DFlash launch."""
+    pairs = {}
+    for item in env:
+        name, equals, value = item.partition("=")
+        if not equals or not ENV_NAME.fullmatch(name):
+            raise InputError(f"--server-env {item!r}: expected NAME=VALUE")
+        pairs[name] = value
+    return Launch(pairs, attention_backend, "dflash")

@@ -40,6 +40,8 @@ BOS_MISMATCH_SCALE = 0.959
 """Scaling every position by it lowers the trained mean by 10% at 15 tokens (4.2 -> 3.78)."""
 LONG_CONTEXT_COLLAPSE = (0.55, 0.25, 0.08, 0.02)
 """Share of drafts accepting at least i+1 tokens once full attention runs past the window."""
+ZERO_HEAD = 0.01
+"""A drafter with a zero-initialised lm_head: position 1 accepted in about 1% of drafts."""
 MAX_PROBABILITY = 0.98
 REQUEST_SPREAD = 0.03
 """Standard deviation of the per-request multiplier (clipped to 0.9..1.1)."""
@@ -124,6 +126,11 @@ def collapsed_past_window(profile: list[float]) -> list[float]:
     reach = (1.0, *LONG_CONTEXT_COLLAPSE)
     collapse = [reach[i + 1] / reach[i] if i + 1 < len(reach) else 0.0 for i in range(len(profile))]
     return [min(p, c) for p, c in zip(profile, collapse, strict=True)]
+
+
+def zero_head_profile(positions: int) -> list[float]:
+    """Near-zero acceptance whatever the config: the drafter's head is all zeros."""
+    return [ZERO_HEAD if i == 0 else 0.0 for i in range(positions)]
 
 
 def _position_probability(profile: list[float], position: int, multiplier: float) -> float:

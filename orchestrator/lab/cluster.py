@@ -15,7 +15,7 @@ import os
 import signal
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import yaml
@@ -26,6 +26,7 @@ from orchestrator.lab import sshd
 from orchestrator.lab.layout import (
     DEFAULT_TOKENS_PER_SECOND,
     TOKENS_PER_SECOND_ENV,
+    VLLM_VERSION_ENV,
     ContainerPaths,
     LabPaths,
     pid_alive,
@@ -36,6 +37,7 @@ from orchestrator.lab.layout import (
     write_pct_launcher,
 )
 from orchestrator.lab.models import install_models
+from orchestrator.serving.capabilities import UnknownVersion, capabilities_for, newest_version
 from orchestrator.state import state_dir
 
 SSH_PORT = 2222
@@ -57,9 +59,15 @@ class LabSpec:
     containers_per_host: int = 2
     load_seconds: float = 2.0
     network: str = "127.66"
+    vllm_version: str = field(default_factory=newest_version)
+    """The vLLM version every container's stand-in claims and behaves as."""
     tokens_per_second: float = DEFAULT_TOKENS_PER_SECOND
 
     def __post_init__(self) -> None:
+        try:
+            capabilities_for(self.vllm_version)
+        except UnknownVersion as exc:
+            raise InputError(f"--vllm-version {self.vllm_version!r}: {exc}") from None
         parts = self.network.split(".")
         if len(parts) != 2 or parts[0] != "127" or not parts[1].isdigit() or int(parts[1]) > 255:
             raise InputError(f"--network {self.network!r}: expected 127.N (a loopback /16)")
@@ -258,6 +266,7 @@ class Lab:
                     {
                         LOAD_SECONDS_ENV: str(spec.load_seconds),
                         TOKENS_PER_SECOND_ENV: str(spec.tokens_per_second),
+                        VLLM_VERSION_ENV: spec.vllm_version,
                     },
                 )
                 write_json_atomic(

@@ -15,7 +15,16 @@ and, when sliding layers run as full attention, with the request's context.
 Each engine step (one draft and its verification, or one token without a
 drafter) takes 1 / `--tokens-per-second` seconds: the target's decode speed
 per stream without speculation.
-Imports stay light: an idle server must stay small.
+
+The server behaves like the vLLM version it claims (`ORCH_LAB_VLLM_VERSION`,
+default the newest row of the capability table, `serving/vllm.yaml`): a method
+the version lacks is refused, a drafter mixing sliding and full attention layers
+is refused, needs the V2 runner's variable, or has its sliding layers run as
+full attention, as that version's row says (the `swa_as_full_attention` fault
+knob forces the last on any version); a zero lm_head leaves a
+`*ForConditionalGeneration` target near-zero acceptance; `/health` answers 503
+for a short warm-up once listening. Imports stay light: an idle server must
+stay small.
 """
 
 from __future__ import annotations
@@ -34,13 +43,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from prometheus_client import (
-    CONTENT_TYPE_LATEST,
-    CollectorRegistry,
-    Counter,
-    Gauge,
-    generate_latest,
-)
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge
+from prometheus_client.exposition import choose_encoder
 
 from orchestrator.drafters.modelfiles import (
     parse_safetensors_header,
@@ -53,23 +57,35 @@ from orchestrator.lab.acceptance import (
     collapsed_past_window,
     request_multiplier,
     sample_accepted,
+    zero_head_profile,
 )
 from orchestrator.lab.layout import (
     CONTAINER_ENV,
     DEFAULT_TOKENS_PER_SECOND,
     TOKENS_PER_SECOND_ENV,
+    VLLM_VERSION_ENV,
     ContainerPaths,
     read_gpus,
     server_records,
     write_json_atomic,
 )
+from orchestrator.serving.capabilities import (
+    FULL_ATTENTION,
+    REFUSED,
+    V2_RUNNER,
+    Capabilities,
+    capabilities_for,
+    newest_version,
+)
+from orchestrator.serving.judge import conditional_generation, is_mixed, runner_enabled
 
-VLLM_VERSION = "0.11.0"
 FAULTS_ENV = "ORCH_LAB_FAULTS"
 LOAD_SECONDS_ENV = "ORCH_LAB_LOAD_SECONDS"
 STATS_INTERVAL_ENV = "VLLM_LOG_STATS_INTERVAL"
 DEFAULT_LOAD_SECONDS = 2.0
 DEFAULT_STATS_INTERVAL = 5.0
+WARMUP_SECONDS = 0.5
+"""How long /health answers 503 after the port starts listening, where the row says so."""
 DEFAULT_MAX_TOKENS = 16
 FILLER = ("the", "draft", "tokens", "were", "verified", "by", "the", "target", "in", "one", "pass")
 SPEC_DECODE_LINE = (
@@ -92,10 +108,15 @@ def positive_float(text: str) -> float:
     return value
 
 
+def claimed_version() -> str:
+    """The vLLM version this lab container's stand-in claims to be."""
+    return os.environ.get(VLLM_VERSION_ENV) or newest_version()
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """`vllm serve TARGET [flags]`; an unknown flag is argparse's usage error, exit 2."""
     parser = argparse.ArgumentParser(prog="vllm")
-    parser.add_argument("--version", action="version", version=VLLM_VERSION)
+    parser.add_argument("--version", action="version", version=claimed_version())
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", usage="vllm serve [model_tag] [options]")
     serve.add_argument("model_tag")
@@ -111,6 +132,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     serve.add_argument("--trust-remote-code", action="store_true")
     serve.add_argument("--dtype", default="auto")
     serve.add_argument("--max-num-seqs", type=int)
+    serve.add_argument("--max-num-batched-tokens", type=int)
     serve.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction)
     serve.add_argument(
         "--load-seconds",
@@ -154,9 +176,9 @@ class SpeculativeConfigError(ValueError):
 class Drafting:
     """What the engine needs to simulate drafts.
 
-    `swa_as_full_attention`: the server runs the drafter's sliding layers as
-    full attention, so drafts collapse once a request's context passes
-    `sliding_window` (the window the drafter was trained with).
+    `swa_as_full_attention`: the drafter's sliding layers run as full attention (the
+    version does it, or the fault knob forces it), so drafts collapse once a
+    request's context passes `sliding_window` (the window it was trained with).
     """
 
     num_speculative_tokens: int
@@ -176,7 +198,7 @@ def read_json(path: Path) -> dict:
     return json.loads(path.read_text())
 
 
-def parse_speculative_config(raw: str) -> dict:
+def parse_speculative_config(raw: str, capabilities: Capabilities) -> dict:
     config = json.loads(raw)
     missing = [key for key in ("method", "model", "num_speculative_tokens") if key not in config]
     if missing:
@@ -188,8 +210,14 @@ def parse_speculative_config(raw: str) -> dict:
         raise SpeculativeConfigError(
             f"{len(missing)} validation error{plural} for SpeculativeConfig\n{errors}"
         )
-    if config["method"] != "dflash":
-        method = config["method"]
+    method = config["method"]
+    if capabilities.row.serves(method) is False:
+        raise SpeculativeConfigError(
+            f"1 validation error for SpeculativeConfig\nmethod\n  Input should be a "
+            f"speculative method vLLM {capabilities.version} knows [type=literal_error, "
+            f"input_value={method!r}, input_type=str]"
+        )
+    if method != "dflash":
         raise ValueError(f"the lab's vLLM drafts with method 'dflash' only, not {method!r}")
     return config
 
@@ -206,11 +234,17 @@ def fc_in_features(weights: Path) -> int | None:
 
 
 def load_drafting(
-    speculative: dict, container: ContainerPaths, swa_as_full_attention: bool = False
+    speculative: dict,
+    container: ContainerPaths,
+    capabilities: Capabilities,
+    target: dict,
+    forced_swa_as_full_attention: bool = False,
 ) -> Drafting:
-    """Read the drafter as vLLM would, then look up the published config of its weights."""
+    """Read the drafter as vLLM `capabilities.version` would, then look up the published
+    config of its weights. `forced_swa_as_full_attention` is the lab's fault knob."""
     drafter = Path(speculative["model"])
     deployed = read_json(drafter / "config.json")
+    swa_as_full_attention = is_mixed(deployed) and mixed_layers_run_as_full(capabilities)
     if "target_layer_ids" not in (deployed.get("dflash_config") or {}):
         raise ValueError(
             f"DFlash draft model config {drafter / 'config.json'} has no "
@@ -224,10 +258,29 @@ def load_drafting(
     if truth is None:
         log("WARNING", "lab", f"no published drafter config at {truth_path}: drafts will miss")
     profile = acceptance_profile(deployed, truth, fc_in_features(weights))
-    window = served_window(truth or deployed)
+    if capabilities.row.lm_head_zero_for_conditional_generation and conditional_generation(target):
+        profile = zero_head_profile(len(profile))
+    k = int(speculative["num_speculative_tokens"])
     return Drafting(
-        int(speculative["num_speculative_tokens"]), profile, window, swa_as_full_attention
+        k,
+        profile,
+        sliding_window=served_window(truth or deployed),
+        swa_as_full_attention=swa_as_full_attention or forced_swa_as_full_attention,
     )
+
+
+def mixed_layers_run_as_full(capabilities: Capabilities) -> bool:
+    """How the version treats a drafter mixing sliding and full attention layers: refused
+    or not started without the V2 runner (raises vLLM's error), or True when it runs the
+    sliding layers as full attention."""
+    row = capabilities.row
+    refused = row.mixed_attention_drafters == REFUSED
+    no_runner = row.mixed_attention_drafters == V2_RUNNER and not runner_enabled(
+        os.environ.get(row.runner_env or "")
+    )
+    if (refused or no_runner) and row.error:
+        raise NotImplementedError(row.error.removeprefix("NotImplementedError: "))
+    return row.mixed_attention_drafters == FULL_ATTENTION
 
 
 def require_loopback(host: str) -> None:
@@ -446,6 +499,9 @@ class App:
     max_model_len: int | None
     engine: Engine
     faults: Faults
+    health_503_while_warming: bool = False
+    warm_until: float = 0.0
+    """Monotonic time until which /health answers 503 (set when the port starts listening)."""
 
 
 def count_tokens(value: object) -> int:
@@ -520,7 +576,7 @@ class Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         app = self.server.app
         if self.path == "/health":
-            self._send(200, b"", "application/json")
+            self._send(503 if time.monotonic() < app.warm_until else 200, b"", "application/json")
         elif self.path == "/v1/models":
             created = int(time.time())
             model = {
@@ -536,10 +592,11 @@ class Handler(BaseHTTPRequestHandler):
         elif self.path == "/metrics":
             if app.faults.garbage_metrics:
                 self._send(200, GARBAGE_METRICS, CONTENT_TYPE_LATEST)
-            else:
+            else:  # negotiated as prometheus-client's ASGI app (vLLM's /metrics) does
+                encode, content_type = choose_encoder(self.headers.get("Accept", ""))
                 with app.engine.lock:
-                    exposition = generate_latest(app.engine.metrics.registry)
-                self._send(200, exposition, CONTENT_TYPE_LATEST)
+                    exposition = encode(app.engine.metrics.registry)
+                self._send(200, exposition, content_type)
         else:
             self._send_json(404, {"detail": "Not Found"})
 
@@ -600,23 +657,25 @@ def install_signal_handlers(stop: threading.Event, ignore_sigterm: bool) -> None
     signal.signal(signal.SIGINT, request_stop)
 
 
-def build_app(args: argparse.Namespace, container: ContainerPaths, faults: Faults) -> App:
+def build_app(
+    args: argparse.Namespace, container: ContainerPaths, faults: Faults, capabilities: Capabilities
+) -> App:
     """Read the target and drafter as vLLM does at start-up; any problem raises."""
     config = read_json(Path(args.model_tag) / "config.json")
     log("INFO", "model.py:547", f"Resolved architecture: {config['architectures'][0]}")
     drafting = None
     if args.speculative_config is not None:
+        speculative = parse_speculative_config(args.speculative_config, capabilities)
         drafting = load_drafting(
-            parse_speculative_config(args.speculative_config),
-            container,
-            faults.swa_as_full_attention,
+            speculative, container, capabilities, config, faults.swa_as_full_attention
         )
     model_name = (args.served_model_name or [args.model_tag])[0]
     metrics = Metrics(model_name, drafting, not faults.drop_spec_decode)
     seed = args.port if args.seed is None else args.seed
     engine = Engine(metrics, drafting, seed, args.tokens_per_second)
     max_model_len = args.max_model_len or text_config(config).get("max_position_embeddings")
-    return App(model_name, args.model_tag, max_model_len, engine, faults)
+    warming = capabilities.row.health_503_while_warming
+    return App(model_name, args.model_tag, max_model_len, engine, faults, warming)
 
 
 def register(args: argparse.Namespace, container: ContainerPaths) -> Path:
@@ -635,7 +694,8 @@ def serve(args: argparse.Namespace, container: ContainerPaths, stop: threading.E
     """Everything after the flags; the port and the record are released however it ends."""
     faults = read_faults(container)
     install_signal_handlers(stop, faults.ignore_sigterm)
-    log("INFO", "api_server.py:1839", f"vLLM API server version {VLLM_VERSION}")
+    capabilities = capabilities_for(claimed_version())
+    log("INFO", "api_server.py:1839", f"vLLM API server version {capabilities.version}")
     defaults = vars(parse_args(["serve", args.model_tag]))
     changed = {name: value for name, value in vars(args).items() if defaults[name] != value}
     log("INFO", "utils.py:233", f"non-default args: {changed}")
@@ -643,7 +703,7 @@ def serve(args: argparse.Namespace, container: ContainerPaths, stop: threading.E
     httpd = LabHTTPServer((args.host, args.port), Handler, bind_and_activate=False)
     try:
         httpd.server_bind()
-        httpd.app = build_app(args, container, faults)
+        httpd.app = build_app(args, container, faults, capabilities)
         record = register(args, container)
         try:
             run_server(httpd, args, faults, stop)
@@ -663,6 +723,8 @@ def run_server(
         return
     took = time.monotonic() - started
     log("INFO", "default_loader.py:267", f"Loading weights took {took:.2f} seconds")
+    if httpd.app.health_503_while_warming:
+        httpd.app.warm_until = time.monotonic() + WARMUP_SECONDS
     httpd.server_activate()
     threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True).start()
     every = float(os.environ.get(STATS_INTERVAL_ENV, DEFAULT_STATS_INTERVAL))
@@ -673,8 +735,11 @@ def run_server(
         f"Starting vLLM API server 0 on http://{args.host}:{args.port}",
     )
     print("INFO:     Application startup complete.", flush=True)
+    crash = faults.crash_after_ready_seconds
+    if crash is not None:  # counted from ready: the warm-up's end
+        crash += max(httpd.app.warm_until - time.monotonic(), 0.0)
     try:
-        if not stop.wait(faults.crash_after_ready_seconds):
+        if not stop.wait(crash):
             log("ERROR", "core.py:710", "EngineCore encountered a fatal error.")
             raise RuntimeError("CUDA error: an illegal memory access was encountered")
         log("INFO", "launcher.py:101", "Shutting down FastAPI HTTP server.")
