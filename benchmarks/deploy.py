@@ -1,13 +1,16 @@
 """Where one `orch deploy` spends its time, the SSH connections it opens, and the gate's drafts.
 
-Run: `.venv/bin/python benchmarks/deploy.py [--ssh-runs N]`. On a fresh
-default lab (1 host x 2 containers, stand-ins load in 0 s, playbook defaults)
-runs the real CLI twice, each in its own process with ORCH_STATE_DIR in a
-temporary directory: `orch deploy qwen-dflash --json` (the published drafter
-config), then the guessed `target_layer_ids` with `--force --limit ct200`.
+Run: `.venv/bin/python benchmarks/deploy.py [--ssh-runs N] [--tokens-per-second N]`.
+On a fresh default lab (1 host x 2 containers, stand-ins load in 0 s, playbook
+defaults; `--tokens-per-second 30` decodes at field speed, a 27B target on
+two A6000 without speculation) runs the real CLI twice, each in its own
+process with ORCH_STATE_DIR in a temporary directory: `orch deploy
+qwen-dflash --json` (the published drafter config), then the guessed
+`target_layer_ids` with `--force --limit ct200`.
 Prints the wall time split into the steps the JSON document reports (a
 rollback's own steps carry a `rollback ` prefix), the gates' share, the
-drafts each gate needed to decide, and the SSH connections each sshd
+drafts each gate needed to decide, each gate phase (context bucket and
+endpoint) with the seconds to its verdict, and the SSH connections each sshd
 accepted (its log's `Accepted publickey` lines) during each deploy.
 Peer: the median round trip of a plain `ssh ... true` to the same sshd.
 The lab is stopped by PID (`Lab.down()`) whatever happens.
@@ -29,6 +32,7 @@ from pathlib import Path
 from lab import require_free
 
 from orchestrator.lab.cluster import Lab, LabSpec, Node
+from orchestrator.lab.layout import DEFAULT_TOKENS_PER_SECOND
 
 PLAYBOOK = "qwen-dflash"
 GUESSED_IDS = "drafter.overrides.dflash_config.target_layer_ids=[1,17,33,49,63]"
@@ -100,13 +104,22 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ssh-runs", type=int, default=10)
     parser.add_argument("--network", default="127.202", help="loopback /16 of the lab")
+    parser.add_argument(
+        "--tokens-per-second",
+        type=float,
+        default=DEFAULT_TOKENS_PER_SECOND,
+        help="the stand-ins' decode speed per stream (30: field speed)",
+    )
     args = parser.parse_args()
     require_free(args.network, 1, 2)
     with tempfile.TemporaryDirectory() as tmp:
         lab = Lab(Path(tmp) / "lab")
         env = {**os.environ, "ORCH_STATE_DIR": str(Path(tmp) / "state"), "NO_COLOR": "1"}
         try:
-            lab.up(LabSpec(load_seconds=0, network=args.network))
+            spec = LabSpec(
+                load_seconds=0, network=args.network, tokens_per_second=args.tokens_per_second
+            )
+            lab.up(spec)
             correct = deploy(lab, env)
             guessed = deploy(lab, env, "--force", "--set", GUESSED_IDS, "--limit", "ct200")
             ssh = {
@@ -117,7 +130,10 @@ def main() -> None:
             }
         finally:
             lab.down()
-    print(f"orch deploy {PLAYBOOK} on a fresh 1 host x 2 container lab, playbook gate defaults")
+    print(
+        f"orch deploy {PLAYBOOK} on a fresh 1 host x 2 container lab, playbook gate defaults,"
+        f" stand-ins at {args.tokens_per_second:g} tokens/s per stream"
+    )
     print_steps("published drafter config, all targets", correct[0], correct[1])
     print_steps("guessed target_layer_ids, --force --limit ct200", guessed[0], guessed[1])
 
@@ -130,6 +146,19 @@ def main() -> None:
             f"  {label:<10} {name:<7} {gate['verdict']:<8} {gate['drafts']:7d}"
             f" {gate['requests']:9d} {gate['mean_acceptance_length']:8.2f}"
         )
+
+    print("\ngate phases: seconds from a phase's first scrape to its verdict")
+    header = ("config", "target", "context", "endpoint", "verdict", "seconds", "drafts", "reqs")
+    print("  {:<10} {:<7} {:<7} {:<21} {:<8} {:>7} {:>7} {:>5}  mean AL".format(*header))
+    for label, name, gate in rows:
+        for phase in gate.get("by_context") or []:
+            print(
+                f"  {label:<10} {name:<7} {phase['context']:<7} {phase['endpoint']:<21}"
+                f" {phase['verdict']:<8} {phase['seconds']:7.2f} {phase['drafts']:7d}"
+                f" {phase['requests']:5d}  {phase['mean_acceptance_length']:.2f}"
+            )
+        whole = f"whole gate, with in-flight requests: {gate['seconds']:.2f} s"
+        print(f"  {label:<10} {name:<7} {whole}")
 
     print("\nSSH connections accepted per sshd during each deploy")
     print(f"  {'sshd':<8} {'published':>10} {'guessed':>8}")

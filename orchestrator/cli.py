@@ -12,6 +12,7 @@ from typing import Any
 import click
 
 from orchestrator.errors import OrchError
+from orchestrator.lab.layout import DEFAULT_TOKENS_PER_SECOND
 
 EXIT_CODES = """Exit codes: 0 success; 1 the change did not pass its gate or checks (rolled back
 or not applied, nothing broken); 2 bad input (nothing touched); 3 needs attention
@@ -477,6 +478,14 @@ lab_dir_option = click.option(
     "--network", default="127.66", show_default=True, help="Loopback /16 for the lab's addresses."
 )
 @click.option(
+    "--tokens-per-second",
+    type=click.FloatRange(min=0, min_open=True),
+    default=DEFAULT_TOKENS_PER_SECOND,
+    show_default=True,
+    help="Decode speed per stream without drafts (one engine step each 1/N s); "
+    "about 30 for a 27B target on two A6000.",
+)
+@click.option(
     "--vllm-version",
     metavar="VERSION",
     help="The vLLM version the stand-ins claim and behave as (default: the newest the "
@@ -510,6 +519,7 @@ def lab_up(
     direct_ssh: bool,
     max_sessions: int | None,
     max_startups: str | None,
+    tokens_per_second: float,
 ) -> None:
     """Build and start the lab, and write its inventory."""
     from orchestrator.lab.cluster import Lab, LabSpec, default_lab_dir
@@ -525,6 +535,7 @@ def lab_up(
         direct_ssh,
         max_sessions,
         max_startups,
+        tokens_per_second=tokens_per_second,
     )
     started = the_lab.up(spec)
     click.echo(

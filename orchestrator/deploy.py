@@ -32,6 +32,7 @@ from orchestrator.lock import DeployLock, Owner
 from orchestrator.metrics.assess import Verdict
 from orchestrator.plan import LAUNCH_SCRIPT, TargetPlan
 from orchestrator.playbook import Playbook
+from orchestrator.probes.context import ContextBucket
 from orchestrator.release import GateTarget
 from orchestrator.remote import run_step
 from orchestrator.server import Server
@@ -100,14 +101,14 @@ class TargetRun:
         plan: TargetPlan,
         transport: Transport,
         playbook: Playbook,
-        prompts: list[str],
+        buckets: list[ContextBucket],
         nvidia_smi: str,
         options: Options,
         progress: Progress = lambda *_: None,
         cancel: Cancel | None = None,
     ) -> None:
         self.plan, self.transport, self.playbook = plan, transport, playbook
-        self.prompts, self.nvidia_smi, self.options = prompts, nvidia_smi, options
+        self.buckets, self.nvidia_smi, self.options = buckets, nvidia_smi, options
         self.progress = progress
         self.cancel = cancel or Cancel()
         self.layout = plan.layout
@@ -278,7 +279,7 @@ class TargetRun:
                 target.port,
                 target.served_name,
                 target.gate,
-                self.prompts,
+                self.buckets,
                 stop,
             )
 

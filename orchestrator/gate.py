@@ -1,8 +1,11 @@
 """The acceptance gate on a live server: probe traffic, scrapes, verdict.
 
-Probe requests run on worker threads over the SSH connection while the main
-thread scrapes /metrics every interval; each interval's counter deltas are one
-batch for `metrics.assess`, which stops the gate as soon as it decides.
+The gate runs in phases, one per context bucket and endpoint (short prompts,
+then long ones past the drafter's sliding window; plain completions, then chat
+as production calls it). In each phase probe requests run on worker threads
+over the SSH connection while the main thread scrapes /metrics every
+interval; each interval's counter deltas are one batch for `metrics.assess`,
+which ends the phase as soon as it decides.
 """
 
 from __future__ import annotations
@@ -11,20 +14,23 @@ import dataclasses
 import itertools
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import tenacity
 
 from orchestrator.deadline import Deadline
 from orchestrator.errors import OrchError
+from orchestrator.metrics.advice import Advice, speculative_tokens_advice
 from orchestrator.metrics.assess import (
     GateCriteria,
     Verdict,
     assess,
     explain,
+    explain_context,
     no_spec_decode_verdict,
 )
-from orchestrator.metrics.evaluate import CounterReset, Measurement, measure
+from orchestrator.metrics.evaluate import CounterReset, Measurement, combine, measure
 from orchestrator.metrics.scrape import (
     ACCEPT,
     MetricsFormatError,
@@ -32,6 +38,8 @@ from orchestrator.metrics.scrape import (
     parse_spec_decode,
 )
 from orchestrator.playbook import Gate
+from orchestrator.probes.context import LONG, SHORT, ContextBucket
+from orchestrator.probes.endpoints import Endpoint, probe_endpoints
 from orchestrator.transport import http
 from orchestrator.transport.base import Transport
 
@@ -47,7 +55,68 @@ class ScrapeFailed(Exception):
 
 
 @dataclass
+class PhaseReport:
+    """One context bucket on one endpoint, measured from its own counter deltas.
+
+    `seconds` runs from the phase's first scrape to its verdict; the requests
+    still in flight then are waited for before the next phase starts.
+    """
+
+    bucket: ContextBucket
+    endpoint: Endpoint
+    verdict: Verdict
+    requests: int = 0
+    request_errors: int = 0
+    prompt_tokens: tuple[int, int] | None = None
+    seconds: float = 0.0
+    batches: list[Measurement] = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        return f"{self.bucket.describe()} via {self.endpoint.describe()}"
+
+    def outside_bucket(self) -> str:
+        """Says so when the server counted prompts outside the bucket (another tokenizer)."""
+        if self.prompt_tokens is None:
+            return ""
+        low, high = self.prompt_tokens
+        upper = self.bucket.max_tokens
+        if low >= self.bucket.min_tokens and (upper is None or high <= upper):
+            return ""
+        return f"the server counted {low}..{high} prompt tokens: outside this bucket"
+
+    def to_dict(self) -> dict[str, object]:
+        verdict = self.verdict
+        return {
+            "context": self.bucket.name,
+            "min_tokens": self.bucket.min_tokens,
+            "max_tokens": self.bucket.max_tokens,
+            "endpoint": self.endpoint.path,
+            "chat_template_kwargs": self.endpoint.settings(),
+            "prompt_tokens_seen": list(self.prompt_tokens) if self.prompt_tokens else None,
+            "drafts": verdict.drafts,
+            "mean_acceptance_length": verdict.mean_acceptance_length,
+            "lower": verdict.lower,
+            "upper": verdict.upper,
+            "per_position_acceptance": list(verdict.per_position_acceptance),
+            "verdict": verdict.outcome,
+            "reason": verdict.reason,
+            "note": "; ".join(filter(None, [self.bucket.note, self.outside_bucket()])),
+            "requests": self.requests,
+            "request_errors": self.request_errors,
+            "seconds": round(self.seconds, 3),
+        }
+
+
+@dataclass
 class GateReport:
+    """The gate's outcome over its phases.
+
+    The top-level figures are the deciding phase's when one failed or stayed
+    undecided; when every phase passed they are all phases' drafts together,
+    with the weakest phase's bounds.
+    """
+
     verdict: Verdict
     requests: int = 0
     request_errors: int = 0
@@ -55,7 +124,8 @@ class GateReport:
     resets: int = 0
     explanation: str | None = None
     seconds: float = 0.0
-    batches: list[Measurement] = field(default_factory=list)
+    phases: list[PhaseReport] = field(default_factory=list)
+    advice: Advice | None = None
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -66,31 +136,41 @@ class GateReport:
             "scrape_errors": self.scrape_errors,
             "counter_resets": self.resets,
             "seconds": round(self.seconds, 3),
+            "by_context": [phase.to_dict() for phase in self.phases],
+            "advice": self.advice.to_dict() if self.advice else None,
         }
 
 
+@dataclass(frozen=True)
+class _Target:
+    """The server a gate probes, and the name it serves the target under."""
+
+    transport: Transport
+    address: str
+    port: int
+    served_name: str
+
+
 class _Probe:
-    """Bounded-concurrency completion requests until stopped or out of budget."""
+    """Bounded-concurrency requests on one endpoint until stopped or out of budget."""
 
     def __init__(
         self,
-        transport: Transport,
-        address: str,
-        port: int,
-        model: str,
-        prompts: list[str],
+        target: _Target,
+        endpoint: Endpoint,
+        prompts: Sequence[str],
         max_tokens: int,
         max_requests: int,
         deadline: Deadline,
     ) -> None:
-        self.transport, self.address, self.port = transport, address, port
+        self.target, self.endpoint, self.max_tokens = target, endpoint, max_tokens
         self.deadline = deadline
-        self.model, self.max_tokens = model, max_tokens
         self._prompts = itertools.cycle(prompts)
         self._budget = max_requests
         self._lock = threading.Lock()
         self.stop = threading.Event()
         self.sent = self.errors = 0
+        self.prompt_tokens: tuple[int, int] | None = None
 
     def _next_prompt(self) -> str | None:
         with self._lock:
@@ -102,24 +182,38 @@ class _Probe:
 
     def worker(self) -> None:
         while (prompt := self._next_prompt()) is not None:
-            payload = {"model": self.model, "prompt": prompt, "max_tokens": self.max_tokens}
+            target = self.target
+            payload = self.endpoint.payload(target.served_name, prompt, self.max_tokens)
             try:
                 response = http.request(
-                    self.transport,
-                    self.address,
-                    self.port,
+                    target.transport,
+                    target.address,
+                    target.port,
                     "POST",
-                    "/v1/completions",
+                    self.endpoint.path,
                     payload,
                     timeout=self.deadline.limit(REQUEST_SECONDS),
                 )
-                ok = response.status == 200
             except OrchError:
-                ok = False
-            if not ok:
-                with self._lock:
-                    self.errors += 1
-                self.deadline.pause(0.2)
+                response = None
+            if response is not None and response.status == 200:
+                self._count_prompt_tokens(response)
+                continue
+            with self._lock:
+                self.errors += 1
+            self.deadline.pause(0.2)
+
+    def _count_prompt_tokens(self, response: http.HttpResponse) -> None:
+        """The prompt lengths the server counted (its `usage`), for the report."""
+        try:
+            tokens = response.json()["usage"]["prompt_tokens"]
+        except (ValueError, KeyError, TypeError):
+            return
+        if not isinstance(tokens, int):
+            return
+        with self._lock:
+            low, high = self.prompt_tokens or (tokens, tokens)
+            self.prompt_tokens = (min(low, tokens), max(high, tokens))
 
 
 def scrape(
@@ -162,11 +256,18 @@ def run_gate(
     port: int,
     served_name: str,
     gate: Gate,
-    prompts: list[str],
+    buckets: Sequence[ContextBucket],
     stop: threading.Event | None = None,
 ) -> GateReport:
-    """Probe and scrape until the verdict is decided, the budget is spent, or `stop`
-    is set (then inconclusive: a gate that was interrupted did not pass)."""
+    """Probe every context bucket on every endpoint, one phase each, within the budgets.
+
+    A phase starts from its own scrape after the previous phase's requests have
+    finished, so its counter deltas are its own. Each phase gets an equal share
+    of what is left of `time_budget` (a quick phase leaves more to the later
+    ones) and sends at most `probe.max_requests`. The first failed phase
+    decides the gate; every phase must pass for the gate to pass. A set `stop` ends
+    the gate inconclusive: a gate that was interrupted did not pass.
+    """
     stop = stop or threading.Event()
     criteria = GateCriteria(
         gate.min_mean_acceptance_length,
@@ -174,22 +275,53 @@ def run_gate(
         gate.min_drafts,
         gate.confidence,
     )
-    deadline = Deadline.after(gate.time_budget, stop)
-    probe = _Probe(
-        transport,
-        address,
-        port,
-        served_name,
-        prompts,
-        gate.probe.max_tokens,
-        gate.probe.max_requests,
-        deadline,
-    )
+    endpoints = probe_endpoints(gate.probe.endpoints, gate.probe.chat_template_kwargs)
+    phases = [(bucket, endpoint) for bucket in buckets for endpoint in endpoints]
     report = GateReport(assess([], criteria))
+    started = time.monotonic()
+    target = _Target(transport, address, port, served_name)
+    for index, (bucket, endpoint) in enumerate(phases):
+        left = len(phases) - index
+        seconds = (gate.time_budget - (time.monotonic() - started)) / left
+        deadline = Deadline.after(max(0.0, seconds), stop)
+        phase, go_on = _run_phase(target, gate, criteria, bucket, endpoint, deadline, report)
+        report.phases.append(phase)
+        if not go_on:
+            break
+    report.verdict = overall_verdict(report.phases, criteria)
+    report.requests = sum(phase.requests for phase in report.phases)
+    report.request_errors = sum(phase.request_errors for phase in report.phases)
+    report.explanation = explain_phases(report.phases, report.verdict)
+    if report.verdict.outcome == "pass":  # a failed drafter needs fixing, not tuning
+        report.advice = speculative_tokens_advice(report.verdict.per_position_acceptance)
+    report.seconds = time.monotonic() - started
+    return report
+
+
+def _run_phase(
+    target: _Target,
+    gate: Gate,
+    criteria: GateCriteria,
+    bucket: ContextBucket,
+    endpoint: Endpoint,
+    deadline: Deadline,
+    report: GateReport,
+) -> tuple[PhaseReport, bool]:
+    """One phase: scrape, probe, scrape every interval until a verdict or a budget is spent.
+
+    Returns the phase and whether later phases are worth running (not after a
+    failure or when /metrics cannot be read).
+    """
+    transport, address, port = target.transport, target.address, target.port
+    probe = _Probe(
+        target, endpoint, bucket.prompts, gate.probe.max_tokens, gate.probe.max_requests, deadline
+    )
+    phase = PhaseReport(bucket, endpoint, assess([], criteria))
     started = time.monotonic()
     workers = [
         threading.Thread(target=probe.worker, daemon=True) for _ in range(gate.probe.concurrency)
     ]
+    go_on = True
     try:
         previous = _first_scrape(transport, address, port, report, deadline)
         for worker in workers:
@@ -197,8 +329,9 @@ def run_gate(
         no_series = consecutive_failures = 0
         while True:
             deadline.pause(gate.probe.scrape_interval)
-            if stop.is_set():
-                report.verdict = _inconclusive(report.verdict, "interrupted before it decided")
+            if deadline.cancel.is_set():
+                phase.verdict = _inconclusive(phase.verdict, "interrupted before it decided")
+                go_on = False
                 break
             try:
                 current = scrape(transport, address, port, deadline)
@@ -206,51 +339,102 @@ def run_gate(
                 report.scrape_errors += 1
                 consecutive_failures += 1
                 if consecutive_failures >= CONSECUTIVE_SCRAPE_FAILURES or deadline.expired():
-                    report.verdict = _inconclusive(
-                        report.verdict,
+                    phase.verdict = _inconclusive(
+                        phase.verdict,
                         f"could not measure: {consecutive_failures} scrapes failed in a row "
                         f"({exc})",
                     )
+                    go_on = False
                     break
                 continue
             consecutive_failures = 0
             if current is None:
                 no_series += 1
                 if (no_series >= NO_SERIES_SCRAPES and probe.sent) or deadline.expired():
-                    report.verdict = no_spec_decode_verdict()
+                    phase.verdict = no_spec_decode_verdict()
                     break
                 continue
             if previous is not None:
                 try:
                     batch = measure(previous, current)
                     if batch.drafts:
-                        report.batches.append(batch)
+                        phase.batches.append(batch)
                 except CounterReset:
                     report.resets += 1
-                    report.batches.clear()
+                    phase.batches.clear()
                 except MetricsFormatError:
                     report.scrape_errors += 1  # read mid-update: start again from this scrape
             previous = current
-            report.verdict = assess(report.batches, criteria)
-            if report.verdict.outcome != "inconclusive":
+            phase.verdict = assess(phase.batches, criteria)
+            if phase.verdict.outcome != "inconclusive":
                 break
             out_of_traffic = not any(w.is_alive() for w in workers)
             if out_of_traffic or deadline.expired():
-                budget = "probe requests" if out_of_traffic else f"{gate.time_budget:g} s"
-                report.verdict = _inconclusive(
-                    report.verdict,
-                    f"{budget} spent before the gate decided: {report.verdict.reason}",
+                budget = "probe requests" if out_of_traffic else f"{deadline.seconds:.3g} s"
+                phase.verdict = _inconclusive(
+                    phase.verdict,
+                    f"{budget} spent before the gate decided: {phase.verdict.reason}",
                 )
                 break
+        phase.seconds = time.monotonic() - started  # decided; in-flight requests still run
     finally:
         probe.stop.set()
         for worker in workers:
             if worker.is_alive():
                 worker.join(timeout=deadline.limit(REQUEST_SECONDS))
-    report.requests, report.request_errors = probe.sent, probe.errors
-    report.explanation = explain(report.verdict)
-    report.seconds = time.monotonic() - started
-    return report
+    phase.requests, phase.request_errors = probe.sent, probe.errors
+    phase.prompt_tokens = probe.prompt_tokens
+    return phase, go_on and phase.verdict.outcome != "fail"
+
+
+def overall_verdict(phases: Sequence[PhaseReport], criteria: GateCriteria) -> Verdict:
+    """Fail on any failed phase, pass when every phase passed, else undecided.
+
+    Phases stop early only after a phase that did not pass, so passing phases
+    are all the planned ones.
+    """
+    deciding = next((p for p in phases if p.verdict.outcome == "fail"), None) or next(
+        (p for p in phases if p.verdict.outcome != "pass"), None
+    )
+    if deciding is not None:
+        verdict = deciding.verdict
+        return dataclasses.replace(verdict, reason=f"{deciding.label}: {verdict.reason}")
+    total = combine(batch for phase in phases for batch in phase.batches)
+    confidence = f"{criteria.confidence * 100:g}%"
+    weakest = min(phases, key=lambda p: p.verdict.lower or 0.0).verdict
+    return Verdict(
+        outcome="pass",
+        mean_acceptance_length=total.mean_acceptance_length,
+        lower=weakest.lower,
+        upper=weakest.upper,
+        per_position_acceptance=total.per_position_acceptance or (),
+        drafts=total.drafts,
+        reason=f"every phase passed ({confidence} lower bounds): "
+        + "; ".join(f"{p.label}: {_mean_and_lower(p.verdict)}" for p in phases),
+    )
+
+
+def _mean_and_lower(verdict: Verdict) -> str:
+    mean, lower = verdict.mean_acceptance_length, verdict.lower
+    bound = "" if lower is None else f" >= {lower:.2f}"
+    return f"mean acceptance length {mean:.2f}{bound}" if mean is not None else "no drafts"
+
+
+def explain_phases(phases: Sequence[PhaseReport], verdict: Verdict) -> str | None:
+    """Short contexts passing where long ones fail names the sliding window; else the
+    failed phase's per-position curve names its likely cause."""
+    failed = next((p for p in phases if p.verdict.outcome == "fail"), None)
+    if failed is None:
+        return None
+    if failed.bucket.name == LONG:
+        short = next(
+            (p for p in phases if p.bucket.name == SHORT and p.endpoint == failed.endpoint), None
+        )
+        if short is not None:
+            reason = explain_context(short.verdict, failed.verdict, failed.bucket.window)
+            if reason:
+                return reason
+    return explain(verdict)
 
 
 def _first_scrape(

@@ -23,7 +23,8 @@ from orchestrator.inventory import Inventory, load_inventory
 from orchestrator.journal import Journal
 from orchestrator.plan import DRAFTER_CONFIG, TargetPlan, plan_deploy
 from orchestrator.playbook import Playbook, find_playbook, load_playbook
-from orchestrator.probes import load_prompts
+from orchestrator.probes import load_passages, load_prompts
+from orchestrator.probes.context import context_buckets
 from orchestrator.rollout import Plan, run_rollout
 from orchestrator.server import Server
 from orchestrator.state import History, new_run_id, now
@@ -58,11 +59,18 @@ def _target_run(
     nvidia_smi = inputs.inventory.container_vars(plan.container).get(
         "nvidia_smi", DEFAULT_NVIDIA_SMI
     )
+    buckets = context_buckets(
+        prompts,
+        load_passages(),
+        plan.drafter_config,
+        inputs.playbook.server.max_model_len,
+        inputs.playbook.gate.probe.max_tokens,
+    )
     return TargetRun(
         plan,
         connections.container(plan.container),
         inputs.playbook,
-        prompts,
+        buckets,
         nvidia_smi,
         options,
         progress,

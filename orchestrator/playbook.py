@@ -63,8 +63,13 @@ class Probe(Schema):
     prompts: str = "builtin"
     max_tokens: Positive = 256
     concurrency: Annotated[int, Field(ge=1, le=64)] = 4
-    max_requests: Positive = 400
+    max_requests: Positive = 400  # per phase (context bucket x endpoint)
     scrape_interval: Seconds = 1.0
+    endpoints: Annotated[list[Literal["completions", "chat"]], Field(min_length=1)] = [
+        "completions",
+        "chat",
+    ]
+    chat_template_kwargs: dict[str, Any] = {}
 
 
 class Gate(Schema):

@@ -224,6 +224,10 @@ def print_run(document: dict[str, Any]) -> None:
                 if gate.get("explanation"):
                     out.print(text(f"  why: {gate['explanation']}"), highlight=False)
                 out.print(acceptance_bars(gate.get("per_position_acceptance") or []))
+                if gate.get("by_context"):
+                    out.print(context_table(gate["by_context"]))
+                if gate.get("advice"):
+                    out.print(f"  advice: {gate['advice']['text']}", highlight=False)
         if target.get("findings"):
             out.print(
                 findings_table(
@@ -269,6 +273,28 @@ def queue_lines(connections: list[dict[str, Any]] | None) -> list[str]:
         for c in connections or []
         if c["waited"]
     ]
+
+
+def context_table(phases: list[dict[str, Any]]) -> Table:
+    """One row per gate phase: which context, endpoint and template settings each figure
+    came from."""
+    table = Table(title="by context", title_justify="left", box=None, padding=(0, 1))
+    for column in ("context", "tokens", "endpoint", "template", "gate", "mean length", "drafts"):
+        table.add_column(column)
+    for phase in phases:
+        upper = phase["max_tokens"]
+        settings = phase["chat_template_kwargs"]
+        mean = phase["mean_acceptance_length"]
+        table.add_row(
+            phase["context"],
+            f"{phase['min_tokens']}..{'' if upper is None else upper}",
+            phase["endpoint"],
+            "" if settings is None else json.dumps(settings),
+            phase["verdict"],
+            "" if mean is None else f"{mean:.2f}",
+            str(phase["drafts"]),
+        )
+    return table
 
 
 def acceptance_bars(rates: list[float], width: int = 40) -> str:

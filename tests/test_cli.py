@@ -263,3 +263,16 @@ def test_a_wrongly_typed_var_is_a_schema_error(tmp_path: Path) -> None:
         r"Input should be a valid string \(got 42\)\n",
         done.stderr,
     )
+
+
+def test_lab_decode_speed_must_be_positive(tmp_path: Path) -> None:
+    done = orch("lab", "up", "--dir", str(tmp_path / "lab"), "--tokens-per-second", "0")
+    assert done.returncode == 2
+    assert "'--tokens-per-second': 0.0 is not in the range x>0" in done.stderr
+    assert not (tmp_path / "lab").exists()
+
+
+def test_probe_endpoints_are_checked_with_their_field() -> None:
+    done = orch("render", "qwen-dflash", "-i", str(EXAMPLE), "--set", "gate.probe.endpoints=[grpc]")
+    assert done.returncode == 2
+    assert "gate.probe.endpoints" in done.stderr and "Traceback" not in done.stderr

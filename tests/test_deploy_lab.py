@@ -14,7 +14,7 @@ from orchestrator.lab.layout import ContainerPaths, server_records
 
 pytestmark = pytest.mark.lab
 
-FAST = ["--set", "gate.probe.scrape_interval=0.5", "--set", "gate.ready_timeout=30"]
+FAST = ["--set", "gate.probe.scrape_interval=0.25", "--set", "gate.ready_timeout=30"]
 GUESSED_IDS = "drafter.overrides.dflash_config.target_layer_ids=[1,17,33,49,63]"
 
 
@@ -146,6 +146,50 @@ def test_faulty_new_server_is_rolled_back(lab: LabHandle, faults: dict, verdict_
     assert verdict_words in entry["gate"]["reason"]
     assert entry["rollback_gate"]["verdict"] == "pass"
     assert (lab.deployment_dir("ct201") / "current").readlink() == Path("releases") / good
+
+
+def phase_outcomes(gate: dict) -> list[tuple[str, str, str]]:
+    return [(p["context"], p["endpoint"], p["verdict"]) for p in gate["by_context"]]
+
+
+SHORT_PASSES_LONG_FAILS = [
+    ("short", "/v1/completions", "pass"),
+    ("short", "/v1/chat/completions", "pass"),
+    ("long", "/v1/completions", "fail"),
+]
+
+
+def test_sliding_layers_run_as_full_attention_fail_the_long_bucket(lab: LabHandle) -> None:
+    # A new server that runs the sliding layers as full attention is rolled back.
+    code, first = deploy(lab, "--limit", "ct201")
+    assert code == 0
+    good = target(first, "ct201")["release"]
+    assert target(first, "ct201")["gate"]["advice"]["num_speculative_tokens"] == 15
+    fault = json.dumps(json.dumps({"swa_as_full_attention": True}))
+    code, second = deploy(lab, "--limit", "ct201", "--set", f"server.env.ORCH_LAB_FAULTS={fault}")
+    entry = target(second, "ct201")
+    assert code == 1, entry["error"]
+    assert entry["result"] == "rolled_back"
+    gate = entry["gate"]
+    assert phase_outcomes(gate) == SHORT_PASSES_LONG_FAILS
+    assert gate["reason"].startswith("long context (2048..32768 tokens) via /v1/completions")
+    assert gate["by_context"][1]["chat_template_kwargs"] == {"enable_thinking": False}
+    assert "2048-token sliding window" in gate["explanation"]
+    assert "full attention" in gate["explanation"]
+    assert entry["rollback_gate"]["verdict"] == "pass"
+    assert (lab.deployment_dir("ct201") / "current").readlink() == Path("releases") / good
+
+    # The container's faults file makes every server on it do so: a first deploy fails
+    # on long contexts and its server is stopped.
+    container = ContainerPaths(lab.deployment_dir("ct200").parents[4])
+    container.faults.write_text(json.dumps({"swa_as_full_attention": True}))
+    code, third = deploy(lab, "--limit", "ct200")
+    entry = target(third, "ct200")
+    assert code == 1, entry["error"]
+    assert entry["result"] == "failed"
+    assert phase_outcomes(entry["gate"]) == SHORT_PASSES_LONG_FAILS
+    assert "2048-token sliding window" in entry["gate"]["explanation"]
+    assert server_records(container) == []
 
 
 def test_server_ignoring_sigterm_is_killed_by_pid(lab: LabHandle) -> None:

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import copy
 import http.client
+import itertools
 import json
+import operator
 import os
 import random
 import re
@@ -28,6 +30,7 @@ from orchestrator.drafters.dflash import weight_layout
 from orchestrator.drafters.modelfiles import write_safetensors_stub
 from orchestrator.lab.acceptance import (
     acceptance_profile,
+    collapsed_past_window,
     expected_acceptance_length,
     request_multiplier,
     sample_accepted,
@@ -39,6 +42,7 @@ from orchestrator.lab.layout import (
     write_json_atomic,
     write_pct_launcher,
 )
+from orchestrator.lab.vllm_standin import Drafting
 
 REFERENCE = Path(__file__).parent / "fixtures/drafters"  # the published configs
 PUBLISHED = json.loads((REFERENCE / "z-lab_Qwen3.6-27B-DFlash.config.json").read_text())
@@ -145,6 +149,34 @@ def test_sampled_drafts_follow_the_profile_with_per_request_spread() -> None:
     )
     assert sum(d >= 1 for d in drafts) / len(drafts) == pytest.approx(profile[0], abs=0.015)
     assert max(drafts) <= 15
+
+
+def test_full_attention_past_the_window_collapses_after_position_four() -> None:
+    profile = acceptance_profile(PUBLISHED, PUBLISHED, None)
+    drafting = Drafting(15, profile, sliding_window=2048, swa_as_full_attention=True)
+    assert drafting.profile_at(2048) == profile
+    collapsed = drafting.profile_at(2049)
+    reach = list(itertools.accumulate(collapsed, operator.mul))
+    assert reach[:4] == pytest.approx([0.55, 0.25, 0.08, 0.02])
+    assert not any(collapsed[4:])
+    assert 1.8 <= expected_acceptance_length(collapsed, 15) <= 2.0
+
+
+def test_collapse_never_improves_a_drafter_that_already_misses() -> None:
+    unaligned = acceptance_profile(WRONG_IDS, PUBLISHED, None)
+    assert collapsed_past_window(unaligned) == unaligned
+
+
+@pytest.mark.parametrize(
+    "drafting",
+    [
+        Drafting(15, [0.8] * 15, sliding_window=2048),
+        Drafting(15, [0.8] * 15, sliding_window=None, swa_as_full_attention=True),
+    ],
+    ids=["window-honoured", "no-window"],
+)
+def test_long_context_is_normal_when_the_window_is_honoured_or_absent(drafting: Drafting) -> None:
+    assert drafting.profile_at(100_000) == [0.8] * 15
 
 
 # --- a lab container on disk -----------------------------------------------------------------
@@ -580,6 +612,12 @@ def test_unknown_flag_is_a_usage_error(container: ContainerPaths, processes: lis
     server = broken_start(container, processes, None, "--no-such-flag")
     assert server.process.returncode == 2
     assert "unrecognized arguments: --no-such-flag" in server.output()
+
+
+def test_decode_speed_must_be_positive(container: ContainerPaths, processes: list) -> None:
+    server = broken_start(container, processes, None, "--tokens-per-second", "0")
+    assert server.process.returncode == 2
+    assert "--tokens-per-second: must be > 0, got 0" in server.output()
 
 
 def test_busy_gpu_refuses_a_second_server(

@@ -155,3 +155,30 @@ def test_queue_lines_name_only_hosts_where_commands_waited() -> None:
         "pve1: 33 command(s) queued for a session on its one SSH connection "
         "(max_sessions 10, peak 10, 2 open(s) refused by sshd and tried again)"
     ]
+
+
+def test_run_report_shows_each_phase_and_the_advice(capsys: pytest.CaptureFixture) -> None:
+    phase = {
+        "context": "long",
+        "min_tokens": 2048,
+        "max_tokens": None,
+        "endpoint": "/v1/chat/completions",
+        "chat_template_kwargs": {"enable_thinking": False},
+        "verdict": "fail",
+        "mean_acceptance_length": 1.904,
+        "drafts": 4122,
+    }
+    gate = {
+        **DOCUMENT["targets"][0]["gate"],  # type: ignore[index]
+        "by_context": [phase],
+        "advice": {"text": "positions 11-15 accept under 2% of drafts"},
+    }
+    document = {**DOCUMENT, "targets": [{**DOCUMENT["targets"][0], "gate": gate}]}  # type: ignore[index]
+    report.print_run(document)
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if line.strip().startswith("long"))
+    assert row.split() == [
+        "long", "2048..", "/v1/chat/completions", '{"enable_thinking":', "false}", "fail", "1.90",
+        "4122",
+    ]  # fmt: skip
+    assert "  advice: positions 11-15 accept under 2% of drafts" in out

@@ -22,6 +22,7 @@ from test_plan import EXAMPLE, PLAYBOOK
 from orchestrator.cancel import Cancel
 from orchestrator.deploy import Options, TargetRun
 from orchestrator.gate import run_gate
+from orchestrator.probes.context import ContextBucket
 from orchestrator.inventory import load_inventory
 from orchestrator.lock import Owner
 from orchestrator.plan import TargetPlan, plan_deploy
@@ -30,7 +31,11 @@ from orchestrator.release import GateTarget
 from orchestrator.transport.base import Result
 from orchestrator.transport.memory import MemoryTransport, reply
 
-FAST_GATE = Gate(min_drafts=50, probe=Probe(scrape_interval=0.02, concurrency=1, max_tokens=8))
+FAST_GATE = Gate(
+    min_drafts=50,
+    probe=Probe(scrape_interval=0.02, concurrency=1, max_tokens=8, endpoints=["completions"]),
+)
+BUCKETS = [ContextBucket("short", 0, None, ("hello",))]
 
 
 def metrics(scrape: int) -> bytes:
@@ -76,7 +81,7 @@ def serving(transport: MemoryTransport, served_name: str) -> list[str]:
 def test_gate_passes_on_counters_that_grow_well() -> None:
     transport = MemoryTransport()
     serving(transport, "m")
-    report = run_gate(transport, "10.0.0.5", 8000, "m", FAST_GATE, ["hello"])
+    report = run_gate(transport, "10.0.0.5", 8000, "m", FAST_GATE, BUCKETS)
     assert report.verdict.outcome == "pass", report.verdict.reason
     assert report.verdict.mean_acceptance_length == pytest.approx(4.0)
     assert ("GET", "/metrics") in transport.requests
@@ -86,7 +91,7 @@ def test_gate_on_garbage_metrics_could_not_measure() -> None:
     transport = MemoryTransport()
     serving(transport, "m")
     transport.on_http("GET", "/metrics", lambda _: (200, b"<html>nope</html>"))
-    report = run_gate(transport, "10.0.0.5", 8000, "m", FAST_GATE, ["hello"])
+    report = run_gate(transport, "10.0.0.5", 8000, "m", FAST_GATE, BUCKETS)
     assert report.verdict.outcome == "inconclusive"
     assert "could not measure" in report.verdict.reason
 
@@ -97,7 +102,7 @@ def test_a_stop_request_ends_the_gate_undecided() -> None:
     transport.on_http("GET", "/metrics", lambda _: (200, metrics(1)))  # never moves
     stop = threading.Event()
     threading.Timer(0.2, stop.set).start()
-    report = run_gate(transport, "10.0.0.5", 8000, "m", FAST_GATE, ["hello"], stop)
+    report = run_gate(transport, "10.0.0.5", 8000, "m", FAST_GATE, BUCKETS, stop)
     assert report.verdict.outcome == "inconclusive"
     assert "interrupted" in report.verdict.reason
 
@@ -229,7 +234,7 @@ def target_run(
 ) -> TargetRun:
     options = Options(run_id="run-now", user="ops")
     return TargetRun(
-        plan, container.transport, playbook, ["hi"], "nvidia-smi", options, cancel=cancel
+        plan, container.transport, playbook, BUCKETS, "nvidia-smi", options, cancel=cancel
     )
 
 

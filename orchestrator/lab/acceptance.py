@@ -13,7 +13,12 @@ drafter's weights, with the figures seen in the field:
   states, position 1 about 0.08, position 2 about 0.03, none later (mean
   about 1.1);
 - `layer_types` or `sliding_window` differ: mean acceptance length about halved;
-- `bos_token_id` differs: mean acceptance length about 10% lower.
+- `bos_token_id` differs: mean acceptance length about 10% lower;
+- sliding layers run as full attention (`swa_as_full_attention`): as above
+  while the context is inside the drafter's sliding window; past it the
+  drafter attends to context it was never trained on and the per-position
+  curve collapses to 0.55, 0.25, 0.08, 0.02 and 0 from position 5 on (mean
+  acceptance length about 1.9).
 
 Without a published config to compare with, the lab cannot vouch for the
 drafter and serves the unaligned profile: a gate must not pass on an unknown.
@@ -33,6 +38,8 @@ ATTENTION_MISMATCH_SCALE = 0.664
 """Scaling every position by it halves the trained mean at 15 tokens (4.2 -> 2.1)."""
 BOS_MISMATCH_SCALE = 0.959
 """Scaling every position by it lowers the trained mean by 10% at 15 tokens (4.2 -> 3.78)."""
+LONG_CONTEXT_COLLAPSE = (0.55, 0.25, 0.08, 0.02)
+"""Share of drafts accepting at least i+1 tokens once full attention runs past the window."""
 ZERO_HEAD = 0.01
 """A drafter with a zero-initialised lm_head: position 1 accepted in about 1% of drafts."""
 MAX_PROBABILITY = 0.98
@@ -109,6 +116,16 @@ def acceptance_profile(
     if deployed.get("bos_token_id") != truth.get("bos_token_id"):
         scale *= BOS_MISMATCH_SCALE
     return [p * scale for p in _trained(positions)]
+
+
+def collapsed_past_window(profile: list[float]) -> list[float]:
+    """The profile once sliding layers run as full attention over a context past their window.
+
+    Never better than `profile` at any position: a drafter that already misses keeps missing.
+    """
+    reach = (1.0, *LONG_CONTEXT_COLLAPSE)
+    collapse = [reach[i + 1] / reach[i] if i + 1 < len(reach) else 0.0 for i in range(len(profile))]
+    return [min(p, c) for p, c in zip(profile, collapse, strict=True)]
 
 
 def zero_head_profile(positions: int) -> list[float]:

@@ -26,6 +26,8 @@ from orchestrator.drafters.profiles import get_profile
 from orchestrator.errors import InputError
 from orchestrator.lab import sshd
 from orchestrator.lab.layout import (
+    DEFAULT_TOKENS_PER_SECOND,
+    TOKENS_PER_SECOND_ENV,
     VLLM_VERSION_ENV,
     ContainerPaths,
     LabPaths,
@@ -67,6 +69,7 @@ class LabSpec:
     direct_ssh: bool = True
     max_sessions: int | None = None
     max_startups: str | None = None
+    tokens_per_second: float = DEFAULT_TOKENS_PER_SECOND
 
     def __post_init__(self) -> None:
         try:
@@ -82,6 +85,8 @@ class LabSpec:
             raise InputError(f"--network {self.network!r}: expected 127.N (a loopback /16)")
         if not 1 <= self.hosts <= 250 or not 1 <= self.containers_per_host <= 200:
             raise InputError("--hosts must be 1..250 and --containers-per-host 1..200")
+        if not self.tokens_per_second > 0:
+            raise InputError(f"--tokens-per-second must be > 0, got {self.tokens_per_second:g}")
 
     def reached_by_ssh(self, index: int) -> bool:
         """Every second container of a host has an sshd of its own, unless direct_ssh is off."""
@@ -283,7 +288,11 @@ class Lab:
                 write_container_launchers(
                     container,
                     python,
-                    {LOAD_SECONDS_ENV: str(spec.load_seconds), VLLM_VERSION_ENV: spec.vllm_version},
+                    {
+                        LOAD_SECONDS_ENV: str(spec.load_seconds),
+                        TOKENS_PER_SECOND_ENV: str(spec.tokens_per_second),
+                        VLLM_VERSION_ENV: spec.vllm_version,
+                    },
                 )
                 write_json_atomic(
                     container.gpus,

@@ -10,13 +10,18 @@ memory, recorded in `lab/servers/<pid>.json` -> "load weights" for
 stop serving, drop the record, exit 0.
 
 Drafts are accepted according to `acceptance.py`: the deployed drafter config
-is compared with the published one in `lab/truth/` and with its `fc.weight`.
+is compared with the published one in `lab/truth/` and with its `fc.weight`,
+and, when sliding layers run as full attention, with the request's context.
+Each engine step (one draft and its verification, or one token without a
+drafter) takes 1 / `--tokens-per-second` seconds: the target's decode speed
+per stream without speculation.
 
 The server behaves like the vLLM version it claims (`ORCH_LAB_VLLM_VERSION`,
 default the newest row of the capability table, `serving/vllm.yaml`): a method
 the version lacks is refused, a drafter mixing sliding and full attention layers
 is refused, needs the V2 runner's variable, or has its sliding layers run as
-full attention, as that version's row says; a zero lm_head leaves a
+full attention, as that version's row says (the `swa_as_full_attention` fault
+knob forces the last on any version); a zero lm_head leaves a
 `*ForConditionalGeneration` target near-zero acceptance; `/health` answers 503
 for a short warm-up once listening. Imports stay light: an idle server must
 stay small.
@@ -46,14 +51,18 @@ from orchestrator.drafters.modelfiles import (
     safetensors_header_length,
     text_config,
 )
+from orchestrator.drafters.window import served_window
 from orchestrator.lab.acceptance import (
     acceptance_profile,
+    collapsed_past_window,
     request_multiplier,
     sample_accepted,
     zero_head_profile,
 )
 from orchestrator.lab.layout import (
     CONTAINER_ENV,
+    DEFAULT_TOKENS_PER_SECOND,
+    TOKENS_PER_SECOND_ENV,
     VLLM_VERSION_ENV,
     ContainerPaths,
     read_gpus,
@@ -78,7 +87,6 @@ DEFAULT_STATS_INTERVAL = 5.0
 WARMUP_SECONDS = 0.5
 """How long /health answers 503 after the port starts listening, where the row says so."""
 DEFAULT_MAX_TOKENS = 16
-TOKENS_PER_SECOND = 4000.0
 FILLER = ("the", "draft", "tokens", "were", "verified", "by", "the", "target", "in", "one", "pass")
 SPEC_DECODE_LINE = (
     "SpecDecoding metrics: Mean acceptance length: %.2f, Accepted throughput: %.2f tokens/s, "
@@ -91,6 +99,13 @@ def log(level: str, source: str, message: str) -> None:
     """One line in vLLM's format: `INFO 12-02 11:40:01 [api_server.py:1839] message`."""
     stamp = time.strftime("%m-%d %H:%M:%S")
     print(f"{level} {stamp} [{source}] {message}", flush=True)
+
+
+def positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
 
 
 def claimed_version() -> str:
@@ -125,6 +140,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=float(os.environ.get(LOAD_SECONDS_ENV, DEFAULT_LOAD_SECONDS)),
         help="lab only: how long loading the weights takes",
     )
+    serve.add_argument(
+        "--tokens-per-second",
+        type=positive_float,
+        default=float(os.environ.get(TOKENS_PER_SECOND_ENV, DEFAULT_TOKENS_PER_SECOND)),
+        help="lab only: engine steps per second and stream (decode speed without drafts)",
+    )
     return parser.parse_args(argv)
 
 
@@ -141,6 +162,7 @@ class Faults:
     drip_health_seconds: float | None = None
     """/health answers one byte of its response every this many seconds."""
     drip_metrics_seconds: float | None = None
+    swa_as_full_attention: bool = False
 
 
 def read_faults(container: ContainerPaths) -> Faults:
@@ -159,12 +181,21 @@ class Drafting:
     """What the engine needs to simulate drafts.
 
     `swa_as_full_attention`: the drafter's sliding layers run as full attention (the
-    version does it, or the fault knob forces it): acceptance then depends on context.
+    version does it, or the fault knob forces it), so drafts collapse once a
+    request's context passes `sliding_window` (the window it was trained with).
     """
 
     num_speculative_tokens: int
     profile: list[float]
+    sliding_window: int | None = None
     swa_as_full_attention: bool = False
+
+    def profile_at(self, context_tokens: int) -> list[float]:
+        """Conditional acceptance per position for a draft made at this context length."""
+        window = self.sliding_window
+        if self.swa_as_full_attention and window is not None and context_tokens > window:
+            return collapsed_past_window(self.profile)
+        return self.profile
 
 
 def read_json(path: Path) -> dict:
@@ -207,10 +238,14 @@ def fc_in_features(weights: Path) -> int | None:
 
 
 def load_drafting(
-    speculative: dict, container: ContainerPaths, capabilities: Capabilities, target: dict
+    speculative: dict,
+    container: ContainerPaths,
+    capabilities: Capabilities,
+    target: dict,
+    forced_swa_as_full_attention: bool = False,
 ) -> Drafting:
     """Read the drafter as vLLM `capabilities.version` would, then look up the published
-    config of its weights."""
+    config of its weights. `forced_swa_as_full_attention` is the lab's fault knob."""
     drafter = Path(speculative["model"])
     deployed = read_json(drafter / "config.json")
     swa_as_full_attention = is_mixed(deployed) and mixed_layers_run_as_full(capabilities)
@@ -230,7 +265,12 @@ def load_drafting(
     if capabilities.row.lm_head_zero_for_conditional_generation and conditional_generation(target):
         profile = zero_head_profile(len(profile))
     k = int(speculative["num_speculative_tokens"])
-    return Drafting(k, profile, swa_as_full_attention)
+    return Drafting(
+        k,
+        profile,
+        sliding_window=served_window(truth or deployed),
+        swa_as_full_attention=swa_as_full_attention or forced_swa_as_full_attention,
+    )
 
 
 def mixed_layers_run_as_full(capabilities: Capabilities) -> bool:
@@ -387,9 +427,16 @@ class Interval:
 class Engine:
     """Generates tokens at a simulated rate, drafting and counting as vLLM's engine does."""
 
-    def __init__(self, metrics: Metrics, drafting: Drafting | None, seed: int) -> None:
+    def __init__(
+        self,
+        metrics: Metrics,
+        drafting: Drafting | None,
+        seed: int,
+        tokens_per_second: float = DEFAULT_TOKENS_PER_SECOND,
+    ) -> None:
         self.metrics = metrics
         self.drafting = drafting
+        self.step_seconds = 1 / tokens_per_second
         self.rng = random.Random(seed)
         self.lock = threading.Lock()
         self.running = 0
@@ -405,35 +452,36 @@ class Engine:
             return ended, self.running
 
     def generate(self, prompt_tokens: int, max_tokens: int) -> None:
-        """Produce `max_tokens` tokens, taking the time the simulated rate says."""
+        """Produce `max_tokens` tokens, one engine step per `step_seconds`."""
         with self.lock:
             self.running += 1
             self.interval.prompt_tokens += prompt_tokens
             multiplier = request_multiplier(self.rng)
         self.metrics.running.inc()
         self.metrics.prompt_tokens.inc(prompt_tokens)
-        started, produced = time.monotonic(), 0
+        started, produced, steps = time.monotonic(), 0, 0
         try:
             while produced < max_tokens:
-                step = min(self._step(max_tokens - produced, multiplier), max_tokens - produced)
-                produced += step
+                step = min(self._step(prompt_tokens + produced, multiplier), max_tokens - produced)
+                produced, steps = produced + step, steps + 1
                 self.metrics.generation_tokens.inc(step)
                 with self.lock:
                     self.interval.generation_tokens += step
-                time.sleep(max(started + produced / TOKENS_PER_SECOND - time.monotonic(), 0))
+                time.sleep(max(started + steps * self.step_seconds - time.monotonic(), 0))
         finally:
             self.metrics.running.dec()
             with self.lock:
                 self.running -= 1
 
-    def _step(self, remaining: int, multiplier: float) -> int:
+    def _step(self, context_tokens: int, multiplier: float) -> int:
         """Tokens one engine step yields: a draft's accepted tokens plus the bonus token."""
         if self.drafting is None:
-            return remaining
+            return 1
         k = self.drafting.num_speculative_tokens
+        profile = self.drafting.profile_at(context_tokens)
         metrics = self.metrics
         with self.lock:  # one draft is one update: a scrape never sees half of it
-            accepted = sample_accepted(self.drafting.profile, k, multiplier, self.rng)
+            accepted = sample_accepted(profile, k, multiplier, self.rng)
             self.interval.drafts += 1
             self.interval.accepted += accepted
             for position in range(accepted):
@@ -637,10 +685,13 @@ def build_app(
     drafting = None
     if args.speculative_config is not None:
         speculative = parse_speculative_config(args.speculative_config, capabilities)
-        drafting = load_drafting(speculative, container, capabilities, config)
+        drafting = load_drafting(
+            speculative, container, capabilities, config, faults.swa_as_full_attention
+        )
     model_name = (args.served_model_name or [args.model_tag])[0]
     metrics = Metrics(model_name, drafting, not faults.drop_spec_decode)
-    engine = Engine(metrics, drafting, args.port if args.seed is None else args.seed)
+    seed = args.port if args.seed is None else args.seed
+    engine = Engine(metrics, drafting, seed, args.tokens_per_second)
     max_model_len = args.max_model_len or text_config(config).get("max_position_embeddings")
     warming = capabilities.row.health_503_while_warming
     return App(model_name, args.model_tag, max_model_len, engine, faults, warming)

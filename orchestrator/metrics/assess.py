@@ -20,6 +20,7 @@ Outcome = Literal["pass", "fail", "inconclusive"]
 # states or masks with the wrong token; published drafters reach 0.6 to 0.9.
 MISALIGNED_POSITION1 = 0.2
 HEALTHY_POSITION1 = 0.5
+CURVE_SHOWN = 6
 
 
 @dataclass(frozen=True)
@@ -170,6 +171,30 @@ def explain(verdict: Verdict) -> str | None:
             " check layer_types, sliding_window and bos_token_id"
         )
     return None
+
+
+def explain_context(short: Verdict, long: Verdict, window: int | None) -> str | None:
+    """The cause when short contexts pass and long ones fail: the drafter's attention span."""
+    if short.outcome != "pass" or long.outcome != "fail" or long.mean_acceptance_length is None:
+        return None
+    curve = ", ".join(f"{share:.2f}" for share in long.per_position_acceptance[:CURVE_SHOWN])
+    figures = (
+        f"short contexts pass (mean acceptance length {short.mean_acceptance_length:.2f}) and"
+        f" long ones collapse (mean acceptance length {long.mean_acceptance_length:.2f},"
+        f" per-position {curve}, ...)"
+    )
+    if window is None:
+        return (
+            f"{figures}: the drafter config has no sliding window; check layer_types and"
+            " sliding_window against the published drafter"
+        )
+    return (
+        f"{figures} past the drafter's {window}-token sliding window: its sliding layers do"
+        " not get their window. Either the server runs them as full attention (vLLM builds"
+        " without DFlash sliding-window support) or the window the server sees is wrong"
+        " (check sliding_window and dflash_config.swa_window_size against the published"
+        " drafter)"
+    )
 
 
 def _checks(batches: Sequence[Measurement], criteria: GateCriteria) -> list[_Check]:

@@ -1,4 +1,5 @@
-"""Probe prompts: a built-in set shipped with orch, or a user's JSONL file."""
+"""Probe prompts: a built-in set shipped with orch, or a user's JSONL file, and the
+long passages the gate composes its above-the-window prompts from."""
 
 from __future__ import annotations
 
@@ -9,19 +10,30 @@ from pathlib import Path
 from orchestrator.errors import InputError
 
 BUILTIN = "builtin"
+LONG_PASSAGES = "long.jsonl"
 
 
 def load_prompts(spec: str) -> list[str]:
     """Prompts from `builtin` or a JSONL file of {"prompt": "..."} lines."""
     if spec == BUILTIN:
-        text = resources.files(__package__).joinpath("builtin.jsonl").read_text(encoding="utf-8")
-        source = "builtin prompts"
-    else:
-        try:
-            text = Path(spec).expanduser().read_text(encoding="utf-8")
-        except OSError as exc:
-            raise InputError(f"gate.probe.prompts: cannot read {spec}: {exc.strerror}") from None
-        source = spec
+        return _parse(_package_text("builtin.jsonl"), "builtin prompts")
+    try:
+        text = Path(spec).expanduser().read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InputError(f"gate.probe.prompts: cannot read {spec}: {exc.strerror}") from None
+    return _parse(text, spec)
+
+
+def load_passages() -> list[str]:
+    """The built-in long passages (package data, the same JSONL shape)."""
+    return _parse(_package_text(LONG_PASSAGES), "builtin long passages")
+
+
+def _package_text(name: str) -> str:
+    return resources.files(__package__).joinpath(name).read_text(encoding="utf-8")
+
+
+def _parse(text: str, source: str) -> list[str]:
     prompts = []
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
