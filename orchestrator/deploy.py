@@ -182,6 +182,7 @@ class TargetRun:
                 self.playbook.target.served_name,
                 self.playbook.gate,
                 self.prompts,
+                self.plan.kind.failure_causes,
             )
 
     def _start(self, release_id: str, prefix: str) -> None:

@@ -17,6 +17,7 @@ import tenacity
 
 from orchestrator.errors import OrchError
 from orchestrator.metrics.assess import (
+    FailureCauses,
     GateCriteria,
     Verdict,
     assess,
@@ -139,6 +140,7 @@ def run_gate(
     served_name: str,
     gate: Gate,
     prompts: list[str],
+    causes: FailureCauses,
 ) -> GateReport:
     criteria = GateCriteria(
         gate.min_mean_acceptance_length,
@@ -215,7 +217,7 @@ def run_gate(
             if worker.is_alive():
                 worker.join(timeout=70)
     report.requests, report.request_errors = probe.sent, probe.errors
-    report.explanation = explain(report.verdict)
+    report.explanation = explain(report.verdict, causes)
     report.seconds = time.monotonic() - started
     return report
 

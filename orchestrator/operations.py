@@ -174,7 +174,9 @@ def verify_remote(inputs: Inputs, accept_new_host_keys: bool) -> tuple[dict[str,
                 names = [*plan.files, f"drafter/{DRAFTER_CONFIG}"]
                 actual = release.read_back(transport, release_dir, names)
                 expected = {**plan.files, f"drafter/{DRAFTER_CONFIG}": plan.files[DRAFTER_CONFIG]}
-                entry["drift"] = [str(m) for m in release.compare(expected, actual)]
+                entry["drift"] = [
+                    str(m) for m in release.compare(expected, actual, plan.kind.key_fields)
+                ]
                 findings = _remote_findings(
                     transport, plan, inputs.playbook, actual.get(DRAFTER_CONFIG)
                 )

@@ -12,8 +12,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator.drafters.dflash import check_dflash
 from orchestrator.drafters.findings import Finding
+from orchestrator.drafters.kinds import CheckInputs, DrafterKind, get_kind
 from orchestrator.drafters.profiles import Profile, get_profile, merge_overrides, target_files
 from orchestrator.errors import InputError
 from orchestrator.inventory import Inventory
@@ -22,7 +22,6 @@ from orchestrator.render import render_field, render_template, template_source
 
 DRAFTER_CONFIG = "config.json"
 LAUNCH_SCRIPT = "serve.sh"
-DRAFTER_TEMPLATE = "dflash/config.json.j2"
 
 
 @dataclass(frozen=True)
@@ -41,6 +40,7 @@ class TargetPlan:
     release_id: str
     drafter_config: dict[str, Any]
     files: dict[str, bytes]
+    kind: DrafterKind
     profile: Profile | None
     findings: list[Finding] = field(default_factory=list)
 
@@ -81,14 +81,20 @@ def plan_target(playbook: Playbook, inventory: Inventory, container_name: str) -
             )
         return value
 
+    kind = get_kind(playbook.drafter.kind)
     profile = get_profile(playbook.drafter.profile) if playbook.drafter.profile else None
+    if profile is not None and profile.kind != kind.name:
+        raise InputError(
+            f"{playbook.source}: drafter.profile: {profile.name} is a {profile.kind} drafter, "
+            f"not drafter.kind {kind.name}"
+        )
     if profile is None and not playbook.drafter.overrides:
         raise InputError(
             f"{playbook.source}: drafter.profile: needed to render the drafter "
             "config (give a profile, or a whole config in drafter.overrides)"
         )
     drafter_config = merge_overrides(profile.config if profile else {}, playbook.drafter.overrides)
-    config_bytes = render_template(DRAFTER_TEMPLATE, {"config": drafter_config}).encode()
+    config_bytes = render_template(kind.config_template, {"config": drafter_config}).encode()
 
     server = playbook.server
     paths = {
@@ -99,7 +105,7 @@ def plan_target(playbook: Playbook, inventory: Inventory, container_name: str) -
         "deployment_dir": f"{resolve(playbook.state_dir, 'state_dir').rstrip('/')}/{playbook.name}",
     }
     fingerprint_inputs = {
-        "templates": [template_source(n) for n in (DRAFTER_TEMPLATE, server.template)],
+        "templates": [template_source(n) for n in (kind.config_template, server.template)],
         "config": drafter_config,
         "server": server.model_dump(),
         "paths": paths,
@@ -118,11 +124,9 @@ def plan_target(playbook: Playbook, inventory: Inventory, container_name: str) -
             "env": server.env,
             "vllm": paths["vllm"],
             "target": paths["target_dir"],
-            "speculative_config": {
-                "method": playbook.drafter.kind,
-                "model": f"{release_dir}/drafter",
-                "num_speculative_tokens": server.num_speculative_tokens,
-            },
+            "speculative_config": kind.speculative_config(
+                f"{release_dir}/drafter", server.num_speculative_tokens
+            ),
             "served_name": playbook.target.served_name,
             "host": paths["host"],
             "port": server.port,
@@ -133,11 +137,13 @@ def plan_target(playbook: Playbook, inventory: Inventory, container_name: str) -
         },
     )
     findings = (
-        check_dflash(
-            drafter_config,
-            json.loads(target_files(profile.name)[DRAFTER_CONFIG]),
-            profile=profile,
-            num_speculative_tokens=server.num_speculative_tokens,
+        kind.check(
+            CheckInputs(
+                drafter_config,
+                json.loads(target_files(profile.name)[DRAFTER_CONFIG]),
+                profile=profile,
+                num_speculative_tokens=server.num_speculative_tokens,
+            )
         )
         if profile
         else []
@@ -155,6 +161,7 @@ def plan_target(playbook: Playbook, inventory: Inventory, container_name: str) -
         release_id=release_id,
         drafter_config=drafter_config,
         files={DRAFTER_CONFIG: config_bytes, LAUNCH_SCRIPT: launch.encode()},
+        kind=kind,
         profile=profile,
         findings=findings,
     )

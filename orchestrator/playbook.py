@@ -17,8 +17,9 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
 import yaml
-from pydantic import BaseModel, Field
+from pydantic import AfterValidator, BaseModel, Field
 
+from orchestrator.drafters.kinds import DEFAULT_KIND, get_kind
 from orchestrator.errors import InputError
 from orchestrator.schema import Name, Port, Schema, validate_document
 from orchestrator.yamlsource import YamlDocument, load_yaml_file
@@ -35,8 +36,15 @@ class TargetModel(Schema):
     served_name: str
 
 
+def _known_kind(name: str) -> str:
+    try:
+        return get_kind(name).name
+    except InputError as exc:
+        raise ValueError(str(exc)) from None
+
+
 class Drafter(Schema):
-    kind: Literal["dflash"] = "dflash"
+    kind: Annotated[str, AfterValidator(_known_kind)] = DEFAULT_KIND
     weights: str
     profile: str | None = None
     overrides: dict[str, Any] = {}

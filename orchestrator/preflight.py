@@ -11,8 +11,8 @@ import struct
 from dataclasses import dataclass
 
 from orchestrator import commands
-from orchestrator.drafters.dflash import check_dflash
 from orchestrator.drafters.findings import Finding
+from orchestrator.drafters.kinds import CheckInputs
 from orchestrator.drafters.modelfiles import (
     CONFIG_FILE,
     SAFETENSORS_HEADER_LIMIT,
@@ -141,16 +141,19 @@ def judge(
 def drafter_findings(
     target: ModelDir, drafter: ModelDir, plan: TargetPlan, num_speculative_tokens: int
 ) -> list[Finding]:
-    """The model dirs as found, and the DFlash rules for `plan.drafter_config` on them."""
+    """The model dirs as found, and the kind's rules for `plan.drafter_config` on them."""
     findings = _model_dir_findings("target", target) + _model_dir_findings("drafter", drafter)
     if target.files and target.files.config is not None and drafter.exists:
-        findings += check_dflash(
-            plan.drafter_config,
-            target.files.config,
-            tokenizer=target.files.tokenizer_config,
-            tensors=drafter.files.tensors if drafter.files else None,
-            profile=plan.profile,
-            num_speculative_tokens=num_speculative_tokens,
+        findings += plan.kind.check(
+            CheckInputs(
+                plan.drafter_config,
+                target.files.config,
+                tokenizer=target.files.tokenizer_config,
+                tensors=drafter.files.tensors if drafter.files else None,
+                drafter_files=sorted(drafter.sizes),
+                profile=plan.profile,
+                num_speculative_tokens=num_speculative_tokens,
+            )
         )
     return findings
 

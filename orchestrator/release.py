@@ -12,7 +12,7 @@ import getpass
 import hashlib
 import json
 import socket
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -24,18 +24,6 @@ from orchestrator.remote import run_step
 from orchestrator.transport.base import Transport
 
 MANIFEST = "manifest.json"
-# Fields that decide whether a DFlash drafter lines up with its target.
-KEY_FIELDS = (
-    "dflash_config",
-    "layer_types",
-    "sliding_window",
-    "bos_token_id",
-    "block_size",
-    "num_target_layers",
-    "num_hidden_layers",
-    "hidden_size",
-    "vocab_size",
-)
 MODES = {LAUNCH_SCRIPT: "0755"}
 
 
@@ -108,7 +96,9 @@ class Mismatch:
         return f"{self.name}: {self.reason}" + (f"\n{self.diff}" if self.diff else "")
 
 
-def compare(expected: Mapping[str, bytes], actual: Mapping[str, bytes]) -> list[Mismatch]:
+def compare(
+    expected: Mapping[str, bytes], actual: Mapping[str, bytes], key_fields: Sequence[str]
+) -> list[Mismatch]:
     """SHA-256 of every file, then parse and re-check the drafter's key fields."""
     mismatches = []
     for name, data in expected.items():
@@ -124,11 +114,13 @@ def compare(expected: Mapping[str, bytes], actual: Mapping[str, bytes]) -> list[
             )
     for name in (DRAFTER_CONFIG, f"drafter/{DRAFTER_CONFIG}"):
         if name in actual and name in expected:
-            mismatches += _key_field_mismatches(name, expected[name], actual[name])
+            mismatches += _key_field_mismatches(name, expected[name], actual[name], key_fields)
     return mismatches
 
 
-def _key_field_mismatches(name: str, expected: bytes, actual: bytes) -> list[Mismatch]:
+def _key_field_mismatches(
+    name: str, expected: bytes, actual: bytes, key_fields: Sequence[str]
+) -> list[Mismatch]:
     try:
         got = json.loads(actual)
     except ValueError as exc:
@@ -136,7 +128,7 @@ def _key_field_mismatches(name: str, expected: bytes, actual: bytes) -> list[Mis
     want = json.loads(expected)
     return [
         Mismatch(name, f"{key}: {got.get(key)!r} != rendered {want.get(key)!r}")
-        for key in KEY_FIELDS
+        for key in key_fields
         if got.get(key) != want.get(key)
     ]
 
@@ -156,4 +148,4 @@ def verify(transport: Transport, plan: TargetPlan, written: Mapping[str, bytes])
     """Cat-verify: read every written file back whole, plus the view's config."""
     expected = {**written, f"drafter/{DRAFTER_CONFIG}": written[DRAFTER_CONFIG]}
     actual = read_back(transport, plan.release_dir, list(expected))
-    return compare(expected, actual)
+    return compare(expected, actual, plan.kind.key_fields)

@@ -15,6 +15,7 @@ from rich.syntax import Syntax
 from rich.table import Table
 
 from orchestrator.drafters.findings import Finding, Severity
+from orchestrator.drafters.kinds import get_kind
 
 if TYPE_CHECKING:
     from orchestrator.drafters.profiles import Profile
@@ -61,20 +62,30 @@ def print_findings(findings: list[Finding], as_json: bool = False) -> None:
     out.print(f"{errors} error(s), {len(findings) - errors} warning(s)")
 
 
-def print_profiles(profiles: Iterable[Profile]) -> None:
+def profile_rows(profiles: Iterable[Profile]) -> list[dict[str, Any]]:
+    """Each profile's name, kind and target, then the fields its kind tells profiles apart by."""
+    return [
+        {
+            "profile": p.name,
+            "kind": p.kind,
+            "target": p.target_name,
+            **get_kind(p.kind).describe(p),
+        }
+        for p in profiles
+    ]
+
+
+def print_profiles(profiles: Iterable[Profile], as_json: bool = False) -> None:
+    rows = profile_rows(profiles)
+    if as_json:
+        print_json(rows)
+        return
     table = Table()
-    for column in ("profile", "target", "target layers", "target_layer_ids", "mask_token_id"):
+    for column in ("profile", "kind", "target", "details"):
         table.add_column(column)
-    for p in profiles:
-        config = p.config
-        dflash = config.get("dflash_config", {})
-        table.add_row(
-            p.name,
-            p.target_name,
-            str(config.get("num_target_layers")),
-            _show(dflash.get("target_layer_ids")),
-            _show(dflash.get("mask_token_id")),
-        )
+    for row in rows:
+        details = "; ".join(f"{key} {_show(value)}" for key, value in list(row.items())[3:])
+        table.add_row(row["profile"], row["kind"], row["target"], details)
     console().print(table)
 
 

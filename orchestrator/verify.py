@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from orchestrator.drafters.dflash import check_dflash
 from orchestrator.drafters.findings import Finding
+from orchestrator.drafters.kinds import CheckInputs, detect_kind, get_kind
 from orchestrator.drafters.modelfiles import ModelFiles, read_config_file, read_model_dir
 from orchestrator.drafters.profiles import detect_profile, get_profile
 from orchestrator.errors import InputError
@@ -45,11 +45,20 @@ def verify_local(
     profile = (
         get_profile(profile_name) if profile_name else detect_profile(drafter.config, target.config)
     )
-    return findings + check_dflash(
-        drafter.config,
-        target.config,
-        tokenizer=tokenizer,
-        tensors=drafter.tensors,
-        profile=profile,
-        num_speculative_tokens=num_speculative_tokens,
+    kind = get_kind(profile.kind) if profile else detect_kind(drafter.config)
+    return findings + kind.check(
+        CheckInputs(
+            drafter.config,
+            target.config,
+            tokenizer=tokenizer,
+            tensors=drafter.tensors,
+            drafter_files=_file_names(drafter_path),
+            profile=profile,
+            num_speculative_tokens=num_speculative_tokens,
+        )
     )
+
+
+def _file_names(path: Path) -> list[str] | None:
+    """The names in a drafter dir (None when only a config file was given)."""
+    return sorted(p.name for p in path.iterdir()) if path.is_dir() else None

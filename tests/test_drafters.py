@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from orchestrator.drafters.dflash import (
+from orchestrator.drafters.findings import Finding, Severity
+from orchestrator.drafters.kinds.dflash import (
     IDS,
     MASK,
     block_size,
@@ -19,7 +20,6 @@ from orchestrator.drafters.dflash import (
     check_dflash,
     weight_layout,
 )
-from orchestrator.drafters.findings import Finding, Severity
 from orchestrator.drafters.modelfiles import read_model_dir, write_safetensors_stub
 from orchestrator.drafters.profiles import Profile, get_profile, merge_overrides, target_files
 

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from orchestrator.drafters.dflash import weight_layout
+from orchestrator.drafters.kinds.dflash import weight_layout
 from orchestrator.drafters.modelfiles import write_safetensors_stub
 from orchestrator.lab.acceptance import (
     acceptance_profile,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from orchestrator.drafters.dflash import weight_layout
+from orchestrator.drafters.kinds.dflash import weight_layout
 from orchestrator.drafters.modelfiles import text_config, write_safetensors_stub
 from orchestrator.drafters.profiles import Profile, target_files
 from orchestrator.lab.layout import ContainerPaths

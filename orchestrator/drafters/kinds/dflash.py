@@ -17,7 +17,9 @@ from itertools import chain, pairwise
 from typing import TYPE_CHECKING
 
 from orchestrator.drafters.findings import Finding
+from orchestrator.drafters.kinds import CheckInputs, DrafterKind
 from orchestrator.drafters.modelfiles import text_config
+from orchestrator.metrics.assess import FailureCauses
 
 if TYPE_CHECKING:
     from typing_extensions import TypeIs
@@ -108,13 +110,60 @@ def weight_layout(config: dict) -> dict[str, tuple[str, list[int]]]:
 
 
 @dataclass(frozen=True)
+class Published:
+    """The fields of a published DFlash drafter's config that the rules compare with."""
+
+    profile: Profile
+
+    @property
+    def name(self) -> str:
+        return self.profile.name
+
+    @property
+    def target_name(self) -> str:
+        return self.profile.target_name
+
+    @property
+    def target(self) -> dict[str, int]:
+        return self.profile.target
+
+    @property
+    def config(self) -> dict:
+        return self.profile.config
+
+    @property
+    def target_layer_ids(self) -> list[int]:
+        return self.config["dflash_config"]["target_layer_ids"]
+
+    @property
+    def mask_token_id(self) -> int:
+        return self.config["dflash_config"]["mask_token_id"]
+
+    @property
+    def layer_types(self) -> list[str]:
+        return self.config["layer_types"]
+
+    @property
+    def sliding_window(self) -> int | None:
+        return self.config.get("sliding_window")
+
+    @property
+    def bos_token_id(self) -> int | None:
+        return self.config.get("bos_token_id")
+
+    @property
+    def block_size(self) -> int:
+        return block_size(self.config)
+
+
+@dataclass(frozen=True)
 class _Inputs:
     drafter: dict
     target: dict  # the target's text-model fields
     target_top: dict  # the target's whole config.json
     tokenizer: dict | None
     tensors: dict[str, dict] | None
-    profile: Profile | None
+    profile: Published | None
     num_speculative_tokens: int | None
 
     @property
@@ -149,7 +198,7 @@ def check_dflash(
         target,
         tokenizer,
         tensors,
-        profile,
+        Published(profile) if profile else None,
         num_speculative_tokens,
     )
     return list(chain.from_iterable(rule(inputs) for rule in _RULES))
@@ -157,7 +206,7 @@ def check_dflash(
 
 def _architecture(c: _Inputs) -> Iterator[Finding]:
     names = c.drafter.get("architectures")
-    if not (isinstance(names, list) and any(isinstance(n, str) and "DFlash" in n for n in names)):
+    if not KIND.recognises(c.drafter):
         yield Finding.error(
             "architectures",
             "architectures does not name a DFlash drafter: vLLM's dflash method needs "
@@ -600,3 +649,50 @@ _RULES: tuple[Callable[[_Inputs], Iterator[Finding]], ...] = (
 
 def _is_int(value: object) -> TypeIs[int]:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+class DFlash(DrafterKind):
+    """Block-diffusion drafters (z-lab DFlash): a small model reading chosen target layers."""
+
+    name = "dflash"
+    config_template = "dflash/config.json.j2"
+    key_fields = (
+        "dflash_config",
+        "layer_types",
+        "sliding_window",
+        "bos_token_id",
+        "block_size",
+        "num_target_layers",
+        "num_hidden_layers",
+        "hidden_size",
+        "vocab_size",
+    )
+    failure_causes = FailureCauses(
+        misaligned="dflash_config.target_layer_ids and mask_token_id",
+        shallow="layer_types, sliding_window and bos_token_id",
+    )
+
+    def recognises(self, config: dict) -> bool:
+        names = config.get("architectures")
+        return isinstance(names, list) and any(isinstance(n, str) and "DFlash" in n for n in names)
+
+    def check(self, inputs: CheckInputs) -> list[Finding]:
+        return check_dflash(
+            inputs.drafter,
+            inputs.target,
+            tokenizer=inputs.tokenizer,
+            tensors=inputs.tensors,
+            profile=inputs.profile,
+            num_speculative_tokens=inputs.num_speculative_tokens,
+        )
+
+    def describe(self, profile: Profile) -> dict[str, object]:
+        published = Published(profile)
+        return {
+            "target layers": profile.config.get("num_target_layers"),
+            "target_layer_ids": published.target_layer_ids,
+            "mask_token_id": published.mask_token_id,
+        }
+
+
+KIND = DFlash()
