@@ -70,6 +70,7 @@ def profile_rows(profiles: Iterable[Profile]) -> list[dict[str, Any]]:
             "kind": p.kind,
             "target": p.target_name,
             **get_kind(p.kind).describe(p),
+            **({"notes": list(p.notes)} if p.notes else {}),
         }
         for p in profiles
     ]
@@ -83,10 +84,16 @@ def print_profiles(profiles: Iterable[Profile], as_json: bool = False) -> None:
     table = Table()
     for column in ("profile", "kind", "target", "details"):
         table.add_column(column)
+    notes = []
     for row in rows:
-        details = "; ".join(f"{key} {_show(value)}" for key, value in list(row.items())[3:])
+        fields = {key: value for key, value in list(row.items())[3:] if key != "notes"}
+        details = "; ".join(f"{key} {_show(value)}" for key, value in fields.items())
         table.add_row(row["profile"], row["kind"], row["target"], details)
-    console().print(table)
+        notes += [f"{row['profile']}: {note}" for note in row.get("notes", [])]
+    out = console()
+    out.print(table)
+    for note in notes:
+        out.print(f"note: {note}", highlight=False)
 
 
 def print_plans(plans: Iterable[TargetPlan]) -> None:

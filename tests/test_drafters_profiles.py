@@ -29,7 +29,9 @@ def fixture(name: str) -> dict:
 
 def test_profiles_hold_the_published_configs() -> None:
     assert [p.name for p in list_profiles()] == [QWEN3, QWEN36]
-    assert get_profile(QWEN36).config == fixture("z-lab_Qwen3.6-27B-DFlash.config.json")
+    published = fixture("z-lab_Qwen3.6-27B-DFlash.config.json")
+    assert get_profile(QWEN36).config == {**published, "use_sliding_window": True}
+    assert "use_sliding_window" in get_profile(QWEN36).notes[0]
     assert get_profile(QWEN3).config == fixture("z-lab_Qwen3-8B-DFlash-b16.config.json")
 
 

@@ -32,6 +32,8 @@ class Profile:
     target_name: str
     target: dict[str, int]
     config: dict
+    notes: tuple[str, ...] = ()
+    """Where the config differs from the published file, and why."""
 
     @property
     def num_hidden_layers(self) -> int | None:
@@ -60,6 +62,7 @@ def _profile(document: dict) -> Profile:
         target_name=target["name"],
         target={field: target[field] for field in TARGET_FIELDS},
         config=document["config"],
+        notes=tuple(document.get("notes", ())),
     )
 
 

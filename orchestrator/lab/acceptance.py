@@ -8,12 +8,14 @@ drafter's weights, with the figures seen in the field:
 
 - as published: position 1 accepts about 0.8, mean acceptance length about
   4.2 at 15 speculative tokens;
-- `target_layer_ids` or `mask_token_id` differ from the published ones, or the
-  layer count does not match `fc.weight`: the drafter reads the wrong hidden
-  states, position 1 about 0.08, position 2 about 0.03, none later (mean
-  about 1.1);
-- `layer_types` or `sliding_window` differ: mean acceptance length about halved;
-- `bos_token_id` differs: mean acceptance length about 10% lower.
+- a key vLLM reads that says which hidden states, mask or model the drafter
+  uses differs (`target_layer_ids`, `mask_token_id`, `is_neox_style`, rope,
+  shapes: roles "layers" and "model" of the kind's key table), or the layer
+  count does not match `fc.weight`: position 1 about 0.08, position 2 about
+  0.03, none later (mean about 1.1);
+- the attention the server builds differs (layer types, the window it sees,
+  causality: role "attention"): mean acceptance length about halved;
+- keys no server reads (`bos_token_id`, `block_size`, ...) change nothing.
 
 Without a published config to compare with, the lab cannot vouch for the
 drafter and serves the unaligned profile: a gate must not pass on an unknown.
@@ -23,6 +25,8 @@ from __future__ import annotations
 
 import random
 
+from orchestrator.drafters.kinds.dflash import KEYS, server_slides, server_window
+
 DEFAULT_BLOCK_SIZE = 16
 TRAINED_FIRST = 0.80
 TRAINED_STEP = 0.02
@@ -31,8 +35,17 @@ UNALIGNED = (0.08, 0.375)
 """Position 1 accepted in 8% of drafts, position 2 in 0.08 * 0.375 = 3%, none later."""
 ATTENTION_MISMATCH_SCALE = 0.664
 """Scaling every position by it halves the trained mean at 15 tokens (4.2 -> 2.1)."""
-BOS_MISMATCH_SCALE = 0.959
-"""Scaling every position by it lowers the trained mean by 10% at 15 tokens (4.2 -> 3.78)."""
+WINDOW_KEYS = frozenset(
+    {
+        "layer_types",
+        "sliding_window",
+        "use_sliding_window",
+        "max_window_layers",
+        "dflash_config.swa_window_size",
+        "dflash_config.use_swa",
+    }
+)
+"""Keys judged by the attention the server builds from them, not one by one."""
 MAX_PROBABILITY = 0.98
 REQUEST_SPREAD = 0.03
 """Standard deviation of the per-request multiplier (clipped to 0.9..1.1)."""
@@ -46,18 +59,20 @@ def _block_size(config: dict) -> int:
     return int(_dflash(config).get("block_size", config.get("block_size", DEFAULT_BLOCK_SIZE)))
 
 
-def _mask_token_id(config: dict) -> int | None:
-    return _dflash(config).get("mask_token_id", config.get("mask_token_id"))
+def _attention_seen(config: dict) -> tuple[list[str], int | None]:
+    """Layer types and window as the server builds them; absent layer_types are all full."""
+    types = config.get("layer_types") or ["full_attention"] * config.get("num_hidden_layers", 0)
+    return types, server_window(config) if server_slides(config) else None
 
 
-def _layer_types(config: dict) -> list[str]:
-    """Absent `layer_types` means every layer attends fully (older checkpoints)."""
-    return config.get("layer_types") or ["full_attention"] * config.get("num_hidden_layers", 0)
-
-
-def _sliding_window(config: dict) -> int | None:
-    """The window only matters when some layer slides."""
-    return config.get("sliding_window") if "sliding_attention" in _layer_types(config) else None
+def _roles_that_differ(deployed: dict, truth: dict) -> set[str | None]:
+    """The key-table roles of the keys vLLM reads whose values differ from the truth."""
+    roles = {
+        key.role for key in KEYS.read_differences(deployed, truth) if key.path not in WINDOW_KEYS
+    }
+    if _attention_seen(deployed) != _attention_seen(truth):
+        roles.add("attention")
+    return roles
 
 
 def _reads_wrong_states(deployed: dict, truth: dict, fc_in_features: int | None) -> bool:
@@ -68,17 +83,7 @@ def _reads_wrong_states(deployed: dict, truth: dict, fc_in_features: int | None)
         and hidden is not None
         and fc_in_features != hidden * len(layer_ids)
     )
-    return (
-        layer_ids != _dflash(truth).get("target_layer_ids")
-        or _mask_token_id(deployed) != _mask_token_id(truth)
-        or weights_disagree
-    )
-
-
-def _attention_differs(deployed: dict, truth: dict) -> bool:
-    same_layers = _layer_types(deployed) == _layer_types(truth)
-    same_window = _sliding_window(deployed) == _sliding_window(truth)
-    return not (same_layers and same_window)
+    return weights_disagree or bool({"layers", "model"} & _roles_that_differ(deployed, truth))
 
 
 def _trained(positions: int) -> list[float]:
@@ -101,11 +106,7 @@ def acceptance_profile(
     positions = _block_size(truth or deployed) - 1
     if truth is None or _reads_wrong_states(deployed, truth, fc_in_features):
         return _unaligned(positions)
-    scale = 1.0
-    if _attention_differs(deployed, truth):
-        scale *= ATTENTION_MISMATCH_SCALE
-    if deployed.get("bos_token_id") != truth.get("bos_token_id"):
-        scale *= BOS_MISMATCH_SCALE
+    scale = ATTENTION_MISMATCH_SCALE if "attention" in _roles_that_differ(deployed, truth) else 1
     return [p * scale for p in _trained(positions)]
 
 
