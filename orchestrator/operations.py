@@ -171,9 +171,8 @@ def verify_remote(inputs: Inputs, accept_new_host_keys: bool) -> tuple[dict[str,
                     targets.append(entry)
                     continue
                 release_dir = f"{plan.deployment_dir}/releases/{current}"
-                names = [*plan.files, f"drafter/{DRAFTER_CONFIG}"]
-                actual = release.read_back(transport, release_dir, names)
-                expected = {**plan.files, f"drafter/{DRAFTER_CONFIG}": plan.files[DRAFTER_CONFIG]}
+                expected = plan.read_back_files
+                actual = release.read_back(transport, release_dir, list(expected))
                 entry["drift"] = [
                     str(m) for m in release.compare(expected, actual, plan.kind.key_fields)
                 ]
@@ -194,15 +193,18 @@ def _remote_findings(
     transport: Transport, plan: TargetPlan, playbook: Playbook, config: bytes | None
 ) -> list[Finding]:
     """The drafter checks on the config as deployed, against the target as it is there."""
-    if config is None:
-        return []
-    parsed, findings = parse_json_document(config, f"{plan.drafter_view}/{DRAFTER_CONFIG}")
-    if parsed is None:
-        return findings
+    if DRAFTER_CONFIG in plan.files:
+        if config is None:
+            return []  # reported as drift
+        parsed, findings = parse_json_document(config, f"{plan.drafter_view}/{DRAFTER_CONFIG}")
+        if parsed is None:
+            return findings
+        plan = dataclasses.replace(plan, drafter_config=parsed)
+    drafter = plan.drafter_weights
     return preflight.drafter_findings(
         preflight.read_model_dir(transport, plan.target_dir),
-        preflight.read_model_dir(transport, plan.drafter_weights),
-        dataclasses.replace(plan, drafter_config=parsed),
+        preflight.read_model_dir(transport, drafter) if drafter else None,
+        plan,
         playbook.server.num_speculative_tokens,
     )
 

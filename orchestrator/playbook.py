@@ -45,7 +45,10 @@ def _known_kind(name: str) -> str:
 
 class Drafter(Schema):
     kind: Annotated[str, AfterValidator(_known_kind)] = DEFAULT_KIND
-    weights: str
+    weights: str | None = None
+    config: Literal["rendered", "shipped"] | None = None
+    """rendered: the profile's config with the overrides; shipped: the drafter dir's own.
+    Unset: rendered when the kind renders configs, else shipped."""
     profile: str | None = None
     overrides: dict[str, Any] = {}
 

@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from orchestrator import commands
 from orchestrator.drafters.findings import Finding
 from orchestrator.facts import parse_frames, parse_release_list, release_id_of
-from orchestrator.plan import DRAFTER_CONFIG, LAUNCH_SCRIPT, TargetPlan
+from orchestrator.plan import DRAFTER_CONFIG, LAUNCH_SCRIPT, VIEW_CONFIG, TargetPlan
 from orchestrator.remote import run_step
 from orchestrator.transport.base import Transport
 
@@ -58,11 +58,12 @@ def write(transport: Transport, plan: TargetPlan, files: Mapping[str, bytes]) ->
             f"write {name}",
             stdin=data,
         )
-    run_step(
-        transport,
-        commands.make_drafter_view(plan.drafter_weights, plan.drafter_view),
-        "link the drafter view",
-    )
+    if DRAFTER_CONFIG in files and plan.drafter_weights:
+        run_step(
+            transport,
+            commands.make_drafter_view(plan.drafter_weights, plan.drafter_view),
+            "link the drafter view",
+        )
 
 
 def read_back(transport: Transport, release_dir: str, names: list[str]) -> dict[str, bytes]:
@@ -112,7 +113,7 @@ def compare(
                     unified_diff(data, actual[name], name),
                 )
             )
-    for name in (DRAFTER_CONFIG, f"drafter/{DRAFTER_CONFIG}"):
+    for name in (DRAFTER_CONFIG, VIEW_CONFIG):
         if name in actual and name in expected:
             mismatches += _key_field_mismatches(name, expected[name], actual[name], key_fields)
     return mismatches
@@ -146,6 +147,8 @@ def unified_diff(expected: bytes, actual: bytes, name: str) -> str:
 
 def verify(transport: Transport, plan: TargetPlan, written: Mapping[str, bytes]) -> list[Mismatch]:
     """Cat-verify: read every written file back whole, plus the view's config."""
-    expected = {**written, f"drafter/{DRAFTER_CONFIG}": written[DRAFTER_CONFIG]}
+    expected = (
+        {**written, VIEW_CONFIG: written[DRAFTER_CONFIG]} if DRAFTER_CONFIG in written else written
+    )
     actual = read_back(transport, plan.release_dir, list(expected))
     return compare(expected, actual, plan.kind.key_fields)

@@ -8,7 +8,7 @@ from pathlib import Path
 from orchestrator.drafters.findings import Finding
 from orchestrator.drafters.kinds import CheckInputs, detect_kind, get_kind
 from orchestrator.drafters.modelfiles import ModelFiles, read_config_file, read_model_dir
-from orchestrator.drafters.profiles import detect_profile, get_profile
+from orchestrator.drafters.profiles import Profile, detect_profile, get_profile
 from orchestrator.errors import InputError
 
 
@@ -42,10 +42,13 @@ def verify_local(
     findings = [*drafter.findings]
     if drafter.config is None:
         return findings
-    profile = (
-        get_profile(profile_name) if profile_name else detect_profile(drafter.config, target.config)
-    )
-    kind = get_kind(profile.kind) if profile else detect_kind(drafter.config)
+    profile: Profile | None
+    if profile_name:
+        profile = get_profile(profile_name)
+        kind = get_kind(profile.kind)
+    else:
+        kind = detect_kind(drafter.config)
+        profile = detect_profile(drafter.config, target.config, kind.name)
     return findings + kind.check(
         CheckInputs(
             drafter.config,

@@ -28,7 +28,7 @@ def fixture(name: str) -> dict:
 
 
 def test_profiles_hold_the_published_configs() -> None:
-    assert [p.name for p in list_profiles()] == [QWEN3, QWEN36]
+    assert [p.name for p in list_profiles() if p.kind == "dflash"] == [QWEN3, QWEN36]
     published = fixture("z-lab_Qwen3.6-27B-DFlash.config.json")
     assert get_profile(QWEN36).config == {**published, "use_sliding_window": True}
     assert "use_sliding_window" in get_profile(QWEN36).notes[0]
@@ -84,16 +84,16 @@ def test_an_unknown_profile_lists_the_known_ones() -> None:
 def test_detect_profile_by_target_and_drafter(
     drafter: str | None, target: str, expected: str | None
 ) -> None:
-    found = detect_profile(fixture(drafter) if drafter else None, fixture(target))
+    found = detect_profile(fixture(drafter) if drafter else None, fixture(target), "dflash")
     assert (found.name if found else None) == expected
 
 
 def test_detect_profile_needs_the_drafters_layer_count_to_match() -> None:
     drafter = {**fixture("z-lab_Qwen3.6-27B-DFlash.config.json"), "num_hidden_layers": 8}
-    assert detect_profile(drafter, fixture("Qwen3.6-27B.config.json")) is None
+    assert detect_profile(drafter, fixture("Qwen3.6-27B.config.json"), "dflash") is None
     target = fixture("Qwen3.6-27B.config.json")
     target["text_config"]["num_hidden_layers"] = 48
-    assert detect_profile(None, target) is None
+    assert detect_profile(None, target, "dflash") is None
 
 
 @pytest.mark.parametrize(

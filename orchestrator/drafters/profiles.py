@@ -76,9 +76,9 @@ def get_profile(name: str) -> Profile:
     raise InputError(f"unknown drafter profile {name!r}; known profiles: {known}")
 
 
-def detect_profile(drafter: dict | None, target: dict) -> Profile | None:
-    """The one profile whose target matches this target (and drafter), or None."""
-    matches = [profile for profile in list_profiles() if profile.fits(drafter, target)]
+def detect_profile(drafter: dict | None, target: dict, kind: str) -> Profile | None:
+    """The one profile of `kind` whose target matches this target (and drafter), or None."""
+    matches = [p for p in list_profiles() if p.kind == kind and p.fits(drafter, target)]
     return matches[0] if len(matches) == 1 else None
 
 

@@ -35,7 +35,8 @@ DEFAULT_KIND = "dflash"
 class CheckInputs:
     """What a kind's checks may read; everything but the two configs is optional.
 
-    `drafter` is the drafter config as vLLM will load it (rendered or shipped),
+    `drafter` is the drafter config as vLLM will load it (rendered or shipped;
+    empty for a method without a drafter dir),
     `target` the target's whole config.json, `tokenizer` its
     tokenizer_config.json, `tensors` the drafter's merged safetensors header
     entries, `drafter_files` the names in the drafter dir, `profile` the
@@ -56,8 +57,10 @@ class DrafterKind(ABC):
 
     name: ClassVar[str]
     """The kind's name in playbooks and profiles; also vLLM's `method` unless overridden."""
-    config_template: ClassVar[str]
-    """The template that renders the drafter's config.json."""
+    config_template: ClassVar[str | None] = None
+    """The template that renders the drafter's config.json; None: the drafter ships its own."""
+    needs_drafter_dir: ClassVar[bool] = True
+    """Whether the method loads a drafter directory (MTP and n-gram do not)."""
     key_fields: ClassVar[tuple[str, ...]]
     """Top-level keys of the rendered config that cat-verify re-checks after the hash."""
     failure_causes: ClassVar[FailureCauses]
