@@ -30,8 +30,14 @@ class OrchGroup(click.Group):
     cls=OrchGroup, epilog=EXIT_CODES, context_settings={"help_option_names": ["-h", "--help"]}
 )
 @click.version_option(package_name="orch")
-def cli() -> None:
+@click.pass_context
+def cli(ctx: click.Context) -> None:
     """Deploy and verify vLLM speculative-decoding servers on Proxmox GPU containers."""
+    from orchestrator.settings import default_inventory
+
+    inventory = default_inventory()
+    if inventory is not None:
+        ctx.default_map = {name: {"inventory_path": inventory} for name in cli.commands}
 
 
 inventory_option = click.option(
@@ -39,11 +45,15 @@ inventory_option = click.option(
     "--inventory",
     "inventory_path",
     required=True,
+    envvar="ORCH_INVENTORY",
     type=click.Path(path_type=Path),
-    help="Inventory YAML file.",
+    help="Inventory YAML file (default: $ORCH_INVENTORY, then `inventory` in the config file).",
 )
 limit_option = click.option(
-    "--limit", multiple=True, metavar="NAME", help="Only these containers or groups."
+    "--limit",
+    multiple=True,
+    metavar="PATTERN",
+    help="Only these containers: names, groups, globs, comma lists, !exclusions.",
 )
 set_option = click.option(
     "--set",
@@ -130,6 +140,7 @@ def rollback(
     "-i",
     "--inventory",
     "inventory_path",
+    envvar="ORCH_INVENTORY",
     type=click.Path(path_type=Path),
     help="With PLAYBOOK: check the containers' current releases.",
 )
@@ -269,6 +280,17 @@ def render(
     plans = plan_deploy(book, load_inventory(inventory_path), list(limit))
     report.print_plans(plans)
     sys.exit(1 if any(report.has_errors(p.findings) for p in plans) else 0)
+
+
+@cli.command()
+@click.argument("shell", type=click.Choice(["bash", "zsh", "fish"]))
+def completion(shell: str) -> None:
+    """Print the shell completion script, e.g. `eval "$(orch completion bash)"`."""
+    from click.shell_completion import get_completion_class
+
+    completer = get_completion_class(shell)
+    assert completer is not None  # every choice is one click ships
+    click.echo(completer(cli, {}, "orch", "_ORCH_COMPLETE").source())
 
 
 @cli.group()

@@ -7,6 +7,8 @@ the host, then `defaults`.
 
 from __future__ import annotations
 
+import fnmatch
+import re
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -94,21 +96,43 @@ class Inventory(Schema):
     containers: dict[Name, Container]
     groups: dict[Name, list[Name]] = {}
     source: str = Field(default="", exclude=True)
+    identity_files: dict[str, str] = Field(default={}, exclude=True)
+    """Where each `identity_file` setting stands (`file:line:col`), by its dotted field."""
 
     def select(self, patterns: Iterable[str]) -> list[str]:
-        """Container names for group or container names, in inventory order, no repeats."""
-        wanted: set[str] = set()
-        for name in patterns:
-            if name in self.groups:
-                wanted.update(self.groups[name])
-            elif name in self.containers:
-                wanted.add(name)
+        """Container names matching Ansible-style patterns, in inventory order, no repeats.
+
+        Each pattern is a comma (or colon) separated list of container names, group
+        names or globs of either (`ct20*`); `!item` excludes what `item` matches. With
+        only exclusions, they are taken from every container.
+        """
+        items = [item.strip() for pattern in patterns for item in re.split(r"[,:]", pattern)]
+        included: set[str] = set()
+        excluded: set[str] = set()
+        has_inclusion = False
+        for item in filter(None, items):
+            negated = item.startswith("!")
+            names = self._matching(item[1:] if negated else item)
+            if negated:
+                excluded |= names
             else:
-                raise InputError(
-                    f"{self.source}: no container or group named {name!r} "
-                    f"(containers: {', '.join(self.containers)}; groups: {', '.join(self.groups)})"
-                )
-        return [name for name in self.containers if name in wanted]
+                included |= names
+                has_inclusion = True
+        if not has_inclusion:
+            included = set(self.containers)
+        return [name for name in self.containers if name in included - excluded]
+
+    def _matching(self, item: str) -> set[str]:
+        """Containers named by one item: a container, a group, or a glob over either."""
+        names = {name for name in self.containers if fnmatch.fnmatchcase(name, item)}
+        for group in (g for g in self.groups if fnmatch.fnmatchcase(g, item)):
+            names.update(self.groups[group])
+        if not names:
+            raise InputError(
+                f"{self.source}: no container or group matches {item!r} "
+                f"(containers: {', '.join(self.containers)}; groups: {', '.join(self.groups)})"
+            )
+        return names
 
     def login(self, container_name: str) -> tuple[str, SshSettings, str]:
         """(address, settings, label) of the SSH endpoint that reaches a container.
@@ -125,6 +149,21 @@ class Inventory(Schema):
                 container_name,
             )
         return host.address, _merge(host, self.defaults), container.host
+
+    def identity_file_field(self, container_name: str) -> str | None:
+        """The dotted field that sets the identity file used to reach a container."""
+        container = self.containers[container_name]
+        layers = [f"hosts.{container.host}", "defaults"]
+        if container.access == "ssh":
+            layers.insert(0, f"containers.{container_name}.ssh")
+        return next(
+            (
+                f"{layer}.identity_file"
+                for layer in layers
+                if f"{layer}.identity_file" in self.identity_files
+            ),
+            None,
+        )
 
     def pct_path(self, host_name: str) -> str:
         return self.hosts[host_name].pct_path or self.defaults.pct_path
@@ -146,9 +185,19 @@ def _merge(first: SshSettings, fallback: SshSettings) -> SshSettings:
 def load_inventory(path: Path) -> Inventory:
     """Load and validate an inventory file; errors point at file:line:col."""
     document = load_yaml_file(path)
-    inventory = validate_document(Inventory, document).model_copy(update={"source": str(path)})
+    inventory = validate_document(Inventory, document).model_copy(
+        update={"source": str(path), "identity_files": _identity_file_positions(document)}
+    )
     _check_references(inventory, document)
     return inventory
+
+
+def _identity_file_positions(document: YamlDocument) -> dict[str, str]:
+    return {
+        ".".join(map(str, loc)): document.where(loc)
+        for loc in document.positions
+        if loc and loc[-1] == "identity_file"
+    }
 
 
 def _check_references(inventory: Inventory, document: YamlDocument) -> None:

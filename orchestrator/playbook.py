@@ -24,7 +24,7 @@ from orchestrator.errors import InputError
 from orchestrator.schema import Name, Port, Schema, validate_document
 from orchestrator.yamlsource import YamlDocument, load_yaml_file
 
-PLAYBOOK_DIR = Path(__file__).resolve().parent.parent / "playbooks"
+PLAYBOOK_DIR = Path(__file__).resolve().parent / "playbooks"
 
 Positive = Annotated[int, Field(ge=1)]
 Seconds = Annotated[float, Field(gt=0)]
@@ -106,13 +106,14 @@ class Playbook(Schema):
 
 
 def find_playbook(name_or_path: str) -> Path:
-    """A path as given, or a name looked up in the project's `playbooks/`."""
+    """A path as given, or a name looked up among the shipped playbooks (their real path,
+    so errors point at the file a user edits)."""
     path = Path(name_or_path)
     if path.suffix in (".yaml", ".yml") or path.exists():
         return path
     candidate = PLAYBOOK_DIR / f"{name_or_path}.yaml"
     if candidate.exists():
-        return candidate
+        return candidate.resolve()
     known = ", ".join(sorted(p.stem for p in PLAYBOOK_DIR.glob("*.yaml")))
     raise InputError(f"no playbook {name_or_path!r} (known: {known})")
 

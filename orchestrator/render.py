@@ -17,7 +17,7 @@ import jinja2
 
 from orchestrator.errors import InputError
 
-TEMPLATE_DIR = Path(__file__).resolve().parent.parent / "templates"
+TEMPLATE_DIR = Path(__file__).resolve().parent / "templates"
 
 
 def to_json(value: Any, indent: int | None = None) -> str:

@@ -22,7 +22,12 @@ def orch(*args: str) -> subprocess.CompletedProcess[str]:
         capture_output=True,
         text=True,
         cwd=ROOT,
-        env={"NO_COLOR": "1", "COLUMNS": "200", "PATH": "/usr/bin:/bin"},
+        env={
+            "NO_COLOR": "1",
+            "COLUMNS": "200",
+            "PATH": "/usr/bin:/bin",
+            "XDG_CONFIG_HOME": "/nonexistent",
+        },
         timeout=60,
     )
 

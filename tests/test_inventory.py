@@ -108,5 +108,29 @@ def test_missing_file_is_input_error(tmp_path: Path) -> None:
 
 def test_select_unknown_name_lists_what_exists() -> None:
     inventory = load_inventory(ROOT / "inventories" / "example.yaml")
-    with pytest.raises(InputError, match=r"no container or group named 'ct1'.*groups: gpu"):
+    with pytest.raises(InputError, match=r"no container or group matches 'ct1'.*groups: gpu"):
         inventory.select(["ct1"])
+
+
+@pytest.mark.parametrize(
+    ("patterns", "expected"),
+    [
+        (["ct200,ct129"], ["ct129", "ct200"]),
+        (["ct129", "ct200"], ["ct129", "ct200"]),
+        (["ct2*"], ["ct200"]),
+        (["g?u"], ["ct129", "ct200"]),
+        (["gpu,!ct129"], ["ct200"]),
+        (["gpu:!ct1*"], ["ct200"]),
+        (["!ct200"], ["ct129"]),
+        (["gpu", "!gpu"], []),
+    ],
+)
+def test_select_takes_ansible_style_patterns(patterns: list[str], expected: list[str]) -> None:
+    inventory = load_inventory(ROOT / "inventories" / "example.yaml")
+    assert inventory.select(patterns) == expected
+
+
+def test_select_names_the_pattern_that_matches_nothing() -> None:
+    inventory = load_inventory(ROOT / "inventories" / "example.yaml")
+    with pytest.raises(InputError, match=r"no container or group matches 'db\*'"):
+        inventory.select(["gpu,!db*"])

@@ -4,7 +4,9 @@ shared by every step and every container of a run."""
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
+from orchestrator.errors import InputError
 from orchestrator.inventory import Inventory, SshSettings
 from orchestrator.transport.base import Transport
 from orchestrator.transport.pct import PctTransport
@@ -30,6 +32,8 @@ class Connections:
         """The transport that runs commands inside container `name`."""
         container = self.inventory.containers[name]
         address, settings, label = self.inventory.login(name)
+        if settings.identity_file:
+            _check_identity_file(self.inventory, name, settings.identity_file)
         ssh = self._endpoint(label, address, settings)
         if container.access == "ssh":
             return ssh
@@ -46,3 +50,16 @@ class Connections:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _check_identity_file(inventory: Inventory, container: str, identity_file: str) -> None:
+    """A key that cannot be read is the inventory's mistake, not an unreachable host."""
+    path = Path(identity_file).expanduser()
+    try:
+        with path.open("rb"):
+            return
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+    dotted = inventory.identity_file_field(container) or "identity_file"
+    where = inventory.identity_files.get(dotted, inventory.source)
+    raise InputError(f"{where}: {dotted}: cannot read {path}: {reason}")

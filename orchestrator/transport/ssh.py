@@ -8,9 +8,11 @@ machine needs no route to the target's ports.
 
 from __future__ import annotations
 
+import errno
 import logging
 import select
 import shlex
+import socket
 import threading
 import time
 from collections.abc import Sequence
@@ -18,6 +20,7 @@ from pathlib import Path
 
 import fabric
 import paramiko
+from paramiko.ssh_exception import NoValidConnectionsError
 
 from orchestrator.errors import HostKeyError, ServiceUnavailable, TransportError
 from orchestrator.inventory import SshSettings
@@ -34,6 +37,24 @@ CONNECT_TIMEOUT = 10
 # Paramiko logs refused channels itself; they reach the user as our own errors.
 logging.getLogger("paramiko").addHandler(logging.NullHandler())
 CHUNK = 1 << 16
+
+
+def connect_failure(exc: Exception) -> tuple[str, str]:
+    """(reason, hint) for a failed TCP/SSH connect, in the words of `ssh` itself."""
+    errors = list(exc.errors.values()) if isinstance(exc, NoValidConnectionsError) else [exc]
+    first = errors[0] if errors else exc
+    if isinstance(first, ConnectionRefusedError):
+        return "connection refused", "the host answers but no sshd listens on that port"
+    if isinstance(first, TimeoutError):
+        return (
+            f"no answer within {CONNECT_TIMEOUT} s",
+            "the host is down, or a firewall drops the traffic",
+        )
+    if isinstance(first, OSError) and first.errno in (errno.EHOSTUNREACH, errno.ENETUNREACH):
+        return "no route to host", "check the address and your network route to it"
+    if isinstance(first, socket.gaierror):
+        return f"cannot resolve the name: {first.strerror}", "check the address"
+    return str(exc), "check the address and port, and that sshd runs there"
 
 
 class SshTransport:
@@ -92,16 +113,14 @@ class SshTransport:
                 raise TransportError(
                     self.label,
                     "connect",
-                    f"authentication failed as {self.connection.user}: {exc}",
-                    "check the inventory's user and identity_file, or your ssh-agent",
+                    f"permission denied as {self.connection.user}: {exc}",
+                    "the host refused every key offered: check the inventory's user and "
+                    "identity_file, your ssh-agent, and the host's authorized_keys",
                 ) from None
             except (paramiko.SSHException, OSError) as exc:
-                raise TransportError(
-                    self.label,
-                    "connect",
-                    f"cannot reach {self.address}:{self.connection.port}: {exc}",
-                    "check the address and port, and that sshd runs there",
-                ) from None
+                reason, hint = connect_failure(exc)
+                where = f"{self.address}:{self.connection.port}"
+                raise TransportError(self.label, "connect", f"{where}: {reason}", hint) from None
         transport = self.connection.transport
         assert transport is not None
         return transport

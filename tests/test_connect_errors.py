@@ -1,0 +1,89 @@
+"""Why a connection failed, in the user's terms: a bad key file is bad input (exit 2,
+naming the inventory line); a refused key, a closed port and no route are told apart."""
+
+from __future__ import annotations
+
+import errno
+import socket
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+from labtools import LabHandle
+from paramiko.ssh_exception import NoValidConnectionsError
+
+from orchestrator.transport.ssh import connect_failure
+
+
+def write_inventory(lab: LabHandle, tmp_path: Path, change: dict) -> Path:
+    inventory = yaml.safe_load(lab.inventory.read_text())
+    for dotted, value in change.items():
+        node = inventory
+        *parents, leaf = dotted.split(".")
+        for part in parents:
+            node = node[part]
+        node[leaf] = value
+    path = tmp_path / "inv.yaml"
+    path.write_text(yaml.safe_dump(inventory, sort_keys=False))
+    return path
+
+
+@pytest.mark.lab
+def test_missing_identity_file_is_bad_input_naming_the_line(lab: LabHandle, tmp_path: Path) -> None:
+    missing = tmp_path / "no_such_key"
+    inventory = write_inventory(lab, tmp_path, {"defaults.identity_file": str(missing)})
+    line = next(
+        n for n, text in enumerate(inventory.read_text().splitlines(), 1) if "identity_file" in text
+    )
+    result = lab.orch("deploy", "qwen-dflash", "-i", str(inventory), "--json")
+    assert result.code == 2, result.stderr
+    canary = result.json["targets"][0]
+    assert canary["error"] == (
+        f"{inventory}:{line}:3: defaults.identity_file: cannot read {missing}: "
+        "No such file or directory"
+    )
+    assert not lab.deployment_dir("ct200").exists()
+
+
+@pytest.mark.lab
+def test_refused_key_is_permission_denied(lab: LabHandle, tmp_path: Path) -> None:
+    stranger = tmp_path / "stranger"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", stranger], check=True)
+    inventory = write_inventory(lab, tmp_path, {"defaults.identity_file": str(stranger)})
+    result = lab.orch("deploy", "qwen-dflash", "-i", str(inventory), "--json")
+    assert result.code == 3
+    error = result.json["targets"][0]["error"]
+    assert error.startswith("pve1: connect: permission denied as ")
+    assert "authorized_keys" in error
+
+
+@pytest.mark.lab
+def test_closed_port_is_connection_refused(lab: LabHandle, tmp_path: Path) -> None:
+    with socket.socket() as probe:  # a port nothing listens on, on the lab's host address
+        host = yaml.safe_load(lab.inventory.read_text())["hosts"]["pve1"]
+        probe.bind((host["address"], 0))
+        port = probe.getsockname()[1]
+    inventory = write_inventory(lab, tmp_path, {"hosts.pve1.port": port})
+    result = lab.orch("deploy", "qwen-dflash", "-i", str(inventory), "--limit", "ct200", "--json")
+    assert result.code == 3
+    error = result.json["targets"][0]["error"]
+    assert error.startswith(f"pve1: connect: {host['address']}:{port}: connection refused")
+    assert "no sshd listens" in error
+
+
+@pytest.mark.parametrize(
+    ("error", "reason"),
+    [
+        (TimeoutError("timed out"), "no answer within 10 s"),
+        (OSError(errno.EHOSTUNREACH, "No route to host"), "no route to host"),
+        (OSError(errno.ENETUNREACH, "Network is unreachable"), "no route to host"),
+        (socket.gaierror(-2, "Name or service not known"), "cannot resolve the name"),
+        (
+            NoValidConnectionsError({("192.0.2.1", 22): ConnectionRefusedError()}),
+            "connection refused",
+        ),
+    ],
+)
+def test_connect_failures_are_told_apart(error: Exception, reason: str) -> None:
+    assert connect_failure(error)[0].startswith(reason)
