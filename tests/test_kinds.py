@@ -15,6 +15,13 @@ from orchestrator.drafters.kinds import CheckInputs, detect_kind, get_kind, kind
 from orchestrator.drafters.profiles import get_profile, list_profiles, target_files
 from orchestrator.errors import InputError
 from orchestrator.inventory import load_inventory
+from orchestrator.lab.acceptance import (
+    eagle3_profile,
+    expected_acceptance_length,
+    mtp_profile,
+    ngram_profile,
+)
+from orchestrator.lab.models import eagle3_head_config
 from orchestrator.plan import DRAFTER_CONFIG, LAUNCH_SCRIPT, TargetPlan, plan_deploy
 from orchestrator.playbook import PLAYBOOK_DIR, load_playbook
 
@@ -265,3 +272,18 @@ def test_profiles_json_lists_each_profile_with_its_kind() -> None:
     assert by_name[MTP]["kind"] == "mtp"
     assert by_name[MTP]["MTP layers"] == 1
     assert by_name["z-lab/Qwen3.6-27B-DFlash"]["kind"] == "dflash"
+
+
+# the lab's acceptance model per kind
+
+
+def test_the_lab_accepts_each_kinds_published_setup_and_not_its_misconfiguration() -> None:
+    head = eagle3_head_config(get_profile(EAGLE3))
+    qwen3, qwen36 = target(EAGLE3), target(MTP)
+    assert eagle3_profile(head, head, qwen3, 3) == [0.75, 0.6, 0.5]
+    assert expected_acceptance_length(eagle3_profile(head, head, qwen3, 3), 3) > 2.0
+    for wrong_target, truth in ((qwen36, head), (qwen3, None)):
+        assert eagle3_profile(head, truth, wrong_target, 3)[0] < 0.1
+    assert expected_acceptance_length(mtp_profile(qwen36, 1), 1) == pytest.approx(1.85)
+    assert mtp_profile(qwen3, 1)[0] < 0.1
+    assert expected_acceptance_length(ngram_profile(4), 4) < 2.0

@@ -1,4 +1,6 @@
-"""How well a DFlash drafter's drafts are accepted, given the config it was deployed with.
+"""How well drafts are accepted, given the method and the config it was deployed with.
+
+DFlash (below, in detail); EAGLE-3, MTP and n-gram at the end.
 
 The lab's vLLM stand-in runs no model: it draws each draft's accepted length
 from per-position conditional acceptance probabilities (the chance that
@@ -26,6 +28,8 @@ from __future__ import annotations
 import random
 
 from orchestrator.drafters.kinds.dflash import KEYS, server_slides, server_window
+from orchestrator.drafters.kinds.mtp import mtp_layers
+from orchestrator.drafters.modelfiles import text_config
 
 DEFAULT_BLOCK_SIZE = 16
 TRAINED_FIRST = 0.80
@@ -138,3 +142,47 @@ def sample_accepted(
         if rng.random() >= _position_probability(profile, position, multiplier):
             return position
     return num_speculative_tokens
+
+
+# Other methods: each kind's published setup accepts well, its typical misconfiguration not.
+
+EAGLE3_TRAINED = (0.75, 0.6, 0.5)
+"""An EAGLE-3 head at its trained steps: mean acceptance length about 2.4 at 3 tokens;
+steps past the trained ones halve again each time."""
+MTP_FIRST = 0.85
+MTP_RERUN = 0.5
+"""An MTP layer: position 1 at 0.85; each further token reruns the same layer (0.5)."""
+NGRAM = (0.35, 0.5)
+"""Prompt lookup on the probe prompts: position 1 at 0.35, then 0.5 per position."""
+
+
+def _eagle3_aligned(deployed: dict, truth: dict, target: dict) -> bool:
+    """The head as published, reading a target of its own width and vocabulary."""
+    layer = deployed.get("transformer_layer_config") or {}
+    dims = text_config(target)
+    reads = deployed.get("target_hidden_size") or layer.get("hidden_size")
+    return (
+        deployed == truth
+        and reads == dims.get("hidden_size")
+        and layer.get("vocab_size") == dims.get("vocab_size")
+    )
+
+
+def eagle3_profile(deployed: dict, truth: dict | None, target: dict, steps: int) -> list[float]:
+    if truth is None or not _eagle3_aligned(deployed, truth, target):
+        return _unaligned(steps)
+    trained = list(EAGLE3_TRAINED)
+    while len(trained) < steps:
+        trained.append(trained[-1] / 2)
+    return trained[:steps]
+
+
+def mtp_profile(target: dict, steps: int) -> list[float]:
+    """MTP heads declared by the target draft well; a target without them does not."""
+    if not mtp_layers(target)[1]:
+        return _unaligned(steps)
+    return [MTP_FIRST] + [MTP_RERUN] * (steps - 1)
+
+
+def ngram_profile(steps: int) -> list[float]:
+    return [NGRAM[0]] + [NGRAM[1]] * (steps - 1)

@@ -43,7 +43,14 @@ from orchestrator.drafters.modelfiles import (
     safetensors_header_length,
     text_config,
 )
-from orchestrator.lab.acceptance import acceptance_profile, request_multiplier, sample_accepted
+from orchestrator.lab.acceptance import (
+    acceptance_profile,
+    eagle3_profile,
+    mtp_profile,
+    ngram_profile,
+    request_multiplier,
+    sample_accepted,
+)
 from orchestrator.lab.layout import (
     CONTAINER_ENV,
     ContainerPaths,
@@ -139,7 +146,10 @@ def read_json(path: Path) -> dict:
 
 def parse_speculative_config(raw: str) -> dict:
     config = json.loads(raw)
-    missing = [key for key in ("method", "model", "num_speculative_tokens") if key not in config]
+    needed: tuple[str, ...] = ("method", "num_speculative_tokens")
+    if config.get("method") in DRAFTER_DIR_METHODS:
+        needed += ("model",)
+    missing = [key for key in needed if key not in config]
     if missing:
         errors = "\n".join(
             f"{key}\n  Field required [type=missing, input_value={config!r}, input_type=dict]"
@@ -149,9 +159,9 @@ def parse_speculative_config(raw: str) -> dict:
         raise SpeculativeConfigError(
             f"{len(missing)} validation error{plural} for SpeculativeConfig\n{errors}"
         )
-    if config["method"] != "dflash":
-        method = config["method"]
-        raise ValueError(f"the lab's vLLM drafts with method 'dflash' only, not {method!r}")
+    if config["method"] not in METHODS:
+        method, known = config["method"], ", ".join(sorted(METHODS))
+        raise ValueError(f"the lab's vLLM drafts with methods {known} only, not {method!r}")
     return config
 
 
@@ -166,7 +176,27 @@ def fc_in_features(weights: Path) -> int | None:
     return None
 
 
-def load_drafting(speculative: dict, container: ContainerPaths) -> Drafting:
+DRAFTER_DIR_METHODS = ("dflash", "eagle3")
+METHODS = (*DRAFTER_DIR_METHODS, "mtp", "ngram")
+
+
+def load_drafting(speculative: dict, container: ContainerPaths, target: dict) -> Drafting:
+    """The acceptance model of the method: DFlash and EAGLE-3 read their drafter dir."""
+    steps = int(speculative["num_speculative_tokens"])
+    if speculative["method"] == "mtp":
+        return Drafting(steps, mtp_profile(target, steps))
+    if speculative["method"] == "ngram":
+        return Drafting(steps, ngram_profile(steps))
+    if speculative["method"] == "eagle3":
+        drafter = Path(speculative["model"])
+        deployed = read_json(drafter / "config.json")
+        truth_path = container.truth(drafter.resolve().name)
+        truth = read_json(truth_path) if truth_path.exists() else None
+        return Drafting(steps, eagle3_profile(deployed, truth, target, steps))
+    return load_dflash(speculative, container)
+
+
+def load_dflash(speculative: dict, container: ContainerPaths) -> Drafting:
     """Read the drafter as vLLM would, then look up the published config of its weights."""
     drafter = Path(speculative["model"])
     deployed = read_json(drafter / "config.json")
@@ -554,7 +584,8 @@ def build_app(args: argparse.Namespace, container: ContainerPaths, faults: Fault
     log("INFO", "model.py:547", f"Resolved architecture: {config['architectures'][0]}")
     drafting = None
     if args.speculative_config is not None:
-        drafting = load_drafting(parse_speculative_config(args.speculative_config), container)
+        speculative = parse_speculative_config(args.speculative_config)
+        drafting = load_drafting(speculative, container, config)
     model_name = (args.served_model_name or [args.model_tag])[0]
     metrics = Metrics(model_name, drafting, not faults.drop_spec_decode)
     engine = Engine(metrics, drafting, args.port if args.seed is None else args.seed)
