@@ -87,10 +87,14 @@ def _document(
 ) -> tuple[dict[str, Any], int]:
     code = max((o.exit_code for o in outcomes), default=0)
     result = {0: "ok", 1: "not applied", 2: "bad input", 3: "needs attention"}[code]
+    drafter = inputs.playbook.drafter
     return {
         "playbook": inputs.playbook.name,
         "run_id": run_id,
         "started": started,
+        "method": drafter.kind,
+        "drafter": drafter.profile or drafter.weights,
+        "model": inputs.playbook.target.served_name,
         "result": result,
         "targets": [o.to_dict() for o in outcomes],
     }, code

@@ -248,6 +248,12 @@ def print_verify(document: dict[str, Any]) -> None:
     out.print("ok" if document["ok"] else "[red]problems found[/]")
 
 
+def _position1(target: dict[str, Any]) -> str:
+    """Position-1 acceptance of the target's gate, comparable across methods."""
+    positions = (target.get("gate") or {}).get("per_position_acceptance") or []
+    return f"{positions[0]:.2f}" if positions else "-"
+
+
 def print_history(runs: list[dict[str, Any]]) -> None:
     table = Table()
     for column in (
@@ -255,10 +261,14 @@ def print_history(runs: list[dict[str, Any]]) -> None:
         "user",
         "command",
         "playbook",
+        "model",
+        "method",
+        "drafter",
         "run",
         "target",
         "result",
         "mean length",
+        "pos-1",
         "release",
         "previous",
     ):
@@ -270,10 +280,14 @@ def print_history(runs: list[dict[str, Any]]) -> None:
                 run["user"],
                 run["command"],
                 run["playbook"],
+                run.get("model") or "",
+                run.get("method") or "",
+                run.get("drafter") or "",
                 run["run_id"],
                 target["name"],
                 target["result"],
                 _mean_length(target),
+                _position1(target),
                 target.get("release") or "",
                 target.get("previous_release") or "",
             )
