@@ -1,11 +1,13 @@
-"""What a DFlash drafter config must agree with: its target, its weights, its tokenizer.
+"""The dflash kind: what a DFlash drafter config must agree with (its target, its weights,
+its tokenizer, its published config), and how it is launched, verified and explained.
 
 A DFlash drafter reads hidden states of chosen target layers and proposes a block
 of tokens at once. A config.json guessed by hand (wrong layer ids, mask token,
-layer types, sliding window, bos token) still lets vLLM start; acceptance then
-collapses. These rules catch that from the files alone. They are pure functions
-on parsed JSON: drafter config, target config, tokenizer_config.json and the
-merged safetensors header entries.
+layer types, a window the server never sees) still lets vLLM start; acceptance
+then collapses. These rules catch that from the files alone. They are pure
+functions on parsed JSON: drafter config, target config, tokenizer_config.json
+and the merged safetensors header entries. Every key of the config is judged by
+what vLLM does with it, from the key table `dflash_keys.json`.
 """
 
 from __future__ import annotations
