@@ -163,6 +163,22 @@ def rollback(
 )
 @click.option("--profile", help="Offline: built-in drafter profile (default: detected).")
 @click.option("--num-speculative-tokens", type=int, help="Offline: the server's setting.")
+@click.option(
+    "--server-version",
+    metavar="VERSION",
+    help="Offline: judge the drafter/target pair against what this vLLM version does.",
+)
+@click.option(
+    "--server-env",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="Offline, with --server-version: the server's launch environment.",
+)
+@click.option(
+    "--attention-backend",
+    metavar="NAME",
+    help="Offline, with --server-version: the server's --attention-backend.",
+)
 @accept_keys_option
 @json_option
 def verify_config(
@@ -175,11 +191,14 @@ def verify_config(
     tokenizer: Path | None,
     profile: str | None,
     num_speculative_tokens: int | None,
+    server_version: str | None,
+    server_env: tuple[str, ...],
+    attention_backend: str | None,
     accept_new_host_keys: bool,
     as_json: bool,
 ) -> None:
     """Check drafter configs: on the containers (PLAYBOOK -i INVENTORY), or in local
-    files (--drafter PATH --target PATH)."""
+    files (--drafter PATH --target PATH), optionally against a vLLM version."""
     from orchestrator import report
     from orchestrator.errors import InputError
 
@@ -194,9 +213,14 @@ def verify_config(
         sys.exit(code)
     if not (drafter and target):
         raise InputError("verify-config needs PLAYBOOK -i INVENTORY, or --drafter and --target")
-    from orchestrator.verify import verify_local
+    from orchestrator.verify import server_launch, verify_local
 
-    findings = verify_local(drafter, target, tokenizer, profile, num_speculative_tokens)
+    if (server_env or attention_backend) and not server_version:
+        raise InputError("--server-env and --attention-backend need --server-version")
+    launch = server_launch(server_env, attention_backend) if server_version else None
+    findings = verify_local(
+        drafter, target, tokenizer, profile, num_speculative_tokens, server_version, launch
+    )
     report.print_findings(findings, as_json=as_json)
     sys.exit(1 if report.has_errors(findings) else 0)
 
@@ -325,15 +349,33 @@ lab_dir_option = click.option(
 @click.option(
     "--network", default="127.66", show_default=True, help="Loopback /16 for the lab's addresses."
 )
+@click.option(
+    "--vllm-version",
+    metavar="VERSION",
+    help="The vLLM version the stand-ins claim and behave as (default: the newest the "
+    "capability table knows).",
+)
 def lab_up(
-    lab_dir: Path | None, hosts: int, containers_per_host: int, load_seconds: float, network: str
+    lab_dir: Path | None,
+    hosts: int,
+    containers_per_host: int,
+    load_seconds: float,
+    network: str,
+    vllm_version: str | None,
 ) -> None:
     """Build and start the lab, and write its inventory."""
     from orchestrator.lab.cluster import Lab, LabSpec, default_lab_dir
+    from orchestrator.serving.capabilities import newest_version
 
     the_lab = Lab(lab_dir or default_lab_dir())
-    started = the_lab.up(LabSpec(hosts, containers_per_host, load_seconds, network))
-    click.echo(f"lab {'started' if started else 'already running'} in {the_lab.root}")
+    spec = LabSpec(
+        hosts, containers_per_host, load_seconds, network, vllm_version or newest_version()
+    )
+    started = the_lab.up(spec)
+    click.echo(
+        f"lab {'started' if started else 'already running'} in {the_lab.root} "
+        f"(vLLM {spec.vllm_version})"
+    )
     click.echo(f"next: orch deploy qwen-dflash -i {the_lab.inventory}")
 
 

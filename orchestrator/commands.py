@@ -44,6 +44,13 @@ printf %s "$_rc" > "$tmp"; frame "$_n.rc" "$tmp"; }
 tmp=$(mktemp); trap 'rm -f "$tmp"' EXIT
 """
 
+# The server's version: `vllm --version`, else the package metadata of the Python
+# beside the vllm command (a venv's bin/), as importlib.metadata reads it.
+_VERSION_FUNCTION = """\
+vllm_version() { "$1" --version 2>/dev/null || "${1%/*}/python" -c \
+'import importlib.metadata as m; print(m.version("vllm"))'; }
+"""
+
 GPU_QUERY = (
     "--query-gpu=index,uuid,memory.total,memory.used,memory.free",
     "--format=csv,noheader,nounits",
@@ -227,15 +234,18 @@ def status_report(deployment_dir: str) -> list[str]:
     )
 
 
-def target_facts(deployment_dir: str, nvidia_smi: str) -> list[str]:
-    """Preflight's small facts in one round trip, as frames: `gpus`, `apps` (with
-    their `.rc`), `disk` (free KiB where the deployment goes), `server`, `current`."""
+def target_facts(deployment_dir: str, nvidia_smi: str, vllm: str) -> list[str]:
+    """Preflight's small facts in one round trip, as frames: `gpus`, `apps` and
+    `version` (the vLLM version, see _VERSION_FUNCTION) with their `.rc`, `disk`
+    (free KiB where the deployment goes), `server`, `current`."""
     d = deployment_dir
     return script(
         _PROCESS_FUNCTIONS
         + _FRAME_FUNCTIONS
+        + _VERSION_FUNCTION
         + f"capture gpus {shlex.join([nvidia_smi, *GPU_QUERY])}\n"
         + f"capture apps {shlex.join([nvidia_smi, *GPU_APPS_QUERY])}\n"
+        + f"capture version vllm_version {q(vllm)}\n"
         + f'p={q(d)}; while [ ! -e "$p" ]; do p=${{p%/*}}; [ -n "$p" ] || p=/; done\n'
         + 'df -Pk "$p" | awk \'NR==2 {print $4}\' > "$tmp"; frame disk "$tmp"\n'
         + f'recorded {q(d + "/server.pid")} > "$tmp"; frame server "$tmp"\n'

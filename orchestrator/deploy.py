@@ -53,6 +53,7 @@ class Outcome:
     result: str = "failed"
     release: str | None = None
     previous_release: str | None = None
+    server_version: str | None = None
     gate: GateReport | None = None
     rollback_gate: GateReport | None = None
     findings: list[Finding] = field(default_factory=list)
@@ -68,6 +69,7 @@ class Outcome:
             "result": self.result,
             "release": self.release,
             "previous_release": self.previous_release,
+            "server_version": self.server_version,
             "gate": self.gate.to_dict() if self.gate else None,
             "rollback_gate": self.rollback_gate.to_dict() if self.rollback_gate else None,
             "findings": [f.to_dict() for f in self.findings],
@@ -109,6 +111,7 @@ class TargetRun:
             facts, self.plan, server.tensor_parallel_size, server.num_speculative_tokens
         )
         self.outcome.previous_release = facts.current_release
+        self.outcome.server_version = facts.server_version
         return facts
 
     def _lock(self) -> None:

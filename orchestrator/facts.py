@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -138,3 +139,22 @@ def parse_status_report(text: str) -> dict[str, object]:
             "last_mean_length": audit.get("mean_acceptance_length"),
             "lock": fields.get("lock") or None,
         }
+
+
+_VERSION_LINE = re.compile(r"v?(\d+(?:\.\d+)+\S*)")
+
+
+def parse_vllm_version(text: str, exit_code: str) -> tuple[str | None, str]:
+    """What the version probe printed -> (version, "") or (None, why it is unknown).
+
+    The last line that is a version wins: `vllm --version` may log before it."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if exit_code == "0":
+        for line in reversed(lines):
+            if match := _VERSION_LINE.fullmatch(line):
+                return match.group(1), ""
+    detail = lines[-1][:200] if lines else "no output"
+    return (
+        None,
+        f"'vllm --version' and the package metadata gave no version (exit {exit_code}: {detail})",
+    )

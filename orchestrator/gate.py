@@ -25,7 +25,12 @@ from orchestrator.metrics.assess import (
     no_spec_decode_verdict,
 )
 from orchestrator.metrics.evaluate import CounterReset, Measurement, measure
-from orchestrator.metrics.scrape import MetricsFormatError, SpecDecodeCounters, parse_spec_decode
+from orchestrator.metrics.scrape import (
+    ACCEPT,
+    MetricsFormatError,
+    SpecDecodeCounters,
+    parse_spec_decode,
+)
 from orchestrator.playbook import Gate
 from orchestrator.transport import http
 from orchestrator.transport.base import Transport
@@ -122,7 +127,16 @@ def scrape(transport: Transport, address: str, port: int) -> SpecDecodeCounters 
         reraise=True,
     )
     try:
-        response = retrying(http.request, transport, address, port, "GET", "/metrics", timeout=15)
+        response = retrying(
+            http.request,
+            transport,
+            address,
+            port,
+            "GET",
+            "/metrics",
+            timeout=15,
+            headers={"Accept": ACCEPT},
+        )
     except OrchError as exc:
         raise ScrapeFailed(str(exc)) from None
     if response.status != 200:

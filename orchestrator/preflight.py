@@ -30,10 +30,12 @@ from orchestrator.facts import (
     parse_gpus,
     parse_listing,
     parse_server_state,
+    parse_vllm_version,
     release_id_of,
 )
-from orchestrator.plan import TargetPlan
+from orchestrator.plan import LAUNCH_SCRIPT, TargetPlan
 from orchestrator.remote import run_step
+from orchestrator.serving.judge import judge_server, read_launch
 from orchestrator.transport.base import Transport
 
 INDEX_FILE = "model.safetensors.index.json"
@@ -61,6 +63,8 @@ class Facts:
     port_taken: bool
     current_release: str | None
     gpu_error: str = ""
+    server_version: str | None = None
+    server_version_error: str = ""
 
 
 def read_model_dir(transport: Transport, path: str) -> ModelDir:
@@ -86,8 +90,13 @@ def gather(transport: Transport, plan: TargetPlan, nvidia_smi: str) -> Facts:
     drafter = read_model_dir(transport, plan.drafter_weights) if plan.drafter_weights else None
     small = parse_frames(
         run_step(
-            transport, commands.target_facts(plan.deployment_dir, nvidia_smi), "read target facts"
+            transport,
+            commands.target_facts(plan.deployment_dir, nvidia_smi, plan.vllm),
+            "read target facts",
         ).stdout
+    )
+    version, version_error = parse_vllm_version(
+        small["version"].decode("utf-8", "replace"), small["version.rc"].decode()
     )
     gpus_ok, apps_ok = small["gpus.rc"] == b"0", small["apps.rc"] == b"0"
     server = parse_server_state(small["server"].decode())
@@ -108,6 +117,8 @@ def gather(transport: Transport, plan: TargetPlan, nvidia_smi: str) -> Facts:
         port_taken=port_taken,
         current_release=release_id_of(small["current"].decode()),
         gpu_error="" if gpus_ok else small["gpus"].decode("utf-8", "replace")[:300],
+        server_version=version,
+        server_version_error=version_error,
     )
 
 
@@ -116,6 +127,7 @@ def judge(
 ) -> list[Finding]:
     """Every finding the facts support, errors and warnings, in a stable order."""
     findings = drafter_findings(facts.target, facts.drafter, plan, num_speculative_tokens)
+    findings += server_findings(facts, plan)
     findings += _gpu_findings(facts, tensor_parallel_size)
     if facts.port_taken:
         findings.append(
@@ -167,6 +179,21 @@ def drafter_findings(
             profile=plan.profile,
             num_speculative_tokens=num_speculative_tokens,
         )
+    )
+
+
+def server_findings(facts: Facts, plan: TargetPlan) -> list[Finding]:
+    """The release's launch script and drafter config judged against the vLLM version
+    found on the container, with the target's own config.json."""
+    launch = read_launch(plan.files[LAUNCH_SCRIPT].decode("utf-8", "replace"))
+    target = facts.target.files.config if facts.target.files else None
+    shipped = facts.drafter.files.config if facts.drafter and facts.drafter.files else None
+    return judge_server(
+        facts.server_version,
+        launch,
+        plan.drafter_config if plan.drafter_config is not None else shipped,
+        target,
+        unreadable=facts.server_version_error,
     )
 
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import re
+from collections.abc import Sequence
 from pathlib import Path
 
 from orchestrator.drafters.findings import Finding
@@ -10,6 +13,9 @@ from orchestrator.drafters.kinds import CheckInputs, detect_kind, get_kind
 from orchestrator.drafters.modelfiles import ModelFiles, read_config_file, read_model_dir
 from orchestrator.drafters.profiles import Profile, detect_profile, get_profile
 from orchestrator.errors import InputError
+from orchestrator.serving.judge import Launch, judge_server
+
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def read_files(path: Path) -> ModelFiles:
@@ -30,8 +36,11 @@ def verify_local(
     tokenizer_path: Path | None = None,
     profile_name: str | None = None,
     num_speculative_tokens: int | None = None,
+    server_version: str | None = None,
+    launch: Launch | None = None,
 ) -> list[Finding]:
-    """All findings for a drafter against its target; unusable input raises InputError."""
+    """All findings for a drafter against its target, and against what vLLM
+    `server_version` does with them when given; unusable input raises InputError."""
     drafter, target = read_files(drafter_path), read_files(target_path)
     if target.config is None:
         raise InputError(
@@ -49,6 +58,9 @@ def verify_local(
     else:
         kind = detect_kind(drafter.config)
         profile = detect_profile(drafter.config, target.config, kind.name)
+    if server_version is not None:
+        launch = dataclasses.replace(launch or Launch(), method=kind.method)
+        findings += judge_server(server_version, launch, drafter.config, target.config)
     return findings + kind.check(
         CheckInputs(
             drafter.config,
@@ -65,3 +77,15 @@ def verify_local(
 def _file_names(path: Path) -> list[str] | None:
     """The names in a drafter dir (None when only a config file was given)."""
     return sorted(p.name for p in path.iterdir()) if path.is_dir() else None
+
+
+def server_launch(env: Sequence[str], attention_backend: str | None) -> Launch:
+    """`--server-env NAME=VALUE` pairs and `--attention-backend` as a launch (its method is
+    the drafter's kind, set by `verify_local`)."""
+    pairs = {}
+    for item in env:
+        name, equals, value = item.partition("=")
+        if not equals or not ENV_NAME.fullmatch(name):
+            raise InputError(f"--server-env {item!r}: expected NAME=VALUE")
+        pairs[name] = value
+    return Launch(pairs, attention_backend)

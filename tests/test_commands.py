@@ -40,6 +40,7 @@ from orchestrator.facts import (
     parse_server_state,
     parse_started,
     parse_status_report,
+    parse_vllm_version,
 )
 from orchestrator.preflight import INDEX_FILE
 from orchestrator.state import audit_line
@@ -706,7 +707,7 @@ def test_target_facts_frame_gpus_disk_server_and_current(tmp_path: Path) -> None
     fake_smi.write_text('#!/bin/sh\necho "$1"\nexit 3\n')
     fake_smi.chmod(0o755)
     deployment = tmp_path / "not yet" / "deployed"
-    done = run(commands.target_facts(str(deployment), str(fake_smi)))
+    done = run(commands.target_facts(str(deployment), str(fake_smi), "/nonexistent/vllm"))
     assert done.returncode == 0, done.stderr
     frames = parse_frames(done.stdout)
 
@@ -719,6 +720,39 @@ def test_target_facts_frame_gpus_disk_server_and_current(tmp_path: Path) -> None
     deployment.mkdir(parents=True)
     (deployment / "server.pid").write_text("")  # a failed write leaves it empty
     (deployment / "current").symlink_to("releases/abc")
-    frames = parse_frames(run(commands.target_facts(str(deployment), "/nonexistent")).stdout)
+    frames = parse_frames(
+        run(commands.target_facts(str(deployment), "/nonexistent", "/nonexistent/vllm")).stdout
+    )
     assert frames["gpus.rc"] == b"127"
     assert (frames["server"], frames["current"]) == (b"none\n", b"releases/abc\n")
+
+
+def version_frames(vllm: Path) -> tuple[str | None, str]:
+    frames = parse_frames(
+        run(commands.target_facts(str(vllm.parent), "/nonexistent", str(vllm))).stdout
+    )
+    return parse_vllm_version(frames["version"].decode(), frames["version.rc"].decode())
+
+
+def test_target_facts_read_the_vllm_version_or_its_package_metadata(tmp_path: Path) -> None:
+    bin_dir = tmp_path / "venv dir" / "bin"
+    bin_dir.mkdir(parents=True)
+    vllm = bin_dir / "vllm"
+    vllm.write_text("#!/bin/sh\necho 'INFO 12-02 [__init__.py] loading'\necho 0.27.1\n")
+    vllm.chmod(0o755)
+    assert version_frames(vllm) == ("0.27.1", "")
+
+    # A vllm without --version: the Python beside it answers from the package metadata.
+    vllm.write_text("#!/bin/sh\necho 'usage: vllm serve' >&2\nexit 2\n")
+    python = bin_dir / "python"
+    python.write_text(
+        "#!/bin/sh\n"
+        '[ "$1" = -c ] && case "$2" in *importlib.metadata*) echo 0.19.1; exit 0;; esac\n'
+        "exit 9\n"
+    )
+    python.chmod(0o755)
+    assert version_frames(vllm) == ("0.19.1", "")
+
+    python.unlink()
+    version, why = version_frames(vllm)
+    assert version is None and "exit 127" in why

@@ -280,7 +280,8 @@ def start_vllm(
     if drafter is not None:
         argv += ["--speculative-config", speculative(drafter)]
     argv += ["--host", "127.0.0.1", "--port", str(port), "--load-seconds", str(load_seconds)]
-    environment = {**os.environ, **(env or {})}
+    # The playbook's launch environment: today's vLLM serves mixed drafters on the V2 runner.
+    environment = {**os.environ, "VLLM_USE_V2_MODEL_RUNNER": "1", **(env or {})}
     if faults is not None:
         environment["ORCH_LAB_FAULTS"] = json.dumps(faults)
     log = container.root / f"vllm-{port}.log"

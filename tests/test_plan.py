@@ -219,6 +219,8 @@ def test_the_launch_script_runs_vllm_with_exactly_the_planned_arguments(tmp_path
         "8000",
         "--max-model-len",
         "32768",
+        "--attention-backend",
+        "flash_attn",
         "--x=1 2",
         "--tensor-parallel-size",
         "2",

@@ -25,6 +25,7 @@ from orchestrator.preflight import (
     drafter_findings,
     judge,
 )
+from orchestrator.serving.capabilities import newest_version
 
 ROOT = Path(__file__).resolve().parent.parent
 DRAFTERS = Path(__file__).parent / "fixtures" / "drafters"
@@ -98,6 +99,7 @@ def facts(target: ModelDir, drafter: ModelDir) -> Facts:
         server=ServerState("none"),
         port_taken=False,
         current_release=None,
+        server_version=newest_version(),
     )
 
 
@@ -310,3 +312,16 @@ def test_a_damaged_config_json_in_the_drafter_download_does_not_block(
     findings = judge(dataclasses.replace(facts, drafter=drafter), plan, TP, SPEC_TOKENS)
 
     assert [f for f in findings if f.severity == Severity.ERROR] == []
+
+
+def test_the_server_version_judges_the_release(facts: Facts, plan: TargetPlan) -> None:
+    old = judge(dataclasses.replace(facts, server_version="0.24.0"), plan, TP, SPEC_TOKENS)
+    assert [f.field for f in old] == ["server.version", "server.version"]
+    assert all("vLLM 0.24.0" in f.message for f in old)
+
+    unknown = dataclasses.replace(
+        facts, server_version=None, server_version_error="exit 127: vllm: not found"
+    )
+    [warning] = judge(unknown, plan, TP, SPEC_TOKENS)
+    assert warning.severity == Severity.WARNING
+    assert "exit 127: vllm: not found" in warning.message

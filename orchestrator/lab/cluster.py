@@ -15,7 +15,7 @@ import os
 import signal
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import yaml
@@ -24,6 +24,7 @@ from orchestrator.drafters.profiles import list_profiles
 from orchestrator.errors import InputError
 from orchestrator.lab import sshd
 from orchestrator.lab.layout import (
+    VLLM_VERSION_ENV,
     ContainerPaths,
     LabPaths,
     pid_alive,
@@ -34,6 +35,7 @@ from orchestrator.lab.layout import (
     write_pct_launcher,
 )
 from orchestrator.lab.models import install_models
+from orchestrator.serving.capabilities import UnknownVersion, capabilities_for, newest_version
 from orchestrator.state import state_dir
 
 SSH_PORT = 2222
@@ -54,8 +56,14 @@ class LabSpec:
     containers_per_host: int = 2
     load_seconds: float = 2.0
     network: str = "127.66"
+    vllm_version: str = field(default_factory=newest_version)
+    """The vLLM version every container's stand-in claims and behaves as."""
 
     def __post_init__(self) -> None:
+        try:
+            capabilities_for(self.vllm_version)
+        except UnknownVersion as exc:
+            raise InputError(f"--vllm-version {self.vllm_version!r}: {exc}") from None
         parts = self.network.split(".")
         if len(parts) != 2 or parts[0] != "127" or not parts[1].isdigit() or int(parts[1]) > 255:
             raise InputError(f"--network {self.network!r}: expected 127.N (a loopback /16)")
@@ -247,7 +255,9 @@ class Lab:
                     f"net0: name=eth0,ip={spec.network}.{h}.{10 + j}/32\nostype: debian\n"
                 )
                 write_container_launchers(
-                    container, python, {LOAD_SECONDS_ENV: str(spec.load_seconds)}
+                    container,
+                    python,
+                    {LOAD_SECONDS_ENV: str(spec.load_seconds), VLLM_VERSION_ENV: spec.vllm_version},
                 )
                 write_json_atomic(
                     container.gpus,

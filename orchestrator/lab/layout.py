@@ -27,6 +27,8 @@ VLLM_MODULE = "orchestrator.lab.vllm_standin"
 NVIDIA_SMI_MODULE = "orchestrator.lab.nvidia_smi"
 PCT_MODULE = "orchestrator.lab.pct_standin"
 CONTAINER_ENV = "ORCH_LAB_CONTAINER"
+VLLM_VERSION_ENV = "ORCH_LAB_VLLM_VERSION"
+"""The vLLM version a container's stand-in claims (`orch lab up --vllm-version`)."""
 
 
 @dataclass(frozen=True)

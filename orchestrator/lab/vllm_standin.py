@@ -11,7 +11,15 @@ stop serving, drop the record, exit 0.
 
 Drafts are accepted according to `acceptance.py`: the deployed drafter config
 is compared with the published one in `lab/truth/` and with its `fc.weight`.
-Imports stay light: an idle server must stay small.
+
+The server behaves like the vLLM version it claims (`ORCH_LAB_VLLM_VERSION`,
+default the newest row of the capability table, `serving/vllm.yaml`): a method
+the version lacks is refused, a drafter mixing sliding and full attention layers
+is refused, needs the V2 runner's variable, or has its sliding layers run as
+full attention, as that version's row says; a zero lm_head leaves a
+`*ForConditionalGeneration` target near-zero acceptance; `/health` answers 503
+for a short warm-up once listening. Imports stay light: an idle server must
+stay small.
 """
 
 from __future__ import annotations
@@ -30,13 +38,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from prometheus_client import (
-    CONTENT_TYPE_LATEST,
-    CollectorRegistry,
-    Counter,
-    Gauge,
-    generate_latest,
-)
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge
+from prometheus_client.exposition import choose_encoder
 
 from orchestrator.drafters.modelfiles import (
     parse_safetensors_header,
@@ -50,21 +53,33 @@ from orchestrator.lab.acceptance import (
     ngram_profile,
     request_multiplier,
     sample_accepted,
+    zero_head_profile,
 )
 from orchestrator.lab.layout import (
     CONTAINER_ENV,
+    VLLM_VERSION_ENV,
     ContainerPaths,
     read_gpus,
     server_records,
     write_json_atomic,
 )
+from orchestrator.serving.capabilities import (
+    FULL_ATTENTION,
+    REFUSED,
+    V2_RUNNER,
+    Capabilities,
+    capabilities_for,
+    newest_version,
+)
+from orchestrator.serving.judge import conditional_generation, is_mixed, runner_enabled
 
-VLLM_VERSION = "0.11.0"
 FAULTS_ENV = "ORCH_LAB_FAULTS"
 LOAD_SECONDS_ENV = "ORCH_LAB_LOAD_SECONDS"
 STATS_INTERVAL_ENV = "VLLM_LOG_STATS_INTERVAL"
 DEFAULT_LOAD_SECONDS = 2.0
 DEFAULT_STATS_INTERVAL = 5.0
+WARMUP_SECONDS = 0.5
+"""How long /health answers 503 after the port starts listening, where the row says so."""
 DEFAULT_MAX_TOKENS = 16
 TOKENS_PER_SECOND = 4000.0
 FILLER = ("the", "draft", "tokens", "were", "verified", "by", "the", "target", "in", "one", "pass")
@@ -81,10 +96,15 @@ def log(level: str, source: str, message: str) -> None:
     print(f"{level} {stamp} [{source}] {message}", flush=True)
 
 
+def claimed_version() -> str:
+    """The vLLM version this lab container's stand-in claims to be."""
+    return os.environ.get(VLLM_VERSION_ENV) or newest_version()
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """`vllm serve TARGET [flags]`; an unknown flag is argparse's usage error, exit 2."""
     parser = argparse.ArgumentParser(prog="vllm")
-    parser.add_argument("--version", action="version", version=VLLM_VERSION)
+    parser.add_argument("--version", action="version", version=claimed_version())
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", usage="vllm serve [model_tag] [options]")
     serve.add_argument("model_tag")
@@ -100,6 +120,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     serve.add_argument("--trust-remote-code", action="store_true")
     serve.add_argument("--dtype", default="auto")
     serve.add_argument("--max-num-seqs", type=int)
+    serve.add_argument("--max-num-batched-tokens", type=int)
     serve.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction)
     serve.add_argument(
         "--load-seconds",
@@ -134,17 +155,27 @@ class SpeculativeConfigError(ValueError):
 
 @dataclass(frozen=True)
 class Drafting:
-    """What the engine needs to simulate drafts."""
+    """What the engine needs to simulate drafts.
+
+    `swa_as_full_attention`: the drafter's sliding layers run as full attention (the
+    version does it, or the fault knob forces it): acceptance then depends on context.
+    """
 
     num_speculative_tokens: int
     profile: list[float]
+    swa_as_full_attention: bool = False
 
 
 def read_json(path: Path) -> dict:
     return json.loads(path.read_text())
 
 
-def parse_speculative_config(raw: str) -> dict:
+DRAFTER_DIR_METHODS = ("dflash", "eagle3")
+METHODS = (*DRAFTER_DIR_METHODS, "mtp", "ngram")
+"""The methods the lab drafts with; the first ones load a drafter dir (`model`)."""
+
+
+def parse_speculative_config(raw: str, capabilities: Capabilities) -> dict:
     config = json.loads(raw)
     needed: tuple[str, ...] = ("method", "num_speculative_tokens")
     if config.get("method") in DRAFTER_DIR_METHODS:
@@ -159,8 +190,15 @@ def parse_speculative_config(raw: str) -> dict:
         raise SpeculativeConfigError(
             f"{len(missing)} validation error{plural} for SpeculativeConfig\n{errors}"
         )
-    if config["method"] not in METHODS:
-        method, known = config["method"], ", ".join(sorted(METHODS))
+    method = config["method"]
+    if capabilities.row.serves(method) is False:
+        raise SpeculativeConfigError(
+            f"1 validation error for SpeculativeConfig\nmethod\n  Input should be a "
+            f"speculative method vLLM {capabilities.version} knows [type=literal_error, "
+            f"input_value={method!r}, input_type=str]"
+        )
+    if method not in METHODS:
+        known = ", ".join(sorted(METHODS))
         raise ValueError(f"the lab's vLLM drafts with methods {known} only, not {method!r}")
     return config
 
@@ -176,11 +214,9 @@ def fc_in_features(weights: Path) -> int | None:
     return None
 
 
-DRAFTER_DIR_METHODS = ("dflash", "eagle3")
-METHODS = (*DRAFTER_DIR_METHODS, "mtp", "ngram")
-
-
-def load_drafting(speculative: dict, container: ContainerPaths, target: dict) -> Drafting:
+def load_drafting(
+    speculative: dict, container: ContainerPaths, capabilities: Capabilities, target: dict
+) -> Drafting:
     """The acceptance model of the method: DFlash and EAGLE-3 read their drafter dir."""
     steps = int(speculative["num_speculative_tokens"])
     if speculative["method"] == "mtp":
@@ -193,13 +229,17 @@ def load_drafting(speculative: dict, container: ContainerPaths, target: dict) ->
         truth_path = container.truth(drafter.resolve().name)
         truth = read_json(truth_path) if truth_path.exists() else None
         return Drafting(steps, eagle3_profile(deployed, truth, target, steps))
-    return load_dflash(speculative, container)
+    return load_dflash(speculative, container, capabilities, target)
 
 
-def load_dflash(speculative: dict, container: ContainerPaths) -> Drafting:
-    """Read the drafter as vLLM would, then look up the published config of its weights."""
+def load_dflash(
+    speculative: dict, container: ContainerPaths, capabilities: Capabilities, target: dict
+) -> Drafting:
+    """Read the drafter as vLLM `capabilities.version` would, then look up the published
+    config of its weights."""
     drafter = Path(speculative["model"])
     deployed = read_json(drafter / "config.json")
+    swa_as_full_attention = is_mixed(deployed) and mixed_layers_run_as_full(capabilities)
     if "target_layer_ids" not in (deployed.get("dflash_config") or {}):
         raise ValueError(
             f"DFlash draft model config {drafter / 'config.json'} has no "
@@ -213,7 +253,24 @@ def load_dflash(speculative: dict, container: ContainerPaths) -> Drafting:
     if truth is None:
         log("WARNING", "lab", f"no published drafter config at {truth_path}: drafts will miss")
     profile = acceptance_profile(deployed, truth, fc_in_features(weights))
-    return Drafting(int(speculative["num_speculative_tokens"]), profile)
+    if capabilities.row.lm_head_zero_for_conditional_generation and conditional_generation(target):
+        profile = zero_head_profile(len(profile))
+    k = int(speculative["num_speculative_tokens"])
+    return Drafting(k, profile, swa_as_full_attention)
+
+
+def mixed_layers_run_as_full(capabilities: Capabilities) -> bool:
+    """How the version treats a drafter mixing sliding and full attention layers: refused
+    or not started without the V2 runner (raises vLLM's error), or True when it runs the
+    sliding layers as full attention."""
+    row = capabilities.row
+    refused = row.mixed_attention_drafters == REFUSED
+    no_runner = row.mixed_attention_drafters == V2_RUNNER and not runner_enabled(
+        os.environ.get(row.runner_env or "")
+    )
+    if (refused or no_runner) and row.error:
+        raise NotImplementedError(row.error.removeprefix("NotImplementedError: "))
+    return row.mixed_attention_drafters == FULL_ATTENTION
 
 
 def require_loopback(host: str) -> None:
@@ -424,6 +481,9 @@ class App:
     max_model_len: int | None
     engine: Engine
     faults: Faults
+    health_503_while_warming: bool = False
+    warm_until: float = 0.0
+    """Monotonic time until which /health answers 503 (set when the port starts listening)."""
 
 
 def count_tokens(value: object) -> int:
@@ -498,7 +558,7 @@ class Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         app = self.server.app
         if self.path == "/health":
-            self._send(200, b"", "application/json")
+            self._send(503 if time.monotonic() < app.warm_until else 200, b"", "application/json")
         elif self.path == "/v1/models":
             created = int(time.time())
             model = {
@@ -514,10 +574,11 @@ class Handler(BaseHTTPRequestHandler):
         elif self.path == "/metrics":
             if app.faults.garbage_metrics:
                 self._send(200, GARBAGE_METRICS, CONTENT_TYPE_LATEST)
-            else:
+            else:  # negotiated as prometheus-client's ASGI app (vLLM's /metrics) does
+                encode, content_type = choose_encoder(self.headers.get("Accept", ""))
                 with app.engine.lock:
-                    exposition = generate_latest(app.engine.metrics.registry)
-                self._send(200, exposition, CONTENT_TYPE_LATEST)
+                    exposition = encode(app.engine.metrics.registry)
+                self._send(200, exposition, content_type)
         else:
             self._send_json(404, {"detail": "Not Found"})
 
@@ -578,19 +639,22 @@ def install_signal_handlers(stop: threading.Event, ignore_sigterm: bool) -> None
     signal.signal(signal.SIGINT, request_stop)
 
 
-def build_app(args: argparse.Namespace, container: ContainerPaths, faults: Faults) -> App:
+def build_app(
+    args: argparse.Namespace, container: ContainerPaths, faults: Faults, capabilities: Capabilities
+) -> App:
     """Read the target and drafter as vLLM does at start-up; any problem raises."""
     config = read_json(Path(args.model_tag) / "config.json")
     log("INFO", "model.py:547", f"Resolved architecture: {config['architectures'][0]}")
     drafting = None
     if args.speculative_config is not None:
-        speculative = parse_speculative_config(args.speculative_config)
-        drafting = load_drafting(speculative, container, config)
+        speculative = parse_speculative_config(args.speculative_config, capabilities)
+        drafting = load_drafting(speculative, container, capabilities, config)
     model_name = (args.served_model_name or [args.model_tag])[0]
     metrics = Metrics(model_name, drafting, not faults.drop_spec_decode)
     engine = Engine(metrics, drafting, args.port if args.seed is None else args.seed)
     max_model_len = args.max_model_len or text_config(config).get("max_position_embeddings")
-    return App(model_name, args.model_tag, max_model_len, engine, faults)
+    warming = capabilities.row.health_503_while_warming
+    return App(model_name, args.model_tag, max_model_len, engine, faults, warming)
 
 
 def register(args: argparse.Namespace, container: ContainerPaths) -> Path:
@@ -609,7 +673,8 @@ def serve(args: argparse.Namespace, container: ContainerPaths, stop: threading.E
     """Everything after the flags; the port and the record are released however it ends."""
     faults = read_faults(container)
     install_signal_handlers(stop, faults.ignore_sigterm)
-    log("INFO", "api_server.py:1839", f"vLLM API server version {VLLM_VERSION}")
+    capabilities = capabilities_for(claimed_version())
+    log("INFO", "api_server.py:1839", f"vLLM API server version {capabilities.version}")
     defaults = vars(parse_args(["serve", args.model_tag]))
     changed = {name: value for name, value in vars(args).items() if defaults[name] != value}
     log("INFO", "utils.py:233", f"non-default args: {changed}")
@@ -617,7 +682,7 @@ def serve(args: argparse.Namespace, container: ContainerPaths, stop: threading.E
     httpd = LabHTTPServer((args.host, args.port), Handler, bind_and_activate=False)
     try:
         httpd.server_bind()
-        httpd.app = build_app(args, container, faults)
+        httpd.app = build_app(args, container, faults, capabilities)
         record = register(args, container)
         try:
             run_server(httpd, args, faults, stop)
@@ -637,6 +702,8 @@ def run_server(
         return
     took = time.monotonic() - started
     log("INFO", "default_loader.py:267", f"Loading weights took {took:.2f} seconds")
+    if httpd.app.health_503_while_warming:
+        httpd.app.warm_until = time.monotonic() + WARMUP_SECONDS
     httpd.server_activate()
     threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True).start()
     every = float(os.environ.get(STATS_INTERVAL_ENV, DEFAULT_STATS_INTERVAL))
@@ -647,8 +714,11 @@ def run_server(
         f"Starting vLLM API server 0 on http://{args.host}:{args.port}",
     )
     print("INFO:     Application startup complete.", flush=True)
+    crash = faults.crash_after_ready_seconds
+    if crash is not None:  # counted from ready: the warm-up's end
+        crash += max(httpd.app.warm_until - time.monotonic(), 0.0)
     try:
-        if not stop.wait(faults.crash_after_ready_seconds):
+        if not stop.wait(crash):
             log("ERROR", "core.py:710", "EngineCore encountered a fatal error.")
             raise RuntimeError("CUDA error: an illegal memory access was encountered")
         log("INFO", "launcher.py:101", "Shutting down FastAPI HTTP server.")

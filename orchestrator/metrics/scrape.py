@@ -25,6 +25,9 @@ ACCEPTED_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
 DRAFTS_CREATED = "vllm:spec_decode_num_drafts_created"
 TOTALS = (DRAFTS, DRAFT_TOKENS, ACCEPTED)
 EXCERPT_CHARS = 80
+ACCEPT = "text/plain; version=0.0.4"
+"""Asked for explicitly: a client asking for OpenMetrics gets the names with `:` escaped
+(prometheus-client's choose_encoder, which serves vLLM's /metrics)."""
 
 
 class MetricsFormatError(ValueError):

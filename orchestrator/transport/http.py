@@ -44,12 +44,13 @@ def request(
     path: str,
     payload: Any = None,
     timeout: float = 30.0,
+    headers: dict[str, str] | None = None,
 ) -> HttpResponse:
     """One request on a fresh stream; connection refusal raises ServiceUnavailable."""
     stream = transport.open_stream(address, port, timeout)
     connection = _StreamConnection(stream, address, port)
     body = None if payload is None else json.dumps(payload).encode()
-    headers = {"Content-Type": "application/json"} if body else {}
+    headers = {**({"Content-Type": "application/json"} if body else {}), **(headers or {})}
     try:
         connection.request(method, path, body=body, headers=headers)
         response = connection.getresponse()
