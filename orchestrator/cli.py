@@ -307,6 +307,108 @@ def render(
 
 
 @cli.command()
+@click.argument("playbook", required=False)
+@inventory_option
+@limit_option
+@set_option
+@accept_keys_option
+@json_option
+def doctor(
+    playbook: str | None,
+    inventory_path: Path,
+    limit: tuple[str, ...],
+    assignments: tuple[str, ...],
+    accept_new_host_keys: bool,
+    as_json: bool,
+) -> None:
+    """Read-only: is everything a deploy needs there? Logins, containers, GPUs, and with
+    PLAYBOOK the server command, model dirs and disk; one line per check, with the fix."""
+    from orchestrator import report
+    from orchestrator.doctor import exit_code, run_doctor
+
+    if playbook:
+        from orchestrator import operations
+
+        inputs = operations.load(playbook, inventory_path, list(limit), list(assignments))
+        names = [plan.container for plan in inputs.plans]
+        checks = run_doctor(
+            inputs.inventory, names, accept_new_host_keys, inputs.playbook, inputs.plans
+        )
+    else:
+        from orchestrator.inventory import load_inventory
+
+        inv = load_inventory(inventory_path)
+        checks = run_doctor(inv, inv.select(limit), accept_new_host_keys)
+    report.print_checks([c.to_dict() for c in checks], as_json)
+    sys.exit(exit_code(checks))
+
+
+@cli.group()
+def inventory() -> None:
+    """Write inventories from what a cluster reports."""
+
+
+@inventory.command("discover")
+@click.option("--address", required=True, help="A Proxmox VE host of the cluster.")
+@click.option("--port", type=int, help="Its SSH port (default: 22 or ~/.ssh/config).")
+@click.option("--user", help="Login user (default: yours, or ~/.ssh/config).")
+@click.option("--identity-file", type=click.Path(path_type=Path), help="Private key file.")
+@click.option(
+    "--known-hosts",
+    type=click.Path(path_type=Path),
+    help="known_hosts file (default: ~/.ssh/known_hosts).",
+)
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(path_type=Path),
+    help="Inventory file to create (default: print it).",
+)
+@click.option("--force", is_flag=True, help="Replace the output file if it exists.")
+@click.option(
+    "--become", type=click.Choice(["sudo"]), help="Run pvesh and pct through sudo -n (non-root)."
+)
+@click.option("--jump", metavar="[USER@]HOST[:PORT]", help="Reach the host through this one.")
+@accept_keys_option
+def inventory_discover(
+    address: str,
+    port: int | None,
+    user: str | None,
+    identity_file: Path | None,
+    known_hosts: Path | None,
+    output: Path | None,
+    force: bool,
+    become: str | None,
+    jump: str | None,
+    accept_new_host_keys: bool,
+) -> None:
+    """List the cluster's containers through one host (pvesh, pct config, nvidia-smi)
+    and write an inventory for them."""
+    from orchestrator.discovery.run import discover, login_settings, write_new
+    from orchestrator.discovery.writer import inventory_text
+
+    login = login_settings(
+        address,
+        {
+            "port": port,
+            "user": user,
+            "identity_file": identity_file,
+            "known_hosts": known_hosts,
+            "become": become,
+            "jump": jump,
+        },
+    )
+    cluster = discover(address, login, accept_new_host_keys)
+    command = f"orch inventory discover --address {address}" + (f" --port {port}" if port else "")
+    text = inventory_text(cluster, login, command)
+    if output is None:
+        click.echo(text, nl=False)
+        return
+    write_new(output, text, force)
+    click.echo(f"wrote {output}: {len(cluster.containers)} container(s) on {cluster.node}")
+
+
+@cli.command()
 @click.argument("shell", type=click.Choice(["bash", "zsh", "fish"]))
 def completion(shell: str) -> None:
     """Print the shell completion script, e.g. `eval "$(orch completion bash)"`."""

@@ -251,3 +251,18 @@ def target_facts(deployment_dir: str, nvidia_smi: str, vllm: str) -> list[str]:
         + f'recorded {q(d + "/server.pid")} > "$tmp"; frame server "$tmp"\n'
         + f'readlink {q(d + "/current")} > "$tmp" 2>/dev/null; frame current "$tmp"\n'
     )
+
+
+# --- read-only checks of `orch doctor` ---------------------------------------------------
+
+SSHD = "/usr/sbin/sshd"
+
+
+def container_status(pct: str, vmid: int) -> list[str]:
+    """On the Proxmox host: `status: running` or `status: stopped`."""
+    return [pct, "status", str(vmid)]
+
+
+def sshd_limits() -> list[str]:
+    """The host sshd's session limits from its effective configuration (needs root)."""
+    return script(f"{SSHD} -T 2>/dev/null | grep -i -E '^(maxsessions|maxstartups) '")

@@ -46,6 +46,10 @@ class ServiceUnavailable(TransportError):
     """The target refused a TCP connection to a service (e.g. vLLM still loading)."""
 
 
+class SudoRefused(TransportError):
+    """sudo would not run a command (`become: sudo`): it wants a password, or no rule allows it."""
+
+
 class HostKeyError(TransportError):
     """The host's key is unknown or changed: the connection was refused."""
 

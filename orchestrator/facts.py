@@ -18,7 +18,7 @@ from orchestrator.errors import NeedsAttention
 
 
 @contextmanager
-def _reading(what: str, text: str | bytes) -> Iterator[None]:
+def reading(what: str, text: str | bytes) -> Iterator[None]:
     try:
         yield
     except (ValueError, IndexError, TypeError, AttributeError) as exc:
@@ -29,7 +29,7 @@ def parse_frames(data: bytes) -> dict[str, bytes]:
     """Split `NAME LENGTH\\n` + bytes frames (see commands.read_model_dir)."""
     frames: dict[str, bytes] = {}
     position = 0
-    with _reading("framed file contents", data[position : position + 200]):
+    with reading("framed file contents", data[position : position + 200]):
         while position < len(data):
             end = data.index(b"\n", position)
             name, length = data[position:end].decode().rsplit(" ", 1)
@@ -44,7 +44,7 @@ def parse_frames(data: bytes) -> dict[str, bytes]:
 def parse_listing(text: str) -> dict[str, int]:
     """`SIZE NAME` lines -> {name: size}."""
     sizes = {}
-    with _reading("a file listing", text):
+    with reading("a file listing", text):
         for line in text.splitlines():
             size, _, name = line.partition(" ")
             if name:
@@ -68,22 +68,24 @@ class GpuApp:
     gpu_uuid: str
 
 
-def _rows(text: str) -> list[list[str]]:
+def parse_csv_rows(text: str) -> list[list[str]]:
     return [[cell.strip() for cell in row] for row in csv.reader(io.StringIO(text)) if row]
 
 
 def parse_gpus(text: str) -> list[Gpu]:
     """nvidia-smi --query-gpu=index,uuid,memory.total,memory.used,memory.free (noheader,nounits)."""
-    with _reading("nvidia-smi's GPU list", text):
-        return [Gpu(int(i), u, int(t), int(used), int(f)) for i, u, t, used, f in _rows(text)]
+    with reading("nvidia-smi's GPU list", text):
+        return [
+            Gpu(int(i), u, int(t), int(used), int(f)) for i, u, t, used, f in parse_csv_rows(text)
+        ]
 
 
 def parse_gpu_apps(text: str) -> list[GpuApp]:
     """nvidia-smi --query-compute-apps=pid,used_memory,gpu_uuid (noheader,nounits)."""
     if "No running processes found" in text:
         return []
-    with _reading("nvidia-smi's process list", text):
-        return [GpuApp(int(p), int(m), u) for p, m, u in _rows(text)]
+    with reading("nvidia-smi's process list", text):
+        return [GpuApp(int(p), int(m), u) for p, m, u in parse_csv_rows(text)]
 
 
 @dataclass(frozen=True)
@@ -102,13 +104,13 @@ def parse_server_state(text: str) -> ServerState:
     words = text.split()
     if words[:1] == ["none"] or not words:
         return ServerState("none")
-    with _reading("the server state", text):
+    with reading("the server state", text):
         return ServerState(words[0], int(words[1]))
 
 
 def parse_started(text: str) -> tuple[int, int]:
     """What commands.start_server prints -> (PID, log size before the start)."""
-    with _reading("the started server's PID", text):
+    with reading("the started server's PID", text):
         pid, _, log_start = text.split()
         return int(pid), int(log_start)
 
@@ -120,13 +122,13 @@ def release_id_of(link_target: str) -> str | None:
 
 def parse_release_list(text: str) -> list[str]:
     """`MTIME ID` lines (commands.list_releases) -> ids, oldest first."""
-    with _reading("the release list", text):
+    with reading("the release list", text):
         return [line.split()[1] for line in text.splitlines() if line.strip()]
 
 
 def parse_status_report(text: str) -> dict[str, object]:
     """What commands.status_report prints, as a status row."""
-    with _reading("the status report", text):
+    with reading("the status report", text):
         fields = dict(line.partition(" ")[::2] for line in text.splitlines())
         server = fields.get("server", "none").split()
         audit = json.loads(fields["audit"]) if fields.get("audit") else {}
@@ -139,6 +141,24 @@ def parse_status_report(text: str) -> dict[str, object]:
             "last_mean_length": audit.get("mean_acceptance_length"),
             "lock": fields.get("lock") or None,
         }
+
+
+def parse_container_status(text: str) -> str:
+    """`pct status VMID` -> `running`, `stopped`, ... (pct prints `status: WORD`)."""
+    with reading("pct status", text):
+        label, word = text.split(":", 1)
+        if label.strip() != "status":
+            raise ValueError("expected 'status: ...'")
+        return word.strip()
+
+
+def parse_sshd_limits(text: str) -> dict[str, str]:
+    """`sshd -T` lines kept by commands.sshd_limits -> {maxsessions: "10", ...}."""
+    return {
+        key.lower(): value.strip()
+        for key, _, value in (line.partition(" ") for line in text.splitlines())
+        if value
+    }
 
 
 _VERSION_LINE = re.compile(r"v?(\d+(?:\.\d+)+\S*)")

@@ -43,7 +43,29 @@ def _path(value: str) -> str:
     return value
 
 
+JUMP = re.compile(
+    r"^(?:([A-Za-z0-9._][A-Za-z0-9._-]*)@)?(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9][A-Za-z0-9._-]*)(?::(\d+))?$"
+)
+
+
+def _jump(value: str) -> str:
+    found = JUMP.match(value)
+    if not found or not 1 <= int(found.group(3) or 22) <= 65535:
+        raise ValueError(f"{value!r} is not a jump host: expected [user@]host[:port]")
+    return value
+
+
+def parse_jump(value: str) -> tuple[str | None, str, int | None]:
+    """`user@host:port` (user and port optional, `[v6]` in brackets) -> (user, host, port)."""
+    found = JUMP.match(value)
+    assert found is not None  # checked when the inventory was loaded
+    user, host, port = found.groups()
+    return user, host.strip("[]"), int(port) if port else None
+
+
 Address = Annotated[str, AfterValidator(_address)]
+UserName = Annotated[str, Field(pattern=r"^[A-Za-z0-9._][A-Za-z0-9._-]{0,31}$")]
+Jump = Annotated[str, AfterValidator(_jump)]
 PathStr = Annotated[str, AfterValidator(_path)]
 Vmid = Annotated[int, AfterValidator(_vmid)]
 
@@ -55,6 +77,11 @@ class SshSettings(Schema):
     port: Port | None = None
     identity_file: PathStr | None = None
     known_hosts: PathStr | None = None
+    become: Literal["sudo"] | None = None
+    """Run every command through `sudo -n -u become_user` (for a login that is not root)."""
+    become_user: UserName | None = None
+    jump: Jump | None = None
+    """Reach the login through this SSH host (`[user@]host[:port]`), as `ssh -J` does."""
 
 
 class Defaults(SshSettings):
@@ -173,11 +200,10 @@ class Inventory(Schema):
 
 
 def _merge(first: SshSettings, fallback: SshSettings) -> SshSettings:
-    fields = ("user", "port", "identity_file", "known_hosts")
     return SshSettings(
         **{
             f: getattr(first, f) if getattr(first, f) is not None else getattr(fallback, f)
-            for f in fields
+            for f in SshSettings.model_fields
         }
     )
 

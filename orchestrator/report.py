@@ -292,3 +292,22 @@ def print_history(runs: list[dict[str, Any]]) -> None:
                 target.get("previous_release") or "",
             )
     console().print(table)
+
+
+def print_checks(checks: list[dict[str, str]], as_json: bool = False) -> None:
+    """`orch doctor`: one line per check (`fix:` under each failure), or one JSON document."""
+    if as_json:
+        print_json({"ok": all(c["status"] != "fail" for c in checks), "checks": checks})
+        return
+    target_width = max((len(c["target"]) for c in checks), default=0)
+    check_width = max((len(c["check"]) for c in checks), default=0)
+    for c in checks:  # plain lines: one per check, never wrapped, for grep and logs
+        status = c["status"].upper() if c["status"] == "fail" else c["status"]
+        print(
+            f"{c['target']:<{target_width}}  {c['check']:<{check_width}}  {status:<4}  "
+            + c["detail"]
+        )
+        if c["status"] == "fail" and c["fix"]:
+            print(" " * (target_width + check_width + 10) + f"fix: {c['fix']}")
+    failed = sum(c["status"] == "fail" for c in checks)
+    print(f"{failed} check(s) failed" if failed else "ready to deploy")

@@ -13,6 +13,13 @@ if [ ! -x /usr/sbin/sshd ]; then
   fi
 fi
 
+# sudo: the lab test of non-root logins (`become: sudo`) needs it; it skips without.
+if ! command -v sudo >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  echo "Installing sudo (for the test of non-root logins)..."
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq sudo >/dev/null
+fi
+
 if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi

@@ -31,6 +31,7 @@ from orchestrator.lab.layout import (
     read_gpus,
     server_records,
     write_container_launchers,
+    write_host_launchers,
     write_json_atomic,
     write_pct_launcher,
 )
@@ -43,6 +44,8 @@ SERVER_PORT = 8000
 FIRST_VMID = 200
 GPU = {"name": "NVIDIA RTX A6000", "memory_total_mib": 49140}
 GPUS_PER_CONTAINER = 2
+# What a Proxmox host's sessions find after the host's own tools (Debian's root PATH).
+STANDARD_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 LOAD_SECONDS_ENV = "ORCH_LAB_LOAD_SECONDS"
 
 
@@ -143,9 +146,11 @@ class Lab:
             node_dir = Path(node.config).parent
             host_key = node_dir / "ssh_host_ed25519_key"
             sshd.keygen(host_key, node.name)
+            is_host = node in hosts
+            path = f"{self.paths.host(node.name).bin}:{STANDARD_PATH}" if is_host else None
             Path(node.config).write_text(
                 sshd.sshd_config(
-                    node.address, node.port, host_key, authorized, node_dir / "sshd.pid"
+                    node.address, node.port, host_key, authorized, node_dir / "sshd.pid", path
                 )
             )
             pid = sshd.start(Path(node.config), Path(node.log))
@@ -242,6 +247,7 @@ class Lab:
         for h in range(1, spec.hosts + 1):
             host = self.paths.host(f"pve{h}")
             write_pct_launcher(host, python)
+            write_host_launchers(host, python)
             for j in range(spec.containers_per_host):
                 vmid = FIRST_VMID + (h - 1) * 100 + j
                 container = host.container(vmid)
@@ -250,9 +256,9 @@ class Lab:
                     container.state,
                     {"name": name, "vmid": vmid, "status": "running", "hostname": name},
                 )
+                minors = [j * GPUS_PER_CONTAINER + g for g in range(GPUS_PER_CONTAINER)]
                 container.config.write_text(
-                    f"arch: amd64\ncores: 16\nhostname: {name}\nmemory: 131072\n"
-                    f"net0: name=eth0,ip={spec.network}.{h}.{10 + j}/32\nostype: debian\n"
+                    pct_config_text(name, f"{spec.network}.{h}.{10 + j}", minors, j % 2 == 0)
                 )
                 write_container_launchers(
                     container,
@@ -262,8 +268,13 @@ class Lab:
                 write_json_atomic(
                     container.gpus,
                     [
-                        {"index": g, **GPU, "uuid": f"GPU-{vmid:08d}-0000-4000-8000-{g:012d}"}
-                        for g in range(GPUS_PER_CONTAINER)
+                        {
+                            "index": g,
+                            "minor": minor,
+                            **GPU,
+                            "uuid": f"GPU-{vmid:08d}-0000-4000-8000-{g:012d}",
+                        }
+                        for g, minor in enumerate(minors)
                     ],
                 )
                 for profile in profiles:
@@ -315,6 +326,30 @@ class Lab:
             }
             inventory["containers"][c.name] = entry
         return inventory
+
+
+def pct_config_text(name: str, address: str, gpu_minors: list[int], device_keys: bool) -> str:
+    """What `pct config` prints for a lab container: keys sorted, raw `lxc.*` lines last
+    (pve-container src/PVE/CLI/pct.pm). GPUs are passed through with PVE 8's `devN`
+    keys, or the older way (`lxc.mount.entry` binds with a cgroup rule) when not
+    `device_keys`: docs/field-notes.md."""
+    nodes = [f"/dev/nvidia{m}" for m in gpu_minors] + ["/dev/nvidiactl", "/dev/nvidia-uvm"]
+    keys = {
+        "arch": "amd64",
+        "cores": "16",
+        "hostname": name,
+        "memory": "131072",
+        "net0": f"name=eth0,bridge=vmbr0,hwaddr=BC:24:11:00:00:00,ip={address}/32,type=veth",
+        "ostype": "debian",
+    }
+    lxc = []
+    if device_keys:
+        keys.update({f"dev{i}": f"{node},mode=0666" for i, node in enumerate(nodes)})
+    else:
+        lxc = ["lxc.cgroup2.devices.allow: c 195:* rwm", "lxc.cgroup2.devices.allow: c 508:* rwm"]
+        lxc += [f"lxc.mount.entry: {n} {n[1:]} none bind,optional,create=file" for n in nodes]
+    lines = [f"{key}: {keys[key]}" for key in sorted(keys)] + lxc
+    return "\n".join(lines) + "\n"
 
 
 def stop_pids(pids: list[int], timeout: float = 5.0) -> list[int]:

@@ -26,7 +26,9 @@ from pathlib import Path
 VLLM_MODULE = "orchestrator.lab.vllm_standin"
 NVIDIA_SMI_MODULE = "orchestrator.lab.nvidia_smi"
 PCT_MODULE = "orchestrator.lab.pct_standin"
+PVESH_MODULE = "orchestrator.lab.pvesh_standin"
 CONTAINER_ENV = "ORCH_LAB_CONTAINER"
+HOST_ENV = "ORCH_LAB_HOST"
 VLLM_VERSION_ENV = "ORCH_LAB_VLLM_VERSION"
 """The vLLM version a container's stand-in claims (`orch lab up --vllm-version`)."""
 
@@ -107,8 +109,21 @@ class HostPaths:
         return self.root.name
 
     @property
+    def bin(self) -> Path:
+        """The host's tools: first on the PATH of its SSH sessions (sshd's SetEnv)."""
+        return self.root / "bin"
+
+    @property
     def pct(self) -> Path:
-        return self.root / "bin/pct"
+        return self.bin / "pct"
+
+    @property
+    def pvesh(self) -> Path:
+        return self.bin / "pvesh"
+
+    @property
+    def nvidia_smi(self) -> Path:
+        return self.bin / "nvidia-smi"
 
     @property
     def containers_dir(self) -> Path:
@@ -134,6 +149,14 @@ class LabPaths:
     def host(self, name: str) -> HostPaths:
         return HostPaths(self.root / "hosts" / name)
 
+    def hosts(self) -> list[HostPaths]:
+        """Every host of the lab, in node-number order (pve1, pve2, ...)."""
+        hosts_dir = self.root / "hosts"
+        found = (
+            [HostPaths(d) for d in hosts_dir.iterdir() if d.is_dir()] if hosts_dir.is_dir() else []
+        )
+        return sorted(found, key=lambda h: (len(h.node), h.node))
+
 
 def write_launcher(
     path: Path,
@@ -155,6 +178,15 @@ def write_launcher(
 def write_pct_launcher(host: HostPaths, python: str) -> None:
     """The host's `bin/pct`, bound to that host's directory."""
     write_launcher(host.pct, PCT_MODULE, {}, python, ["--host-dir", str(host.root)])
+
+
+def write_host_launchers(host: HostPaths, python: str) -> None:
+    """The host's `pvesh` (answering for the whole lab) and `nvidia-smi` (the node's GPUs)."""
+    lab_root = str(host.root.parent.parent)
+    write_launcher(
+        host.pvesh, PVESH_MODULE, {}, python, ["--lab-dir", lab_root, "--node", host.node]
+    )
+    write_launcher(host.nvidia_smi, NVIDIA_SMI_MODULE, {HOST_ENV: str(host.root)}, python)
 
 
 def write_container_launchers(

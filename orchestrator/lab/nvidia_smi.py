@@ -1,4 +1,5 @@
-"""The lab's `nvidia-smi`: the container's GPUs and the memory its vLLM stand-ins hold.
+"""The lab's `nvidia-smi`: the container's GPUs and the memory its vLLM stand-ins hold
+(on a host: every container's GPUs, indexed by the minor of their /dev/nvidiaN).
 
 GPUs come from `lab/gpus.json`; memory in use is what the live servers recorded
 in `lab/servers/` (records of dead processes are ignored). Answers the CSV
@@ -19,7 +20,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
 
-from orchestrator.lab.layout import CONTAINER_ENV, ContainerPaths, read_gpus, server_records
+from orchestrator.lab.layout import (
+    CONTAINER_ENV,
+    HOST_ENV,
+    ContainerPaths,
+    HostPaths,
+    read_gpus,
+    server_records,
+)
 
 DRIVER_VERSION = "570.133.20"
 CUDA_VERSION = "12.8"
@@ -106,6 +114,17 @@ def gpus_in_use(container: ContainerPaths) -> tuple[list[dict], list[dict]]:
     return rows, apps
 
 
+def node_gpus_in_use(host: HostPaths) -> tuple[list[dict], list[dict]]:
+    """On the node: every container's GPUs, indexed by their /dev/nvidiaN minor."""
+    gpus, apps = [], []
+    for container in host.containers():
+        rows, container_apps = gpus_in_use(container)
+        gpus += [{**row, "index": row.get("minor", row["index"])} for row in rows]
+        apps += container_apps
+    gpus.sort(key=lambda gpu: gpu["index"])
+    return [{**gpu, "count": len(gpus)} for gpu in gpus], apps
+
+
 def csv_lines(query: str, fields: dict[str, Column], rows: list[dict], options: str) -> list[str]:
     """nvidia-smi's CSV: `, ` between values, a header and units unless switched off."""
     formats = set(options.split(","))
@@ -159,9 +178,8 @@ def table_lines(gpus: list[dict], apps: list[dict]) -> list[str]:
     return lines
 
 
-def output_lines(argv: list[str], container: ContainerPaths) -> list[str]:
+def output_lines(argv: list[str], gpus: list[dict], apps: list[dict]) -> list[str]:
     args = parse_args(argv)
-    gpus, apps = gpus_in_use(container)
     if args.query_gpu:
         return csv_lines(args.query_gpu, GPU_FIELDS, gpus, args.format or "")
     if args.query_compute_apps:
@@ -172,9 +190,12 @@ def output_lines(argv: list[str], container: ContainerPaths) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    container = ContainerPaths(Path(os.environ[CONTAINER_ENV]))
+    if HOST_ENV in os.environ:  # the node's own nvidia-smi
+        gpus, apps = node_gpus_in_use(HostPaths(Path(os.environ[HOST_ENV])))
+    else:
+        gpus, apps = gpus_in_use(ContainerPaths(Path(os.environ[CONTAINER_ENV])))
     try:
-        lines = output_lines(sys.argv[1:] if argv is None else argv, container)
+        lines = output_lines(sys.argv[1:] if argv is None else argv, gpus, apps)
     except UsageError as error:
         print(error)
         return 2

@@ -22,8 +22,14 @@ INSTALL_HINT = "install it with: sudo apt-get install openssh-server"
 
 
 def sshd_config(
-    address: str, port: int, host_key: Path, authorized_keys: Path, pid_file: Path
+    address: str,
+    port: int,
+    host_key: Path,
+    authorized_keys: Path,
+    pid_file: Path,
+    path: str | None = None,
 ) -> str:
+    """`path`, when given, is the PATH of every session (SetEnv overrides sshd's default)."""
     return "\n".join(
         [
             f"ListenAddress {address}:{port}",
@@ -42,6 +48,7 @@ def sshd_config(
             "MaxStartups 100:30:200",
             "MaxSessions 100",
             "LogLevel VERBOSE",
+            *([f"SetEnv PATH={path}"] if path else []),
             "",
         ]
     )

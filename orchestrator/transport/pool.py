@@ -17,12 +17,13 @@ class Connections:
     def __init__(self, inventory: Inventory, accept_new_host_keys: bool = False) -> None:
         self.inventory = inventory
         self.accept_new_host_keys = accept_new_host_keys
-        self._ssh: dict[tuple[str, int | None, str | None], SshTransport] = {}
+        self._ssh: dict[tuple[str, SshSettings], SshTransport] = {}
         self._lock = threading.Lock()
 
     def _endpoint(self, label: str, address: str, settings: SshSettings) -> SshTransport:
-        """Keyed by where it logs in, so distinct endpoints never share a connection."""
-        key = (address, settings.port, settings.user)
+        """Keyed by where and how it logs in (user, port, jump host, become...), so
+        distinct endpoints never share a connection."""
+        key = (address, settings)
         with self._lock:
             if key not in self._ssh:
                 self._ssh[key] = SshTransport(label, address, settings, self.accept_new_host_keys)

@@ -22,8 +22,14 @@ import fabric
 import paramiko
 from paramiko.ssh_exception import NoValidConnectionsError
 
-from orchestrator.errors import HostKeyError, ServiceUnavailable, TransportError
-from orchestrator.inventory import SshSettings
+from orchestrator.errors import (
+    HostKeyError,
+    ServiceUnavailable,
+    SudoRefused,
+    TransportError,
+)
+from orchestrator.inventory import SshSettings, parse_jump
+from orchestrator.transport import become
 from orchestrator.transport.base import Result
 from orchestrator.transport.hostkeys import (
     AcceptNewHostKey,
@@ -67,26 +73,52 @@ class SshTransport:
     ) -> None:
         self.label = label
         self.address = address
+        self.settings = settings
         self._opening = threading.Lock()
         connect_kwargs = {}
         if settings.identity_file:
             connect_kwargs["key_filename"] = [str(Path(settings.identity_file).expanduser())]
+        self.known_hosts = Path(settings.known_hosts or DEFAULT_KNOWN_HOSTS).expanduser()
+        self.gateway = None
+        if settings.jump:
+            jump_user, jump_host, jump_port = parse_jump(settings.jump)
+            self.gateway = fabric.Connection(
+                host=jump_host,
+                user=jump_user or settings.user,
+                port=jump_port,
+                connect_timeout=CONNECT_TIMEOUT,
+                connect_kwargs=connect_kwargs,
+            )
+            self._verify_host_keys(self.gateway, accept_new_host_keys)
         self.connection = fabric.Connection(
             host=address,
             user=settings.user,
             port=settings.port,
             connect_timeout=CONNECT_TIMEOUT,
             connect_kwargs=connect_kwargs,
+            gateway=self.gateway,
         )
-        self.known_hosts = Path(settings.known_hosts or DEFAULT_KNOWN_HOSTS).expanduser()
-        client = self.connection.client
+        self._verify_host_keys(self.connection, accept_new_host_keys)
+
+    def _verify_host_keys(self, connection: fabric.Connection, accept_new: bool) -> None:
+        """The same known_hosts and policy for the login and for its jump host."""
+        client = connection.client
         if self.known_hosts.exists():
             client.load_host_keys(str(self.known_hosts))
-        policy = AcceptNewHostKey if accept_new_host_keys else RefuseUnknownHostKey
+        policy = AcceptNewHostKey if accept_new else RefuseUnknownHostKey
         client.set_missing_host_key_policy(policy(self.known_hosts))
+
+    def _failing_hop(self) -> str:
+        """Where a failed connect stopped: at the jump host, or at the login itself."""
+        if self.gateway is not None and not self.gateway.is_connected:
+            return f"jump host {self.settings.jump}"
+        via = f" through {self.settings.jump}" if self.gateway is not None else ""
+        return f"{self.address}:{self.connection.port}{via}"
 
     def close(self) -> None:
         self.connection.close()
+        if self.gateway is not None:
+            self.gateway.close()
 
     def _transport(self) -> paramiko.Transport:
         with self._opening:  # parallel rollout workers share this connection
@@ -97,12 +129,14 @@ class SshTransport:
             try:
                 self.connection.open()
             except HostKeyError as exc:
-                raise HostKeyError(self.label, exc.step, exc.reason, exc.hint) from None
+                reason = f"{self._failing_hop()}: {exc.reason}" if self.gateway else exc.reason
+                raise HostKeyError(self.label, exc.step, reason, exc.hint) from None
             except paramiko.BadHostKeyException as exc:
+                hop = f"{self._failing_hop()}: " if self.gateway else ""
                 raise HostKeyError(
                     self.label,
                     "connect",
-                    f"host key CHANGED: got {fingerprint(exc.key)}, "
+                    f"{hop}host key CHANGED: got {fingerprint(exc.key)}, "
                     f"{self.known_hosts} has {fingerprint(exc.expected_key)}",
                     "this may be an attack or a reinstalled host; verify it, then remove the "
                     "old line with: ssh-keygen -R "
@@ -113,14 +147,25 @@ class SshTransport:
                 raise TransportError(
                     self.label,
                     "connect",
-                    f"permission denied as {self.connection.user}: {exc}",
+                    f"{self._failing_hop()}: permission denied: {exc}"
+                    if self.gateway
+                    else f"permission denied as {self.connection.user}: {exc}",
                     "the host refused every key offered: check the inventory's user and "
                     "identity_file, your ssh-agent, and the host's authorized_keys",
                 ) from None
+            except paramiko.ChannelException as exc:
+                raise TransportError(
+                    self.label,
+                    "connect",
+                    f"jump host {self.settings.jump} cannot reach "
+                    f"{self.address}:{self.connection.port}: {exc.text}",
+                    "check the address and port as seen from the jump host",
+                ) from None
             except (paramiko.SSHException, OSError) as exc:
                 reason, hint = connect_failure(exc)
-                where = f"{self.address}:{self.connection.port}"
-                raise TransportError(self.label, "connect", f"{where}: {reason}", hint) from None
+                raise TransportError(
+                    self.label, "connect", f"{self._failing_hop()}: {reason}", hint
+                ) from None
         transport = self.connection.transport
         assert transport is not None
         return transport
@@ -128,15 +173,17 @@ class SshTransport:
     def run(
         self, argv: Sequence[str], stdin: bytes | None = None, timeout: float | None = None
     ) -> Result:
-        """Run argv through the remote login shell, quoted once here."""
-        command = shlex.join(argv)
+        """Run argv through the remote login shell (under sudo with `become`), quoted once here."""
+        settings = self.settings
+        sent = become.sudo_argv(argv, settings.become_user) if settings.become else argv
+        command = shlex.join(sent)
         step = f"running {argv[0]}"
         channel = None
         try:
             channel = self._transport().open_session(timeout=30)
             channel.exec_command(command)
             stdout, stderr = _exchange(channel, stdin or b"", timeout)
-            return Result(tuple(argv), channel.recv_exit_status(), stdout, stderr)
+            result = Result(tuple(argv), channel.recv_exit_status(), stdout, stderr)
         except TimeoutError:
             raise TransportError(
                 self.label,
@@ -154,6 +201,10 @@ class SshTransport:
         finally:
             if channel is not None:
                 channel.close()
+        refused = become.refusal(result, settings.user, settings.become_user)
+        if settings.become and refused:
+            raise SudoRefused(self.label, step, *refused)
+        return result
 
     def open_stream(self, address: str, port: int, timeout: float = 10.0) -> paramiko.Channel:
         """A direct-tcpip channel from the host to address:port."""

@@ -1,0 +1,173 @@
+"""Parsers for what Proxmox VE's tools print: pure, tested on captured text.
+
+Output that does not parse is `NeedsAttention` naming what was read, never a
+traceback. Formats and their sources: docs/field-notes.md ("Discovering a
+Proxmox cluster").
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import re
+from dataclasses import dataclass
+
+from orchestrator.facts import parse_csv_rows, reading
+
+NVIDIA_DEVICE = re.compile(r"/dev/nvidia(\d+)")
+
+
+@dataclass(frozen=True)
+class Guest:
+    """One entry of `pvesh get /cluster/resources --type vm`."""
+
+    vmid: int
+    node: str
+    type: str  # lxc | qemu
+    status: str
+    name: str | None
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """One `type: node` entry of `pvesh get /cluster/status`."""
+
+    name: str
+    ip: str | None
+    local: bool
+    online: bool
+
+
+@dataclass(frozen=True)
+class GuestConfig:
+    """What discovery needs of `pct config VMID`."""
+
+    hostname: str | None
+    address: str | None
+    """The first static IPv4 (or IPv6) of net0..netN, without its prefix length."""
+    address_note: str | None
+    """Why there is no address (dhcp, manual, no network), for the inventory's comment."""
+    gpu_minors: tuple[int, ...]
+    """N of each /dev/nvidiaN passed through, by devN or lxc.mount.entry."""
+
+
+@dataclass(frozen=True)
+class NodeGpu:
+    index: int
+    name: str
+    memory_mib: int
+
+
+def _json_list(what: str, text: str) -> list[dict]:
+    with reading(what, text):
+        data = json.loads(text)
+        if not isinstance(data, list) or not all(isinstance(e, dict) for e in data):
+            raise ValueError("expected a JSON list of objects")
+        return data
+
+
+def _text(entry: dict, key: str) -> str | None:
+    value = entry.get(key)
+    if value is not None and not isinstance(value, str):
+        raise TypeError(f"{key}: expected a string, got {value!r}")
+    return value
+
+
+def parse_resources(text: str) -> list[Guest]:
+    """`pvesh get /cluster/resources --type vm --output-format json` -> guests by VMID."""
+    guests = []
+    with reading("pvesh's cluster resources", text):
+        for entry in _json_list("pvesh's cluster resources", text):
+            kind = _text(entry, "type")
+            if kind not in ("lxc", "qemu"):
+                continue
+            vmid = entry.get("vmid")
+            node = _text(entry, "node")
+            if not isinstance(vmid, int) or not node:
+                raise ValueError(f"{entry.get('id')!r}: a guest without vmid or node")
+            status = _text(entry, "status") or "unknown"
+            guests.append(Guest(vmid, node, kind, status, _text(entry, "name")))
+    return sorted(guests, key=lambda g: g.vmid)
+
+
+def parse_cluster_status(text: str) -> list[NodeInfo]:
+    """`pvesh get /cluster/status --output-format json` -> the nodes (cluster entry skipped)."""
+    nodes = []
+    with reading("pvesh's cluster status", text):
+        for entry in _json_list("pvesh's cluster status", text):
+            if entry.get("type") != "node":
+                continue
+            name = _text(entry, "name")
+            if not name:
+                raise ValueError("a node without a name")
+            ip = _text(entry, "ip")
+            nodes.append(NodeInfo(name, ip, bool(entry.get("local")), bool(entry.get("online"))))
+    return nodes
+
+
+def property_string(value: str, default_key: str | None = None) -> dict[str, str]:
+    """Proxmox's `key=value,key=value` (a leading bare value belongs to `default_key`)."""
+    fields = {}
+    for item in value.split(","):
+        key, equals, item_value = item.partition("=")
+        if equals:
+            fields[key.strip()] = item_value.strip()
+        elif default_key and item.strip():
+            fields[default_key] = item.strip()
+    return fields
+
+
+def _static_address(ip: str) -> str | None:
+    """`10.0.0.5/24` -> `10.0.0.5`; dhcp, auto, manual -> None."""
+    try:
+        return str(ipaddress.ip_interface(ip).ip)
+    except ValueError:
+        return None
+
+
+def parse_guest_config(text: str) -> GuestConfig:
+    """`pct config VMID`: `key: value` lines, sorted, then the raw `lxc.*` lines."""
+    values: dict[str, str] = {}
+    minors: list[int] = []
+    with reading("pct config", text):
+        for line in text.splitlines():
+            key, colon, value = line.partition(":")
+            if not colon or not key or key.startswith("#"):
+                continue
+            key, value = key.strip(), value.strip()
+            if key == "lxc.mount.entry":
+                device = NVIDIA_DEVICE.fullmatch(value.split()[0]) if value else None
+            elif re.fullmatch(r"dev\d+", key):
+                device = NVIDIA_DEVICE.fullmatch(property_string(value, "path").get("path", ""))
+            else:
+                values[key] = value
+                continue
+            if device and int(device.group(1)) not in minors:
+                minors.append(int(device.group(1)))
+    note = "no network interface (net0)"
+    networks = sorted((k for k in values if re.fullmatch(r"net\d+", k)), key=lambda k: int(k[3:]))
+    for key in networks:
+        fields = property_string(values[key])
+        for family in ("ip", "ip6"):
+            setting = fields.get(family)
+            if setting and (address := _static_address(setting)):
+                return GuestConfig(values.get("hostname"), address, None, tuple(minors))
+            if setting and note.startswith("no network"):
+                note = f"{key} has {family}={setting}"
+    return GuestConfig(values.get("hostname"), None, note, tuple(minors))
+
+
+def parse_node_gpus(text: str) -> list[NodeGpu]:
+    """nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader,nounits."""
+    with reading("nvidia-smi's GPU list", text):
+        return [NodeGpu(int(i), name, int(total)) for i, name, total in parse_csv_rows(text)]
+
+
+def parse_tool_paths(text: str) -> dict[str, str | None]:
+    """`NAME PATH` lines (commands.tool_paths) -> {name: path or None}."""
+    paths: dict[str, str | None] = {}
+    for line in text.splitlines():
+        name, _, path = line.partition(" ")
+        if name:
+            paths[name] = path if path.startswith("/") else None
+    return paths

@@ -1,0 +1,130 @@
+"""Discovery's runner: the commands of `discovery.commands` over one SSH connection
+to one Proxmox host, with the transport's host-key rules; parsing is elsewhere."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from orchestrator.discovery import commands
+from orchestrator.discovery.facts import (
+    NodeInfo,
+    parse_cluster_status,
+    parse_guest_config,
+    parse_node_gpus,
+    parse_resources,
+    parse_tool_paths,
+)
+from orchestrator.discovery.writer import DEFAULT_PCT, NAME, Cluster, FoundContainer
+from orchestrator.errors import InputError, NeedsAttention
+from orchestrator.inventory import Host, SshSettings
+from orchestrator.remote import run_step
+from orchestrator.transport.ssh import SshTransport
+
+
+def discover(address: str, login: SshSettings, accept_new_host_keys: bool = False) -> Cluster:
+    """Read the cluster's guests, and the containers of this node, through `address`."""
+    if login.identity_file and not os.access(Path(login.identity_file).expanduser(), os.R_OK):
+        raise InputError(f"--identity-file: cannot read {login.identity_file}")
+    host = SshTransport(address, address, login, accept_new_host_keys)
+    try:
+        return _read_cluster(host, address)
+    finally:
+        host.close()
+
+
+def _read_cluster(host: SshTransport, address: str) -> Cluster:
+    tools = parse_tool_paths(run_step(host, commands.tool_paths(), "finding pvesh and pct").text)
+    pvesh = tools.get("pvesh")
+    if pvesh is None:
+        raise NeedsAttention(
+            f"{address}: no pvesh on the login's PATH: is this a Proxmox VE host? "
+            "(log in as root, or as a user whose PATH has /usr/bin)"
+        )
+    listing = run_step(host, commands.cluster_resources(pvesh), "listing the cluster's guests")
+    guests = parse_resources(listing.text)
+    status = host.run(commands.cluster_status(pvesh), timeout=60)
+    nodes = parse_cluster_status(status.text) if status.ok else []
+    node = _local_node(address, nodes, {g.node for g in guests})
+    pct = tools.get("pct") or DEFAULT_PCT
+    here = [g for g in guests if g.node == node and g.type == "lxc"]
+    containers = [
+        FoundContainer(
+            guest,
+            parse_guest_config(
+                run_step(
+                    host, commands.guest_config(pct, guest.vmid), f"pct config {guest.vmid}"
+                ).text
+            ),
+        )
+        for guest in here
+    ]
+    nvidia_smi = tools.get("nvidia-smi")
+    node_gpus = (
+        parse_node_gpus(run_step(host, commands.node_gpus(nvidia_smi), "listing GPUs").text)
+        if nvidia_smi
+        else None
+    )
+    return Cluster(
+        node=node,
+        address=address,
+        pct_path=tools.get("pct"),
+        containers=containers,
+        node_gpus=node_gpus,
+        nodes=nodes,
+        elsewhere=[g for g in guests if g.node != node and g.type == "lxc"],
+        vms=[g for g in guests if g.type == "qemu"],
+    )
+
+
+def _local_node(address: str, nodes: list[NodeInfo], guest_nodes: set[str]) -> str:
+    """The node answering: `local` in the cluster status, else the only node with guests."""
+    local = [n.name for n in nodes if n.local]
+    candidates = local or (sorted(guest_nodes) if len(guest_nodes) == 1 else [])
+    if not candidates:
+        raise NeedsAttention(
+            f"{address}: cannot tell which node answers (pvesh get /cluster/status failed "
+            "and the guests are on several nodes); log in as root"
+        )
+    if not NAME.match(candidates[0]):
+        raise NeedsAttention(f"{address}: the node name {candidates[0]!r} is not usable here")
+    return candidates[0]
+
+
+def write_new(path: Path, text: str, force: bool = False) -> None:
+    """Create the file; replace an existing one (whole: temp file, rename) only with `force`."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not force:
+        try:
+            with path.open("x", encoding="utf-8") as file:
+                file.write(text)
+            return
+        except FileExistsError:
+            raise InputError(
+                f"{path} exists: choose another -o, or replace it with --force"
+            ) from None
+    with tempfile.NamedTemporaryFile(
+        "w", encoding="utf-8", dir=path.parent, prefix=f".{path.name}.", delete=False
+    ) as temporary:
+        temporary.write(text)
+    os.replace(temporary.name, path)
+
+
+def login_settings(address: str, options: dict[str, object]) -> SshSettings:
+    """The command line's login (`--port`, `--user`, ... as keys), checked as an
+    inventory's would be; file paths are made absolute."""
+    fields = {
+        key: str(value.resolve()) if isinstance(value, Path) else value
+        for key, value in options.items()
+        if value is not None
+    }
+    try:
+        host = Host.model_validate({"address": address, **fields})
+    except ValidationError as exc:
+        problem = exc.errors(include_url=False)[0]
+        option = "--" + str(problem["loc"][0]).replace("_", "-")
+        raise InputError(f"{option}: {problem['msg'].removeprefix('Value error, ')}") from None
+    return SshSettings(**host.model_dump(exclude={"address", "pct_path"}))

@@ -1,0 +1,237 @@
+"""`orch doctor`: is everything a deploy needs there? Read-only, one check per line.
+
+Per SSH login: that it logs in (host key verified, sudo without a prompt when the
+login uses `become`) and, on a Proxmox host, the sshd session limit when
+`sshd -T` can be read. Per container: `pct` finds it running, `nvidia-smi`
+answers with the GPUs the inventory lists and, with a playbook, preflight's own
+read-only facts and findings: the server's vLLM version against the capability
+table, model dirs and weights, the drafter against the target, GPU memory, the
+port, free disk under the state dir. Every failure carries its fix.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from orchestrator import commands, preflight
+from orchestrator.drafters.findings import Severity
+from orchestrator.errors import HostKeyError, OrchError, TransportError
+from orchestrator.facts import parse_container_status, parse_gpus, parse_sshd_limits
+from orchestrator.inventory import Inventory
+from orchestrator.plan import TargetPlan
+from orchestrator.playbook import Playbook
+from orchestrator.transport.base import Transport
+from orchestrator.transport.pct import PctTransport
+from orchestrator.transport.pool import Connections
+
+DEFAULT_NVIDIA_SMI = "/usr/bin/nvidia-smi"
+OK, FAIL, INFO = "ok", "fail", "info"
+
+
+@dataclass(frozen=True)
+class Check:
+    target: str
+    check: str
+    status: str  # ok | fail | info (informational, never fails the doctor)
+    detail: str
+    fix: str = ""
+
+    def to_dict(self) -> dict[str, str]:
+        return asdict(self)
+
+
+def _failed(target: str, check: str, exc: OrchError) -> Check:
+    if isinstance(exc, TransportError):
+        return Check(target, check, FAIL, exc.reason, exc.hint)
+    return Check(target, check, FAIL, str(exc))
+
+
+class Doctor:
+    """Runs the checks over one set of connections; each login is checked once."""
+
+    def __init__(
+        self,
+        inventory: Inventory,
+        connections: Connections,
+        playbook: Playbook | None = None,
+        plans: dict[str, TargetPlan] | None = None,
+    ) -> None:
+        self.inventory = inventory
+        self.connections = connections
+        self.playbook = playbook
+        self.plans = plans or {}
+        self.logins: dict[str, bool] = {}
+
+    def container(self, name: str) -> list[Check]:
+        """Every check for one container, its login's first (once per login)."""
+        container = self.inventory.containers[name]
+        address, settings, label = self.inventory.login(name)
+        try:
+            transport = self.connections.container(name)
+        except OrchError as exc:
+            return [_failed(name, "inventory", exc)]
+        ssh = transport.host if isinstance(transport, PctTransport) else transport
+        checks: list[Check] = []
+        if label not in self.logins:
+            who = f"{settings.user or 'your user'}@{address}"
+            if settings.jump:
+                who += f" through {settings.jump}"
+            if settings.become:
+                who += f", sudo -n -u {settings.become_user or 'root'} works"
+            login = self._login(label, ssh, who)
+            self.logins[label] = login.status == OK
+            checks.append(login)
+            if login.status == OK and isinstance(transport, PctTransport):
+                checks.append(self._sshd_limits(label, ssh))
+        if not self.logins[label]:
+            return [
+                *checks,
+                Check(
+                    name,
+                    "container",
+                    FAIL,
+                    f"not checked: {label} cannot be reached",
+                    f"fix the login of {label} first",
+                ),
+            ]
+        if isinstance(transport, PctTransport):
+            running = self._pct_status(name, transport)
+            checks.append(running)
+            if running.status != OK:
+                return checks
+        else:
+            checks.append(Check(name, "container", OK, f"reached by SSH at {address}"))
+        return checks + self._inside(name, transport, len(container.gpus))
+
+    def _login(self, label: str, ssh: Transport, who: str) -> Check:
+        try:
+            ssh.run(["true"], timeout=60)
+        except HostKeyError as exc:
+            return Check(label, "host key", FAIL, exc.reason, exc.hint)
+        except OrchError as exc:
+            return _failed(label, "login", exc)
+        return Check(label, "login", OK, f"{who}, host key verified")
+
+    def _sshd_limits(self, label: str, ssh: Transport) -> Check:
+        try:
+            limits = parse_sshd_limits(ssh.run(commands.sshd_limits(), timeout=60).text)
+        except OrchError as exc:
+            limits, reason = {}, str(exc)
+        else:
+            reason = "sshd -T needs root (or become: sudo)"
+        if "maxsessions" not in limits:
+            return Check(label, "sshd sessions", INFO, f"unknown: {reason}")
+        detail = f"MaxSessions {limits['maxsessions']}"
+        if "maxstartups" in limits:
+            detail += f", MaxStartups {limits['maxstartups']}"
+        return Check(label, "sshd sessions", INFO, f"{detail} (sshd -T: /etc/ssh/sshd_config)")
+
+    def _pct_status(self, name: str, transport: PctTransport) -> Check:
+        host, vmid, pct = transport.host.label, transport.vmid, transport.pct_path
+        try:
+            result = transport.host.run(commands.container_status(pct, vmid), timeout=60)
+            if result.exit_code in (126, 127):
+                return Check(
+                    name,
+                    "pct",
+                    FAIL,
+                    f"{pct} cannot be run on {host}: {result.error_text[-200:]}",
+                    "set pct_path of the host (Proxmox VE's is /usr/sbin/pct), or "
+                    "use become: sudo when the login's PATH lacks it",
+                )
+            if not result.ok:
+                return Check(
+                    name,
+                    "container",
+                    FAIL,
+                    result.error_text[-300:] or "pct failed",
+                    f"check the vmid: pct list on {host} shows its containers",
+                )
+            status = parse_container_status(result.text)
+        except OrchError as exc:
+            return _failed(name, "container", exc)
+        if status != "running":
+            return Check(
+                name,
+                "container",
+                FAIL,
+                f"CT {vmid} on {host} is {status}",
+                f"start it on {host} with: {pct} start {vmid}",
+            )
+        return Check(name, "container", OK, f"CT {vmid} running on {host}")
+
+    def _inside(self, name: str, transport: Transport, listed_gpus: int) -> list[Check]:
+        nvidia_smi = self.inventory.container_vars(name).get("nvidia_smi", DEFAULT_NVIDIA_SMI)
+        checks = [self._gpus(name, transport, nvidia_smi, listed_gpus)]
+        plan = self.plans.get(name)
+        if plan is None or self.playbook is None:
+            return checks
+        try:
+            facts = preflight.gather(transport, plan, nvidia_smi)
+        except OrchError as exc:
+            return [*checks, _failed(name, "preflight", exc)]
+        if facts.server_version:
+            checks.append(Check(name, "server", OK, f"{plan.vllm}: vLLM {facts.server_version}"))
+        server = self.playbook.server
+        findings = preflight.judge(
+            facts, plan, server.tensor_parallel_size, server.num_speculative_tokens
+        )
+        for finding in findings:
+            expected = "" if finding.expected is None else f"expected {finding.expected}"
+            status = FAIL if finding.severity == Severity.ERROR else INFO
+            checks.append(Check(name, finding.field, status, finding.message, expected))
+        if not any(f.field.startswith(("target", "drafter")) for f in findings):
+            weights = sum(n.endswith(".safetensors") for n in facts.target.sizes)
+            checks.append(
+                Check(
+                    name,
+                    "models",
+                    OK,
+                    f"{plan.target_dir} ({weights} weight files), "
+                    f"{plan.drafter_weights or f'no drafter dir ({plan.kind.name})'}, "
+                    "drafter rules pass",
+                )
+            )
+        free_mib = facts.free_disk_kib // 1024
+        if facts.free_disk_kib >= preflight.MIN_FREE_DISK_KIB:
+            checks.append(Check(name, "disk", OK, f"{free_mib} MiB free for {plan.deployment_dir}"))
+        return checks
+
+    def _gpus(self, name: str, transport: Transport, nvidia_smi: str, listed: int) -> Check:
+        fix = "check the GPU passthrough (devN: /dev/nvidiaN in pct config) and vars.nvidia_smi"
+        try:
+            result = transport.run(commands.gpu_query(nvidia_smi), timeout=60)
+            if not result.ok:
+                detail = result.error_text[-200:] or f"exit {result.exit_code}"
+                return Check(name, "nvidia-smi", FAIL, detail, fix)
+            gpus = parse_gpus(result.text)
+        except OrchError as exc:
+            return _failed(name, "nvidia-smi", exc)
+        if listed and len(gpus) != listed:
+            return Check(
+                name,
+                "nvidia-smi",
+                FAIL,
+                f"{len(gpus)} GPU(s) seen, the inventory lists {listed}",
+                f"update containers.{name}.gpus, or {fix}",
+            )
+        memory = ", ".join(f"{g.free_mib}/{g.total_mib} MiB free" for g in gpus)
+        return Check(name, "nvidia-smi", OK, f"{len(gpus)} GPU(s): {memory or 'none'}")
+
+
+def run_doctor(
+    inventory: Inventory,
+    names: list[str],
+    accept_new_host_keys: bool = False,
+    playbook: Playbook | None = None,
+    plans: list[TargetPlan] | None = None,
+) -> list[Check]:
+    by_name = {plan.container: plan for plan in plans or []}
+    with Connections(inventory, accept_new_host_keys) as connections:
+        doctor = Doctor(inventory, connections, playbook, by_name)
+        return [check for name in names for check in doctor.container(name)]
+
+
+def exit_code(checks: list[Check]) -> int:
+    """0 when everything a deploy needs is there, 3 (needs attention) otherwise."""
+    return 3 if any(c.status == FAIL for c in checks) else 0

@@ -1,0 +1,74 @@
+"""`orch doctor`: its commands, parsers and output, and on the lab: a stopped container
+is named with its fix and exit 3; a ready lab exits 0."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+from labtools import LabHandle
+
+from orchestrator import commands
+from orchestrator.doctor import Check, exit_code
+from orchestrator.errors import NeedsAttention
+from orchestrator.facts import parse_container_status, parse_sshd_limits
+from orchestrator.report import print_checks
+
+
+def test_commands() -> None:
+    assert commands.container_status("/usr/sbin/pct", 200) == ["/usr/sbin/pct", "status", "200"]
+    assert commands.sshd_limits() == [
+        "/bin/sh",
+        "-c",
+        "/usr/sbin/sshd -T 2>/dev/null | grep -i -E '^(maxsessions|maxstartups) '",
+    ]
+
+
+def test_parsers() -> None:
+    assert parse_container_status("status: running\n") == "running"
+    assert parse_container_status("status: stopped\n") == "stopped"
+    with pytest.raises(NeedsAttention, match="cannot read pct status"):
+        parse_container_status("CT 200 is fine\n")
+    assert parse_sshd_limits("maxsessions 10\nmaxstartups 10:30:100\n") == {
+        "maxsessions": "10",
+        "maxstartups": "10:30:100",
+    }
+    assert parse_sshd_limits("") == {}
+
+
+def test_one_line_per_check_with_the_fix_under_failures(capsys: pytest.CaptureFixture) -> None:
+    checks = [
+        Check("pve1", "login", "ok", "root@192.0.2.1, host key verified"),
+        Check("ct200", "container", "fail", "CT 200 on pve1 is stopped", "pct start 200"),
+        Check("ct200", "sshd sessions", "info", "unknown"),
+    ]
+    print_checks([c.to_dict() for c in checks])
+    assert capsys.readouterr().out == (
+        "pve1   login          ok    root@192.0.2.1, host key verified\n"
+        "ct200  container      FAIL  CT 200 on pve1 is stopped\n"
+        "                            fix: pct start 200\n"
+        "ct200  sshd sessions  info  unknown\n"
+        "1 check(s) failed\n"
+    )
+    assert exit_code(checks) == 3 and exit_code([checks[0], checks[2]]) == 0
+
+
+@pytest.mark.lab
+def test_doctor_names_the_stopped_container_and_exits_3(lab: LabHandle) -> None:
+    ready = lab.orch("doctor", "qwen-dflash", "-i", str(lab.inventory), "--json")
+    assert ready.code == 0, ready.stdout + ready.stderr
+    checks = ready.json["checks"]
+    assert ready.json["ok"] and not [c for c in checks if c["status"] == "fail"]
+    names = {(c["target"], c["check"]) for c in checks}
+    for name in ("ct200", "ct201"):
+        assert {(name, "nvidia-smi"), (name, "server"), (name, "models"), (name, "disk")} <= names
+    assert ("pve1", "login") in names and ("ct201", "login") in names
+
+    pct = lab.lab.paths.host("pve1").pct
+    subprocess.run([pct, "stop", "200"], check=True)
+    stopped = lab.orch("doctor", "qwen-dflash", "-i", str(lab.inventory))
+    assert stopped.code == 3
+    assert "ct200  container      FAIL  CT 200 on pve1 is stopped\n" in stopped.stdout
+    assert f"fix: start it on pve1 with: {pct} start 200\n" in stopped.stdout
+    assert "ct201  server         ok" in stopped.stdout
+    assert stopped.stdout.endswith("1 check(s) failed\n")
