@@ -303,12 +303,13 @@ def history(count: int, as_json: bool) -> None:
 
 
 @cli.command()
-def profiles() -> None:
-    """List the built-in profiles of published drafters."""
+@json_option
+def profiles(as_json: bool) -> None:
+    """List the built-in profiles of published drafters, with their kind."""
     from orchestrator import report
     from orchestrator.drafters.profiles import list_profiles
 
-    report.print_profiles(list_profiles())
+    report.print_profiles(list_profiles(), as_json=as_json)
 
 
 @cli.command()

@@ -280,6 +280,7 @@ class TargetRun:
                 target.served_name,
                 target.gate,
                 self.buckets,
+                self.plan.kind.failure_causes,
                 stop,
             )
 

@@ -188,7 +188,8 @@ class Doctor:
                     "models",
                     OK,
                     f"{plan.target_dir} ({weights} weight files), "
-                    f"{plan.drafter_weights}, drafter rules pass",
+                    f"{plan.drafter_weights or f'no drafter dir ({plan.kind.name})'}, "
+                    "drafter rules pass",
                 )
             )
         free_mib = facts.free_disk_kib // 1024

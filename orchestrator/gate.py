@@ -23,6 +23,7 @@ from orchestrator.deadline import Deadline
 from orchestrator.errors import OrchError
 from orchestrator.metrics.advice import Advice, speculative_tokens_advice
 from orchestrator.metrics.assess import (
+    FailureCauses,
     GateCriteria,
     Verdict,
     assess,
@@ -257,6 +258,7 @@ def run_gate(
     served_name: str,
     gate: Gate,
     buckets: Sequence[ContextBucket],
+    causes: FailureCauses,
     stop: threading.Event | None = None,
 ) -> GateReport:
     """Probe every context bucket on every endpoint, one phase each, within the budgets.
@@ -291,7 +293,7 @@ def run_gate(
     report.verdict = overall_verdict(report.phases, criteria)
     report.requests = sum(phase.requests for phase in report.phases)
     report.request_errors = sum(phase.request_errors for phase in report.phases)
-    report.explanation = explain_phases(report.phases, report.verdict)
+    report.explanation = explain_phases(report.phases, report.verdict, causes)
     if report.verdict.outcome == "pass":  # a failed drafter needs fixing, not tuning
         report.advice = speculative_tokens_advice(report.verdict.per_position_acceptance)
     report.seconds = time.monotonic() - started
@@ -420,7 +422,9 @@ def _mean_and_lower(verdict: Verdict) -> str:
     return f"mean acceptance length {mean:.2f}{bound}" if mean is not None else "no drafts"
 
 
-def explain_phases(phases: Sequence[PhaseReport], verdict: Verdict) -> str | None:
+def explain_phases(
+    phases: Sequence[PhaseReport], verdict: Verdict, causes: FailureCauses
+) -> str | None:
     """Short contexts passing where long ones fail names the sliding window; else the
     failed phase's per-position curve names its likely cause."""
     failed = next((p for p in phases if p.verdict.outcome == "fail"), None)
@@ -434,7 +438,7 @@ def explain_phases(phases: Sequence[PhaseReport], verdict: Verdict) -> str | Non
             reason = explain_context(short.verdict, failed.verdict, failed.bucket.window)
             if reason:
                 return reason
-    return explain(verdict)
+    return explain(verdict, causes)
 
 
 def _first_scrape(

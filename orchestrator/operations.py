@@ -62,7 +62,7 @@ def _target_run(
     buckets = context_buckets(
         prompts,
         load_passages(),
-        plan.drafter_config,
+        plan.drafter_config or {},
         inputs.playbook.server.max_model_len,
         inputs.playbook.gate.probe.max_tokens,
     )
@@ -93,10 +93,14 @@ def _document(
     else:
         code = max((o.exit_code for o in outcomes), default=0)
         result = {0: "ok", 1: "not applied", 2: "bad input", 3: "needs attention"}[code]
+    drafter = inputs.playbook.drafter
     return {
         "playbook": inputs.playbook.name,
         "run_id": run_id,
         "started": started,
+        "method": drafter.kind,
+        "drafter": drafter.profile or drafter.weights,
+        "model": inputs.playbook.target.served_name,
         "result": result,
         "targets": [o.to_dict() for o in outcomes],
     }, code
@@ -208,10 +212,9 @@ def _verify_one(
     if not current:
         entry["drift"] = ["no current release: nothing deployed yet"]
         return entry, 1
-    names = [*plan.files, f"drafter/{DRAFTER_CONFIG}"]
-    actual = release.read_back(transport, plan.layout.release(current), names)
-    expected = {**plan.files, f"drafter/{DRAFTER_CONFIG}": plan.files[DRAFTER_CONFIG]}
-    entry["drift"] = [str(m) for m in release.compare(expected, actual)]
+    expected = plan.read_back_files
+    actual = release.read_back(transport, plan.layout.release(current), list(expected))
+    entry["drift"] = [str(m) for m in release.compare(expected, actual, plan.kind.key_fields)]
     findings = _remote_findings(transport, plan, playbook, actual.get(DRAFTER_CONFIG))
     entry["findings"] = [f.to_dict() for f in findings]
     bad = entry["drift"] or any(f.severity == Severity.ERROR for f in findings)
@@ -222,15 +225,18 @@ def _remote_findings(
     transport: Transport, plan: TargetPlan, playbook: Playbook, config: bytes | None
 ) -> list[Finding]:
     """The drafter checks on the config as deployed, against the target as it is there."""
-    if config is None:
-        return []
-    parsed, findings = parse_json_document(config, f"{plan.drafter_view}/{DRAFTER_CONFIG}")
-    if parsed is None:
-        return findings
+    if DRAFTER_CONFIG in plan.files:
+        if config is None:
+            return []  # reported as drift
+        parsed, findings = parse_json_document(config, f"{plan.drafter_view}/{DRAFTER_CONFIG}")
+        if parsed is None:
+            return findings
+        plan = dataclasses.replace(plan, drafter_config=parsed)
+    drafter = plan.drafter_weights
     return preflight.drafter_findings(
         preflight.read_model_dir(transport, plan.target_dir),
-        preflight.read_model_dir(transport, plan.drafter_weights),
-        dataclasses.replace(plan, drafter_config=parsed),
+        preflight.read_model_dir(transport, drafter) if drafter else None,
+        plan,
         playbook.server.num_speculative_tokens,
     )
 

@@ -12,8 +12,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator.drafters.dflash import check_dflash
 from orchestrator.drafters.findings import Finding
+from orchestrator.drafters.kinds import CheckInputs, DrafterKind, get_kind
 from orchestrator.drafters.profiles import Profile, get_profile, merge_overrides, target_files
 from orchestrator.errors import InputError
 from orchestrator.inventory import Inventory
@@ -23,7 +23,7 @@ from orchestrator.render import render_field, render_template, template_source
 
 DRAFTER_CONFIG = "config.json"
 LAUNCH_SCRIPT = "serve.sh"
-DRAFTER_TEMPLATE = "dflash/config.json.j2"
+VIEW_CONFIG = f"drafter/{DRAFTER_CONFIG}"
 
 
 @dataclass(frozen=True)
@@ -36,12 +36,14 @@ class TargetPlan:
     address: str
     port: int
     target_dir: str
-    drafter_weights: str
+    drafter_weights: str | None
     vllm: str
     deployment_dir: str
     release_id: str
-    drafter_config: dict[str, Any]
+    drafter_config: dict[str, Any] | None
+    """The rendered drafter config; None when the drafter ships its own or there is none."""
     files: dict[str, bytes]
+    kind: DrafterKind
     profile: Profile | None
     findings: list[Finding] = field(default_factory=list)
 
@@ -55,8 +57,21 @@ class TargetPlan:
 
     @property
     def drafter_view(self) -> str:
-        """The drafter dir vLLM loads: links to the weights plus our config.json."""
+        """The release's drafter dir: links to the weights plus the rendered config.json."""
         return f"{self.release_dir}/drafter"
+
+    @property
+    def drafter_dir(self) -> str | None:
+        """The drafter dir vLLM loads: the view when the config is rendered, else the
+        downloaded dir with its own config.json, or None when the method needs none."""
+        return self.drafter_view if DRAFTER_CONFIG in self.files else self.drafter_weights
+
+    @property
+    def read_back_files(self) -> dict[str, bytes]:
+        """What cat-verify expects in the release: its files, and the view's rendered config."""
+        if DRAFTER_CONFIG not in self.files:
+            return dict(self.files)
+        return {**self.files, VIEW_CONFIG: self.files[DRAFTER_CONFIG]}
 
 
 def field_context(inventory: Inventory, container_name: str) -> dict[str, Any]:
@@ -86,34 +101,37 @@ def plan_target(playbook: Playbook, inventory: Inventory, container_name: str) -
             )
         return value
 
-    profile = get_profile(playbook.drafter.profile) if playbook.drafter.profile else None
-    if profile is None and not playbook.drafter.overrides:
-        raise InputError(
-            f"{playbook.source}: drafter.profile: needed to render the drafter "
-            "config (give a profile, or a whole config in drafter.overrides)"
-        )
-    drafter_config = merge_overrides(profile.config if profile else {}, playbook.drafter.overrides)
-    config_bytes = render_template(DRAFTER_TEMPLATE, {"config": drafter_config}).encode()
+    kind = get_kind(playbook.drafter.kind)
+    profile = _profile(playbook, kind)
+    drafter_config = _drafter_config(playbook, kind, profile)
+    template = kind.config_template if drafter_config is not None else None
+    files = (
+        {DRAFTER_CONFIG: render_template(template, {"config": drafter_config}).encode()}
+        if template
+        else {}
+    )
 
     server = playbook.server
+    weights = playbook.drafter.weights
+    drafter_weights = resolve(weights, "drafter.weights") if weights else None
     paths = {
         "target_dir": resolve(playbook.target.path, "target.path"),
-        "drafter_weights": resolve(playbook.drafter.weights, "drafter.weights"),
         "vllm": resolve(server.vllm, "server.vllm"),
         "host": resolve(server.host, "server.host"),
         "deployment_dir": f"{resolve(playbook.state_dir, 'state_dir').rstrip('/')}/{playbook.name}",
     }
     fingerprint_inputs = {
-        "templates": [template_source(n) for n in (DRAFTER_TEMPLATE, server.template)],
+        "templates": [template_source(n) for n in (template, server.template) if n],
         "config": drafter_config,
         "server": server.model_dump(),
-        "paths": paths,
+        "paths": {**paths, "drafter_weights": drafter_weights},
         "served_name": playbook.target.served_name,
     }
     release_id = hashlib.sha256(
         json.dumps(fingerprint_inputs, sort_keys=True).encode()
     ).hexdigest()[:12]
     release_dir = Layout(paths["deployment_dir"]).release(release_id)
+    drafter_dir = f"{release_dir}/drafter" if files else drafter_weights
     launch = render_template(
         server.template,
         {
@@ -123,11 +141,9 @@ def plan_target(playbook: Playbook, inventory: Inventory, container_name: str) -
             "env": server.env,
             "vllm": paths["vllm"],
             "target": paths["target_dir"],
-            "speculative_config": {
-                "method": playbook.drafter.kind,
-                "model": f"{release_dir}/drafter",
-                "num_speculative_tokens": server.num_speculative_tokens,
-            },
+            "speculative_config": kind.speculative_config(
+                drafter_dir, server.num_speculative_tokens
+            ),
             "served_name": playbook.target.served_name,
             "host": paths["host"],
             "port": server.port,
@@ -137,14 +153,17 @@ def plan_target(playbook: Playbook, inventory: Inventory, container_name: str) -
             "extra_args": server.extra_args,
         },
     )
+    known = drafter_config if kind.needs_drafter_dir else {}  # a shipped one is read later
     findings = (
-        check_dflash(
-            drafter_config,
-            json.loads(target_files(profile.name)[DRAFTER_CONFIG]),
-            profile=profile,
-            num_speculative_tokens=server.num_speculative_tokens,
+        kind.check(
+            CheckInputs(
+                known,
+                json.loads(target_files(profile.name)[DRAFTER_CONFIG]),
+                profile=profile,
+                num_speculative_tokens=server.num_speculative_tokens,
+            )
         )
-        if profile
+        if profile and known is not None
         else []
     )
     return TargetPlan(
@@ -154,15 +173,67 @@ def plan_target(playbook: Playbook, inventory: Inventory, container_name: str) -
         address=inventory.containers[container_name].address,
         port=server.port,
         target_dir=paths["target_dir"],
-        drafter_weights=paths["drafter_weights"],
+        drafter_weights=drafter_weights,
         vllm=paths["vllm"],
         deployment_dir=paths["deployment_dir"],
         release_id=release_id,
         drafter_config=drafter_config,
-        files={DRAFTER_CONFIG: config_bytes, LAUNCH_SCRIPT: launch.encode()},
+        files={**files, LAUNCH_SCRIPT: launch.encode()},
+        kind=kind,
         profile=profile,
         findings=findings,
     )
+
+
+def _profile(playbook: Playbook, kind: DrafterKind) -> Profile | None:
+    profile = get_profile(playbook.drafter.profile) if playbook.drafter.profile else None
+    if profile is not None and profile.kind != kind.name:
+        raise InputError(
+            f"{playbook.source}: drafter.profile: {profile.name} is a {profile.kind} drafter, "
+            f"not drafter.kind {kind.name}"
+        )
+    return profile
+
+
+def _drafter_config(
+    playbook: Playbook, kind: DrafterKind, profile: Profile | None
+) -> dict[str, Any] | None:
+    """The config orch renders for the drafter, or None when it renders none.
+
+    A kind with a config template renders the profile's config with the
+    overrides, unless `drafter.config: shipped` keeps the drafter dir's own;
+    a kind without one always uses what the drafter ships (or needs no dir).
+    """
+    drafter, where = playbook.drafter, playbook.source
+    if kind.needs_drafter_dir and not drafter.weights:
+        raise InputError(
+            f"{where}: drafter.weights: a {kind.name} drafter is a model directory: give its path"
+        )
+    if not kind.needs_drafter_dir and drafter.weights:
+        raise InputError(
+            f"{where}: drafter.weights: the {kind.name} method loads no drafter directory: "
+            "remove drafter.weights"
+        )
+    rendered = drafter.config == "rendered" or (
+        drafter.config is None and kind.config_template is not None
+    )
+    if rendered and kind.config_template is None:
+        raise InputError(
+            f"{where}: drafter.config: the {kind.name} kind renders no config; use shipped"
+        )
+    if not rendered:
+        if drafter.overrides:
+            raise InputError(
+                f"{where}: drafter.overrides: they apply to a rendered config, and this "
+                "drafter's config is shipped; remove them or set drafter.config: rendered"
+            )
+        return None
+    if profile is None and not drafter.overrides:
+        raise InputError(
+            f"{where}: drafter.profile: needed to render the drafter "
+            "config (give a profile, or a whole config in drafter.overrides)"
+        )
+    return merge_overrides(profile.config if profile else {}, drafter.overrides)
 
 
 def plan_deploy(

@@ -18,6 +18,7 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import AfterValidator, BaseModel, Field
 
+from orchestrator.drafters.kinds import DEFAULT_KIND, get_kind
 from orchestrator.errors import InputError
 from orchestrator.schema import Name, Port, Schema, validate_document
 from orchestrator.yamlsource import YamlDocument, load_yaml_file, parse_yaml
@@ -38,9 +39,19 @@ class TargetModel(Schema):
     served_name: str
 
 
+def _known_kind(name: str) -> str:
+    try:
+        return get_kind(name).name
+    except InputError as exc:
+        raise ValueError(str(exc)) from None
+
+
 class Drafter(Schema):
-    kind: Literal["dflash"] = "dflash"
-    weights: str
+    kind: Annotated[str, AfterValidator(_known_kind)] = DEFAULT_KIND
+    weights: str | None = None
+    config: Literal["rendered", "shipped"] | None = None
+    """rendered: the profile's config with the overrides; shipped: the drafter dir's own.
+    Unset: rendered when the kind renders configs, else shipped."""
     profile: str | None = None
     overrides: dict[str, Any] = {}
 

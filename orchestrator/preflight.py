@@ -11,8 +11,8 @@ import struct
 from dataclasses import dataclass
 
 from orchestrator import commands
-from orchestrator.drafters.dflash import check_dflash
 from orchestrator.drafters.findings import Finding
+from orchestrator.drafters.kinds import CheckInputs
 from orchestrator.drafters.modelfiles import (
     CONFIG_FILE,
     SAFETENSORS_HEADER_LIMIT,
@@ -55,7 +55,7 @@ class ModelDir:
 @dataclass(frozen=True)
 class Facts:
     target: ModelDir
-    drafter: ModelDir
+    drafter: ModelDir | None
     gpus: list[Gpu] | None
     gpu_apps: list[GpuApp]
     free_disk_kib: int
@@ -87,7 +87,7 @@ def gather(transport: Transport, plan: TargetPlan, nvidia_smi: str) -> Facts:
     """Three commands (the two model dirs, then the small facts together) and, when no
     server of ours runs, one probe of the port."""
     target = read_model_dir(transport, plan.target_dir)
-    drafter = read_model_dir(transport, plan.drafter_weights)
+    drafter = read_model_dir(transport, plan.drafter_weights) if plan.drafter_weights else None
     small = parse_frames(
         run_step(
             transport,
@@ -151,20 +151,35 @@ def judge(
 
 
 def drafter_findings(
-    target: ModelDir, drafter: ModelDir, plan: TargetPlan, num_speculative_tokens: int
+    target: ModelDir, drafter: ModelDir | None, plan: TargetPlan, num_speculative_tokens: int
 ) -> list[Finding]:
-    """The model dirs as found, and the DFlash rules for `plan.drafter_config` on them."""
-    findings = _model_dir_findings("target", target) + _model_dir_findings("drafter", drafter)
-    if target.files and target.files.config is not None and drafter.exists:
-        findings += check_dflash(
-            plan.drafter_config,
+    """The model dirs as found, and the kind's rules on the drafter config vLLM will load:
+    the rendered one, else the one the drafter dir ships (none for MTP and n-gram)."""
+    shipped = plan.drafter_config is None
+    findings = _model_dir_findings("target", target)
+    if drafter is not None:
+        findings += _model_dir_findings("drafter", drafter, judge_config=shipped)
+    if not (target.files and target.files.config is not None):
+        return findings
+    if drafter is not None and not drafter.exists:
+        return findings
+    config = plan.drafter_config
+    if config is None and drafter is not None:
+        assert drafter.files is not None
+        config = drafter.files.config
+        if config is None:
+            return findings  # the shipped config.json is missing or unreadable: reported
+    return findings + plan.kind.check(
+        CheckInputs(
+            config or {},
             target.files.config,
             tokenizer=target.files.tokenizer_config,
-            tensors=drafter.files.tensors if drafter.files else None,
+            tensors=drafter.files.tensors if drafter and drafter.files else None,
+            drafter_files=sorted(drafter.sizes) if drafter else None,
             profile=plan.profile,
             num_speculative_tokens=num_speculative_tokens,
         )
-    return findings
+    )
 
 
 def server_findings(facts: Facts, plan: TargetPlan) -> list[Finding]:
@@ -172,16 +187,17 @@ def server_findings(facts: Facts, plan: TargetPlan) -> list[Finding]:
     found on the container, with the target's own config.json."""
     launch = read_launch(plan.files[LAUNCH_SCRIPT].decode("utf-8", "replace"))
     target = facts.target.files.config if facts.target.files else None
+    shipped = facts.drafter.files.config if facts.drafter and facts.drafter.files else None
     return judge_server(
         facts.server_version,
         launch,
-        plan.drafter_config,
+        plan.drafter_config if plan.drafter_config is not None else shipped,
         target,
         unreadable=facts.server_version_error,
     )
 
 
-def _model_dir_findings(role: str, model: ModelDir) -> list[Finding]:
+def _model_dir_findings(role: str, model: ModelDir, judge_config: bool = True) -> list[Finding]:
     if not model.exists:
         return [
             Finding.error(
@@ -202,7 +218,9 @@ def _model_dir_findings(role: str, model: ModelDir) -> list[Finding]:
                     actual=sorted(model.sizes),
                 )
             ]
-        # The download's own config.json is never deployed (the view links the release's):
+        if judge_config:  # the drafter ships the config vLLM loads
+            return model.files.findings + _truncated(model)
+        # The download's own config.json is not deployed (the view links the release's):
         # judge the weights alone.
         frames = {n: data for n, data in model.frames.items() if n != CONFIG_FILE}
         found = model_files_from_bytes(model.path, frames).findings

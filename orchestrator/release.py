@@ -12,7 +12,7 @@ import getpass
 import hashlib
 import json
 import socket
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -23,24 +23,12 @@ from orchestrator import commands
 from orchestrator.drafters.findings import Finding
 from orchestrator.facts import parse_frames, parse_release_list, release_id_of
 from orchestrator.layout import Layout
-from orchestrator.plan import DRAFTER_CONFIG, LAUNCH_SCRIPT, TargetPlan
+from orchestrator.plan import DRAFTER_CONFIG, LAUNCH_SCRIPT, VIEW_CONFIG, TargetPlan
 from orchestrator.playbook import Gate, Playbook
 from orchestrator.remote import run_step
 from orchestrator.transport.base import Transport
 
 MANIFEST = "manifest.json"
-# Fields that decide whether a DFlash drafter lines up with its target.
-KEY_FIELDS = (
-    "dflash_config",
-    "layer_types",
-    "sliding_window",
-    "bos_token_id",
-    "block_size",
-    "num_target_layers",
-    "num_hidden_layers",
-    "hidden_size",
-    "vocab_size",
-)
 MODES = {LAUNCH_SCRIPT: "0755"}
 
 
@@ -97,11 +85,12 @@ def write(transport: Transport, plan: TargetPlan, files: Mapping[str, bytes]) ->
             f"write {name}",
             stdin=data,
         )
-    run_step(
-        transport,
-        commands.make_drafter_view(plan.drafter_weights, plan.drafter_view),
-        "link the drafter view",
-    )
+    if DRAFTER_CONFIG in files and plan.drafter_weights:
+        run_step(
+            transport,
+            commands.make_drafter_view(plan.drafter_weights, plan.drafter_view),
+            "link the drafter view",
+        )
 
 
 def read_back(transport: Transport, release_dir: str, names: list[str]) -> dict[str, bytes]:
@@ -150,7 +139,9 @@ class Mismatch:
         return f"{self.name}: {self.reason}" + (f"\n{self.diff}" if self.diff else "")
 
 
-def compare(expected: Mapping[str, bytes], actual: Mapping[str, bytes]) -> list[Mismatch]:
+def compare(
+    expected: Mapping[str, bytes], actual: Mapping[str, bytes], key_fields: Sequence[str]
+) -> list[Mismatch]:
     """SHA-256 of every file, then parse and re-check the drafter's key fields."""
     mismatches = []
     for name, data in expected.items():
@@ -164,13 +155,15 @@ def compare(expected: Mapping[str, bytes], actual: Mapping[str, bytes]) -> list[
                     unified_diff(data, actual[name], name),
                 )
             )
-    for name in (DRAFTER_CONFIG, f"drafter/{DRAFTER_CONFIG}"):
+    for name in (DRAFTER_CONFIG, VIEW_CONFIG):
         if name in actual and name in expected:
-            mismatches += _key_field_mismatches(name, expected[name], actual[name])
+            mismatches += _key_field_mismatches(name, expected[name], actual[name], key_fields)
     return mismatches
 
 
-def _key_field_mismatches(name: str, expected: bytes, actual: bytes) -> list[Mismatch]:
+def _key_field_mismatches(
+    name: str, expected: bytes, actual: bytes, key_fields: Sequence[str]
+) -> list[Mismatch]:
     try:
         got = json.loads(actual)
     except ValueError as exc:
@@ -178,7 +171,7 @@ def _key_field_mismatches(name: str, expected: bytes, actual: bytes) -> list[Mis
     want = json.loads(expected)
     return [
         Mismatch(name, f"{key}: {got.get(key)!r} != rendered {want.get(key)!r}")
-        for key in KEY_FIELDS
+        for key in key_fields
         if got.get(key) != want.get(key)
     ]
 
@@ -196,6 +189,8 @@ def unified_diff(expected: bytes, actual: bytes, name: str) -> str:
 
 def verify(transport: Transport, plan: TargetPlan, written: Mapping[str, bytes]) -> list[Mismatch]:
     """Cat-verify: read every written file back whole, plus the view's config."""
-    expected = {**written, f"drafter/{DRAFTER_CONFIG}": written[DRAFTER_CONFIG]}
+    expected = (
+        {**written, VIEW_CONFIG: written[DRAFTER_CONFIG]} if DRAFTER_CONFIG in written else written
+    )
     actual = read_back(transport, plan.release_dir, list(expected))
-    return compare(expected, actual)
+    return compare(expected, actual, plan.kind.key_fields)

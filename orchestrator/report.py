@@ -22,6 +22,7 @@ from rich.table import Table
 from rich.text import Text
 
 from orchestrator.drafters.findings import Finding, Severity
+from orchestrator.drafters.kinds import get_kind
 
 if TYPE_CHECKING:
     from orchestrator.drafters.profiles import Profile
@@ -88,21 +89,41 @@ def print_findings(findings: list[Finding], as_json: bool = False) -> None:
     out.print(f"{errors} error(s), {len(findings) - errors} warning(s)")
 
 
-def print_profiles(profiles: Iterable[Profile]) -> None:
+def profile_rows(profiles: Iterable[Profile]) -> list[dict[str, Any]]:
+    """Each profile's name, kind and target, then the fields its kind tells profiles apart by."""
+    return [
+        {
+            "profile": p.name,
+            "kind": p.kind,
+            "target": p.target_name,
+            **get_kind(p.kind).describe(p),
+            **({"notes": list(p.notes)} if p.notes else {}),
+        }
+        for p in profiles
+    ]
+
+
+def print_profiles(profiles: Iterable[Profile], as_json: bool = False) -> None:
+    rows = profile_rows(profiles)
+    if as_json:
+        print_json(rows)
+        return
     table = Table()
-    for column in ("profile", "target", "target layers", "target_layer_ids", "mask_token_id"):
+    for column in ("profile", "kind", "target", "details"):
         table.add_column(column)
-    for p in profiles:
-        config = p.config
-        dflash = config.get("dflash_config", {})
-        table.add_row(
-            text(p.name),
-            text(p.target_name),
-            text(config.get("num_target_layers")),
-            text(dflash.get("target_layer_ids")),
-            text(dflash.get("mask_token_id")),
+    notes = []
+    for row in rows:
+        fields = {key: value for key, value in list(row.items())[3:] if key != "notes"}
+        details = "; ".join(
+            f"{key} {value if isinstance(value, str) else json.dumps(value)}"
+            for key, value in fields.items()
         )
-    console().print(table)
+        table.add_row(text(row["profile"]), text(row["kind"]), text(row["target"]), text(details))
+        notes += [f"{row['profile']}: {note}" for note in row.get("notes", [])]
+    out = console()
+    out.print(table)
+    for note in notes:
+        out.print(text(f"note: {note}"))
 
 
 def print_plans(plans: Iterable[TargetPlan]) -> None:
@@ -322,6 +343,12 @@ def print_verify(document: dict[str, Any]) -> None:
     out.print(text("ok") if document["ok"] else text("problems found", "red"))
 
 
+def _position1(target: dict[str, Any]) -> str:
+    """Position-1 acceptance of the target's gate, comparable across methods."""
+    positions = (target.get("gate") or {}).get("per_position_acceptance") or []
+    return f"{positions[0]:.2f}" if positions else "-"
+
+
 def print_history(runs: list[dict[str, Any]]) -> None:
     table = Table()
     for column in (
@@ -329,10 +356,14 @@ def print_history(runs: list[dict[str, Any]]) -> None:
         "user",
         "command",
         "playbook",
+        "model",
+        "method",
+        "drafter",
         "run",
         "target",
         "result",
         "mean length",
+        "pos-1",
         "release",
         "previous",
     ):
@@ -340,10 +371,16 @@ def print_history(runs: list[dict[str, Any]]) -> None:
     for run in runs:
         for target in run["targets"]:
             table.add_row(
-                *(text(run[key]) for key in ("started", "user", "command", "playbook", "run_id")),
+                *(
+                    text(run.get(key) or "")
+                    for key in ("started", "user", "command", "playbook", "model", "method")
+                ),
+                text(run.get("drafter") or ""),
+                text(run["run_id"]),
                 text(target["name"]),
                 text(target["result"]),
                 _mean_length(target),
+                _position1(target),
                 text(target.get("release") or ""),
                 text(target.get("previous_release") or ""),
             )

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from collections.abc import Sequence
 from pathlib import Path
 
-from orchestrator.drafters.dflash import check_dflash
 from orchestrator.drafters.findings import Finding
+from orchestrator.drafters.kinds import CheckInputs, detect_kind, get_kind
 from orchestrator.drafters.modelfiles import ModelFiles, read_config_file, read_model_dir
-from orchestrator.drafters.profiles import detect_profile, get_profile
+from orchestrator.drafters.profiles import Profile, detect_profile, get_profile
 from orchestrator.errors import InputError
 from orchestrator.serving.judge import Launch, judge_server
 
@@ -50,28 +51,41 @@ def verify_local(
     findings = [*drafter.findings]
     if drafter.config is None:
         return findings
-    profile = (
-        get_profile(profile_name) if profile_name else detect_profile(drafter.config, target.config)
-    )
+    profile: Profile | None
+    if profile_name:
+        profile = get_profile(profile_name)
+        kind = get_kind(profile.kind)
+    else:
+        kind = detect_kind(drafter.config)
+        profile = detect_profile(drafter.config, target.config, kind.name)
     if server_version is not None:
-        launch = launch or Launch(method="dflash")
+        launch = dataclasses.replace(launch or Launch(), method=kind.method)
         findings += judge_server(server_version, launch, drafter.config, target.config)
-    return findings + check_dflash(
-        drafter.config,
-        target.config,
-        tokenizer=tokenizer,
-        tensors=drafter.tensors,
-        profile=profile,
-        num_speculative_tokens=num_speculative_tokens,
+    return findings + kind.check(
+        CheckInputs(
+            drafter.config,
+            target.config,
+            tokenizer=tokenizer,
+            tensors=drafter.tensors,
+            drafter_files=_file_names(drafter_path),
+            profile=profile,
+            num_speculative_tokens=num_speculative_tokens,
+        )
     )
+
+
+def _file_names(path: Path) -> list[str] | None:
+    """The names in a drafter dir (None when only a config file was given)."""
+    return sorted(p.name for p in path.iterdir()) if path.is_dir() else None
 
 
 def server_launch(env: Sequence[str], attention_backend: str | None) -> Launch:
-    """`--server-env NAME=VALUE` pairs and `--attention-backend` as a DFlash launch."""
+    """`--server-env NAME=VALUE` pairs and `--attention-backend` as a launch (its method is
+    the drafter's kind, set by `verify_local`)."""
     pairs = {}
     for item in env:
         name, equals, value = item.partition("=")
         if not equals or not ENV_NAME.fullmatch(name):
             raise InputError(f"--server-env {item!r}: expected NAME=VALUE")
         pairs[name] = value
-    return Launch(pairs, attention_backend, "dflash")
+    return Launch(pairs, attention_backend)

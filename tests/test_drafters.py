@@ -11,15 +11,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from orchestrator.drafters.dflash import (
+from orchestrator.drafters.findings import Finding, Severity
+from orchestrator.drafters.kinds.dflash import (
     IDS,
+    KEYS,
     MASK,
     block_size,
     build_target_layer_ids,
     check_dflash,
     weight_layout,
 )
-from orchestrator.drafters.findings import Finding, Severity
 from orchestrator.drafters.modelfiles import read_model_dir, write_safetensors_stub
 from orchestrator.drafters.profiles import Profile, get_profile, merge_overrides, target_files
 
@@ -36,8 +37,14 @@ def fixture(name: str) -> dict:
     return json.loads((FIXTURES / name).read_text())
 
 
-def drafter(name: str = QWEN36) -> dict:
+def published(name: str = QWEN36) -> dict:
+    """The config.json as the drafter's authors published it."""
     return fixture(PUBLISHED[name][0])
+
+
+def drafter(name: str = QWEN36) -> dict:
+    """The config as orch renders it: the profile's (the published one, corrected)."""
+    return get_profile(name).config
 
 
 def target(name: str = QWEN36) -> dict:
@@ -174,10 +181,23 @@ QWEN36_VARIANTS = {
         {"layer_types": ["full_attention"] * 5},
         [("error", "layer_types")],
     ),
-    "bos 248044 (<|endoftext|>)": ({"bos_token_id": 248044}, [("error", "bos_token_id")]),
     "another sliding window": ({"sliding_window": 4096}, [("error", "sliding_window")]),
-    "another block size": ({"block_size": 8}, [("error", "block_size")]),
     "Qwen3's rope_theta": ({"rope_theta": 1000000}, [("error", "rope_theta")]),
+    "a window override that wins over sliding_window": (
+        {"dflash_config": {"swa_window_size": 4096}},
+        [("error", "sliding_window"), ("error", "dflash_config.swa_window_size")],
+    ),
+    "layer ids that win over target_layer_ids": (
+        {"eagle_aux_hidden_state_layer_ids": [1, 16, 31, 46, 61]},
+        [("error", "eagle_aux_hidden_state_layer_ids")],
+    ),
+    "the published window the server does not see": (
+        {"use_sliding_window": None},
+        [("error", "use_sliding_window")],
+    ),
+    # no server reads these: the field's guesses that change nothing at serve time
+    "bos 248044 (<|endoftext|>)": ({"bos_token_id": 248044}, [("warning", "bos_token_id")]),
+    "another block size": ({"block_size": 8}, [("warning", "block_size")]),
 }
 
 
@@ -187,6 +207,15 @@ def test_each_wrong_guess_is_an_error_against_the_profile(case: str) -> None:
     findings = check(merge_overrides(drafter(), overrides), profile=get_profile(QWEN36))
     assert summary(findings) == expected
     assert all("\n" not in f.message for f in findings)
+
+
+def test_the_published_qwen36_file_leaves_the_server_without_a_window() -> None:
+    """z-lab's file has no use_sliding_window: Qwen3Config drops the window, the profile adds it."""
+    [finding] = check(published(), profile=get_profile(QWEN36))
+    assert (finding.severity, finding.field) == (Severity.ERROR, "use_sliding_window")
+    assert (finding.expected, finding.actual) == (True, None)
+    assert "set use_sliding_window: true" in finding.message
+    assert drafter() == {**published(), "use_sliding_window": True}
 
 
 def test_missing_sliding_window_is_an_error() -> None:
@@ -206,18 +235,19 @@ def test_the_guessed_config_from_the_field_fails_on_every_guess() -> None:
         ("error", MASK),  # <|repo_name|> is not special
         ("error", MASK),  # and not the published 248070
         ("error", "layer_types"),
+        ("warning", "bos_token_id"),  # no server reads it
         ("error", "sliding_window"),
-        ("error", "bos_token_id"),
+        ("error", "use_sliding_window"),
     ]
     ids = findings[0]
     assert (ids.expected, ids.actual) == ([1, 16, 31, 46, 61], [1, 17, 33, 49, 63])
     assert "acceptance collapses to ~1.1" in ids.message
-    assert json.loads(json.dumps([f.to_dict() for f in findings]))[5] == {
-        "severity": "error",
+    assert json.loads(json.dumps([f.to_dict() for f in findings]))[4] == {
+        "severity": "warning",
         "field": "bos_token_id",
         "expected": None,
         "actual": 248044,
-        "message": findings[5].message,
+        "message": findings[4].message,
     }
 
 
@@ -251,7 +281,10 @@ RULE_VARIANTS = {
         [("error", IDS)],
     ),
     "ids missing": ({"dflash_config": {"target_layer_ids": None}}, [("error", IDS)]),
-    "trained on another target": ({"num_target_layers": 48}, [("error", "num_target_layers")]),
+    "trained on another target (no server reads it)": (
+        {"num_target_layers": 48},
+        [("warning", "num_target_layers")],
+    ),
     "another hidden size": (
         {"hidden_size": 4096},
         [("error", "hidden_size"), ("error", "hidden_size")],  # target, then fc.weight
@@ -274,7 +307,10 @@ RULE_VARIANTS = {
         [("error", "layer_types")],
     ),
     "zero sliding window": ({"sliding_window": 0}, [("error", "sliding_window")]),
-    "block size not a number": ({"block_size": "16"}, [("error", "block_size")]),
+    "block size not a number (no server reads it)": (
+        {"block_size": "16"},
+        [("warning", "block_size")],
+    ),
 }
 
 
@@ -309,9 +345,9 @@ def test_qwen3_mask_is_fine_on_its_own_target() -> None:
     assert check(drafter(QWEN3), QWEN3) == []
 
 
-def test_bos_without_a_profile_is_compared_with_the_targets() -> None:
+def test_bos_is_not_judged_without_a_profile_as_no_server_reads_it() -> None:
     config = merge_overrides(drafter(QWEN3), {"bos_token_id": None})
-    assert summary(check(config, QWEN3)) == [("warning", "bos_token_id")]
+    assert check(config, QWEN3) == []
 
 
 def test_missing_layer_types_is_a_warning_without_a_profile_and_an_error_with_one() -> None:
@@ -421,3 +457,79 @@ def test_findings_are_json_data() -> None:
         "message": "hint",
     }
     assert Severity("error") is Severity.ERROR
+
+
+# the key table: every key of the config, by what vLLM does with it
+
+
+def with_path(config: dict, path: str, value: object) -> dict:
+    """A copy of a config with the dotted `path` set to `value`."""
+    *parents, leaf = path.split(".")
+    override: dict = {leaf: value}
+    for parent in reversed(parents):
+        override = {parent: override}
+    return merge_overrides(config, override)
+
+
+READ_KEYS = sorted(path for path, key in KEYS.keys.items() if key.read)
+UNREAD_KEYS = sorted(path for path, key in KEYS.keys.items() if not key.read)
+
+
+@pytest.mark.parametrize("path", READ_KEYS)
+def test_overriding_a_key_vllm_reads_is_an_error_naming_it(path: str) -> None:
+    findings = check(with_path(drafter(), path, 12345), profile=get_profile(QWEN36))
+    assert ("error", path) in summary(findings)
+
+
+@pytest.mark.parametrize("path", UNREAD_KEYS)
+def test_overriding_a_key_no_server_reads_is_a_warning_that_says_so(path: str) -> None:
+    findings = check(with_path(drafter(), path, 12345), profile=get_profile(QWEN36))
+    assert summary(findings) == [("warning", path)]
+    assert "no server reads" in findings[0].message
+
+
+@pytest.mark.parametrize(
+    ("misspelt", "meant"),
+    [
+        ("dflash_config.target_layer_idz", "dflash_config.target_layer_ids"),
+        ("dflash_config.mask_token", "dflash_config.mask_token_id"),
+        ("is_neox", "is_neox_style"),
+        ("slidingwindow", "sliding_window"),
+    ],
+)
+def test_an_unknown_key_is_an_error_with_the_nearest_known_one(misspelt: str, meant: str) -> None:
+    config = with_path(drafter(), misspelt, [1, 16, 31, 46, 61])
+    for profile in (get_profile(QWEN36), None):
+        [finding] = check(config, profile=profile)
+        assert (finding.severity, finding.field, finding.expected) == ("error", misspelt, meant)
+        assert f"did you mean {meant}?" in finding.message
+
+
+def test_an_unknown_key_far_from_every_known_one_is_told_to_go() -> None:
+    [finding] = check({**drafter(), "colour": "blue"})
+    assert (finding.field, finding.expected) == ("colour", None)
+    assert finding.message.endswith("remove it")
+
+
+def test_a_removed_key_vllm_reads_is_an_error() -> None:
+    findings = check(without(drafter(), "rope_theta"), profile=get_profile(QWEN36))
+    assert summary(findings) == [("error", "rope_theta")]
+    assert findings[0].message.startswith("rope_theta is missing from the published drafter")
+
+
+def test_a_mask_embedding_file_is_reported() -> None:
+    [finding] = check(drafter(), drafter_files=["model.safetensors", "mask_embedding.pt"])
+    assert (finding.severity, finding.field) == (Severity.WARNING, "mask_embedding.pt")
+    assert check(drafter(), drafter_files=["model.safetensors"]) == []
+
+
+def test_every_key_of_the_published_configs_is_known() -> None:
+    for name in (QWEN36, QWEN3):
+        assert KEYS.unknown(published(name)) == []
+        assert KEYS.unknown(drafter(name)) == []
+
+
+def test_the_key_table_names_a_source_for_every_key() -> None:
+    for key in KEYS.keys.values():
+        assert key.source in KEYS.sources, key.path
+        assert key.read is (key.role is not None), key.path

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.drafters.dflash import check_dflash
+from orchestrator.drafters.kinds.dflash import Published, check_dflash
 from orchestrator.drafters.modelfiles import read_model_dir
 from orchestrator.drafters.profiles import (
     detect_profile,
@@ -28,13 +28,16 @@ def fixture(name: str) -> dict:
 
 
 def test_profiles_hold_the_published_configs() -> None:
-    assert [p.name for p in list_profiles()] == [QWEN3, QWEN36]
-    assert get_profile(QWEN36).config == fixture("z-lab_Qwen3.6-27B-DFlash.config.json")
+    assert [p.name for p in list_profiles() if p.kind == "dflash"] == [QWEN3, QWEN36]
+    published = fixture("z-lab_Qwen3.6-27B-DFlash.config.json")
+    assert get_profile(QWEN36).config == {**published, "use_sliding_window": True}
+    assert "use_sliding_window" in get_profile(QWEN36).notes[0]
     assert get_profile(QWEN3).config == fixture("z-lab_Qwen3-8B-DFlash-b16.config.json")
 
 
 def test_profile_fields_of_the_qwen36_drafter() -> None:
-    profile = get_profile(QWEN36)
+    profile = Published(get_profile(QWEN36))
+    assert get_profile(QWEN36).kind == "dflash"
     assert profile.target_name == "Qwen/Qwen3.6-27B"
     assert profile.target == {"num_hidden_layers": 64, "hidden_size": 5120, "vocab_size": 248320}
     assert profile.target_layer_ids == [1, 16, 31, 46, 61]
@@ -43,11 +46,11 @@ def test_profile_fields_of_the_qwen36_drafter() -> None:
     assert profile.sliding_window == 2048
     assert profile.bos_token_id is None
     assert profile.block_size == 16
-    assert profile.num_hidden_layers == 5
+    assert get_profile(QWEN36).num_hidden_layers == 5
 
 
 def test_profile_fields_of_the_qwen3_drafter() -> None:
-    profile = get_profile(QWEN3)
+    profile = Published(get_profile(QWEN3))
     assert profile.target_name == "Qwen/Qwen3-8B"
     assert profile.target == {"num_hidden_layers": 36, "hidden_size": 4096, "vocab_size": 151936}
     assert profile.target_layer_ids == [1, 9, 17, 25, 33]
@@ -59,7 +62,7 @@ def test_profile_fields_of_the_qwen3_drafter() -> None:
 
 def test_profiles_are_fresh_copies() -> None:
     get_profile(QWEN36).config["dflash_config"]["mask_token_id"] = 1
-    assert get_profile(QWEN36).mask_token_id == 248070
+    assert Published(get_profile(QWEN36)).mask_token_id == 248070
 
 
 def test_an_unknown_profile_lists_the_known_ones() -> None:
@@ -81,16 +84,16 @@ def test_an_unknown_profile_lists_the_known_ones() -> None:
 def test_detect_profile_by_target_and_drafter(
     drafter: str | None, target: str, expected: str | None
 ) -> None:
-    found = detect_profile(fixture(drafter) if drafter else None, fixture(target))
+    found = detect_profile(fixture(drafter) if drafter else None, fixture(target), "dflash")
     assert (found.name if found else None) == expected
 
 
 def test_detect_profile_needs_the_drafters_layer_count_to_match() -> None:
     drafter = {**fixture("z-lab_Qwen3.6-27B-DFlash.config.json"), "num_hidden_layers": 8}
-    assert detect_profile(drafter, fixture("Qwen3.6-27B.config.json")) is None
+    assert detect_profile(drafter, fixture("Qwen3.6-27B.config.json"), "dflash") is None
     target = fixture("Qwen3.6-27B.config.json")
     target["text_config"]["num_hidden_layers"] = 48
-    assert detect_profile(None, target) is None
+    assert detect_profile(None, target, "dflash") is None
 
 
 @pytest.mark.parametrize(

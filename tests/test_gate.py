@@ -19,6 +19,7 @@ from test_lab_standins import (
     wait_ready,
 )
 
+from orchestrator.drafters.kinds import get_kind
 from orchestrator.gate import (
     GateReport,
     PhaseReport,
@@ -32,6 +33,8 @@ from orchestrator.probes import load_passages, load_prompts
 from orchestrator.probes.context import ContextBucket, context_buckets
 from orchestrator.probes.endpoints import Endpoint
 from orchestrator.transport.base import Result
+
+CAUSES = get_kind("dflash").failure_causes
 
 
 class LoopbackTransport:
@@ -89,7 +92,9 @@ def gate(**probe: object) -> Gate:
 
 def probe_gate(servers: dict, name: str, the_gate: Gate) -> GateReport:
     port = servers[name]
-    return run_gate(LoopbackTransport(), "127.0.0.1", port, servers["model"], the_gate, buckets())
+    return run_gate(
+        LoopbackTransport(), "127.0.0.1", port, servers["model"], the_gate, buckets(), CAUSES
+    )
 
 
 def drafts_counted(port: int) -> float:
@@ -205,7 +210,7 @@ def test_a_failed_phase_decides_with_its_own_figures_and_label() -> None:
         "long context (2048..32768 tokens) via /v1/chat/completions (enable_thinking=False):"
         " fail over 500 drafts"
     )
-    explanation = explain_phases(phases, overall)
+    explanation = explain_phases(phases, overall, CAUSES)
     assert explanation is not None
     assert explanation.startswith(
         "short contexts pass (mean acceptance length 4.20) and long ones collapse"
@@ -216,7 +221,7 @@ def test_a_failed_phase_decides_with_its_own_figures_and_label() -> None:
 
 def test_a_failed_short_phase_is_explained_by_its_curve() -> None:
     phases = [phase(SHORT_BUCKET, CHAT, verdict("fail", 1.1, (0.08, 0.03, 0.0)))]
-    explanation = explain_phases(phases, overall_verdict(phases, CRITERIA))
+    explanation = explain_phases(phases, overall_verdict(phases, CRITERIA), CAUSES)
     assert explanation is not None and "target_layer_ids" in explanation
 
 
@@ -229,7 +234,7 @@ def test_passing_phases_pool_their_drafts_with_the_weakest_bound() -> None:
     assert overall.outcome == "pass"
     assert overall.lower == 3.1
     assert overall.reason.startswith("every phase passed (95% lower bounds): short context")
-    assert explain_phases(phases, overall) is None
+    assert explain_phases(phases, overall, CAUSES) is None
 
 
 def test_an_undecided_phase_leaves_the_gate_undecided() -> None:

@@ -26,8 +26,9 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from orchestrator.drafters.dflash import weight_layout
+from orchestrator.drafters.kinds.dflash import KEYS, weight_layout
 from orchestrator.drafters.modelfiles import write_safetensors_stub
+from orchestrator.drafters.profiles import get_profile
 from orchestrator.lab.acceptance import (
     acceptance_profile,
     collapsed_past_window,
@@ -45,7 +46,7 @@ from orchestrator.lab.layout import (
 from orchestrator.lab.vllm_standin import Drafting
 
 REFERENCE = Path(__file__).parent / "fixtures/drafters"  # the published configs
-PUBLISHED = json.loads((REFERENCE / "z-lab_Qwen3.6-27B-DFlash.config.json").read_text())
+PUBLISHED = get_profile("z-lab/Qwen3.6-27B-DFlash").config  # as orch renders it
 QWEN3_8B_DRAFTER = json.loads((REFERENCE / "z-lab_Qwen3-8B-DFlash-b16.config.json").read_text())
 DRAFTER_NAME = "Qwen3.6-27B-DFlash"
 SPEC_COUNTERS = (
@@ -116,17 +117,36 @@ def test_misaligned_drafter_accepts_almost_nothing(
     assert expected_acceptance_length(profile, 15) == pytest.approx(1.1, abs=0.05)
 
 
+WINDOW_UNSEEN = {k: v for k, v in PUBLISHED.items() if k != "use_sliding_window"}
+
+
 @pytest.mark.parametrize(
-    ("deployed", "low", "high"),
-    [(ALL_FULL, 0.4, 0.6), (WRONG_WINDOW, 0.4, 0.6), (WRONG_BOS, 0.87, 0.93)],
-    ids=["layer-types", "sliding-window", "bos-token"],
+    "deployed",
+    [ALL_FULL, WRONG_WINDOW, WINDOW_UNSEEN, with_changes(PUBLISHED, is_causal=True)],
+    ids=["layer-types", "sliding-window", "window-the-server-does-not-see", "causality"],
 )
-def test_attention_and_bos_mistakes_lower_acceptance(
-    deployed: dict, low: float, high: float
-) -> None:
+def test_attention_mistakes_halve_acceptance(deployed: dict) -> None:
     published = expected_acceptance_length(acceptance_profile(PUBLISHED, PUBLISHED, None), 15)
     wrong = expected_acceptance_length(acceptance_profile(deployed, PUBLISHED, None), 15)
-    assert low <= wrong / published <= high
+    assert 0.4 <= wrong / published <= 0.6
+
+
+@pytest.mark.parametrize("key", ["is_neox_style", "rope_theta", "eagle_aux_hidden_state_layer_ids"])
+def test_keys_vllm_reads_for_the_model_or_its_layers_misalign_it(key: str) -> None:
+    profile = acceptance_profile(with_changes(PUBLISHED, **{key: 12345}), PUBLISHED, None)
+    assert profile[0] == pytest.approx(0.08, abs=0.01)
+
+
+@pytest.mark.parametrize("key", sorted(p for p, k in KEYS.keys.items() if not k.read))
+def test_keys_no_server_reads_change_nothing(key: str) -> None:
+    deployed = copy.deepcopy(PUBLISHED)
+    *parents, leaf = key.split(".")
+    node = deployed
+    for parent in parents:
+        node = node.setdefault(parent, {})
+    node[leaf] = 12345
+    trained = acceptance_profile(PUBLISHED, PUBLISHED, None)
+    assert acceptance_profile(deployed, PUBLISHED, None) == trained
 
 
 def test_absent_layer_types_mean_full_attention() -> None:
@@ -543,9 +563,9 @@ def test_misaligned_drafter_is_almost_never_accepted(
 
 @pytest.mark.parametrize(
     ("case", "low", "high"),
-    [("layer-types", 0.4, 0.62), ("sliding-window", 0.4, 0.62), ("bos-token", 0.83, 0.96)],
+    [("layer-types", 0.4, 0.62), ("sliding-window", 0.4, 0.62), ("bos-token", 0.92, 1.08)],
 )
-def test_attention_or_bos_mistakes_lower_acceptance(
+def test_attention_mistakes_lower_acceptance_and_bos_changes_nothing(
     acceptance_servers: dict[str, Server],
     published_acceptance: Acceptance,
     case: str,

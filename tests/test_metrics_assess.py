@@ -20,6 +20,7 @@ from test_metrics_simulation import (
 )
 
 from orchestrator.metrics.assess import (
+    FailureCauses,
     GateCriteria,
     Verdict,
     assess,
@@ -31,6 +32,7 @@ from orchestrator.metrics.evaluate import Measurement
 CRITERIA = GateCriteria(
     min_mean_acceptance_length=2.5, min_position1_acceptance=0.5, min_drafts=200
 )
+CAUSES = FailureCauses(misaligned="the alignment fields", shallow="the attention fields")
 SCRAPE_EVERY = 60  # drafts; a quarter of a probe request's duration at 4 streams
 
 
@@ -71,7 +73,9 @@ def test_a_broken_drafter_fails_as_soon_as_enough_drafts_are_in() -> None:
         assert verdict.outcome == "fail"
         assert verdict.drafts < CRITERIA.min_drafts + SCRAPE_EVERY
         assert verdict.upper is not None and verdict.upper < 2.5
-        assert "target_layer_ids and mask_token_id" in (explain(verdict) or "")
+        assert "not aligned with the target: check the alignment fields" in (
+            explain(verdict, CAUSES) or ""
+        )
 
 
 def test_a_borderline_drafter_stays_inconclusive_with_few_drafts() -> None:
@@ -91,7 +95,7 @@ def test_a_long_gate_rarely_decides_against_a_clear_margin(first: float, wrong: 
 def test_acceptance_that_falls_after_position_one_points_at_attention_settings() -> None:
     verdict = run_gate(LATE_FALLOFF, seed=1, budget=2000)
     assert verdict.outcome == "fail"
-    assert "layer_types, sliding_window and bos_token_id" in (explain(verdict) or "")
+    assert "check the attention fields" in (explain(verdict, CAUSES) or "")
 
 
 def test_a_failing_reason_names_the_bound_and_the_requirement() -> None:
@@ -118,7 +122,7 @@ def test_a_passing_reason_gives_every_lower_bound() -> None:
     assert verdict.reason.startswith("mean acceptance length 5.00 (95% lower bound 4.")
     assert ">= required 2.50, position-1 acceptance 1.00 (95% lower bound 1.00)" in verdict.reason
     assert verdict.reason.endswith(">= required 0.50 over 400 drafts")
-    assert explain(verdict) is None
+    assert explain(verdict, CAUSES) is None
 
 
 def test_too_few_drafts_is_inconclusive_however_good() -> None:
@@ -147,7 +151,7 @@ def test_no_spec_decode_is_a_failure_of_its_own() -> None:
     verdict = no_spec_decode_verdict()
     assert verdict.outcome == "fail"
     assert verdict.reason.startswith("speculative decoding is not active")
-    assert explain(verdict) is None
+    assert explain(verdict, CAUSES) is None
 
 
 def test_a_verdict_serialises_to_json() -> None:

@@ -13,7 +13,7 @@ import jinja2
 import pytest
 import yaml
 
-from orchestrator.drafters.dflash import IDS
+from orchestrator.drafters.kinds.dflash import IDS
 from orchestrator.drafters.profiles import get_profile
 from orchestrator.errors import InputError
 from orchestrator.inventory import load_inventory
@@ -110,12 +110,12 @@ def test_an_edited_launch_template_changes_the_release_id(
     assert edited.release_id != base.release_id
 
 
-def test_the_rendered_config_is_the_published_one() -> None:
-    published = json.loads(PUBLISHED.read_text())
-    assert get_profile(QWEN36).config == published
+def test_the_rendered_config_is_the_published_one_with_the_window_the_server_needs() -> None:
+    rendered = {**json.loads(PUBLISHED.read_text()), "use_sliding_window": True}
+    assert get_profile(QWEN36).config == rendered
     for plan in plans().values():
-        assert json.loads(plan.files[DRAFTER_CONFIG]) == published
-        assert plan.drafter_config == published
+        assert json.loads(plan.files[DRAFTER_CONFIG]) == rendered
+        assert plan.drafter_config == rendered
         assert plan.findings == []
 
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.drafters.dflash import IDS, weight_layout
 from orchestrator.drafters.findings import Finding, Severity
+from orchestrator.drafters.kinds.dflash import IDS, weight_layout
 from orchestrator.drafters.modelfiles import model_files_from_bytes, write_safetensors_stub
 from orchestrator.drafters.profiles import get_profile, target_files
 from orchestrator.facts import Gpu, GpuApp, ServerState

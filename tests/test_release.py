@@ -8,13 +8,20 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.drafters.kinds import get_kind
 from orchestrator.inventory import load_inventory
 from orchestrator.plan import DRAFTER_CONFIG, LAUNCH_SCRIPT, plan_deploy
 from orchestrator.playbook import load_playbook
-from orchestrator.release import KEY_FIELDS, Mismatch, compare, sha256
+from orchestrator.release import Mismatch, sha256
+from orchestrator.release import compare as compare_files
 
 ROOT = Path(__file__).resolve().parent.parent
 VIEW_CONFIG = f"drafter/{DRAFTER_CONFIG}"
+KEY_FIELDS = get_kind("dflash").key_fields
+
+
+def compare(expected: dict[str, bytes], actual: dict[str, bytes]) -> list[Mismatch]:
+    return compare_files(expected, actual, KEY_FIELDS)
 
 
 @pytest.fixture(scope="module")

@@ -8,6 +8,9 @@ DOCUMENT = {
     "playbook": "qwen-dflash",
     "run_id": "r1",
     "started": "2026-12-02T10:00:00+00:00",
+    "method": "dflash",
+    "drafter": "z-lab/Qwen3.6-27B-DFlash",
+    "model": "qwen3.6-27b",
     "result": "not applied",
     "targets": [
         {
@@ -64,7 +67,10 @@ def test_run_report_shows_outcome_gate_reason_and_warnings(capsys: pytest.Captur
     assert "warning: could not record the run" in out
 
 
-def test_history_lists_one_row_per_target(capsys: pytest.CaptureFixture) -> None:
+def test_history_lists_one_row_per_target_with_its_method(
+    capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "260")
     report.print_history([{**DOCUMENT, "user": "alice", "command": "deploy"}])
     out = capsys.readouterr().out
     row = next(line for line in out.splitlines() if "alice" in line)
@@ -73,10 +79,14 @@ def test_history_lists_one_row_per_target(capsys: pytest.CaptureFixture) -> None
         "alice",
         "deploy",
         "qwen-dflash",
+        "qwen3.6-27b",
+        "dflash",
+        "z-lab/Qwen3.6-27B-DFlash",
         "r1",
         "ct200",
         "rolled_back",
         "1.11",
+        "0.08",
         "new",
         "old",
     ]

@@ -280,7 +280,7 @@ def test_odd_configs_are_judged_without_a_traceback(drafter: dict) -> None:
 # --- verify-config --server-version ------------------------------------------------------------
 
 
-def verify(*args: str) -> subprocess.CompletedProcess:
+def verify(drafter: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [
             sys.executable,
@@ -288,7 +288,7 @@ def verify(*args: str) -> subprocess.CompletedProcess:
             "orchestrator",
             "verify-config",
             "--drafter",
-            str(FIXTURES / "z-lab_Qwen3.6-27B-DFlash.config.json"),
+            str(drafter),
             "--target",
             str(FIXTURES / "Qwen3.6-27B.config.json"),
             "--json",
@@ -300,13 +300,22 @@ def verify(*args: str) -> subprocess.CompletedProcess:
     )
 
 
-def test_verify_config_judges_the_pair_against_a_server_version() -> None:
-    done = verify("--server-version", "0.27.1")
+@pytest.fixture
+def rendered(tmp_path: Path) -> Path:
+    """The drafter config as orch renders it (the profile's)."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(DRAFTER))
+    return path
+
+
+def test_verify_config_judges_the_pair_against_a_server_version(rendered: Path) -> None:
+    done = verify(rendered, "--server-version", "0.27.1")
     assert done.returncode == 1, done.stderr
     fields = {f["field"] for f in json.loads(done.stdout)["findings"]}
     assert "server.env.VLLM_USE_V2_MODEL_RUNNER" in fields
 
     done = verify(
+        rendered,
         "--server-version",
         "0.27.1",
         "--server-env",
@@ -316,12 +325,14 @@ def test_verify_config_judges_the_pair_against_a_server_version() -> None:
     )
     assert done.returncode == 0, done.stdout + done.stderr
 
-    done = verify("--server-version", "0.24.0", "--server-env", "VLLM_USE_V2_MODEL_RUNNER=1")
+    done = verify(
+        rendered, "--server-version", "0.24.0", "--server-env", "VLLM_USE_V2_MODEL_RUNNER=1"
+    )
     assert done.returncode == 1
     messages = [f["message"] for f in json.loads(done.stdout)["findings"]]
     assert any(m.startswith("vLLM 0.24.0 runs this drafter's sliding layers") for m in messages)
 
-    done = verify("--server-version", "not-a-version")
+    done = verify(rendered, "--server-version", "not-a-version")
     assert done.returncode == 0
     assert "Traceback" not in done.stderr
 
@@ -334,7 +345,7 @@ def test_verify_config_judges_the_pair_against_a_server_version() -> None:
     ],
 )
 def test_verify_config_refuses_bad_server_options(args: list[str], problem: str) -> None:
-    done = verify(*args)
+    done = verify(FIXTURES / "z-lab_Qwen3.6-27B-DFlash.config.json", *args)
     assert done.returncode == 2
     assert problem in done.stderr and "Traceback" not in done.stderr
 

@@ -21,15 +21,18 @@ from test_plan import EXAMPLE, PLAYBOOK
 
 from orchestrator.cancel import Cancel
 from orchestrator.deploy import Options, TargetRun
+from orchestrator.drafters.kinds import get_kind
 from orchestrator.gate import run_gate
-from orchestrator.probes.context import ContextBucket
 from orchestrator.inventory import load_inventory
 from orchestrator.lock import Owner
 from orchestrator.plan import TargetPlan, plan_deploy
 from orchestrator.playbook import Gate, Playbook, Probe, load_playbook
+from orchestrator.probes.context import ContextBucket
 from orchestrator.release import GateTarget
 from orchestrator.transport.base import Result
 from orchestrator.transport.memory import MemoryTransport, reply
+
+CAUSES = get_kind("dflash").failure_causes
 
 FAST_GATE = Gate(
     min_drafts=50,
@@ -81,7 +84,7 @@ def serving(transport: MemoryTransport, served_name: str) -> list[str]:
 def test_gate_passes_on_counters_that_grow_well() -> None:
     transport = MemoryTransport()
     serving(transport, "m")
-    report = run_gate(transport, "10.0.0.5", 8000, "m", FAST_GATE, BUCKETS)
+    report = run_gate(transport, "10.0.0.5", 8000, "m", FAST_GATE, BUCKETS, CAUSES)
     assert report.verdict.outcome == "pass", report.verdict.reason
     assert report.verdict.mean_acceptance_length == pytest.approx(4.0)
     assert ("GET", "/metrics") in transport.requests
@@ -91,7 +94,7 @@ def test_gate_on_garbage_metrics_could_not_measure() -> None:
     transport = MemoryTransport()
     serving(transport, "m")
     transport.on_http("GET", "/metrics", lambda _: (200, b"<html>nope</html>"))
-    report = run_gate(transport, "10.0.0.5", 8000, "m", FAST_GATE, BUCKETS)
+    report = run_gate(transport, "10.0.0.5", 8000, "m", FAST_GATE, BUCKETS, CAUSES)
     assert report.verdict.outcome == "inconclusive"
     assert "could not measure" in report.verdict.reason
 
@@ -102,7 +105,7 @@ def test_a_stop_request_ends_the_gate_undecided() -> None:
     transport.on_http("GET", "/metrics", lambda _: (200, metrics(1)))  # never moves
     stop = threading.Event()
     threading.Timer(0.2, stop.set).start()
-    report = run_gate(transport, "10.0.0.5", 8000, "m", FAST_GATE, BUCKETS, stop)
+    report = run_gate(transport, "10.0.0.5", 8000, "m", FAST_GATE, BUCKETS, CAUSES, stop)
     assert report.verdict.outcome == "inconclusive"
     assert "interrupted" in report.verdict.reason
 

@@ -1,1 +1,1 @@
-"""What orch knows about drafter models: DFlash rules, published profiles, model files."""
+"""What orch knows about drafter models: kinds and their rules, published profiles, model files."""

@@ -14,7 +14,6 @@ import json
 from dataclasses import dataclass
 from importlib import resources
 
-from orchestrator.drafters.dflash import block_size
 from orchestrator.drafters.modelfiles import CONFIG_FILE, TOKENIZER_CONFIG_FILE, text_config
 from orchestrator.errors import InputError
 
@@ -26,40 +25,19 @@ _DATA = resources.files(__package__)
 
 @dataclass(frozen=True)
 class Profile:
-    """A published drafter: its name, its target, and its published config."""
+    """A published drafter: its name, its kind, its target, and its published config."""
 
     name: str
+    kind: str
     target_name: str
     target: dict[str, int]
     config: dict
+    notes: tuple[str, ...] = ()
+    """Where the config differs from the published file, and why."""
 
     @property
-    def target_layer_ids(self) -> list[int]:
-        return self.config["dflash_config"]["target_layer_ids"]
-
-    @property
-    def mask_token_id(self) -> int:
-        return self.config["dflash_config"]["mask_token_id"]
-
-    @property
-    def num_hidden_layers(self) -> int:
-        return self.config["num_hidden_layers"]
-
-    @property
-    def layer_types(self) -> list[str]:
-        return self.config["layer_types"]
-
-    @property
-    def sliding_window(self) -> int | None:
-        return self.config.get("sliding_window")
-
-    @property
-    def bos_token_id(self) -> int | None:
-        return self.config.get("bos_token_id")
-
-    @property
-    def block_size(self) -> int:
-        return block_size(self.config)
+    def num_hidden_layers(self) -> int | None:
+        return self.config.get("num_hidden_layers")
 
     def fits(self, drafter: dict | None, target: dict) -> bool:
         """Whether a target (and a drafter, when given) look like this profile's pair."""
@@ -80,9 +58,11 @@ def _profile(document: dict) -> Profile:
     target = document["target"]
     return Profile(
         name=document["name"],
+        kind=document["kind"],
         target_name=target["name"],
         target={field: target[field] for field in TARGET_FIELDS},
         config=document["config"],
+        notes=tuple(document.get("notes", ())),
     )
 
 
@@ -96,9 +76,9 @@ def get_profile(name: str) -> Profile:
     raise InputError(f"unknown drafter profile {name!r}; known profiles: {known}")
 
 
-def detect_profile(drafter: dict | None, target: dict) -> Profile | None:
-    """The one profile whose target matches this target (and drafter), or None."""
-    matches = [profile for profile in list_profiles() if profile.fits(drafter, target)]
+def detect_profile(drafter: dict | None, target: dict, kind: str) -> Profile | None:
+    """The one profile of `kind` whose target matches this target (and drafter), or None."""
+    matches = [p for p in list_profiles() if p.kind == kind and p.fits(drafter, target)]
     return matches[0] if len(matches) == 1 else None
 
 

@@ -1,4 +1,6 @@
-"""How well a DFlash drafter's drafts are accepted, given the config it was deployed with.
+"""How well drafts are accepted, given the method and the config it was deployed with.
+
+DFlash (below, in detail); EAGLE-3, MTP and n-gram at the end.
 
 The lab's vLLM stand-in runs no model: it draws each draft's accepted length
 from per-position conditional acceptance probabilities (the chance that
@@ -8,12 +10,14 @@ drafter's weights, with the figures seen in the field:
 
 - as published: position 1 accepts about 0.8, mean acceptance length about
   4.2 at 15 speculative tokens;
-- `target_layer_ids` or `mask_token_id` differ from the published ones, or the
-  layer count does not match `fc.weight`: the drafter reads the wrong hidden
-  states, position 1 about 0.08, position 2 about 0.03, none later (mean
-  about 1.1);
-- `layer_types` or `sliding_window` differ: mean acceptance length about halved;
-- `bos_token_id` differs: mean acceptance length about 10% lower;
+- a key vLLM reads that says which hidden states, mask or model the drafter
+  uses differs (`target_layer_ids`, `mask_token_id`, `is_neox_style`, rope,
+  shapes: roles "layers" and "model" of the kind's key table), or the layer
+  count does not match `fc.weight`: position 1 about 0.08, position 2 about
+  0.03, none later (mean about 1.1);
+- the attention the server builds differs (layer types, the window it sees,
+  causality: role "attention"): mean acceptance length about halved;
+- keys no server reads (`bos_token_id`, `block_size`, ...) change nothing.
 - sliding layers run as full attention (`swa_as_full_attention`): as above
   while the context is inside the drafter's sliding window; past it the
   drafter attends to context it was never trained on and the per-position
@@ -28,6 +32,10 @@ from __future__ import annotations
 
 import random
 
+from orchestrator.drafters.kinds.dflash import KEYS, server_slides, server_window
+from orchestrator.drafters.kinds.mtp import mtp_layers
+from orchestrator.drafters.modelfiles import text_config
+
 DEFAULT_BLOCK_SIZE = 16
 TRAINED_FIRST = 0.80
 TRAINED_STEP = 0.02
@@ -36,10 +44,19 @@ UNALIGNED = (0.08, 0.375)
 """Position 1 accepted in 8% of drafts, position 2 in 0.08 * 0.375 = 3%, none later."""
 ATTENTION_MISMATCH_SCALE = 0.664
 """Scaling every position by it halves the trained mean at 15 tokens (4.2 -> 2.1)."""
-BOS_MISMATCH_SCALE = 0.959
-"""Scaling every position by it lowers the trained mean by 10% at 15 tokens (4.2 -> 3.78)."""
 LONG_CONTEXT_COLLAPSE = (0.55, 0.25, 0.08, 0.02)
 """Share of drafts accepting at least i+1 tokens once full attention runs past the window."""
+WINDOW_KEYS = frozenset(
+    {
+        "layer_types",
+        "sliding_window",
+        "use_sliding_window",
+        "max_window_layers",
+        "dflash_config.swa_window_size",
+        "dflash_config.use_swa",
+    }
+)
+"""Keys judged by the attention the server builds from them, not one by one."""
 ZERO_HEAD = 0.01
 """A drafter with a zero-initialised lm_head: position 1 accepted in about 1% of drafts."""
 MAX_PROBABILITY = 0.98
@@ -55,18 +72,20 @@ def _block_size(config: dict) -> int:
     return int(_dflash(config).get("block_size", config.get("block_size", DEFAULT_BLOCK_SIZE)))
 
 
-def _mask_token_id(config: dict) -> int | None:
-    return _dflash(config).get("mask_token_id", config.get("mask_token_id"))
+def _attention_seen(config: dict) -> tuple[list[str], int | None]:
+    """Layer types and window as the server builds them; absent layer_types are all full."""
+    types = config.get("layer_types") or ["full_attention"] * config.get("num_hidden_layers", 0)
+    return types, server_window(config) if server_slides(config) else None
 
 
-def _layer_types(config: dict) -> list[str]:
-    """Absent `layer_types` means every layer attends fully (older checkpoints)."""
-    return config.get("layer_types") or ["full_attention"] * config.get("num_hidden_layers", 0)
-
-
-def _sliding_window(config: dict) -> int | None:
-    """The window only matters when some layer slides."""
-    return config.get("sliding_window") if "sliding_attention" in _layer_types(config) else None
+def _roles_that_differ(deployed: dict, truth: dict) -> set[str | None]:
+    """The key-table roles of the keys vLLM reads whose values differ from the truth."""
+    roles = {
+        key.role for key in KEYS.read_differences(deployed, truth) if key.path not in WINDOW_KEYS
+    }
+    if _attention_seen(deployed) != _attention_seen(truth):
+        roles.add("attention")
+    return roles
 
 
 def _reads_wrong_states(deployed: dict, truth: dict, fc_in_features: int | None) -> bool:
@@ -77,17 +96,7 @@ def _reads_wrong_states(deployed: dict, truth: dict, fc_in_features: int | None)
         and hidden is not None
         and fc_in_features != hidden * len(layer_ids)
     )
-    return (
-        layer_ids != _dflash(truth).get("target_layer_ids")
-        or _mask_token_id(deployed) != _mask_token_id(truth)
-        or weights_disagree
-    )
-
-
-def _attention_differs(deployed: dict, truth: dict) -> bool:
-    same_layers = _layer_types(deployed) == _layer_types(truth)
-    same_window = _sliding_window(deployed) == _sliding_window(truth)
-    return not (same_layers and same_window)
+    return weights_disagree or bool({"layers", "model"} & _roles_that_differ(deployed, truth))
 
 
 def _trained(positions: int) -> list[float]:
@@ -110,11 +119,7 @@ def acceptance_profile(
     positions = _block_size(truth or deployed) - 1
     if truth is None or _reads_wrong_states(deployed, truth, fc_in_features):
         return _unaligned(positions)
-    scale = 1.0
-    if _attention_differs(deployed, truth):
-        scale *= ATTENTION_MISMATCH_SCALE
-    if deployed.get("bos_token_id") != truth.get("bos_token_id"):
-        scale *= BOS_MISMATCH_SCALE
+    scale = ATTENTION_MISMATCH_SCALE if "attention" in _roles_that_differ(deployed, truth) else 1
     return [p * scale for p in _trained(positions)]
 
 
@@ -161,3 +166,47 @@ def sample_accepted(
         if rng.random() >= _position_probability(profile, position, multiplier):
             return position
     return num_speculative_tokens
+
+
+# Other methods: each kind's published setup accepts well, its typical misconfiguration not.
+
+EAGLE3_TRAINED = (0.75, 0.6, 0.5)
+"""An EAGLE-3 head at its trained steps: mean acceptance length about 2.4 at 3 tokens;
+steps past the trained ones halve again each time."""
+MTP_FIRST = 0.85
+MTP_RERUN = 0.5
+"""An MTP layer: position 1 at 0.85; each further token reruns the same layer (0.5)."""
+NGRAM = (0.35, 0.5)
+"""Prompt lookup on the probe prompts: position 1 at 0.35, then 0.5 per position."""
+
+
+def _eagle3_aligned(deployed: dict, truth: dict, target: dict) -> bool:
+    """The head as published, reading a target of its own width and vocabulary."""
+    layer = deployed.get("transformer_layer_config") or {}
+    dims = text_config(target)
+    reads = deployed.get("target_hidden_size") or layer.get("hidden_size")
+    return (
+        deployed == truth
+        and reads == dims.get("hidden_size")
+        and layer.get("vocab_size") == dims.get("vocab_size")
+    )
+
+
+def eagle3_profile(deployed: dict, truth: dict | None, target: dict, steps: int) -> list[float]:
+    if truth is None or not _eagle3_aligned(deployed, truth, target):
+        return _unaligned(steps)
+    trained = list(EAGLE3_TRAINED)
+    while len(trained) < steps:
+        trained.append(trained[-1] / 2)
+    return trained[:steps]
+
+
+def mtp_profile(target: dict, steps: int) -> list[float]:
+    """MTP heads declared by the target draft well; a target without them does not."""
+    if not mtp_layers(target)[1]:
+        return _unaligned(steps)
+    return [MTP_FIRST] + [MTP_RERUN] * (steps - 1)
+
+
+def ngram_profile(steps: int) -> list[float]:
+    return [NGRAM[0]] + [NGRAM[1]] * (steps - 1)

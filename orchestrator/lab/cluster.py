@@ -22,7 +22,7 @@ from pathlib import Path
 
 import yaml
 
-from orchestrator.drafters.profiles import get_profile
+from orchestrator.drafters.profiles import list_profiles
 from orchestrator.errors import InputError
 from orchestrator.lab import sshd
 from orchestrator.lab.layout import (
@@ -46,7 +46,6 @@ from orchestrator.state import state_dir
 SSH_PORT = 2222
 SERVER_PORT = 8000
 FIRST_VMID = 200
-PROFILE = "z-lab/Qwen3.6-27B-DFlash"
 GPU = {"name": "NVIDIA RTX A6000", "memory_total_mib": 49140}
 GPUS_PER_CONTAINER = 2
 # What a Proxmox host's sessions find after the host's own tools (Debian's root PATH).
@@ -266,7 +265,7 @@ class Lab:
         return hosts, containers
 
     def _build_containers(self, spec: LabSpec) -> list[LabContainer]:
-        profile = get_profile(PROFILE)
+        profiles = list_profiles()
         python = sys.executable
         built = []
         for h in range(1, spec.hosts + 1):
@@ -306,7 +305,8 @@ class Lab:
                         for g, minor in enumerate(minors)
                     ],
                 )
-                install_models(container, container.rootfs / "opt" / "models", profile)
+                for profile in profiles:
+                    install_models(container, container.rootfs / "opt" / "models", profile)
                 (container.rootfs / "var" / "lib" / "orch").mkdir(parents=True, exist_ok=True)
                 built.append(
                     LabContainer(

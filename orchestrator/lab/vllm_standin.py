@@ -55,6 +55,9 @@ from orchestrator.drafters.window import served_window
 from orchestrator.lab.acceptance import (
     acceptance_profile,
     collapsed_past_window,
+    eagle3_profile,
+    mtp_profile,
+    ngram_profile,
     request_multiplier,
     sample_accepted,
     zero_head_profile,
@@ -202,9 +205,17 @@ def read_json(path: Path) -> dict:
     return json.loads(path.read_text())
 
 
+DRAFTER_DIR_METHODS = ("dflash", "eagle3")
+METHODS = (*DRAFTER_DIR_METHODS, "mtp", "ngram")
+"""The methods the lab drafts with; the first ones load a drafter dir (`model`)."""
+
+
 def parse_speculative_config(raw: str, capabilities: Capabilities) -> dict:
     config = json.loads(raw)
-    missing = [key for key in ("method", "model", "num_speculative_tokens") if key not in config]
+    needed: tuple[str, ...] = ("method", "num_speculative_tokens")
+    if config.get("method") in DRAFTER_DIR_METHODS:
+        needed += ("model",)
+    missing = [key for key in needed if key not in config]
     if missing:
         errors = "\n".join(
             f"{key}\n  Field required [type=missing, input_value={config!r}, input_type=dict]"
@@ -221,8 +232,9 @@ def parse_speculative_config(raw: str, capabilities: Capabilities) -> dict:
             f"speculative method vLLM {capabilities.version} knows [type=literal_error, "
             f"input_value={method!r}, input_type=str]"
         )
-    if method != "dflash":
-        raise ValueError(f"the lab's vLLM drafts with method 'dflash' only, not {method!r}")
+    if method not in METHODS:
+        known = ", ".join(sorted(METHODS))
+        raise ValueError(f"the lab's vLLM drafts with methods {known} only, not {method!r}")
     return config
 
 
@@ -238,6 +250,29 @@ def fc_in_features(weights: Path) -> int | None:
 
 
 def load_drafting(
+    speculative: dict,
+    container: ContainerPaths,
+    capabilities: Capabilities,
+    target: dict,
+    forced_swa_as_full_attention: bool = False,
+) -> Drafting:
+    """The acceptance model of the method: DFlash and EAGLE-3 read their drafter dir.
+    `forced_swa_as_full_attention` is the lab's fault knob."""
+    steps = int(speculative["num_speculative_tokens"])
+    if speculative["method"] == "mtp":
+        return Drafting(steps, mtp_profile(target, steps))
+    if speculative["method"] == "ngram":
+        return Drafting(steps, ngram_profile(steps))
+    if speculative["method"] == "eagle3":
+        drafter = Path(speculative["model"])
+        deployed = read_json(drafter / "config.json")
+        truth_path = container.truth(drafter.resolve().name)
+        truth = read_json(truth_path) if truth_path.exists() else None
+        return Drafting(steps, eagle3_profile(deployed, truth, target, steps))
+    return load_dflash(speculative, container, capabilities, target, forced_swa_as_full_attention)
+
+
+def load_dflash(
     speculative: dict,
     container: ContainerPaths,
     capabilities: Capabilities,

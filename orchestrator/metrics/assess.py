@@ -154,7 +154,17 @@ def no_spec_decode_verdict() -> Verdict:
     )
 
 
-def explain(verdict: Verdict) -> str | None:
+@dataclass(frozen=True)
+class FailureCauses:
+    """Where a drafter kind's fields explain a failed gate (see `explain`)."""
+
+    misaligned: str
+    """The fields to check when position 1 is near zero."""
+    shallow: str
+    """The fields to check when position 1 is healthy but drafts rarely get further."""
+
+
+def explain(verdict: Verdict, causes: FailureCauses) -> str | None:
     """A likely cause of a failed gate, read from the per-position acceptance."""
     if verdict.outcome != "fail" or not verdict.per_position_acceptance:
         return None
@@ -162,13 +172,13 @@ def explain(verdict: Verdict) -> str | None:
     if position1 < MISALIGNED_POSITION1:
         return (
             f"position-1 acceptance {position1:.2f} is near zero: the drafter is not aligned"
-            " with the target: check dflash_config.target_layer_ids and mask_token_id"
+            f" with the target: check {causes.misaligned}"
         )
     if position1 >= HEALTHY_POSITION1:
         return (
             f"position-1 acceptance {position1:.2f} is healthy but drafts rarely get further"
             f" (mean acceptance length {verdict.mean_acceptance_length:.2f}):"
-            " check layer_types, sliding_window and bos_token_id"
+            f" check {causes.shallow}"
         )
     return None
 

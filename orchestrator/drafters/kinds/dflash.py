@@ -1,23 +1,28 @@
-"""What a DFlash drafter config must agree with: its target, its weights, its tokenizer.
+"""The dflash kind: what a DFlash drafter config must agree with (its target, its weights,
+its tokenizer, its published config), and how it is launched, verified and explained.
 
 A DFlash drafter reads hidden states of chosen target layers and proposes a block
 of tokens at once. A config.json guessed by hand (wrong layer ids, mask token,
-layer types, sliding window, bos token) still lets vLLM start; acceptance then
-collapses. These rules catch that from the files alone. They are pure functions
-on parsed JSON: drafter config, target config, tokenizer_config.json and the
-merged safetensors header entries.
+layer types, a window the server never sees) still lets vLLM start; acceptance
+then collapses. These rules catch that from the files alone. They are pure
+functions on parsed JSON: drafter config, target config, tokenizer_config.json
+and the merged safetensors header entries. Every key of the config is judged by
+what vLLM does with it, from the key table `dflash_keys.json`.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import chain, pairwise
 from typing import TYPE_CHECKING
 
 from orchestrator.drafters.findings import Finding
+from orchestrator.drafters.keytable import load_key_table
+from orchestrator.drafters.kinds import CheckInputs, DrafterKind
 from orchestrator.drafters.modelfiles import text_config
+from orchestrator.metrics.assess import FailureCauses
 
 if TYPE_CHECKING:
     from typing_extensions import TypeIs
@@ -35,6 +40,9 @@ _TORCH_DTYPES = {"bfloat16": "BF16", "float16": "F16", "float32": "F32"}
 
 IDS = "dflash_config.target_layer_ids"
 MASK = "dflash_config.mask_token_id"
+
+KEYS = load_key_table(__package__, "dflash_keys.json")
+"""Every key of a DFlash config orch knows, and what vLLM does with it."""
 
 
 def build_target_layer_ids(num_target_layers: int, num_draft_layers: int) -> list[int]:
@@ -108,13 +116,61 @@ def weight_layout(config: dict) -> dict[str, tuple[str, list[int]]]:
 
 
 @dataclass(frozen=True)
+class Published:
+    """The fields of a published DFlash drafter's config that the rules compare with."""
+
+    profile: Profile
+
+    @property
+    def name(self) -> str:
+        return self.profile.name
+
+    @property
+    def target_name(self) -> str:
+        return self.profile.target_name
+
+    @property
+    def target(self) -> dict[str, int]:
+        return self.profile.target
+
+    @property
+    def config(self) -> dict:
+        return self.profile.config
+
+    @property
+    def target_layer_ids(self) -> list[int]:
+        return self.config["dflash_config"]["target_layer_ids"]
+
+    @property
+    def mask_token_id(self) -> int:
+        return self.config["dflash_config"]["mask_token_id"]
+
+    @property
+    def layer_types(self) -> list[str]:
+        return self.config["layer_types"]
+
+    @property
+    def sliding_window(self) -> int | None:
+        return self.config.get("sliding_window")
+
+    @property
+    def bos_token_id(self) -> int | None:
+        return self.config.get("bos_token_id")
+
+    @property
+    def block_size(self) -> int:
+        return block_size(self.config)
+
+
+@dataclass(frozen=True)
 class _Inputs:
     drafter: dict
     target: dict  # the target's text-model fields
     target_top: dict  # the target's whole config.json
     tokenizer: dict | None
     tensors: dict[str, dict] | None
-    profile: Profile | None
+    drafter_files: Sequence[str] | None
+    profile: Published | None
     num_speculative_tokens: int | None
 
     @property
@@ -134,14 +190,17 @@ def check_dflash(
     *,
     tokenizer: dict | None = None,
     tensors: dict[str, dict] | None = None,
+    drafter_files: Sequence[str] | None = None,
     profile: Profile | None = None,
     num_speculative_tokens: int | None = None,
 ) -> list[Finding]:
-    """Every DFlash rule, findings in rule order (errors and warnings mixed).
+    """Every DFlash rule, then every key of the config against the key table.
 
     `target` is the target's whole config.json, `tokenizer` its
     tokenizer_config.json, `tensors` the drafter's merged safetensors header
-    entries, `profile` the published drafter it should equal.
+    entries, `drafter_files` the names in the drafter dir, `profile` the
+    published drafter it should equal. The rules come first, in rule order; a
+    key they already reported is not reported again by the whole-config diff.
     """
     inputs = _Inputs(
         drafter,
@@ -149,15 +208,27 @@ def check_dflash(
         target,
         tokenizer,
         tensors,
-        profile,
+        drafter_files,
+        Published(profile) if profile else None,
         num_speculative_tokens,
     )
-    return list(chain.from_iterable(rule(inputs) for rule in _RULES))
+    findings = list(chain.from_iterable(rule(inputs) for rule in _RULES))
+    by_key = KEYS.unknown_findings(drafter)
+    if profile is not None:
+        by_key += KEYS.difference_findings(drafter, profile.config, profile.name)
+    reported = {finding.field for finding in findings}
+    return findings + [f for f in by_key if not _covered(f.field, reported)]
+
+
+def _covered(path: str, reported: set[str]) -> bool:
+    """Whether a finding on `path` or on an object holding it was already made."""
+    parts = path.split(".")
+    return any(".".join(parts[:i]) in reported for i in range(1, len(parts) + 1))
 
 
 def _architecture(c: _Inputs) -> Iterator[Finding]:
     names = c.drafter.get("architectures")
-    if not (isinstance(names, list) and any(isinstance(n, str) and "DFlash" in n for n in names)):
+    if not KIND.recognises(c.drafter):
         yield Finding.error(
             "architectures",
             "architectures does not name a DFlash drafter: vLLM's dflash method needs "
@@ -182,8 +253,9 @@ def _profile_target(c: _Inputs) -> Iterator[Finding]:
 
 
 _TARGET_DIM_HINTS = {
-    "num_target_layers": "the drafter was trained on a target with another layer count; "
-    "use a drafter trained on this target",
+    "num_target_layers": "the drafter says it was trained on a target with another layer "
+    "count; no server reads num_target_layers, so it changes nothing at serve time, but check "
+    "that the drafter was trained on this target",
     "hidden_size": "the drafter cannot read the target's hidden states; "
     "use a drafter trained on this target",
     "vocab_size": "drafter and target disagree on token ids; use the target's vocab_size",
@@ -207,7 +279,8 @@ def _target_dims(c: _Inputs) -> Iterator[Finding]:
                 actual=expected,
             )
         elif c.drafter.get(field) != expected:
-            yield Finding.error(
+            found = Finding.error if KEYS.keys[field].read else Finding.warning
+            yield found(
                 field,
                 f"{field} differs from the target's {target_field}: {_TARGET_DIM_HINTS[field]}",
                 expected=expected,
@@ -478,110 +551,114 @@ def _layer_types(c: _Inputs) -> Iterator[Finding]:
     yield from _sliding_window(c, types)
 
 
+def server_window(config: dict) -> int | None:
+    """The window vLLM gives sliding layers: `dflash_config.swa_window_size` when present,
+    else `sliding_window` as transformers' Qwen3Config keeps it (only when
+    `use_sliding_window` is true; otherwise it becomes None)."""
+    nested = config.get("dflash_config")
+    if isinstance(nested, dict) and "swa_window_size" in nested:
+        value = nested["swa_window_size"]
+    else:
+        value = config.get("sliding_window") if config.get("use_sliding_window") is True else None
+    return value if _is_int(value) else None
+
+
+def server_slides(config: dict) -> bool:
+    """Whether vLLM runs any drafter layer with a sliding window (layer_types, or use_swa)."""
+    types = config.get("layer_types")
+    nested = config.get("dflash_config")
+    use_swa = isinstance(nested, dict) and nested.get("use_swa") is True
+    return (isinstance(types, list) and SLIDING in types) or use_swa
+
+
 def _sliding_window(c: _Inputs, types: object) -> Iterator[Finding]:
-    window = c.drafter.get("sliding_window")
-    slides = isinstance(types, list) and SLIDING in types
-    expected = c.profile.sliding_window if c.profile else None
-    if slides and not (_is_int(window) and window > 0):
-        yield Finding.error(
-            "sliding_window",
-            f"layer_types has {SLIDING} layers but sliding_window is {window!r}: "
-            "they need a positive window size; use the profile's",
-            expected=expected if expected is not None else "a positive integer",
-            actual=window,
-        )
-    elif (
-        c.profile is not None
-        and (slides or SLIDING in c.profile.layer_types)
-        and window != c.profile.sliding_window
-    ):
-        yield Finding.error(
-            "sliding_window",
-            "sliding_window differs from the published drafter: acceptance falls with context "
-            "length; use the profile's",
-            expected=c.profile.sliding_window,
-            actual=window,
-        )
-
-
-def _bos_token(c: _Inputs) -> Iterator[Finding]:
-    actual = c.drafter.get("bos_token_id")
-    if c.profile is not None:
-        if actual != c.profile.bos_token_id:
-            yield Finding.error(
-                "bos_token_id",
-                "bos_token_id differs from the published drafter: the drafter sees a start "
-                f"token it was not trained with; use {c.profile.bos_token_id!r}",
-                expected=c.profile.bos_token_id,
-                actual=actual,
-            )
+    if not server_slides(c.drafter):
         return
-    for config in (c.target, c.target_top):
-        if "bos_token_id" in config:
-            if actual != config["bos_token_id"]:
-                yield Finding.warning(
-                    "bos_token_id",
-                    "bos_token_id differs from the target's: check the drafter's published config",
-                    expected=config["bos_token_id"],
-                    actual=actual,
-                )
-            return
+    window = server_window(c.drafter)
+    expected = server_window(c.profile.config) if c.profile else None
+    raw = c.drafter.get("sliding_window")
+    if window is None and _is_int(raw) and raw > 0:
+        yield Finding.error(
+            "use_sliding_window",
+            f"layer_types has {SLIDING} layers and sliding_window is {raw}, but "
+            f"use_sliding_window is {c.drafter.get('use_sliding_window')!r}: transformers' "
+            "Qwen3Config then sets sliding_window to None, so the server sees no window "
+            "(vLLM refuses the drafter, or older builds run those layers as full attention "
+            "and acceptance collapses on long contexts); set use_sliding_window: true",
+            expected=True,
+            actual=c.drafter.get("use_sliding_window"),
+        )
+    elif window is None or window <= 0:
+        yield Finding.error(
+            "sliding_window",
+            f"layer_types has {SLIDING} layers but the server sees no positive window "
+            f"(sliding_window {raw!r}): they need the window they were trained with; "
+            "use the profile's",
+            expected=expected if expected is not None else "a positive integer",
+            actual=raw,
+        )
+    elif c.profile is not None and window != expected:
+        yield Finding.error(
+            "sliding_window",
+            f"the server sees a sliding window of {window}, not the published drafter's "
+            f"{expected}: acceptance falls with context length; use the profile's",
+            expected=expected,
+            actual=window,
+        )
+
+
+def _effective_layer_ids(c: _Inputs) -> Iterator[Finding]:
+    """eagle_aux_hidden_state_layer_ids wins over target_layer_ids (vLLM adds 1 to those)."""
+    aux = c.drafter.get("eagle_aux_hidden_state_layer_ids")
+    if aux is None or c.layer_ids is None:
+        return
+    meant = [i + 1 for i in c.layer_ids]
+    if aux != meant:
+        yield Finding.error(
+            "eagle_aux_hidden_state_layer_ids",
+            "eagle_aux_hidden_state_layer_ids wins over dflash_config.target_layer_ids and "
+            f"disagrees with them: vLLM reads {aux!r}, the target_layer_ids mean {meant}; "
+            "remove it",
+            expected=meant,
+            actual=aux,
+        )
+
+
+MASK_EMBEDDING_FILE = "mask_embedding.pt"
+
+
+def _mask_embedding(c: _Inputs) -> Iterator[Finding]:
+    if c.drafter_files is None or MASK_EMBEDDING_FILE not in c.drafter_files:
+        return
+    yield Finding.warning(
+        MASK_EMBEDDING_FILE,
+        f"the drafter dir ships {MASK_EMBEDDING_FILE}: vLLM replaces the embedding of the mask "
+        "token with it, and refuses to start when the file names another mask_token_id than "
+        "the config; make sure it belongs to this drafter",
+        actual=MASK_EMBEDDING_FILE,
+    )
 
 
 def _block_size(c: _Inputs) -> Iterator[Finding]:
     value = _configured_block_size(c.drafter)
     if not _is_int(value) or value < 2:
-        yield Finding.error(
+        yield Finding.warning(
             "block_size",
-            "block_size must be an integer >= 2 (the drafter proposes block_size - 1 tokens)",
+            "block_size is not an integer >= 2: no server reads it, but it says how many "
+            "tokens the drafter was trained to propose (block_size - 1)",
             expected=c.profile.block_size if c.profile else DEFAULT_BLOCK_SIZE,
             actual=value,
         )
         return
-    if c.profile is not None and value != c.profile.block_size:
-        yield Finding.error(
-            "block_size",
-            "block_size differs from the published drafter: it was trained to fill blocks of "
-            f"{c.profile.block_size}; use the profile's",
-            expected=c.profile.block_size,
-            actual=value,
-        )
     wanted = c.num_speculative_tokens
     if wanted is not None and wanted > value - 1:
         yield Finding.error(
             "num_speculative_tokens",
             f"num_speculative_tokens {wanted} exceeds block_size - 1 = {value - 1}: the drafter "
-            "proposes at most block_size - 1 tokens; use block_size - 1",
+            "was trained to propose at most block_size - 1 tokens; use block_size - 1",
             expected=value - 1,
             actual=wanted,
         )
-
-
-_SHAPE_FIELDS = (
-    "num_hidden_layers",
-    "head_dim",
-    "intermediate_size",
-    "num_attention_heads",
-    "num_key_value_heads",
-    "hidden_act",
-    "rms_norm_eps",
-    "rope_theta",
-)
-
-
-def _model_shape(c: _Inputs) -> Iterator[Finding]:
-    if c.profile is None:
-        return
-    for field in _SHAPE_FIELDS:
-        expected = c.profile.config.get(field)
-        if expected is not None and c.drafter.get(field) != expected:
-            yield Finding.error(
-                field,
-                f"{field} differs from the published drafter: the weights do not fit it or "
-                "draft wrongly; use the profile's",
-                expected=expected,
-                actual=c.drafter.get(field),
-            )
 
 
 _RULES: tuple[Callable[[_Inputs], Iterator[Finding]], ...] = (
@@ -589,14 +666,62 @@ _RULES: tuple[Callable[[_Inputs], Iterator[Finding]], ...] = (
     _profile_target,
     _target_dims,
     _target_layer_ids,
+    _effective_layer_ids,
     _weights,
     _mask_token,
+    _mask_embedding,
     _layer_types,
-    _bos_token,
     _block_size,
-    _model_shape,
 )
 
 
 def _is_int(value: object) -> TypeIs[int]:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+class DFlash(DrafterKind):
+    """Block-diffusion drafters (z-lab DFlash): a small model reading chosen target layers."""
+
+    name = "dflash"
+    config_template = "dflash/config.json.j2"
+    key_fields = (
+        "dflash_config",
+        "layer_types",
+        "sliding_window",
+        "bos_token_id",
+        "block_size",
+        "num_target_layers",
+        "num_hidden_layers",
+        "hidden_size",
+        "vocab_size",
+    )
+    failure_causes = FailureCauses(
+        misaligned="dflash_config.target_layer_ids and mask_token_id",
+        shallow="layer_types, sliding_window, use_sliding_window and dflash_config.swa_window_size",
+    )
+
+    def recognises(self, config: dict) -> bool:
+        names = config.get("architectures")
+        return isinstance(names, list) and any(isinstance(n, str) and "DFlash" in n for n in names)
+
+    def check(self, inputs: CheckInputs) -> list[Finding]:
+        return check_dflash(
+            inputs.drafter,
+            inputs.target,
+            tokenizer=inputs.tokenizer,
+            tensors=inputs.tensors,
+            drafter_files=inputs.drafter_files,
+            profile=inputs.profile,
+            num_speculative_tokens=inputs.num_speculative_tokens,
+        )
+
+    def describe(self, profile: Profile) -> dict[str, object]:
+        published = Published(profile)
+        return {
+            "target layers": profile.config.get("num_target_layers"),
+            "target_layer_ids": published.target_layer_ids,
+            "mask_token_id": published.mask_token_id,
+        }
+
+
+KIND = DFlash()
