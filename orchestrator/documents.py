@@ -1,0 +1,88 @@
+"""The one JSON contract every `--json` prints (docs/json.md).
+
+Each document is an object with `kind` and `api_version` first; documents about
+containers list them under `targets`, each with `name`. Result words come from
+the two vocabularies below, so a program can match on them across commands.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+API_VERSION = "orch/v1"
+
+Kind = Literal[
+    "DeployRun",
+    "RollbackRun",
+    "Status",
+    "Verify",
+    "Findings",
+    "Unlock",
+    "History",
+    "RunLog",
+    "Releases",
+    "Logs",
+    "Profiles",
+    "Render",
+    "Doctor",
+    "Inventory",
+    "Completion",
+    "LabUp",
+    "LabDown",
+    "LabStatus",
+]
+
+RunResult = Literal["ok", "not_applied", "bad_input", "needs_attention", "interrupted"]
+"""A whole command's result: the worst of its targets, as its exit code says."""
+
+TargetResult = Literal[
+    "deployed",
+    "unchanged",
+    "rolled_back",
+    "failed",
+    "skipped",
+    "interrupted",
+    "dry_run",
+    "ok",
+    "drift",
+    "unreachable",
+    "error",
+]
+"""What happened on one container."""
+
+_BY_EXIT_CODE: dict[int, RunResult] = {
+    0: "ok",
+    1: "not_applied",
+    2: "bad_input",
+    3: "needs_attention",
+}
+
+
+def run_result(exit_code: int) -> RunResult:
+    """The run's result word for its exit code (130/143: interrupted)."""
+    return _BY_EXIT_CODE.get(exit_code, "interrupted")
+
+
+def document(kind: Kind, **fields: Any) -> dict[str, Any]:
+    """A document of `kind`: the envelope first, then the command's own fields."""
+    return {"kind": kind, "api_version": API_VERSION, **fields}
+
+
+class TargetEntry(BaseModel):
+    """What every entry under `targets` has; commands add their own fields."""
+
+    model_config = ConfigDict(extra="allow")
+    name: str
+    result: TargetResult | None = None
+
+
+class Document(BaseModel):
+    """The envelope, as a schema: tests validate every command's output against it."""
+
+    model_config = ConfigDict(extra="allow")
+    kind: Kind
+    api_version: Literal["orch/v1"]
+    result: RunResult | None = None
+    targets: list[TargetEntry] | None = None
