@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from orchestrator import commands, preflight, release
 from orchestrator.cancel import Cancel
@@ -39,7 +39,17 @@ from orchestrator.server import Server
 from orchestrator.state import audit_line
 from orchestrator.transport.base import Transport
 
-Progress = Callable[[str, str], None]  # (container, step description)
+
+class Progress(Protocol):
+    """Hears each container's steps; `detail` is what a long wait last saw (a log line)."""
+
+    def __call__(self, name: str, step: str, detail: str = "") -> None: ...
+
+
+def no_progress(name: str, step: str, detail: str = "") -> None:
+    """Progress nobody watches."""
+
+
 GPU_RELEASE_TIMEOUT = 120.0
 
 
@@ -104,7 +114,7 @@ class TargetRun:
         buckets: list[ContextBucket],
         nvidia_smi: str,
         options: Options,
-        progress: Progress = lambda *_: None,
+        progress: Progress = no_progress,
         cancel: Cancel | None = None,
     ) -> None:
         self.plan, self.transport, self.playbook = plan, transport, playbook
@@ -245,8 +255,9 @@ class TargetRun:
         )
         if report is not None and not self._passed(report):
             raise NeedsAttention(
-                f"{self.plan.container}: recovering interrupted run {interrupted.run_id}: "
-                f"{back_on} did not pass its gate: {report.verdict.reason}"
+                f"recovering interrupted run {interrupted.run_id}: "
+                f"{back_on} did not pass its gate: {report.verdict.reason}",
+                subject=self.plan.container,
             )
 
     # -- the switch ------------------------------------------------------------
@@ -310,8 +321,8 @@ class TargetRun:
             server.wait_ready(
                 pid,
                 timeout,
-                tick=lambda waited: self.progress(
-                    self.plan.container, f"{prefix}wait ready ({timeout - waited:.0f} s left)"
+                tick=lambda _, line: self.progress(
+                    self.plan.container, f"{prefix}wait ready (up to {timeout:.0f} s)", line
                 ),
                 stop=stop,
             )
@@ -465,7 +476,11 @@ class TargetRun:
             out.error = "interrupted before the switch: nothing was changed"
             out.current = out.previous_release
         except OrchError as exc:
-            out.exit_code, out.error, out.result = exc.exit_code, str(exc), "failed"
+            out.exit_code, out.error, out.result = (
+                exc.exit_code,
+                exc.message_for(out.name),
+                "failed",
+            )
         return out
 
 

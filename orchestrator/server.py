@@ -33,6 +33,11 @@ WATCH_SECONDS = 30.0
 HEALTH_SECONDS = 10.0
 
 
+def last_line(log: str) -> str:
+    """The last non-blank line of a log tail ('' for none)."""
+    return next((line for line in reversed(log.splitlines()) if line.strip()), "")
+
+
 class NotReady(Exception):
     """Still loading: retried until the ready timeout."""
 
@@ -113,11 +118,12 @@ class Server:
         self,
         pid: int,
         timeout: float,
-        tick: Callable[[float], None] = lambda _: None,
+        tick: Callable[[float, str], None] = lambda *_: None,
         stop: threading.Event | None = None,
     ) -> float:
         """Poll /health with capped exponential backoff while watching the process and
         its log; fail fast on exit or a fatal log line; give up when `stop` is set.
+        `tick` hears, at every look, the seconds waited and the log's last line.
         Returns seconds waited.
 
         Every look is bounded by what is left of `timeout`, so a server that drips its
@@ -127,8 +133,8 @@ class Server:
         deadline = Deadline.after(timeout, stop)
 
         def attempt() -> None:
-            tick(time.monotonic() - started)
             state, tail = self.watch(deadline.limit(WATCH_SECONDS))
+            tick(time.monotonic() - started, last_line(tail))
             if not state.running or state.pid != pid:
                 raise ServerFailed("the server exited while starting", tail)
             marker = next((m for m in FATAL_LOG_MARKERS if m in tail), None)
