@@ -51,12 +51,14 @@ def console(stderr: bool = False) -> Console:
 @dataclass(frozen=True)
 class Column:
     """A table column. An `identifier` is typed back by users (ids, names): never cut,
-    never folded. On a narrow terminal columns go, highest `drop` first (0: never)."""
+    never left out. Only a `fold` column (free text) wraps; on a narrow terminal the
+    others go, highest `drop` first (0: never)."""
 
     header: str
     identifier: bool = False
     drop: int = 0
     justify: str = "left"
+    fold: bool = False
 
 
 Cell = str | Text
@@ -65,37 +67,38 @@ Cell = str | Text
 def fitted_table(
     out: Console, columns: Sequence[Column], rows: Sequence[Sequence[Cell]]
 ) -> RenderableType:
-    """A table that fits `out`'s width: other columns fold, then go (a note says
-    which); when even the identifiers do not fit side by side, one record per row."""
-    keep = list(range(len(columns)))
+    """A table that fits `out`'s width: free text folds, other columns go (a note says
+    which); when even the identifiers do not fit side by side, one record per row.
+    A column with nothing in it is left out."""
+    filled = [i for i in range(len(columns)) if any(_plain(row[i]) for row in rows)]
+    keep = list(filled)
+    unbounded = out.options.update(width=1_000_000)
     while True:
         table = _table(columns, rows, keep)
-        if Measurement.get(out, out.options, table).minimum <= out.width:
-            dropped = [columns[i].header for i in range(len(columns)) if i not in keep]
+        if Measurement.get(out, unbounded, table).minimum <= out.width:
+            dropped = [columns[i].header for i in filled if i not in keep]
             if not dropped:
                 return table
             return Group(table, Text(f"(narrow terminal: {', '.join(dropped)} not shown)"))
-        droppable = [i for i in keep if columns[i].drop]
+        droppable = [i for i in keep if columns[i].drop and not columns[i].identifier]
         if not droppable:
             return _records(columns, rows)
         keep.remove(max(droppable, key=lambda i: columns[i].drop))
+
+
+def _plain(cell: Cell) -> str:
+    return cell.plain if isinstance(cell, Text) else cell
 
 
 def _table(columns: Sequence[Column], rows: Sequence[Sequence[Cell]], keep: list[int]) -> Table:
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
     for i in keep:
         column = columns[i]
-        widest = max(
-            (
-                Text(cell).cell_len if isinstance(cell, str) else cell.cell_len
-                for cell in (row[i] for row in rows)
-            ),
-            default=0,
-        )
+        natural = max([len(column.header), *(Text(_plain(row[i])).cell_len for row in rows)])
         table.add_column(
             column.header,
-            no_wrap=column.identifier,
-            min_width=max(widest, len(column.header)) if column.identifier else None,
+            no_wrap=not column.fold,
+            min_width=None if column.fold else natural,
             overflow="fold",
             justify=column.justify,  # type: ignore[arg-type]
         )
@@ -112,7 +115,7 @@ def _records(columns: Sequence[Column], rows: Sequence[Sequence[Cell]]) -> Rende
         lines += [
             Text(f"{c.header:<{width}}  ") + (cell if isinstance(cell, Text) else Text(cell))
             for c, cell in zip(columns, row, strict=True)
-            if (cell.plain if isinstance(cell, Text) else cell)
+            if _plain(cell)
         ]
         lines.append(Text(""))
     return Group(*lines)
@@ -222,7 +225,7 @@ def print_profiles(profiles: Iterable[Profile], as_json: bool = False) -> None:
         Column("PROFILE", identifier=True),
         Column("KIND"),
         Column("TARGET", drop=2),
-        Column("DETAILS", drop=1),
+        Column("DETAILS", fold=True),
     ]
     out.print(fitted_table(out, columns, rows))
     for entry in entries:
@@ -431,7 +434,7 @@ def print_run(document: dict[str, Any]) -> None:
                     out.print(text(f"  why: {gate['explanation']}"), highlight=False)
                 out.print(acceptance_bars(gate.get("per_position_acceptance") or []))
                 if gate.get("by_context"):
-                    out.print(context_table(gate["by_context"]))
+                    out.print(context_table(out, gate["by_context"]))
                 if gate.get("advice"):
                     out.print(f"  advice: {gate['advice']['text']}", highlight=False)
         if target.get("findings"):
@@ -481,26 +484,36 @@ def queue_lines(connections: list[dict[str, Any]] | None) -> list[str]:
     ]
 
 
-def context_table(phases: list[dict[str, Any]]) -> Table:
+CONTEXT_COLUMNS = [
+    Column("CONTEXT"),
+    Column("TOKENS"),
+    Column("ENDPOINT"),
+    Column("TEMPLATE", fold=True),
+    Column("GATE"),
+    Column("MEAN LENGTH", justify="right"),
+    Column("DRAFTS", drop=1, justify="right"),
+]
+
+
+def context_table(out: Console, phases: list[dict[str, Any]]) -> RenderableType:
     """One row per gate phase: which context, endpoint and template settings each figure
     came from."""
-    table = Table(title="by context", title_justify="left", box=None, padding=(0, 1))
-    for column in ("context", "tokens", "endpoint", "template", "gate", "mean length", "drafts"):
-        table.add_column(column)
+    rows: list[list[Cell]] = []
     for phase in phases:
         upper = phase["max_tokens"]
         settings = phase["chat_template_kwargs"]
-        mean = phase["mean_acceptance_length"]
-        table.add_row(
-            phase["context"],
-            f"{phase['min_tokens']}..{'' if upper is None else upper}",
-            phase["endpoint"],
-            "" if settings is None else json.dumps(settings),
-            phase["verdict"],
-            "" if mean is None else f"{mean:.2f}",
-            str(phase["drafts"]),
+        rows.append(
+            [
+                phase["context"],
+                f"{phase['min_tokens']}..{'' if upper is None else upper}",
+                phase["endpoint"],
+                "" if settings is None else json.dumps(settings),
+                phase["verdict"],
+                mean_length(phase["mean_acceptance_length"]),
+                str(phase["drafts"]),
+            ]
         )
-    return table
+    return Group(Text("by context"), fitted_table(out, CONTEXT_COLUMNS, rows))
 
 
 def acceptance_bars(rates: list[float], width: int = 40) -> str:
