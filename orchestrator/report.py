@@ -74,7 +74,9 @@ def fitted_table(
     keep = list(filled)
     unbounded = out.options.update(width=1_000_000)
     while True:
-        table = _table(columns, rows, keep)
+        table = _table(columns, rows, keep, wrap_headers=False)
+        if Measurement.get(out, unbounded, table).minimum > out.width:
+            table = _table(columns, rows, keep, wrap_headers=True)
         if Measurement.get(out, unbounded, table).minimum <= out.width:
             dropped = [columns[i].header for i in filled if i not in keep]
             if not dropped:
@@ -90,15 +92,19 @@ def _plain(cell: Cell) -> str:
     return cell.plain if isinstance(cell, Text) else cell
 
 
-def _table(columns: Sequence[Column], rows: Sequence[Sequence[Cell]], keep: list[int]) -> Table:
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+def _table(
+    columns: Sequence[Column], rows: Sequence[Sequence[Cell]], keep: list[int], wrap_headers: bool
+) -> Table:
+    """Every column but free text exactly as wide as its widest cell (its header on
+    one line, or with `wrap_headers` a line per word), so nothing in it is cut."""
+    table = Table(box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), pad_edge=False, show_edge=False)
     for i in keep:
         column = columns[i]
-        natural = max([len(column.header), *(Text(_plain(row[i])).cell_len for row in rows)])
+        header = max(column.header.split(), key=len) if wrap_headers else column.header
+        natural = max([len(header), *(Text(_plain(row[i])).cell_len for row in rows)])
         table.add_column(
             column.header,
-            no_wrap=not column.fold,
-            min_width=None if column.fold else natural,
+            width=None if column.fold else natural,
             overflow="fold",
             justify=column.justify,  # type: ignore[arg-type]
         )
