@@ -115,8 +115,8 @@ def checked(result: RunResult, kind: str, code: int = 0) -> dict[str, Any]:
 
 def test_every_command_prints_one_document_of_the_contract(fleet: Fleet) -> None:
     lab = fleet.handle
-    drafter = DRAFTERS / "z-lab_Qwen3.6-27B-DFlash.config.json"
-    target = DRAFTERS / "Qwen3.6-27B.config.json"
+    drafter = str(DRAFTERS / "z-lab_Qwen3.6-27B-DFlash.config.json")
+    target = str(DRAFTERS / "Qwen3.6-27B.config.json")
     host = lab.lab.nodes()[0]
     discover = [
         "inventory", "discover", "--address", host.address, "--port", str(host.port),
