@@ -67,9 +67,9 @@ Cell = str | Text
 def fitted_table(
     out: Console, columns: Sequence[Column], rows: Sequence[Sequence[Cell]]
 ) -> RenderableType:
-    """A table that fits `out`'s width: free text folds, other columns go (a note says
-    which); when even the identifiers do not fit side by side, one record per row.
-    A column with nothing in it is left out."""
+    """A table that fits `out`'s width (print it with crop=False): free text folds,
+    other columns go (a note says which); when even the identifiers do not fit side by
+    side, one record per row. A column with nothing in it is left out."""
     filled = [i for i in range(len(columns)) if any(_plain(row[i]) for row in rows)]
     keep = list(filled)
     unbounded = out.options.update(width=1_000_000)
@@ -114,15 +114,17 @@ def _table(
 
 
 def _records(columns: Sequence[Column], rows: Sequence[Sequence[Cell]]) -> RenderableType:
-    """Each row as `HEADER: value` lines, for a terminal too narrow for any table."""
+    """Each row as `HEADER  value` lines, for a terminal too narrow for any table; an
+    identifier stays on one line (the terminal may wrap it, nothing cuts it)."""
     width = max(len(c.header) for c in columns)
     lines: list[Text] = []
     for row in rows:
-        lines += [
-            Text(f"{c.header:<{width}}  ") + (cell if isinstance(cell, Text) else Text(cell))
-            for c, cell in zip(columns, row, strict=True)
-            if _plain(cell)
-        ]
+        for column, cell in zip(columns, row, strict=True):
+            if _plain(cell):
+                line = Text(f"{column.header:<{width}}  ") + Text(_plain(cell))
+                if column.identifier:
+                    line.no_wrap, line.overflow = True, "ignore"
+                lines.append(line)
         lines.append(Text(""))
     return Group(*lines)
 
@@ -233,7 +235,7 @@ def print_profiles(profiles: Iterable[Profile], as_json: bool = False) -> None:
         Column("TARGET", drop=2),
         Column("DETAILS", fold=True),
     ]
-    out.print(fitted_table(out, columns, rows))
+    out.print(fitted_table(out, columns, rows), crop=False)
     for entry in entries:
         for note in entry["notes"]:
             out.print(text(f"note: {entry['name']}: {note}"))
@@ -306,7 +308,7 @@ def print_lab_status(doc: dict[str, Any]) -> None:
         Column("SERVERS"),
     ]
     out = console()
-    out.print(fitted_table(out, columns, rows))
+    out.print(fitted_table(out, columns, rows), crop=False)
 
 
 @dataclass
@@ -427,7 +429,7 @@ def print_run(document: dict[str, Any]) -> None:
                 str(gate.get("drafts") or ""),
             ]
         )
-    out.print(fitted_table(out, columns, rows))
+    out.print(fitted_table(out, columns, rows), crop=False)
     for target in document["targets"]:
         for label, key in (("gate", "gate"), ("rollback gate", "rollback_gate")):
             gate = target.get(key)
@@ -440,7 +442,7 @@ def print_run(document: dict[str, Any]) -> None:
                     out.print(text(f"  why: {gate['explanation']}"), highlight=False)
                 out.print(acceptance_bars(gate.get("per_position_acceptance") or []))
                 if gate.get("by_context"):
-                    out.print(context_table(out, gate["by_context"]))
+                    out.print(context_table(out, gate["by_context"]), crop=False)
                 if gate.get("advice"):
                     out.print(f"  advice: {gate['advice']['text']}", highlight=False)
         if target.get("findings"):
@@ -602,7 +604,7 @@ def print_history(doc: dict[str, Any]) -> None:
     if not rows:
         out.print("no runs recorded yet")
         return
-    out.print(fitted_table(out, HISTORY_COLUMNS, rows))
+    out.print(fitted_table(out, HISTORY_COLUMNS, rows), crop=False)
 
 
 STATUS_COLUMNS = [
@@ -613,7 +615,7 @@ STATUS_COLUMNS = [
     Column("HEALTH", drop=4),
     Column("GATE", drop=5),
     Column("MEAN LENGTH", drop=2, justify="right"),
-    Column("LOCKED BY", drop=1),
+    Column("LOCKED BY", drop=1, fold=True),
     Column("HOST", drop=6),
 ]
 
@@ -654,7 +656,7 @@ def print_status(doc: dict[str, Any]) -> None:
                 text(t["host"]),
             ]
         )
-    out.print(fitted_table(out, STATUS_COLUMNS, rows))
+    out.print(fitted_table(out, STATUS_COLUMNS, rows), crop=False)
     for t in doc["targets"]:
         for key in ("interrupted", "error"):
             if t.get(key):
