@@ -154,6 +154,7 @@ class TargetRun:
     def _rollback(self, to: str | None) -> None:
         with self._locked():
             current = release.linked(self.transport, self.layout.current)
+            self.outcome.current = current
             target = to or release.linked(self.transport, self.layout.previous)
             if not target:
                 raise _Stop(2, "no previous release to roll back to (give --to RELEASE_ID)")
@@ -363,7 +364,7 @@ class TargetRun:
         self.outcome.findings = preflight.judge(
             facts, self.plan, server.tensor_parallel_size, server.num_speculative_tokens
         )
-        self.outcome.previous_release = facts.current_release
+        self.outcome.previous_release = self.outcome.current = facts.current_release
         self.outcome.server_version = facts.server_version
         return facts
 
