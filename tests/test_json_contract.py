@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import pty
 import re
 import shutil
 import subprocess
@@ -273,3 +274,35 @@ def test_a_long_wait_off_a_terminal_prints_heartbeats_with_the_server_log(
     assert all("Starting to load model" in log for _, _, log in beats)
     waited = [int(so_far) for _, so_far, _ in beats]
     assert waited == sorted(waited) and waited[-1] >= 5  # the whole wait, not each poll
+
+
+def test_no_color_keeps_the_live_view_on_a_terminal_without_colour(fleet: Fleet) -> None:
+    """stderr on a pseudo-terminal, NO_COLOR=1: the live view (cursor control) is drawn,
+    no colour is."""
+    controller, terminal = pty.openpty()
+    env = {**fleet.handle.env, "NO_COLOR": "1", "COLUMNS": "100", "TERM": "xterm-256color"}
+    args = ["deploy", "qwen-dflash", "-i", str(fleet.handle.inventory), "--json", *FAST]
+    with subprocess.Popen(
+        [sys.executable, "-m", "orchestrator", *args],
+        stdout=subprocess.PIPE,
+        stderr=terminal,
+        env=env,
+        cwd=ROOT,
+    ) as process:
+        os.close(terminal)
+        drawn = b""
+        while True:
+            try:
+                chunk = os.read(controller, 65536)
+            except OSError:  # the terminal's other end closed: the run is over
+                break
+            if not chunk:
+                break
+            drawn += chunk
+        stdout, _ = process.communicate(timeout=300)
+    os.close(controller)
+    assert process.returncode == 0, drawn[-2000:]
+    assert json.loads(stdout)["kind"] == "DeployRun"
+    assert b"\x1b[2K" in drawn or b"\x1b[1A" in drawn  # the live table redrawn in place
+    assert b"CONTAINER" in drawn
+    assert not re.search(rb"\x1b\[[0-9;]*(3[0-7]|38;|9[0-7])[0-9;]*m", drawn)  # no colour

@@ -242,3 +242,19 @@ def test_run_report_shows_each_phase_and_the_advice(capsys: pytest.CaptureFixtur
         "4122",
     ]  # fmt: skip
     assert "  advice: positions 11-15 accept under 2% of drafts" in out
+
+
+def test_a_wait_is_one_step_however_often_it_is_polled(capsys: pytest.CaptureFixture) -> None:
+    view = report.StepView(["ct200"])
+    view("ct200", "wait ready")
+    began = view.steps["ct200"].since
+    view("ct200", "wait ready (up to 600 s)", "INFO loading")
+    view("ct200", "wait ready (up to 600 s)", "INFO loaded")
+    assert view.steps["ct200"].since == began  # the clock counts the whole wait
+    assert view.steps["ct200"].detail == "INFO loaded"
+    view("ct200", "gate")
+    assert (view.steps["ct200"].step, view.steps["ct200"].detail) == ("gate", "")
+    printed = capsys.readouterr()
+    assert printed.out == ""  # progress is never on stdout
+    steps = [line.split(": ", 1)[1] for line in printed.err.splitlines()]
+    assert steps == ["wait ready", "gate"]  # a poll is no new line; a heartbeat needs 5 s
