@@ -131,12 +131,10 @@ def print_plans(plans: Iterable[TargetPlan], written: dict[str, list[str]] | Non
     lines, never wrapped), or with `written` the local files they went to; then the checks."""
     out = console()
     for plan in plans:
-        out.print(
-            text(f"# {plan.container} on {plan.host}: release {plan.release_id}"), highlight=False
-        )
+        write_plain(f"# {plan.container} on {plan.host}: release {plan.release_id}")
         if written is not None:
             for path in written[plan.container]:
-                out.print(text(f"wrote {path}"), highlight=False)
+                write_plain(f"wrote {path}")
         else:
             for name, data in plan.files.items():
                 write_plain(f"==> {plan.container}:{plan.release_dir}/{name} <==\n")
