@@ -106,10 +106,9 @@ def deploy(
 
     inputs = operations.load(playbook, inventory_path, list(limit), list(assignments))
     options = operations.new_options(force=force, dry_run=dry_run, diff=diff)
-    show_diff = report.DiffPrinter(enabled=not as_json)  # before the view takes stdout
     with _stoppable(inputs, as_json) as (view, cancel):
         document, code = operations.deploy(
-            inputs, options, accept_new_host_keys, view, cancel, show_diff
+            inputs, options, accept_new_host_keys, view, cancel, report.DiffPrinter(view)
         )
     report.print_json(document) if as_json else report.print_run(document)
     sys.exit(code)

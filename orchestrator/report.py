@@ -155,18 +155,24 @@ def write_plain(value: str, stream: TextIO | None = None) -> None:
 
 class DiffPrinter:
     """Each container's `diff -u` on stdout as soon as it is known, a whole block at a time
-    (parallel containers never interleave), as plain lines never wrapped."""
+    (parallel containers never interleave), lines never wrapped or cut: plain text, or on
+    a terminal above the live step view (the terminal folds long lines, nothing else)."""
 
-    def __init__(self, enabled: bool = True) -> None:
-        self.enabled = enabled  # off with --json: the document has the diffs
-        self.stdout = sys.stdout  # taken before a live view may redirect sys.stdout
+    def __init__(self, view: StepView) -> None:
+        self.view = view  # disabled with --json: the document has the diffs
+        # A live view redirects sys.stdout through itself; diffs go to the real one.
+        self.stdout: TextIO = getattr(sys.stdout, "rich_proxied_file", sys.stdout)
         self.lock = threading.Lock()
 
     def __call__(self, container: str, diff: str) -> None:
-        if not (diff and self.enabled):
+        if not (diff and self.view.enabled):
             return
-        with self.lock:  # on a terminal, through the live view (it prints above itself)
-            write_plain(diff, sys.stdout if self.stdout.isatty() else self.stdout)
+        with self.lock:
+            live = self.view.live
+            if live is not None and self.stdout.isatty():
+                live.console.print(text(diff.rstrip("\n")), soft_wrap=True, highlight=False)
+            else:
+                write_plain(diff, self.stdout)
 
 
 def print_rows(rows: list[dict[str, Any]], as_json: bool = False) -> None:
