@@ -43,8 +43,9 @@ def test_dry_run_exit_codes_diffs_and_rendered_files_match_the_deploy(
     clean = lab.orch(*deploy, "--dry-run", "--diff")
     assert clean.code == 0, clean.stdout + clean.stderr
     for name in ("ct200", "ct201"):
-        new = rf"\+\+\+ {name}:{lab.deployment_dir(name)}/releases/[0-9a-f]{{12}}/serve\.sh \(new\)"
-        assert re.search(rf"^--- /dev/null\n{new}\n@@ -0,0 \+1,\d+ @@$", clean.stdout, re.M)
+        releases = re.escape(f"{name}:{lab.deployment_dir(name)}/releases/")
+        written = rf"\+\+\+ {releases}[0-9a-f]{{12}}/serve\.sh \(new\)"
+        assert re.search(rf"^--- /dev/null\n{written}\n@@ -0,0 \+1,\d+ @@$", clean.stdout, re.M)
 
     # `render --output` writes what the deploy then writes, byte for byte.
     out = tmp_path / "rendered"
@@ -70,12 +71,14 @@ def test_dry_run_exit_codes_diffs_and_rendered_files_match_the_deploy(
     lines = dry.stdout.splitlines()
     assert f"--- ct200:{ct200}/releases/{old}/serve.sh (current)" in lines
     [new_header] = [line for line in lines if line.endswith("/serve.sh (new)")]
-    new = re.fullmatch(
-        rf"\+\+\+ ct200:{ct200}/releases/([0-9a-f]{{12}})/serve\.sh \(new\)", new_header
+    header = re.fullmatch(
+        rf"\+\+\+ ct200:{re.escape(str(ct200))}/releases/([0-9a-f]{{12}})/serve\.sh \(new\)",
+        new_header,
     )
-    assert new and new[1] != old
+    assert header and header[1] != old
+    new = header[1]
     assert "-  --max-model-len 32768 \\" in lines and "+  --max-model-len 16384 \\" in lines
-    drafter = f'"model": "{ct200}/releases/{new[1]}/drafter", "num_speculative_tokens": 15}}\' \\'
+    drafter = f'"model": "{ct200}/releases/{new}/drafter", "num_speculative_tokens": 15}}\' \\'
     assert any(
         line.startswith("+  --speculative-config '") and line.endswith(drafter) for line in lines
     )
@@ -95,7 +98,7 @@ def test_dry_run_exit_codes_diffs_and_rendered_files_match_the_deploy(
     output, _ = shown.communicate(timeout=300)
     assert shown.returncode == 0, output
     assert output.index("+  --max-model-len 16384 \\") < output.index("ct200: stop server")
-    assert (ct200 / "current").readlink() == Path("releases") / new[1]
+    assert (ct200 / "current").readlink() == Path("releases") / new
     assert recorded.code == 0, recorded.stdout + recorded.stderr
     entry = target(recorded.json, "ct201")
     assert entry["result"] == "deployed"
