@@ -463,9 +463,8 @@ class TargetRun:
         and shown at once (on a deploy: before the old server stops)."""
         if not self.options.diff:
             return
-        names = list(self.plan.files)
         old = (
-            release.read_back(self.transport, self.layout.release(current), names)
+            release.read_back(self.transport, self.layout.release(current), list(release.RENDERED))
             if current
             else {}
         )

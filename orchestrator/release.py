@@ -31,6 +31,7 @@ from orchestrator.remote import run_step
 from orchestrator.transport.base import Transport
 
 MANIFEST = "manifest.json"
+RENDERED = (DRAFTER_CONFIG, LAUNCH_SCRIPT)  # the files a release may hold that --diff shows
 MODES = {LAUNCH_SCRIPT: "0755"}
 
 
@@ -216,19 +217,22 @@ def changes(
     new_dir: str,
     new: Mapping[str, bytes],
 ) -> str:
-    """What a deploy changes, as `diff -u` per file: `---` the file of the current release
-    on the target (/dev/null when it has none), `+++` the one the new release holds, each
-    named `container:path`. Unchanged files give nothing, as with diff."""
+    """What a deploy changes, as `diff -u -N` per file: `---` the file of the current
+    release on the target, `+++` the one the new release holds, each named
+    `container:path`, and /dev/null for the side that lacks it. Unchanged files give
+    nothing, as with diff."""
+
+    def label(directory: str | None, files: Mapping[str, bytes], name: str, which: str) -> str:
+        return f"{container}:{directory}/{name} ({which})" if name in files else "/dev/null"
+
     return "".join(
         unified_diff(
             current.get(name, b""),
-            data,
-            f"{container}:{current_dir}/{name} (current)"
-            if current_dir and name in current
-            else "/dev/null",
-            f"{container}:{new_dir}/{name} (new)",
+            new.get(name, b""),
+            label(current_dir, current, name, "current"),
+            label(new_dir, new, name, "new"),
         )
-        for name, data in new.items()
+        for name in dict.fromkeys([*new, *current])
     )
 
 

@@ -113,22 +113,18 @@ CURRENT_DIR = "/var/lib/orch/qwen-dflash/releases/old"
 NEW_DIR = "/var/lib/orch/qwen-dflash/releases/new"
 
 
-def gnu_diff(tmp_path: Path, old: bytes | None, new: bytes, old_label: str, new_label: str) -> str:
-    """GNU diff's own output for the same pair, the reference the diffs must match."""
-    (tmp_path / "new").write_bytes(new)
-    if old is not None:
-        (tmp_path / "old").write_bytes(old)
+def gnu_diff(
+    tmp_path: Path, old: bytes | None, new: bytes | None, old_label: str, new_label: str
+) -> str:
+    """GNU diff's own output for the same pair (None: /dev/null), the reference the diffs
+    must match."""
+    paths = []
+    for name, data in (("old", old), ("new", new)):
+        if data is not None:
+            (tmp_path / name).write_bytes(data)
+        paths.append(str(tmp_path / name) if data is not None else "/dev/null")
     done = subprocess.run(
-        [
-            "diff",
-            "-u",
-            "--label",
-            old_label,
-            "--label",
-            new_label,
-            str(tmp_path / "old") if old is not None else "/dev/null",
-            str(tmp_path / "new"),
-        ],
+        ["diff", "-u", "--label", old_label, "--label", new_label, *paths],
         capture_output=True,
         text=True,
         check=False,
@@ -190,3 +186,14 @@ def test_a_file_the_current_release_lacks_is_new_and_a_missing_newline_is_marked
     assert diff == expected
     assert "\\ No newline at end of file" in diff
     assert changes("ct201", CURRENT_DIR, new, NEW_DIR, new) == ""
+
+
+def test_a_file_the_new_release_lacks_is_removed_against_dev_null(tmp_path: Path) -> None:
+    current = {DRAFTER_CONFIG: b'{"a": 1}\n', LAUNCH_SCRIPT: b"#!/bin/sh\n"}
+    new = {LAUNCH_SCRIPT: b"#!/bin/sh\n"}
+
+    diff = changes("ct201", CURRENT_DIR, current, NEW_DIR, new)
+
+    old_label = f"ct201:{CURRENT_DIR}/{DRAFTER_CONFIG} (current)"
+    assert diff == gnu_diff(tmp_path, current[DRAFTER_CONFIG], None, old_label, "/dev/null")
+    assert diff.splitlines()[:3] == [f"--- {old_label}", "+++ /dev/null", "@@ -1 +0,0 @@"]
