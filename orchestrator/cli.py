@@ -81,7 +81,11 @@ accept_keys_option = click.option(
 @inventory_option
 @limit_option
 @set_option
-@click.option("--dry-run", is_flag=True, help="Connect and preflight; change nothing.")
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Connect and preflight, change nothing; exit 1 when preflight finds an error.",
+)
 @click.option(
     "--diff",
     is_flag=True,
@@ -324,6 +328,7 @@ def profiles(as_json: bool) -> None:
 @click.option(
     "-o",
     "--output",
+    metavar="DIR",
     type=click.Path(path_type=Path, file_okay=False),
     help="Write DIR/<container>/config.json and serve.sh as a deploy would, instead.",
 )
