@@ -9,18 +9,18 @@ shows control characters (a terminal escape in a lock owner) as escapes.
 from __future__ import annotations
 
 import json
+import sys
 import threading
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 from rich import box
 from rich.console import Console, Group, RenderableType
 from rich.live import Live
 from rich.measure import Measurement
-from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
@@ -241,8 +241,11 @@ def print_profiles(profiles: Iterable[Profile], as_json: bool = False) -> None:
             out.print(text(f"note: {entry['name']}: {note}"))
 
 
-def render_document(playbook: str, plans: Iterable[TargetPlan]) -> dict[str, Any]:
-    """`orch render --json`: each container's files as a deploy would write them."""
+def render_document(
+    playbook: str, plans: Iterable[TargetPlan], written: dict[str, list[str]] | None = None
+) -> dict[str, Any]:
+    """`orch render --json`: each container's files as a deploy would write them (and,
+    with --output, the local files they went to)."""
     targets = []
     for plan in plans:
         targets.append(
@@ -254,6 +257,7 @@ def render_document(playbook: str, plans: Iterable[TargetPlan]) -> dict[str, Any
                 "release_dir": plan.release_dir,
                 "files": {name: data.decode() for name, data in plan.files.items()},
                 "findings": [f.to_dict() for f in sorted_findings(plan.findings)],
+                **({"written": written[plan.container]} if written is not None else {}),
             }
         )
     failed = any(t["result"] == "error" for t in targets)
@@ -262,20 +266,19 @@ def render_document(playbook: str, plans: Iterable[TargetPlan]) -> dict[str, Any
     )
 
 
-def print_plans(plans: Iterable[TargetPlan]) -> None:
-    """Each file whole: highlighted on a terminal, as it is in a pipe (never wrapped)."""
+def print_plans(plans: Iterable[TargetPlan], written: dict[str, list[str]] | None = None) -> None:
+    """Each container's files as plain text under `==> container:path <==` headers (whole
+    lines, never wrapped), or with `written` the local files they went to; then the checks."""
     out = console()
     for plan in plans:
-        out.rule(text(f"{plan.container} on {plan.host}: release {plan.release_id}"))
-        for name, data in plan.files.items():
-            lexer = "json" if name.endswith(".json") else "bash"
-            out.print(text(f"{plan.release_dir}/{name}", "bold"))
-            if out.is_terminal:
-                out.print(
-                    Syntax(printable(data.decode()), lexer, theme="ansi_dark", word_wrap=True)
-                )
-            else:
-                out.file.write(printable(data.decode()))
+        write_plain(f"# {plan.container} on {plan.host}: release {plan.release_id}")
+        if written is not None:
+            for path in written[plan.container]:
+                write_plain(f"wrote {path}")
+        else:
+            for name, data in plan.files.items():
+                write_plain(f"==> {plan.container}:{plan.release_dir}/{name} <==\n")
+                write_plain(data.decode("utf-8", "replace"))
         if plan.findings:
             out.print(findings_table(plan.findings, title="drafter checks against the profile"))
         else:
@@ -309,6 +312,37 @@ def print_lab_status(doc: dict[str, Any]) -> None:
     ]
     out = console()
     out.print(fitted_table(out, columns, rows), crop=False)
+
+
+def write_plain(value: str, stream: TextIO | None = None) -> None:
+    """`value` as it is, whole lines never wrapped, ending with a newline; control
+    characters shown as escapes."""
+    out = stream or sys.stdout
+    out.write(printable(value) + ("" if value.endswith("\n") else "\n"))
+    out.flush()
+
+
+class DiffPrinter:
+    """Each container's `diff -u` on stdout as soon as it is known, a whole block at a time
+    (parallel containers never interleave), lines never wrapped or cut: plain text, or on
+    a terminal above the live step view (the terminal folds long lines, nothing else)."""
+
+    def __init__(self, view: StepView, as_json: bool) -> None:
+        self.view = view
+        self.enabled = not as_json  # with --json the document has the diffs
+        # A live view redirects sys.stdout through itself; diffs go to the real one.
+        self.stdout: TextIO = getattr(sys.stdout, "rich_proxied_file", sys.stdout)
+        self.lock = threading.Lock()
+
+    def __call__(self, container: str, diff: str) -> None:
+        if not (diff and self.enabled):
+            return
+        with self.lock:
+            live = self.view.live
+            if live is not None and self.stdout.isatty():
+                live.console.print(text(diff.rstrip("\n")), soft_wrap=True, highlight=False)
+            else:
+                write_plain(diff, self.stdout)
 
 
 @dataclass
@@ -381,6 +415,7 @@ class StepView:
                 refresh_per_second=4,
                 get_renderable=self._table,
                 transient=True,
+                redirect_stdout=False,  # stdout is for results; the view is on stderr
             )
             self.live.__enter__()
         return self
@@ -456,8 +491,8 @@ def print_run(document: dict[str, Any]) -> None:
             out.print(f"{target['name']}: {note}", markup=False, highlight=False)
         if target.get("error"):
             out.print(text(f"{target['name']}: {target['error']}", "red"), highlight=False)
-        if target.get("diff"):
-            out.print(Syntax(printable(target["diff"]), "diff", theme="ansi_dark"))
+        if target.get("diff") == "":
+            out.print(text(f"{target['name']}: no file differs from the current release"))
     for line in [*wave_lines(document.get("rollout")), *queue_lines(document.get("connections"))]:
         out.print(line, highlight=False)
     for warning in document.get("warnings", []):
