@@ -40,6 +40,7 @@ _CONTROLS = {
 
 
 HEARTBEAT_SECONDS = 5.0
+FOLD_AFTER = 24  # free text up to this wide stays on one line; longer folds
 
 
 def console(stderr: bool = False) -> Console:
@@ -96,7 +97,8 @@ def _table(
     columns: Sequence[Column], rows: Sequence[Sequence[Cell]], keep: list[int], wrap_headers: bool
 ) -> Table:
     """Every column but free text exactly as wide as its widest cell (its header on
-    one line, or with `wrap_headers` a line per word), so nothing in it is cut."""
+    one line, or with `wrap_headers` a line per word), so nothing in it is cut; free
+    text folds only beyond FOLD_AFTER."""
     table = Table(box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), pad_edge=False, show_edge=False)
     for i in keep:
         column = columns[i]
@@ -105,6 +107,7 @@ def _table(
         table.add_column(
             column.header,
             width=None if column.fold else natural,
+            min_width=min(natural, FOLD_AFTER) if column.fold else None,
             overflow="fold",
             justify=column.justify,  # type: ignore[arg-type]
         )
