@@ -437,11 +437,11 @@ def words(value: str) -> str:
     return value.replace("_", " ")
 
 
-def print_run(document: dict[str, Any]) -> None:
+def print_run(doc: dict[str, Any]) -> None:
     """The final table of a deploy or rollback, with per-position acceptance bars."""
     out = console()
     out.print(
-        text(f"{document['playbook']} run {document['run_id']}: {words(document['result'])}"),
+        text(f"{doc['playbook']} run {doc['run_id']}: {words(doc['result'])}"),
         highlight=False,
     )
     columns = [
@@ -454,7 +454,7 @@ def print_run(document: dict[str, Any]) -> None:
         Column("DRAFTS", drop=4, justify="right"),
     ]
     rows: list[list[Cell]] = []
-    for target in document["targets"]:
+    for target in doc["targets"]:
         gate = target.get("gate") or {}
         rows.append(
             [
@@ -468,7 +468,7 @@ def print_run(document: dict[str, Any]) -> None:
             ]
         )
     out.print(fitted_table(out, columns, rows), crop=False)
-    for target in document["targets"]:
+    for target in doc["targets"]:
         for label, key in (("gate", "gate"), ("rollback gate", "rollback_gate")):
             gate = target.get(key)
             if gate:
@@ -496,9 +496,9 @@ def print_run(document: dict[str, Any]) -> None:
             out.print(text(f"{target['name']}: {target['error']}", "red"), highlight=False)
         if target.get("diff") == "":
             out.print(text(f"{target['name']}: no file differs from the current release"))
-    for line in [*wave_lines(document.get("rollout")), *queue_lines(document.get("connections"))]:
+    for line in [*wave_lines(doc.get("rollout")), *queue_lines(doc.get("connections"))]:
         out.print(line, highlight=False)
-    for warning in document.get("warnings", []):
+    for warning in doc.get("warnings", []):
         out.print(text(f"warning: {warning}", "yellow"), highlight=False)
 
 
@@ -575,9 +575,9 @@ def print_json(doc: dict[str, Any]) -> None:
     print(json.dumps(doc, indent=2, default=str))
 
 
-def print_verify(document: dict[str, Any]) -> None:
+def print_verify(doc: dict[str, Any]) -> None:
     out = console()
-    for target in document["targets"]:
+    for target in doc["targets"]:
         release_id = target.get("release")
         on = f": release {release_id}" if release_id else ""
         out.rule(text(f"{target['name']} on {target['host']}{on}"))
@@ -587,8 +587,8 @@ def print_verify(document: dict[str, Any]) -> None:
             out.print(text("drift:", "red") + text(f" {drift}"), highlight=False)
         if target.get("findings"):
             out.print(findings_table([Finding(**f) for f in target["findings"]]))
-    ok = document["result"] == "ok"
-    out.print(text("ok") if ok else text(f"problems found: {words(document['result'])}", "red"))
+    ok = doc["result"] == "ok"
+    out.print(text("ok") if ok else text(f"problems found: {words(doc['result'])}", "red"))
 
 
 def _position1(target: dict[str, Any]) -> str:
