@@ -162,8 +162,9 @@ def test_every_command_prints_one_document_of_the_contract(fleet: Fleet) -> None
     assert documents["DeployRun"]["run_id"] in run_ids
     assert documents["Completion"]["script"].startswith("_orch_completion")
     assert documents["LabUp"]["started"] is True
-    profile = documents["Profiles"]["profiles"][0]
-    assert list(profile)[:3] == ["name", "kind", "target"]
+    for profile in documents["Profiles"]["profiles"]:
+        assert list(profile)[:3] == ["name", "kind", "target"]
+        assert all(re.fullmatch(r"[a-z0-9_]+", key) for key in profile), list(profile)
     for status in documents["Status"]["targets"]:
         assert (status["state"], status["server"], status["health"]) == ("serving", "running", 200)
         assert isinstance(status["pid"], int) and status["lock"] is None
