@@ -41,7 +41,8 @@ from orchestrator.transport.base import Transport
 
 
 class Progress(Protocol):
-    """Hears each container's steps; `detail` is what a long wait last saw (a log line)."""
+    """Hears each container's steps; `detail` is what a long wait last saw, in words
+    (`server log: ...`, `GPU 0: 812 of 49140 MiB free`)."""
 
     def __call__(self, name: str, step: str, detail: str = "") -> None: ...
 
@@ -311,6 +312,9 @@ class TargetRun:
                 self.playbook.server.tensor_parallel_size,
                 preflight.MIN_FREE_GPU_SHARE,
                 timeout=GPU_RELEASE_TIMEOUT,
+                tick=lambda held: self.progress(
+                    self.plan.container, f"{prefix}stop server (GPU memory)", held
+                ),
             )
         if stop and stop.is_set():  # the old server is down: straight to the way back
             raise ServerFailed("interrupted before the switch of current")
@@ -328,7 +332,9 @@ class TargetRun:
                 pid,
                 timeout,
                 tick=lambda _, line: self.progress(
-                    self.plan.container, f"{prefix}wait ready (up to {timeout:.0f} s)", line
+                    self.plan.container,
+                    f"{prefix}wait ready (up to {timeout:.0f} s)",
+                    f"server log: {line}" if line else "",
                 ),
                 stop=stop,
             )

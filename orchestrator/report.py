@@ -375,7 +375,7 @@ class StepView:
         table.add_column("CONTAINER", no_wrap=True)
         table.add_column("STEP")
         table.add_column("FOR", justify="right")
-        table.add_column("SERVER LOG", no_wrap=True, overflow="ellipsis", max_width=60)
+        table.add_column("LAST SEEN", no_wrap=True, overflow="ellipsis", max_width=60)
         for name, step in self.steps.items():
             since = f"{time.monotonic() - step.since:5.1f}s"
             table.add_row(text(name), text(step.step), since, text(step.detail))
@@ -398,8 +398,8 @@ class StepView:
                 self._say(now, f"{name}: {step}")
                 current.said = now
             elif self.enabled and now - current.said >= HEARTBEAT_SECONDS:
-                log = f"; server log: {current.detail}" if current.detail else ""
-                self._say(now, f"{name}: {step}, {now - current.since:.0f} s so far{log}")
+                seen = f"; {current.detail}" if current.detail else ""
+                self._say(now, f"{name}: {step}, {now - current.since:.0f} s so far{seen}")
                 current.said = now
 
     def _say(self, now: float, line: str) -> None:

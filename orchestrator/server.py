@@ -85,8 +85,16 @@ class Server:
             "utf-8", "replace"
         )
 
-    def wait_gpu_free(self, nvidia_smi: str, gpus: int, share: float, timeout: float) -> None:
-        """Until each of the first `gpus` GPUs has `share` of its memory free.
+    def wait_gpu_free(
+        self,
+        nvidia_smi: str,
+        gpus: int,
+        share: float,
+        timeout: float,
+        tick: Callable[[str], None] = lambda _: None,
+    ) -> None:
+        """Until each of the first `gpus` GPUs has `share` of its memory free; `tick`
+        hears, at every look that finds too little, what each short GPU has free.
 
         Judged by memory, not by PIDs: inside an LXC container nvidia-smi may show
         the host's PIDs, or none, for the old server's workers.
@@ -99,10 +107,11 @@ class Server:
             short = [g for g in parse_gpus(result.text)[:gpus] if g.free_mib < share * g.total_mib]
             if not short:
                 return
+            held = ", ".join(
+                f"GPU {g.index}: {g.free_mib} of {g.total_mib} MiB free" for g in short
+            )
+            tick(held)
             if deadline.expired():
-                held = ", ".join(
-                    f"GPU {g.index}: {g.free_mib} of {g.total_mib} MiB free" for g in short
-                )
                 raise NeedsAttention(
                     f"GPU memory not released {timeout:.0f} s after the old server stopped ({held})"
                 )

@@ -248,10 +248,10 @@ def test_a_wait_is_one_step_however_often_it_is_polled(capsys: pytest.CaptureFix
     view = report.StepView(["ct200"])
     view("ct200", "wait ready")
     began = view.steps["ct200"].since
-    view("ct200", "wait ready (up to 600 s)", "INFO loading")
-    view("ct200", "wait ready (up to 600 s)", "INFO loaded")
+    view("ct200", "wait ready (up to 600 s)", "server log: INFO loading")
+    view("ct200", "wait ready (up to 600 s)", "server log: INFO loaded")
     assert view.steps["ct200"].since == began  # the clock counts the whole wait
-    assert view.steps["ct200"].detail == "INFO loaded"
+    assert view.steps["ct200"].detail == "server log: INFO loaded"
     view("ct200", "gate")
     assert (view.steps["ct200"].step, view.steps["ct200"].detail) == ("gate", "")
     printed = capsys.readouterr()
