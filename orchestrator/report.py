@@ -331,16 +331,64 @@ def print_json(document: Any) -> None:
 
 
 def print_verify(document: dict[str, Any]) -> None:
+    """Per container: hand edits first (they fail the check), then what the playbook
+    would change now (information, with the deploy that applies it)."""
     out = console()
     for target in document["targets"]:
         out.rule(text(f"{target['name']} on {target['host']}: release {target.get('release')}"))
         if target.get("error"):
             out.print(text(target["error"], "red"), highlight=False)
-        for drift in target.get("drift", []):
-            out.print(text("drift:", "red") + text(f" {drift}"), highlight=False)
+        for change in target.get("changed_on_target", []):
+            out.print(text(change, "red"), highlight=False)
+        for change in target.get("playbook_differs", []):
+            out.print(text(change, "yellow"), highlight=False)
+        if target.get("apply_with"):
+            out.print(text(f"apply it with: {target['apply_with']}"), highlight=False)
         if target.get("findings"):
             out.print(findings_table([Finding(**f) for f in target["findings"]]))
-    out.print(text("ok") if document["ok"] else text("problems found", "red"))
+    ok = document["result"] == "ok"
+    out.print(text("ok") if ok else text("problems found", "red"))
+
+
+def print_releases(document: dict[str, Any]) -> None:
+    """One row per run and container, newest run first; then the releases kept on a
+    container that no listed run names. Ids are never cut: they are typed back."""
+    out = console()
+    table = Table(title=text(f"{document['playbook']}: runs as the containers record them"))
+    for column in ("RUN", "WHEN", "USER", "ACTION", "CONTAINER", "RESULT", "LEFT ON", "NOW"):
+        ids = column in ("RUN", "CONTAINER", "LEFT ON")
+        table.add_column(column, no_wrap=ids, overflow="ignore" if ids else "fold")
+    for run in document["runs"]:
+        for i, target in enumerate(run["targets"]):
+            first = i == 0
+            table.add_row(
+                text(run["run_id"] if first else ""),
+                text(run["time"] if first else ""),
+                text(run["user"] if first else ""),
+                text(run["action"] if first else ""),
+                text(target["name"]),
+                text(target["result"] or ""),
+                text(target["release"] or "-"),
+                text(target["state"], "bold" if target["state"] == "current" else ""),
+            )
+    out.print(table)
+    unnamed = Table(title="kept on the containers, left current by no listed run")
+    for column in ("CONTAINER", "RELEASE", "CREATED", "WRITTEN BY RUN", "NOW"):
+        unnamed.add_column(column, no_wrap=column != "CREATED")
+    for target in document["targets"]:
+        if target.get("error"):
+            out.print(text(f"{target['name']}: {target['error']}", "red"), highlight=False)
+        for kept in target.get("kept", []):
+            if not kept["named_by_a_run"]:
+                unnamed.add_row(
+                    text(target["name"]),
+                    text(kept["release"]),
+                    text(kept["created"] or "unknown"),
+                    text(kept["made_by_run"] or "unknown"),
+                    text("current" if kept["current"] else "kept"),
+                )
+    if unnamed.row_count:
+        out.print(unnamed)
 
 
 def _position1(target: dict[str, Any]) -> str:
