@@ -134,5 +134,6 @@ def test_runs_name_the_fleet_and_rollback_to_a_run_restores_it(lab: LabHandle) -
         f"changed on the target since run {first['run_id']}: config.json: SHA-256 "
     )
     assert any("dflash_config" in change for change in entry["changed_on_target"])
+    assert any(f["field"] == "dflash_config.mask_token_id" for f in entry["findings"])
     text = lab.orch("verify-config", "qwen-dflash", "-i", str(lab.inventory), "--limit", "ct200")
     assert text.code == 1 and "changed on the target since run" in text.stdout
