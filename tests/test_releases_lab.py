@@ -9,6 +9,8 @@ import json
 import pytest
 from labtools import LabHandle
 
+from orchestrator.documents import Document
+
 pytestmark = pytest.mark.lab
 
 NAMES = ("ct200", "ct201")
@@ -55,7 +57,7 @@ def test_runs_name_the_fleet_and_rollback_to_a_run_restores_it(lab: LabHandle) -
     assert manifest["playbook_path"].endswith("qwen-dflash.yaml")
     assert len(manifest["playbook_sha256"]) == 64
     code, verified = orch(lab, "verify-config")
-    assert code == 0, verified
+    assert code == 0 and Document.model_validate(verified).kind == "Verify", verified
     for entry in verified["targets"]:
         assert entry["result"] == "ok" and entry["changed_on_target"] == []
         [differs] = entry["playbook_differs"]
@@ -69,7 +71,7 @@ def test_runs_name_the_fleet_and_rollback_to_a_run_restores_it(lab: LabHandle) -
 
     # Every container names the second run, whose releases are current.
     code, listed = orch(lab, "releases")
-    assert code == 0 and listed["kind"] == "Releases" and listed["api_version"] == "orch/v1"
+    assert code == 0 and Document.model_validate(listed).kind == "Releases"
     runs = [run["run_id"] for run in listed["runs"]]
     assert runs == [second["run_id"], first["run_id"]]
     newest = {t["name"]: (t["release"], t["state"]) for t in listed["runs"][0]["targets"]}
