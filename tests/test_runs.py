@@ -20,6 +20,7 @@ from orchestrator.operations import drift
 from orchestrator.plan import DRAFTER_CONFIG, LAUNCH_SCRIPT, VIEW_CONFIG, plan_deploy
 from orchestrator.playbook import load_playbook
 from orchestrator.release import Applied, GateTarget
+from orchestrator.report import print_releases
 from orchestrator.runs import (
     AuditRecord,
     KeptRelease,
@@ -274,3 +275,49 @@ def test_drift_tells_a_hand_edit_from_a_changed_playbook() -> None:
     del on_target[LAUNCH_SCRIPT]
     changed, _ = drift(then, then.release_id, applied, on_target)
     assert f"changed on the target since run {RUN_A}: serve.sh: missing on the target" in changed
+
+
+@pytest.mark.parametrize("columns", ["200", "60"])
+def test_the_releases_table_never_cuts_an_id(
+    columns: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("COLUMNS", columns)
+    runs = fleet_runs(fleet())
+    document = {
+        "playbook": "qwen-dflash",
+        "runs": [
+            {
+                "run_id": run.run_id,
+                "time": run.time,
+                "user": run.user,
+                "action": run.action,
+                "targets": [
+                    {"name": n, "result": r.result, "release": r.current, "state": "kept"}
+                    for n, r in run.targets.items()
+                ],
+            }
+            for run in runs
+        ],
+        "targets": [
+            {
+                "name": "ct2",
+                "kept": [
+                    {
+                        "release": "b2222222",
+                        "created": None,
+                        "made_by_run": RUN_B,
+                        "current": False,
+                        "named_by_a_run": False,
+                    }
+                ],
+            }
+        ],
+    }
+    print_releases(document)
+    out = capsys.readouterr().out
+    assert max(len(line.rstrip()) for line in out.splitlines()) <= int(columns)
+    for run_id in (RUN_A, RUN_B, RUN_C):
+        assert f" {run_id} " in out
+    for release_id in ("a1111111", "a2222222", "b1111111", "b2222222"):
+        assert f" {release_id} " in out
+    assert ("WHEN" in out) == (columns == "200")
