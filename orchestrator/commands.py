@@ -268,14 +268,23 @@ def read_files(paths: Sequence[str]) -> list[str]:
     )
 
 
+GATED_AUDIT_LINE = '"verdict": "'
+"""What an audit line (state.audit_line) with a gate verdict holds: json.dumps writes a
+null verdict as `"verdict": null`."""
+
+
 def status_report(layout: Layout) -> list[str]:
-    """`key value` lines: current release, server state, lock owner, last audit line."""
+    """`key value` lines: current release, server state, lock owner, last audit line, and
+    the last audit line with a gate verdict (a run that found the release unchanged ran
+    no gate)."""
     return script(
         _PROCESS_FUNCTIONS
         + f'echo "current $(readlink {q(layout.current)} 2>/dev/null)"\n'
         + f'echo "server $(recorded {q(layout.server_pid)})"\n'
         + f'echo "lock $(cat {q(layout.lock_owner)} 2>/dev/null)"\n'
-        + f'echo "audit $(tail -n 1 {q(layout.audit_log)} 2>/dev/null)"'
+        + f'echo "audit $(tail -n 1 {q(layout.audit_log)} 2>/dev/null)"\n'
+        + f'echo "gated $(grep -F {q(GATED_AUDIT_LINE)} {q(layout.audit_log)} 2>/dev/null '
+        + '| tail -n 1)"'
     )
 
 
