@@ -41,16 +41,16 @@ class Inputs:
     playbook: Playbook
     inventory: Inventory
     plans: list[TargetPlan]
-    playbook_ref: str = ""
+    playbook_ref: str
     """The playbook as the user named it (a name or a path)."""
-    inventory_path: Path | None = None
+    inventory_path: Path
 
     def apply_command(self, container: str) -> str:
         """The deploy that applies the playbook as loaded here to one container."""
         sets = [arg for a in self.playbook.assignments for arg in ("--set", a)]
-        playbook, inventory = self.playbook_ref or self.playbook.source, self.inventory_path
+        inventory = str(self.inventory_path)
         return shlex.join(
-            ["orch", "deploy", playbook, "-i", str(inventory), "--limit", container, *sets]
+            ["orch", "deploy", self.playbook_ref, "-i", inventory, "--limit", container, *sets]
         )
 
 
@@ -275,7 +275,6 @@ def releases(inputs: Inputs, accept_new_host_keys: bool) -> tuple[dict[str, Any]
                         "state": _release_state(records[name], record.current),
                     }
                     for name, record in run.targets.items()
-                    if name in plans
                 ],
             }
             for run in runs
@@ -376,7 +375,7 @@ def drift(
     if current == plan.release_id:
         return changed, []
     differs = []
-    for name in sorted(set(plan.files) | set(applied.files) - {VIEW_CONFIG}):
+    for name in sorted(set(plan.files) | (set(applied.files) - {VIEW_CONFIG})):
         digest = applied.files.get(name)
         if name in plan.files and release.sha256(plan.files[name]) == digest:
             continue

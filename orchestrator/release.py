@@ -226,9 +226,9 @@ def compare_hashes(
     key_fields: Sequence[str],
     label: str,
 ) -> list[Mismatch]:
-    """Each file's SHA-256 against `expected`; where the expected bytes are `known`,
-    with a diff and the drafter's key fields re-checked. `label` names the expected
-    side in the messages ("rendered", "applied")."""
+    """Each file's SHA-256 against `expected`; where the expected bytes are `known`
+    (they hash to `expected`), with a diff and the drafter's key fields re-checked.
+    `label` names the expected side in the messages ("rendered", "applied by run R")."""
     mismatches = []
     for name, digest in expected.items():
         if name not in actual:
@@ -238,7 +238,7 @@ def compare_hashes(
             reason = f"SHA-256 {sha256(actual[name])[:12]} != {label} {digest[:12]}"
             mismatches.append(Mismatch(name, reason, diff))
     for name in (DRAFTER_CONFIG, VIEW_CONFIG):
-        if name in actual and name in known and sha256(known[name]) == expected.get(name):
+        if name in actual and name in known:
             mismatches += _key_field_mismatches(name, known[name], actual[name], key_fields, label)
     return mismatches
 
@@ -250,6 +250,8 @@ def _key_field_mismatches(
         got = json.loads(actual)
     except ValueError as exc:
         return [Mismatch(name, f"not valid JSON as read back: {exc}")]
+    if not isinstance(got, dict):
+        return [Mismatch(name, "not a JSON object as read back")]
     want = json.loads(expected)
     return [
         Mismatch(name, f"{key}: {got.get(key)!r} != {label} {want.get(key)!r}")
