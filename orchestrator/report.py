@@ -234,6 +234,9 @@ def print_run(document: dict[str, Any]) -> None:
             str(gate.get("drafts") or ""),
         )
     out.print(table)
+    if to := document.get("to"):
+        state = f"the state run {to['run_id']} left" if to["run_id"] else f"release {to['release']}"
+        out.print(text(f"--to {to['query']}: back to {state}"), highlight=False, soft_wrap=True)
     for target in document["targets"]:
         for label, key in (("gate", "gate"), ("rollback gate", "rollback_gate")):
             gate = target.get(key)
