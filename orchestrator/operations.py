@@ -14,7 +14,7 @@ from typing import Any
 
 from orchestrator import commands, documents, lock, preflight, release
 from orchestrator.cancel import Cancel
-from orchestrator.deploy import Options, Outcome, Progress, TargetRun
+from orchestrator.deploy import Options, Outcome, Progress, ShowDiff, TargetRun
 from orchestrator.drafters.findings import Finding, Severity
 from orchestrator.drafters.modelfiles import parse_json_document
 from orchestrator.errors import NeedsAttention, OrchError
@@ -68,6 +68,7 @@ def _target_run(
     progress: Progress,
     prompts: list[str],
     cancel: Cancel,
+    show_diff: ShowDiff = lambda *_: None,
 ) -> TargetRun:
     nvidia_smi = inputs.inventory.container_vars(plan.container).get(
         "nvidia_smi", DEFAULT_NVIDIA_SMI
@@ -88,6 +89,7 @@ def _target_run(
         options,
         progress,
         cancel,
+        show_diff,
     )
 
 
@@ -133,7 +135,9 @@ def deploy(
     accept_new_host_keys: bool,
     progress: Progress,
     cancel: Cancel,
+    show_diff: ShowDiff = lambda *_: None,
 ) -> tuple[dict[str, Any], int]:
+    """With `options.diff`, `show_diff` gets each container's diff before its switch."""
     prompts = load_prompts(inputs.playbook.gate.probe.prompts)
     started = now()
     plans = {p.container: p for p in inputs.plans}
@@ -142,7 +146,9 @@ def deploy(
         def one(name: str) -> Outcome:
             if cancel.requested:
                 return not_started(name, "not started: the run was interrupted")
-            run = _target_run(inputs, connections, plans[name], options, progress, prompts, cancel)
+            run = _target_run(
+                inputs, connections, plans[name], options, progress, prompts, cancel, show_diff
+            )
             return run.deploy()
 
         def not_started(name: str, why: str) -> Outcome:
@@ -382,7 +388,9 @@ def drift(
         on_target = actual.get(name)
         was = on_target if on_target and release.sha256(on_target) == digest else None
         diff = (
-            release.unified_diff(was, plan.files[name], name, f"applied by {since}", "rendered now")
+            release.unified_diff(
+                was, plan.files[name], f"{name} (applied by {since})", f"{name} (rendered now)"
+            )
             if was is not None and name in plan.files
             else ""
         )
