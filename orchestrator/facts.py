@@ -132,10 +132,9 @@ def parse_status_report(text: str) -> dict[str, object]:
         fields = dict(line.partition(" ")[::2] for line in text.splitlines())
         server = fields.get("server", "none").split()
         audit = json.loads(fields["audit"]) if fields.get("audit") else {}
-        last_run = {
-            key: audit.get(key)
-            for key in ("run_id", "time", "action", "result", "verdict", "mean_acceptance_length")
-        }
+        gated = json.loads(fields["gated"]) if fields.get("gated") else audit
+        last_run = {key: audit.get(key) for key in ("run_id", "time", "action", "result")}
+        last_run |= {key: gated.get(key) for key in ("verdict", "mean_acceptance_length")}
         return {
             "release": release_id_of(fields.get("current", "")),
             "server": server[0],

@@ -468,6 +468,9 @@ def print_run(doc: dict[str, Any]) -> None:
             ]
         )
     out.print(fitted_table(out, columns, rows), crop=False)
+    if to := doc.get("to"):
+        state = f"the state run {to['run_id']} left" if to["run_id"] else f"release {to['release']}"
+        out.print(text(f"--to {to['query']}: back to {state}"), highlight=False, soft_wrap=True)
     for target in doc["targets"]:
         for label, key in (("gate", "gate"), ("rollback gate", "rollback_gate")):
             gate = target.get(key)
@@ -576,6 +579,8 @@ def print_json(doc: dict[str, Any]) -> None:
 
 
 def print_verify(doc: dict[str, Any]) -> None:
+    """Per container: hand edits first (they fail the check), then what the playbook
+    would change now (information, with the deploy that applies it)."""
     out = console()
     for target in doc["targets"]:
         release_id = target.get("release")
@@ -583,12 +588,80 @@ def print_verify(doc: dict[str, Any]) -> None:
         out.rule(text(f"{target['name']} on {target['host']}{on}"))
         if target.get("error"):
             out.print(text(target["error"], "red"), highlight=False)
-        for drift in target.get("drift", []):
-            out.print(text("drift:", "red") + text(f" {drift}"), highlight=False)
+        for change in target.get("changed_on_target", []):  # whole lines, as diff prints them
+            out.print(text(change, "red"), highlight=False, soft_wrap=True)
+        for change in target.get("playbook_differs", []):
+            out.print(text(change, "yellow"), highlight=False, soft_wrap=True)
+        if target.get("apply_with"):
+            out.print(text(f"apply it with: {target['apply_with']}"), soft_wrap=True)
         if target.get("findings"):
             out.print(findings_table([Finding(**f) for f in target["findings"]]))
     ok = doc["result"] == "ok"
     out.print(text("ok") if ok else text(f"problems found: {words(doc['result'])}", "red"))
+
+
+RELEASES_COLUMNS = [
+    Column("RUN", identifier=True),
+    Column("ACTION", drop=3),
+    Column("CONTAINER", identifier=True),
+    Column("RESULT", drop=2),
+    Column("LEFT ON", identifier=True),
+    Column("NOW", drop=4),
+    Column("USER", drop=5),
+    Column("WHEN", drop=6),
+]
+KEPT_COLUMNS = [
+    Column("CONTAINER", identifier=True),
+    Column("RELEASE", identifier=True),
+    Column("NOW", drop=1),
+    Column("WRITTEN BY RUN", identifier=True, drop=2),
+    Column("CREATED", drop=3),
+]
+
+
+def print_releases(doc: dict[str, Any]) -> None:
+    """One row per run and container, newest run first; then the releases kept on a
+    container that no listed run names. Ids are never cut (they are typed back): on a
+    narrow terminal the other columns go, WHEN and USER first."""
+    out = console()
+    rows: list[list[Cell]] = []
+    for run in doc["runs"]:
+        for i, target in enumerate(run["targets"]):
+            first = i == 0
+            rows.append(
+                [
+                    text(run["run_id"] if first else ""),
+                    text(run["action"] if first else ""),
+                    text(target["name"]),
+                    text(words(target["result"] or "")),
+                    text(target["release"] or "-"),
+                    text(target["state"]),
+                    text(run["user"] if first else ""),
+                    text(run["time"] if first else ""),
+                ]
+            )
+    out.print(text(f"{doc['playbook']}: runs as the containers record them"), highlight=False)
+    out.print(fitted_table(out, RELEASES_COLUMNS, rows), crop=False)
+    unnamed: list[list[Cell]] = []
+    for target in doc["targets"]:
+        if target.get("error"):
+            out.print(text(f"{target['name']}: {target['error']}", "red"), highlight=False)
+        unnamed += [
+            [
+                text(target["name"]),
+                text(kept["release"]),
+                text("current" if kept["current"] else "kept"),
+                text(kept["made_by_run"] or "unknown"),
+                text(kept["created"] or "unknown"),
+            ]
+            for kept in target.get("kept", [])
+            if not kept["named_by_a_run"]
+        ]
+    if unnamed:
+        out.print(text("kept on the containers, left current by no listed run"))
+        out.print(fitted_table(out, KEPT_COLUMNS, unnamed), crop=False)
+    if not doc["runs"] and not unnamed:
+        out.print("no runs recorded on these containers: nothing deployed yet", highlight=False)
 
 
 def _position1(target: dict[str, Any]) -> str:

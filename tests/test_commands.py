@@ -668,6 +668,7 @@ def test_status_report_parses_into_a_status_row(
     lines = [
         audit_line("r0", "ops", "deploy", {"result": "failed"}),
         audit_line("r1", "ops", "deploy", outcome),
+        audit_line("r2", "ops", "deploy", {"result": "unchanged", "release": "0123456789ab"}),
     ]
     (deployment / "audit.log").write_text("".join(f"{line}\n" for line in lines))
 
@@ -679,11 +680,11 @@ def test_status_report_parses_into_a_status_row(
         "server": "running",
         "pid": server.pid,
         "last_run": {
-            "run_id": "r1",
+            "run_id": "r2",
             "time": parsed["last_run"]["time"],
             "action": "deploy",
-            "result": "deployed",
-            "verdict": "pass",
+            "result": "unchanged",
+            "verdict": "pass",  # the last gate: an unchanged release ran none
             "mean_acceptance_length": 4.1,
         },
         "lock": '{"run_id": "r1", "user": "ops"}',
