@@ -288,7 +288,7 @@ def releases(inputs: Inputs, accept_new_host_keys: bool) -> tuple[dict[str, Any]
                         "name": name,
                         "result": record.result,
                         "release": record.current,
-                        "state": _release_state(records[name], record.current),
+                        "release_state": _release_state(records[name], record.current),
                     }
                     for name, record in run.targets.items()
                 ],

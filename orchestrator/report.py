@@ -635,7 +635,7 @@ def print_releases(doc: dict[str, Any]) -> None:
                     text(target["name"]),
                     text(words(target["result"] or "")),
                     text(target["release"] or "-"),
-                    text(target["state"]),
+                    text(target["release_state"]),
                     text(run["user"] if first else ""),
                     text(run["time"] if first else ""),
                 ]

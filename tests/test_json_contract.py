@@ -136,6 +136,7 @@ def test_every_command_prints_one_document_of_the_contract(fleet: Fleet) -> None
         ),
         "RollbackRun": (fleet.pb("rollback", "--json", *FAST), 2),  # nothing to go back to
         "Unlock": (fleet.pb("unlock", "--json"), 0),
+        "Releases": (fleet.pb("releases", "--json"), 0),
         "History": (fleet.orch("history", "--json"), 0),
         "Profiles": (fleet.orch("profiles", "--json"), 0),
         "Render": (fleet.pb("render", "--json"), 0),
@@ -147,13 +148,18 @@ def test_every_command_prints_one_document_of_the_contract(fleet: Fleet) -> None
     documents = {kind: checked(result, kind, code) for kind, (result, code) in expected.items()}
 
     names = {"ct200", "ct201"}
-    for kind in ("DeployRun", "Status", "Verify", "RollbackRun", "Unlock", "Render", "LabStatus"):
+    for kind in (
+        "DeployRun", "Status", "Verify", "RollbackRun", "Unlock", "Render", "LabStatus", "Releases",
+    ):  # fmt: skip
         assert {t["name"] for t in documents[kind]["targets"]} == names, kind
     assert {t["name"] for t in documents["Doctor"]["targets"]} == {"pve1", *names}
     assert {t["name"] for t in documents["Inventory"]["targets"]} == names
     deployed = {t["name"]: t["release"] for t in documents["DeployRun"]["targets"]}
     assert {t["name"]: t["release"] for t in documents["Status"]["targets"]} == deployed
     assert {t["name"]: t["release"] for t in documents["Render"]["targets"]} == deployed
+    assert {t["name"]: t["current"] for t in documents["Releases"]["targets"]} == deployed
+    (first_run,) = [r for r in documents["Releases"]["runs"] if r["action"] == "deploy"][-1:]
+    assert {t["name"]: t["release"] for t in first_run["targets"]} == deployed
     assert {t["result"] for t in documents["RollbackRun"]["targets"]} == {"failed"}
     assert documents["RollbackRun"]["result"] == "bad_input"
     assert documents["Findings"]["result"] == "not_applied"

@@ -292,7 +292,7 @@ def test_the_releases_table_never_cuts_an_id(
                 "user": run.user,
                 "action": run.action,
                 "targets": [
-                    {"name": n, "result": r.result, "release": r.current, "state": "kept"}
+                    {"name": n, "result": r.result, "release": r.current, "release_state": "kept"}
                     for n, r in run.targets.items()
                 ],
             }
