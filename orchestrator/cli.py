@@ -292,12 +292,32 @@ def unlock(
 
 @cli.command()
 @click.option("-n", "count", default=20, show_default=True, help="How many runs.")
+@click.option(
+    "--show",
+    "show_run",
+    metavar="RUN_ID",
+    help="Print that run's log (a unique prefix of the id will do).",
+)
 @json_option
-def history(count: int, as_json: bool) -> None:
+def history(count: int, show_run: str | None, as_json: bool) -> None:
     """Runs from the local history: when, who, what, and each target's outcome."""
     from orchestrator import report
     from orchestrator.state import History
 
+    if show_run is not None:
+        from orchestrator import runlog
+
+        log = runlog.read(show_run)
+        if as_json:
+            from orchestrator.documents import document
+
+            report.print_json(
+                document("RunLog", run_id=log.run_id, path=str(log.path), lines=log.lines)
+            )
+        else:
+            for line in log.lines:
+                click.echo(report.printable(line))
+        return
     runs = History().last(count)
     report.print_json(runs) if as_json else report.print_history(runs)
 

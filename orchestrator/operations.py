@@ -26,6 +26,7 @@ from orchestrator.playbook import Playbook, find_playbook, load_playbook
 from orchestrator.probes import load_passages, load_prompts
 from orchestrator.probes.context import context_buckets
 from orchestrator.rollout import Plan, run_rollout
+from orchestrator.runlog import RunLog
 from orchestrator.server import Server
 from orchestrator.state import History, new_run_id, now
 from orchestrator.transport.base import Transport
@@ -114,6 +115,27 @@ def _remember(document: dict[str, Any], command: str, user: str) -> None:
         document.setdefault("warnings", []).append(str(exc))
 
 
+def _open_log(command: str, inputs: Inputs, options: Options) -> RunLog:
+    """The run's local log, started with what runs where."""
+    log = RunLog(options.run_id)
+    mode = " (dry run)" if options.dry_run else ""
+    targets = ", ".join(f"{p.container} on {p.host}" for p in inputs.plans)
+    log.note("", f"{command}{mode} {inputs.playbook.name} by {options.user}: {targets}")
+    return log
+
+
+def _close_log(log: RunLog, document: dict[str, Any], code: int) -> None:
+    """Each container's outcome and the run's result end the log; the document says
+    where it is (and, if it could not be written, why)."""
+    for target in document["targets"]:
+        error = f": {target['error']}" if target.get("error") else ""
+        log.note(target["name"], f"result {target['result']}{error}")
+    log.note("", f"result {document['result']} (exit {code})")
+    document["log"] = str(log.path)
+    if log.warning:
+        document.setdefault("warnings", []).append(log.warning)
+
+
 def deploy(
     inputs: Inputs,
     options: Options,
@@ -124,7 +146,9 @@ def deploy(
     prompts = load_prompts(inputs.playbook.gate.probe.prompts)
     started = now()
     plans = {p.container: p for p in inputs.plans}
-    with Connections(inputs.inventory, accept_new_host_keys) as connections:
+    log = _open_log("deploy", inputs, options)
+    progress = log.recording(progress)
+    with Connections(inputs.inventory, accept_new_host_keys, log) as connections:
 
         def one(name: str) -> Outcome:
             if cancel.requested:
@@ -146,6 +170,7 @@ def deploy(
     document, code = _document(inputs, options.run_id, started, rollout.outcomes, cancel)
     document["rollout"] = rollout.to_dict()
     document["connections"] = usage
+    _close_log(log, document, code)
     if not options.dry_run:
         _remember(document, "deploy", options.user)
     return document, code
@@ -162,7 +187,9 @@ def rollback(
     prompts = load_prompts(inputs.playbook.gate.probe.prompts)
     started = now()
     plans = {p.container: p for p in inputs.plans}
-    with Connections(inputs.inventory, accept_new_host_keys) as connections:
+    log = _open_log("rollback", inputs, options)
+    progress = log.recording(progress)
+    with Connections(inputs.inventory, accept_new_host_keys, log) as connections:
 
         def one(name: str) -> Outcome:
             run = _target_run(inputs, connections, plans[name], options, progress, prompts, cancel)
@@ -174,6 +201,7 @@ def rollback(
         group.succeeded.get(name) or _unreached(plans[name], group.failed[name]) for name in plans
     ]
     document, code = _document(inputs, options.run_id, started, outcomes, cancel)
+    _close_log(log, document, code)
     _remember(document, "rollback", options.user)
     return document, code
 
