@@ -144,13 +144,21 @@ def take_over_lock(lock_dir: str, stale_owner: str, owner_json: str) -> list[str
     )
 
 
-def start_server(launch_script: str, log: str, pid_file: str) -> list[str]:
-    """Start detached (own session, stdin from /dev/null, output to the log) and
-    record `PID STARTTIME`; prints `PID STARTTIME LOGSIZE`, the log's size before
-    this start (later reads of the log begin there)."""
+def start_server(
+    launch_script: str, log: str, pid_file: str, log_link: str, link_to: str
+) -> list[str]:
+    """Start detached (own session, stdin from /dev/null, output appended to `log`)
+    and record `PID STARTTIME`; `log_link` is pointed at the log first (`link_to`,
+    relative to the link), a plain file there (a deployment from before per-release
+    logs) kept as `log_link.old`. Prints `PID STARTTIME LOGSIZE`, the log's size
+    before this start (later reads of the log begin there)."""
+    link = q(log_link)
     return script(
         _PROCESS_FUNCTIONS
+        + "set -e\n"
         + f"size=$(stat -c %s {q(log)} 2>/dev/null) || size=0\n"
+        + f"if [ -f {link} ] && [ ! -L {link} ]; then mv -f {link} {q(log_link + '.old')}; fi\n"
+        + f"ln -sfn {q(link_to)} {q(log_link + '.tmp')}; mv -Tf {q(log_link + '.tmp')} {link}\n"
         + f"setsid {SH} {q(launch_script)} < /dev/null >> {q(log)} 2>&1 &\n"
         + 'pid=$!; st=$(starttime "$pid") || st=0\n'
         + f'echo "$pid $st" > {q(pid_file)}; echo "$pid $st $size"'
