@@ -177,6 +177,27 @@ def watch_server(pid_file: str, log: str, since_byte: int, lines: int) -> list[s
     )
 
 
+def read_log(log: str, lines: int, limit: int, identity: str = "", offset: int = 0) -> list[str]:
+    """One bounded read of a server log, through the `server.log` link; it starts and
+    ends, so following a log leaves nothing running on the target.
+
+    Prints a header `MODE DEV:INODE SIZE PATH` and then the data: `more` while the
+    file is still `identity` and no shorter than `offset` (its bytes from `offset`);
+    otherwise `tail` (its last `lines` lines as of SIZE). Never more than `limit`
+    bytes of data. Prints `none` when there is no log."""
+    return script(
+        f'f=$(readlink -f {q(log)}) && [ -f "$f" ] || {{ echo none; exit 0; }}\n'
+        'set -- $(stat -c "%d:%i %s" "$f")\n'
+        f'if [ "$1" = {q(identity)} ] && [ "$2" -ge {int(offset)} ]; then\n'
+        '  printf \'more %s %s %s\\n\' "$1" "$2" "$f"\n'
+        f'  tail -c +{int(offset) + 1} "$f" | head -c {int(limit)}\n'
+        "else\n"
+        '  printf \'tail %s %s %s\\n\' "$1" "$2" "$f"\n'
+        f'  head -c "$2" "$f" | tail -n {int(lines)} | tail -c {int(limit)}\n'
+        "fi"
+    )
+
+
 def server_state(pid_file: str) -> list[str]:
     """Prints `running PID`, `stopped PID` or `none`."""
     return script(_PROCESS_FUNCTIONS + f"recorded {q(pid_file)}")
