@@ -344,8 +344,8 @@ def logs(
         )
     else:
         for target in tail.targets:
-            if target["error"]:
-                warn(target["name"], target["error"])
+            if target.get("error") or target.get("note"):
+                warn(target["name"], target.get("error") or target["note"])
             for line in target["lines"]:
                 emit(target["name"], line)
     sys.exit(tail.exit_code)

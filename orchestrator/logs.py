@@ -26,6 +26,7 @@ from orchestrator.transport.pool import Connections
 READ_LIMIT = 256 * 1024
 """Bytes of log one read brings at most; a follow that falls behind reads again at once."""
 POLL_SECONDS = 1.0
+NO_LOG = "no server log yet: nothing started here"
 READ_TIMEOUT = 30.0
 
 Emit = Callable[[str, str], None]  # (container, line)
@@ -109,16 +110,10 @@ def tail(connections: Connections, plans: dict[str, TargetPlan], lines: int) -> 
             result.exit_code = max(result.exit_code, group.failed[name].exit_code)
             continue
         cursor, taken = group.succeeded[name]
-        result.targets.append(
-            {
-                "name": name,
-                "host": host,
-                "result": "ok",
-                "log": cursor.path if cursor.found else None,
-                "lines": taken,
-                "error": None if cursor.found else "no server log yet: nothing started here",
-            }
-        )
+        entry = {"name": name, "host": host, "result": "ok", "log": cursor.path, "lines": taken}
+        if not cursor.found:
+            entry.update(log=None, note=NO_LOG)
+        result.targets.append(entry)
     return result
 
 
@@ -149,7 +144,7 @@ def follow(
             if name in group.failed:
                 reason = str(group.failed[name])
             elif not cursors[name].found:
-                reason = "no server log yet: nothing started here"
+                reason = NO_LOG
             else:
                 reason = ""
             if reason and said.get(name) != reason:
