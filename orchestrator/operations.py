@@ -128,8 +128,10 @@ def _close_log(log: RunLog, document: dict[str, Any], code: int) -> None:
     """Each container's outcome and the run's result end the log; the document says
     where it is (and, if it could not be written, why)."""
     for target in document["targets"]:
+        gate = target.get("gate") or {}
+        judged = f", gate {gate['verdict']}: {gate.get('reason')}" if gate.get("verdict") else ""
         error = f": {target['error']}" if target.get("error") else ""
-        log.note(target["name"], f"result {target['result']}{error}")
+        log.note(target["name"], f"result {target['result']}{judged}{error}")
     log.note("", f"result {document['result']} (exit {code})")
     document["log"] = str(log.path)
     if log.warning:
