@@ -53,7 +53,8 @@ def test_a_deploy_keeps_its_log_and_each_release_its_server_log(lab: LabHandle) 
     assert all(line.split(" ")[1] == run_id for line in lines)
     for name in ("ct200", "ct201"):
         mine = [line.split(" ", 3)[3] for line in lines if line.split(" ")[2] == name]
-        assert "step: gate" in mine and "note: result deployed" in mine
+        assert "step: gate" in mine
+        assert any(entry.startswith("note: result deployed, gate pass") for entry in mine)
         assert any(entry.startswith("run: ") and "setsid" in entry for entry in mine)
         assert any(entry.startswith("exit: 0 after ") for entry in mine)
         assert any(entry.startswith("stdout: ") for entry in mine)
@@ -65,6 +66,15 @@ def test_a_deploy_keeps_its_log_and_each_release_its_server_log(lab: LabHandle) 
     assert (as_json["kind"], as_json["run_id"], as_json["lines"]) == ("RunLog", run_id, lines)
     unknown = lab.orch("history", "--show", "19990101")
     assert unknown.code == 2 and "no run log for '19990101'" in unknown.stderr
+
+    # A run log that cannot be written is a warning, not a failed run.
+    blocked = Path(lab.env["ORCH_STATE_DIR"]) / "blocked"
+    blocked.mkdir()
+    (blocked / "runs").write_text("a file where the runs directory goes")
+    elsewhere = LabHandle(lab.lab, {**lab.env, "ORCH_STATE_DIR": str(blocked)})
+    dry = elsewhere.orch("deploy", "qwen-dflash", "-i", str(lab.inventory), "--dry-run", "--json")
+    assert dry.code == 0, dry.stdout + dry.stderr
+    assert [w for w in dry.json["warnings"] if "could not write the run log" in w]
 
     # On the target: the server writes into its release, server.log points there.
     logs = {}
