@@ -81,8 +81,16 @@ accept_keys_option = click.option(
 @inventory_option
 @limit_option
 @set_option
-@click.option("--dry-run", is_flag=True, help="Connect and preflight; change nothing.")
-@click.option("--diff", is_flag=True, help="With --dry-run: diff each file against current.")
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Connect and preflight, change nothing; exit 1 when preflight finds an error.",
+)
+@click.option(
+    "--diff",
+    is_flag=True,
+    help="Show each file's `diff -u` against the current release (before the switch).",
+)
 @click.option("--force", is_flag=True, help="Deploy despite preflight errors (recorded).")
 @accept_keys_option
 @json_option
@@ -100,12 +108,12 @@ def deploy(
     """Render, push, verify, restart, gate; roll back by itself when the gate fails."""
     from orchestrator import operations, report
 
-    if diff and not dry_run:
-        raise click.UsageError("--diff shows what --dry-run would change: give both")
     inputs = operations.load(playbook, inventory_path, list(limit), list(assignments))
     options = operations.new_options(force=force, dry_run=dry_run, diff=diff)
     with _stoppable(inputs, as_json) as (view, cancel):
-        document, code = operations.deploy(inputs, options, accept_new_host_keys, view, cancel)
+        document, code = operations.deploy(
+            inputs, options, accept_new_host_keys, view, cancel, report.DiffPrinter(view)
+        )
     report.print_json(document) if as_json else report.print_run(document)
     sys.exit(code)
 
@@ -413,19 +421,35 @@ def profiles(as_json: bool) -> None:
 @inventory_option
 @limit_option
 @set_option
+@click.option(
+    "-o",
+    "--output",
+    metavar="DIR",
+    type=click.Path(path_type=Path, file_okay=False),
+    help="Write DIR/<container>/config.json and serve.sh as a deploy would, instead.",
+)
 def render(
-    playbook: str, inventory_path: Path, limit: tuple[str, ...], assignments: tuple[str, ...]
+    playbook: str,
+    inventory_path: Path,
+    limit: tuple[str, ...],
+    assignments: tuple[str, ...],
+    output: Path | None,
 ) -> None:
-    """Print each target's rendered drafter config and launch script, with the
-    drafter checks against the profile."""
-    from orchestrator import report
+    """Print each target's rendered drafter config and launch script (or write them
+    with --output), with the drafter checks against the profile."""
+    from orchestrator import release, report
     from orchestrator.inventory import load_inventory
     from orchestrator.plan import plan_deploy
     from orchestrator.playbook import find_playbook, load_playbook
 
     book = load_playbook(find_playbook(playbook), list(assignments))
     plans = plan_deploy(book, load_inventory(inventory_path), list(limit))
-    report.print_plans(plans)
+    written = (
+        {p.container: [str(f) for f in release.write_local(p, output)] for p in plans}
+        if output
+        else None
+    )
+    report.print_plans(plans, written)
     sys.exit(1 if any(report.has_errors(p.findings) for p in plans) else 0)
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from orchestrator import commands, lock, preflight, release
 from orchestrator.cancel import Cancel
-from orchestrator.deploy import Options, Outcome, Progress, TargetRun
+from orchestrator.deploy import Options, Outcome, Progress, ShowDiff, TargetRun
 from orchestrator.drafters.findings import Finding, Severity
 from orchestrator.drafters.modelfiles import parse_json_document
 from orchestrator.errors import NeedsAttention, OrchError
@@ -56,6 +56,7 @@ def _target_run(
     progress: Progress,
     prompts: list[str],
     cancel: Cancel,
+    show_diff: ShowDiff = lambda *_: None,
 ) -> TargetRun:
     nvidia_smi = inputs.inventory.container_vars(plan.container).get(
         "nvidia_smi", DEFAULT_NVIDIA_SMI
@@ -76,6 +77,7 @@ def _target_run(
         options,
         progress,
         cancel,
+        show_diff,
     )
 
 
@@ -144,7 +146,9 @@ def deploy(
     accept_new_host_keys: bool,
     progress: Progress,
     cancel: Cancel,
+    show_diff: ShowDiff = lambda *_: None,
 ) -> tuple[dict[str, Any], int]:
+    """With `options.diff`, `show_diff` gets each container's diff before its switch."""
     prompts = load_prompts(inputs.playbook.gate.probe.prompts)
     started = now()
     plans = {p.container: p for p in inputs.plans}
@@ -155,7 +159,9 @@ def deploy(
         def one(name: str) -> Outcome:
             if cancel.requested:
                 return not_started(name, "not started: the run was interrupted")
-            run = _target_run(inputs, connections, plans[name], options, progress, prompts, cancel)
+            run = _target_run(
+                inputs, connections, plans[name], options, progress, prompts, cancel, show_diff
+            )
             return run.deploy()
 
         def not_started(name: str, why: str) -> Outcome:

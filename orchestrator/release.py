@@ -15,12 +15,14 @@ import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
 from orchestrator import commands
 from orchestrator.drafters.findings import Finding
+from orchestrator.errors import InputError
 from orchestrator.facts import parse_frames, parse_release_list, release_id_of
 from orchestrator.layout import Layout
 from orchestrator.plan import DRAFTER_CONFIG, LAUNCH_SCRIPT, VIEW_CONFIG, TargetPlan
@@ -29,6 +31,7 @@ from orchestrator.remote import run_step
 from orchestrator.transport.base import Transport
 
 MANIFEST = "manifest.json"
+RENDERED = (DRAFTER_CONFIG, LAUNCH_SCRIPT)  # the files a release may hold that --diff shows
 MODES = {LAUNCH_SCRIPT: "0755"}
 
 
@@ -93,6 +96,23 @@ def write(transport: Transport, plan: TargetPlan, files: Mapping[str, bytes]) ->
         )
 
 
+def write_local(plan: TargetPlan, directory: Path) -> list[Path]:
+    """The release's files as a deploy writes them (same bytes, same modes), in
+    `directory/<container>/`, for review or a pipeline's artefacts."""
+    target = directory / plan.container
+    written = []
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+        for name, data in plan.files.items():
+            path = target / name
+            path.write_bytes(data)
+            path.chmod(int(MODES.get(name, "0644"), 8))
+            written.append(path)
+    except OSError as exc:
+        raise InputError(f"{exc.filename}: cannot write: {exc.strerror}") from exc
+    return written
+
+
 def read_back(transport: Transport, release_dir: str, names: list[str]) -> dict[str, bytes]:
     """Whole files of a release, in one round trip; a missing one is absent."""
     paths = [f"{release_dir}/{name}" for name in names]
@@ -152,7 +172,7 @@ def compare(
                 Mismatch(
                     name,
                     f"SHA-256 {sha256(actual[name])[:12]} != rendered {sha256(data)[:12]}",
-                    unified_diff(data, actual[name], name),
+                    unified_diff(data, actual[name], f"{name} (rendered)", f"{name} (on target)"),
                 )
             )
     for name in (DRAFTER_CONFIG, VIEW_CONFIG):
@@ -176,14 +196,43 @@ def _key_field_mismatches(
     ]
 
 
-def unified_diff(expected: bytes, actual: bytes, name: str) -> str:
+def unified_diff(old: bytes, new: bytes, old_label: str, new_label: str) -> str:
+    """`diff -u old new` with these labels: whole lines, an absent side given as empty
+    bytes and labelled /dev/null by the caller, and diff's marker for a last line
+    without its newline."""
+
+    def lines(data: bytes) -> list[str]:
+        split = data.decode("utf-8", "replace").splitlines(keepends=True)
+        if split and not split[-1].endswith("\n"):
+            split[-1] += "\n\\ No newline at end of file\n"
+        return split
+
+    return "".join(difflib.unified_diff(lines(old), lines(new), old_label, new_label))
+
+
+def changes(
+    container: str,
+    current_dir: str | None,
+    current: Mapping[str, bytes],
+    new_dir: str,
+    new: Mapping[str, bytes],
+) -> str:
+    """What a deploy changes, as `diff -u -N` per file: `---` the file of the current
+    release on the target, `+++` the one the new release holds, each named
+    `container:path`, and /dev/null for the side that lacks it. Unchanged files give
+    nothing, as with diff."""
+
+    def label(directory: str | None, files: Mapping[str, bytes], name: str, which: str) -> str:
+        return f"{container}:{directory}/{name} ({which})" if name in files else "/dev/null"
+
     return "".join(
-        difflib.unified_diff(
-            expected.decode("utf-8", "replace").splitlines(keepends=True),
-            actual.decode("utf-8", "replace").splitlines(keepends=True),
-            f"{name} (rendered)",
-            f"{name} (on target)",
+        unified_diff(
+            current.get(name, b""),
+            new.get(name, b""),
+            label(current_dir, current, name, "current"),
+            label(new_dir, new, name, "new"),
         )
+        for name in dict.fromkeys([*new, *current])
     )
 
 

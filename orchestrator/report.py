@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import threading
 import time
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 from rich.console import Console
 from rich.live import Live
-from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
@@ -126,18 +126,53 @@ def print_profiles(profiles: Iterable[Profile], as_json: bool = False) -> None:
         out.print(text(f"note: {note}"))
 
 
-def print_plans(plans: Iterable[TargetPlan]) -> None:
+def print_plans(plans: Iterable[TargetPlan], written: dict[str, list[str]] | None = None) -> None:
+    """Each container's files as plain text under `==> container:path <==` headers (whole
+    lines, never wrapped), or with `written` the local files they went to; then the checks."""
     out = console()
     for plan in plans:
-        out.rule(text(f"{plan.container} on {plan.host}: release {plan.release_id}"))
-        for name, data in plan.files.items():
-            lexer = "json" if name.endswith(".json") else "bash"
-            out.print(text(f"{plan.release_dir}/{name}", "bold"))
-            out.print(Syntax(printable(data.decode()), lexer, theme="ansi_dark", word_wrap=True))
+        write_plain(f"# {plan.container} on {plan.host}: release {plan.release_id}")
+        if written is not None:
+            for path in written[plan.container]:
+                write_plain(f"wrote {path}")
+        else:
+            for name, data in plan.files.items():
+                write_plain(f"==> {plan.container}:{plan.release_dir}/{name} <==\n")
+                write_plain(data.decode("utf-8", "replace"))
         if plan.findings:
             out.print(findings_table(plan.findings, title="drafter checks against the profile"))
         else:
             out.print("drafter checks: no findings")
+
+
+def write_plain(value: str, stream: TextIO | None = None) -> None:
+    """`value` as it is, whole lines never wrapped, ending with a newline; control
+    characters shown as escapes."""
+    out = stream or sys.stdout
+    out.write(printable(value) + ("" if value.endswith("\n") else "\n"))
+    out.flush()
+
+
+class DiffPrinter:
+    """Each container's `diff -u` on stdout as soon as it is known, a whole block at a time
+    (parallel containers never interleave), lines never wrapped or cut: plain text, or on
+    a terminal above the live step view (the terminal folds long lines, nothing else)."""
+
+    def __init__(self, view: StepView) -> None:
+        self.view = view  # disabled with --json: the document has the diffs
+        # A live view redirects sys.stdout through itself; diffs go to the real one.
+        self.stdout: TextIO = getattr(sys.stdout, "rich_proxied_file", sys.stdout)
+        self.lock = threading.Lock()
+
+    def __call__(self, container: str, diff: str) -> None:
+        if not (diff and self.view.enabled):
+            return
+        with self.lock:
+            live = self.view.live
+            if live is not None and self.stdout.isatty():
+                live.console.print(text(diff.rstrip("\n")), soft_wrap=True, highlight=False)
+            else:
+                write_plain(diff, self.stdout)
 
 
 def print_rows(rows: list[dict[str, Any]], as_json: bool = False) -> None:
@@ -260,8 +295,8 @@ def print_run(document: dict[str, Any]) -> None:
             out.print(f"{target['name']}: {note}", markup=False, highlight=False)
         if target.get("error"):
             out.print(text(f"{target['name']}: {target['error']}", "red"), highlight=False)
-        if target.get("diff"):
-            out.print(Syntax(printable(target["diff"]), "diff", theme="ansi_dark"))
+        if target.get("diff") == "":
+            out.print(text(f"{target['name']}: no file differs from the current release"))
     for line in [*wave_lines(document.get("rollout")), *queue_lines(document.get("connections"))]:
         out.print(line, highlight=False)
     for warning in document.get("warnings", []):

@@ -267,30 +267,6 @@ def test_accept_new_host_keys_records_them(lab: LabHandle, tmp_path: Path) -> No
     assert recorded == expected
 
 
-def test_dry_run_diff_changes_nothing(lab: LabHandle) -> None:
-    code, first = deploy(lab, "--limit", "ct200")
-    assert code == 0
-    result = lab.orch(
-        "deploy",
-        "qwen-dflash",
-        "-i",
-        str(lab.inventory),
-        "--limit",
-        "ct200",
-        "--dry-run",
-        "--diff",
-        "--json",
-        "--set",
-        "server.max_model_len=8192",
-    )
-    entry = target(result.json, "ct200")
-    assert result.code == 0 and entry["result"] == "dry_run"
-    assert "+  --max-model-len 8192 \\" in entry["diff"]
-    assert "-  --max-model-len 32768 \\" in entry["diff"]
-    releases = lab.deployment_dir("ct200") / "releases"
-    assert [p.name for p in releases.iterdir()] == [target(first, "ct200")["release"]]
-
-
 def test_history_is_sqlite_in_the_state_dir(lab: LabHandle) -> None:
     code, first = deploy(lab, "--limit", "ct201")
     assert code == 0
