@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from orchestrator import commands, lock, preflight, release
+from orchestrator import commands, lock, preflight, release, runlog
 from orchestrator.cancel import Cancel
 from orchestrator.deploy import Options, Outcome, Progress, ShowDiff, TargetRun
 from orchestrator.drafters.findings import Finding, Severity
@@ -26,7 +26,6 @@ from orchestrator.playbook import Playbook, find_playbook, load_playbook
 from orchestrator.probes import load_passages, load_prompts
 from orchestrator.probes.context import context_buckets
 from orchestrator.rollout import Plan, run_rollout
-from orchestrator.runlog import RunLog
 from orchestrator.server import Server
 from orchestrator.state import History, new_run_id, now
 from orchestrator.transport.base import Transport
@@ -117,16 +116,18 @@ def _remember(document: dict[str, Any], command: str, user: str) -> None:
         document.setdefault("warnings", []).append(str(exc))
 
 
-def _open_log(command: str, inputs: Inputs, options: Options) -> RunLog:
-    """The run's local log, started with what runs where."""
-    log = RunLog(options.run_id)
+def _open_log(command: str, inputs: Inputs, options: Options) -> runlog.RunLog:
+    """The run's local log, started with what runs where (the oldest logs beyond
+    runlog.KEPT make room for it)."""
+    runlog.prune()
+    log = runlog.RunLog(options.run_id)
     mode = " (dry run)" if options.dry_run else ""
     targets = ", ".join(f"{p.container} on {p.host}" for p in inputs.plans)
     log.note("", f"{command}{mode} {inputs.playbook.name} by {options.user}: {targets}")
     return log
 
 
-def _close_log(log: RunLog, document: dict[str, Any], code: int) -> None:
+def _close_log(log: runlog.RunLog, document: dict[str, Any], code: int) -> None:
     """Each container's outcome and the run's result end the log; the document says
     where it is (and, if it could not be written, why)."""
     for target in document["targets"]:

@@ -30,6 +30,8 @@ RUNS_DIR = "runs"
 SUFFIX = ".log"
 FIELD_LIMIT = 4096
 """Bytes kept of each command's argv, stdout and stderr: the first and last halves."""
+KEPT = 500
+"""Run logs kept on the control machine; a new run removes the oldest beyond it."""
 RUN_ID = re.compile(r"[0-9A-Za-z][0-9A-Za-z_-]*")
 NO_CONTAINER = "-"
 
@@ -143,6 +145,18 @@ class RunLog:
                 if data
             ]
         self.write(container, fields)
+
+
+def prune(keep: int = KEPT) -> None:
+    """Remove all but the newest `keep` run logs (run ids sort by their start time).
+    Housekeeping only: what cannot be removed now is tried again by the next run."""
+    directory = runs_dir()
+    try:
+        logs = sorted(directory.glob(f"*{SUFFIX}"))
+        for old in logs[: max(0, len(logs) - keep)]:
+            old.unlink(missing_ok=True)
+    except OSError:
+        return
 
 
 @dataclass(frozen=True)

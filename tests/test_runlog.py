@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.errors import InputError, TransportError
-from orchestrator.runlog import FIELD_LIMIT, RunLog, bounded, find, read
+from orchestrator.runlog import FIELD_LIMIT, RunLog, bounded, find, prune, read
 from orchestrator.transport.memory import MemoryTransport, reply
 from orchestrator.transport.recorded import RecordedTransport
 
@@ -127,3 +127,17 @@ def test_a_run_is_found_by_its_id_or_a_unique_prefix(
     for bad in ("", "../20261202", "2026*", "a/b"):
         with pytest.raises(InputError, match="is not a run id"):
             find(bad)
+
+
+def test_only_the_newest_run_logs_are_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ORCH_STATE_DIR", str(tmp_path))
+    ids = [f"202612{day:02d}T100000Z-abcdef" for day in (3, 1, 2, 4)]
+    for run_id in ids:
+        RunLog(run_id).note("", "ran")
+    prune(keep=2)
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == [
+        "20261203T100000Z-abcdef.log",
+        "20261204T100000Z-abcdef.log",
+    ]
+    prune(keep=5)
+    assert len(list((tmp_path / "runs").iterdir())) == 2
