@@ -152,13 +152,12 @@ def start_server(
     relative to the link), a plain file there (a deployment from before per-release
     logs) kept as `log_link.old`. Prints `PID STARTTIME LOGSIZE`, the log's size
     before this start (later reads of the log begin there)."""
-    link = q(log_link)
+    link, old, tmp = q(log_link), q(log_link + ".old"), q(log_link + ".tmp")
     return script(
         _PROCESS_FUNCTIONS
-        + "set -e\n"
         + f"size=$(stat -c %s {q(log)} 2>/dev/null) || size=0\n"
-        + f"if [ -f {link} ] && [ ! -L {link} ]; then mv -f {link} {q(log_link + '.old')}; fi\n"
-        + f"ln -sfn {q(link_to)} {q(log_link + '.tmp')}; mv -Tf {q(log_link + '.tmp')} {link}\n"
+        + f"if [ -f {link} ] && [ ! -L {link} ]; then mv -f {link} {old} || exit 1; fi\n"
+        + f"ln -sfn {q(link_to)} {tmp} && mv -Tf {tmp} {link} || exit 1\n"
         + f"setsid {SH} {q(launch_script)} < /dev/null >> {q(log)} 2>&1 &\n"
         + 'pid=$!; st=$(starttime "$pid") || st=0\n'
         + f'echo "$pid $st" > {q(pid_file)}; echo "$pid $st $size"'

@@ -489,6 +489,17 @@ def stop(deployment: Path, timeout: float = 5.0) -> str:
     return done.stdout.decode().strip()
 
 
+def test_a_log_link_that_cannot_be_made_starts_nothing(deployment: Path) -> None:
+    (deployment / "server.log" / "in the way").mkdir(parents=True)
+    script = deployment / "releases" / "r1" / "serve.sh"
+    script.parent.mkdir(parents=True)
+    script.write_text("exec sleep 60\n")
+    done = run(start_release(deployment, "r1"))
+    assert done.returncode == 1
+    assert not (deployment / "server.pid").exists()
+    assert not (deployment / "releases" / "r1" / "server.log").exists()
+
+
 def test_start_detaches_records_pid_and_start_time_then_stop_terminates(
     deployment: Path, processes: Processes
 ) -> None:
