@@ -141,7 +141,13 @@ def _stoppable(inputs: Any, as_json: bool) -> Iterator[tuple[Any, Any]]:
 @inventory_option
 @limit_option
 @set_option
-@click.option("--to", "to_release", metavar="RELEASE_ID", help="Default: the previous release.")
+@click.option(
+    "--to",
+    "to_release",
+    metavar="ID",
+    help="A run id (every container back to what that run left it on), a release id, or a "
+    "unique prefix of either (see `orch releases`). Default: each container's previous release.",
+)
 @accept_keys_option
 @json_option
 def rollback(
@@ -153,7 +159,8 @@ def rollback(
     accept_new_host_keys: bool,
     as_json: bool,
 ) -> None:
-    """Switch back to an earlier release, wait until ready, and gate it."""
+    """Switch back to an earlier release, wait until ready, and gate it; with --to RUN_ID
+    the whole fleet goes back to that run's state (containers it did not touch are skipped)."""
     from orchestrator import operations, report
 
     inputs = operations.load(playbook, inventory_path, list(limit), list(assignments))
@@ -276,6 +283,29 @@ def status(
     inputs = operations.load(playbook, inventory_path, list(limit), [])
     rows, code = operations.status(inputs, accept_new_host_keys)
     report.print_rows(rows, as_json=as_json)
+    sys.exit(code)
+
+
+@cli.command()
+@click.argument("playbook")
+@inventory_option
+@limit_option
+@accept_keys_option
+@json_option
+def releases(
+    playbook: str,
+    inventory_path: Path,
+    limit: tuple[str, ...],
+    accept_new_host_keys: bool,
+    as_json: bool,
+) -> None:
+    """Per run, newest first: the release it left each container on, and whether that
+    release is current, kept or pruned, as the containers record it (their audit logs)."""
+    from orchestrator import operations, report
+
+    inputs = operations.load(playbook, inventory_path, list(limit), [])
+    document, code = operations.releases(inputs, accept_new_host_keys)
+    report.print_json(document) if as_json else report.print_releases(document)
     sys.exit(code)
 
 

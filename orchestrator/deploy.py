@@ -139,6 +139,7 @@ class TargetRun:
             if previous == self.plan.release_id and facts.server.running and self._unchanged():
                 self.outcome.current = previous
                 self._diff(previous)
+                self._audit("deploy")  # the run names this container's state too
                 return
             self.cancel.check()
             self._write_release(forced)
@@ -158,6 +159,11 @@ class TargetRun:
                     2, f"release {target!r} is not on the target (kept: {', '.join(on_target)})"
                 )
             self.outcome.release, self.outcome.previous_release = target, current
+            server = Server(self.transport, self.layout, self.plan.address, self.plan.port)
+            if target == current and server.state().running:
+                self.outcome.result, self.outcome.current = "unchanged", current
+                self._audit("rollback")
+                return
             self.cancel.check()
             self._switch_and_judge("rollback", current, target, [])
 
@@ -383,7 +389,7 @@ class TargetRun:
         files = {
             **self.plan.files,
             release.MANIFEST: release.manifest(
-                self.plan, self.options.run_id, forced, GateTarget.of(self.playbook)
+                self.plan, self.playbook, self.options.run_id, forced, GateTarget.of(self.playbook)
             ),
         }
         with self._step("write release"):
@@ -431,6 +437,7 @@ class TargetRun:
             {
                 "result": "recovered",
                 "release": back_on,
+                "current": back_on,
                 "previous_release": interrupted.to_release,
                 "gate": report.to_dict() if report else None,
                 "interrupted_run": interrupted.run_id,

@@ -11,7 +11,8 @@
   server.log         link to the started release's server.log (a deployment from
                      before per-release logs has a file here: it is kept as
                      server.log.old at the next start)
-  audit.log          one JSON line per run
+  audit.log          one JSON line per run's decision: the release it left
+                     `current` on (orchestrator/runs.py reads them back)
 """
 
 from __future__ import annotations

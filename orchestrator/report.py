@@ -269,6 +269,9 @@ def print_run(document: dict[str, Any]) -> None:
             str(gate.get("drafts") or ""),
         )
     out.print(table)
+    if to := document.get("to"):
+        state = f"the state run {to['run_id']} left" if to["run_id"] else f"release {to['release']}"
+        out.print(text(f"--to {to['query']}: back to {state}"), highlight=False, soft_wrap=True)
     for target in document["targets"]:
         for label, key in (("gate", "gate"), ("rollback gate", "rollback_gate")):
             gate = target.get(key)
@@ -368,16 +371,91 @@ def print_json(document: Any) -> None:
 
 
 def print_verify(document: dict[str, Any]) -> None:
+    """Per container: hand edits first (they fail the check), then what the playbook
+    would change now (information, with the deploy that applies it)."""
     out = console()
     for target in document["targets"]:
         out.rule(text(f"{target['name']} on {target['host']}: release {target.get('release')}"))
         if target.get("error"):
             out.print(text(target["error"], "red"), highlight=False)
-        for drift in target.get("drift", []):
-            out.print(text("drift:", "red") + text(f" {drift}"), highlight=False)
+        for change in target.get("changed_on_target", []):  # whole lines, as diff prints them
+            out.print(text(change, "red"), highlight=False, soft_wrap=True)
+        for change in target.get("playbook_differs", []):
+            out.print(text(change, "yellow"), highlight=False, soft_wrap=True)
+        if target.get("apply_with"):
+            out.print(text(f"apply it with: {target['apply_with']}"), soft_wrap=True)
         if target.get("findings"):
             out.print(findings_table([Finding(**f) for f in target["findings"]]))
-    out.print(text("ok") if document["ok"] else text("problems found", "red"))
+    ok = document["result"] == "ok"
+    out.print(text("ok") if ok else text("problems found", "red"))
+
+
+def print_releases(document: dict[str, Any]) -> None:
+    """One row per run and container, newest run first; then the releases kept on a
+    container that no listed run names. Ids are never cut (they are typed back): on a
+    narrow terminal the other columns go, WHEN and USER first."""
+    out = console()
+    rows = []
+    for run in document["runs"]:
+        for i, target in enumerate(run["targets"]):
+            rows.append(
+                {
+                    "RUN": run["run_id"] if i == 0 else "",
+                    "ACTION": run["action"] if i == 0 else "",
+                    "CONTAINER": target["name"],
+                    "RESULT": target["result"] or "",
+                    "LEFT ON": target["release"] or "-",
+                    "NOW": target["state"],
+                    "USER": run["user"] if i == 0 else "",
+                    "WHEN": run["time"] if i == 0 else "",
+                }
+            )
+    title = text(f"{document['playbook']}: runs as the containers record them")
+    out.print(_fitted_table(rows, ["WHEN", "USER", "ACTION", "NOW", "RESULT"], out, title))
+    unnamed = []
+    for target in document["targets"]:
+        if target.get("error"):
+            out.print(text(f"{target['name']}: {target['error']}", "red"), highlight=False)
+        unnamed += [
+            {
+                "CONTAINER": target["name"],
+                "RELEASE": kept["release"],
+                "NOW": "current" if kept["current"] else "kept",
+                "WRITTEN BY RUN": kept["made_by_run"] or "unknown",
+                "CREATED": kept["created"] or "unknown",
+            }
+            for kept in target.get("kept", [])
+            if not kept["named_by_a_run"]
+        ]
+    if unnamed:
+        title = text("kept on the containers, left current by no listed run")
+        out.print(_fitted_table(unnamed, ["CREATED", "WRITTEN BY RUN", "NOW"], out, title))
+    if not document["runs"] and not unnamed:
+        out.print("no runs recorded on these containers: nothing deployed yet", highlight=False)
+
+
+def _fitted_table(
+    rows: list[dict[str, str]], droppable: list[str], out: Console, title: Text
+) -> Table:
+    """A table of whole cells, never wrapped: the `droppable` columns are left out,
+    first to last, until the rest fits the console."""
+    columns = list(rows[0]) if rows else []
+
+    def build() -> Table:
+        table = Table(title=title)
+        for name in columns:
+            table.add_column(name, no_wrap=True)
+        for row in rows:
+            table.add_row(*(text(row[name]) for name in columns))
+        return table
+
+    table = build()
+    for name in droppable:
+        if out.measure(table, options=out.options.update(max_width=1 << 16)).maximum <= out.width:
+            break
+        columns.remove(name)
+        table = build()
+    return table
 
 
 def _position1(target: dict[str, Any]) -> str:

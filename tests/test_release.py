@@ -102,6 +102,13 @@ def test_truncated_json_is_not_valid_json(rendered: dict[str, bytes]) -> None:
     assert invalid.reason.startswith("not valid JSON as read back: ")
 
 
+def test_json_that_is_not_an_object_is_a_mismatch(rendered: dict[str, bytes]) -> None:
+    sha, not_object = compare(rendered, {**rendered, VIEW_CONFIG: b"[1, 2]"})
+
+    assert sha.name == not_object.name == VIEW_CONFIG
+    assert not_object.reason == "not a JSON object as read back"
+
+
 def test_a_file_missing_on_the_target(rendered: dict[str, bytes]) -> None:
     read_back = {name: data for name, data in rendered.items() if name != LAUNCH_SCRIPT}
     assert compare(rendered, read_back) == [Mismatch(LAUNCH_SCRIPT, "missing on the target")]
