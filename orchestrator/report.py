@@ -503,6 +503,8 @@ def print_run(doc: dict[str, Any]) -> None:
         out.print(line, highlight=False)
     for warning in doc.get("warnings", []):
         out.print(text(f"warning: {warning}", "yellow"), highlight=False)
+    if doc.get("log"):
+        out.print(text(f"run log: {doc['log']} (orch history --show {doc['run_id']})"))
 
 
 def wave_lines(rollout: dict[str, Any] | None) -> list[str]:

@@ -137,6 +137,11 @@ def test_every_command_prints_one_document_of_the_contract(fleet: Fleet) -> None
         "RollbackRun": (fleet.pb("rollback", "--json", *FAST), 2),  # nothing to go back to
         "Unlock": (fleet.pb("unlock", "--json"), 0),
         "Releases": (fleet.pb("releases", "--json"), 0),
+        "Logs": (fleet.pb("logs", "-n", "5", "--json"), 0),
+        "RunLog": (
+            fleet.orch("history", "--show", fleet.runs["deploy"].json["run_id"], "--json"),
+            0,
+        ),
         "History": (fleet.orch("history", "--json"), 0),
         "Profiles": (fleet.orch("profiles", "--json"), 0),
         "Render": (fleet.pb("render", "--json"), 0),
@@ -150,6 +155,7 @@ def test_every_command_prints_one_document_of_the_contract(fleet: Fleet) -> None
     names = {"ct200", "ct201"}
     for kind in (
         "DeployRun", "Status", "Verify", "RollbackRun", "Unlock", "Render", "LabStatus", "Releases",
+        "Logs",
     ):  # fmt: skip
         assert {t["name"] for t in documents[kind]["targets"]} == names, kind
     assert {t["name"] for t in documents["Doctor"]["targets"]} == {"pve1", *names}
@@ -158,6 +164,9 @@ def test_every_command_prints_one_document_of_the_contract(fleet: Fleet) -> None
     assert {t["name"]: t["release"] for t in documents["Status"]["targets"]} == deployed
     assert {t["name"]: t["release"] for t in documents["Render"]["targets"]} == deployed
     assert {t["name"]: t["current"] for t in documents["Releases"]["targets"]} == deployed
+    assert all(t["lines"] for t in documents["Logs"]["targets"])
+    assert documents["RunLog"]["run_id"] == documents["DeployRun"]["run_id"]
+    assert any("ct200" in line and "preflight" in line for line in documents["RunLog"]["lines"])
     (first_run,) = [r for r in documents["Releases"]["runs"] if r["action"] == "deploy"][-1:]
     assert {t["name"]: t["release"] for t in first_run["targets"]} == deployed
     assert {t["result"] for t in documents["RollbackRun"]["targets"]} == {"failed"}
