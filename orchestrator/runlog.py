@@ -118,11 +118,11 @@ class RunLog:
             self.write(container, [("step", text)])
 
     def recording(self, forward: Progress) -> Progress:
-        """A progress callback that records each step (and what a wait saw) here, then
-        passes it on."""
+        """A progress callback that records each step here, then passes it on (with what
+        a wait saw, which the run's server log has in full)."""
 
         def both(name: str, step: str, detail: str = "") -> None:
-            self.step(name, f"{step}: {detail}" if detail else step)
+            self.step(name, step)
             forward(name, step, detail)
 
         return both
