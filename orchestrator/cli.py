@@ -112,7 +112,7 @@ def deploy(
     options = operations.new_options(force=force, dry_run=dry_run, diff=diff)
     with _stoppable(inputs, as_json) as (view, cancel):
         document, code = operations.deploy(
-            inputs, options, accept_new_host_keys, view, cancel, report.DiffPrinter(view)
+            inputs, options, accept_new_host_keys, view, cancel, report.DiffPrinter(view, as_json)
         )
     report.print_json(document) if as_json else report.print_run(document)
     sys.exit(code)
@@ -130,7 +130,7 @@ def _stoppable(inputs: Any, as_json: bool) -> Iterator[tuple[Any, Any]]:
 
     names = [p.container for p in inputs.plans]
     with (
-        report.StepView(names, enabled=not as_json) as view,
+        report.StepView(names) as view,
         on_signals(Cancel(), say, view.describe) as cancel,
     ):
         yield view, cancel
@@ -281,8 +281,8 @@ def status(
     from orchestrator import operations, report
 
     inputs = operations.load(playbook, inventory_path, list(limit), [])
-    rows, code = operations.status(inputs, accept_new_host_keys)
-    report.print_rows(rows, as_json=as_json)
+    document, code = operations.status(inputs, accept_new_host_keys)
+    report.print_json(document) if as_json else report.print_status(document)
     sys.exit(code)
 
 
@@ -314,17 +314,20 @@ def releases(
 @inventory_option
 @limit_option
 @accept_keys_option
+@json_option
 def unlock(
-    playbook: str, inventory_path: Path, limit: tuple[str, ...], accept_new_host_keys: bool
+    playbook: str,
+    inventory_path: Path,
+    limit: tuple[str, ...],
+    accept_new_host_keys: bool,
+    as_json: bool,
 ) -> None:
     """Remove a stale deploy lock, showing whose it was."""
-    from orchestrator import operations
-    from orchestrator.report import printable
+    from orchestrator import operations, report
 
     inputs = operations.load(playbook, inventory_path, list(limit), [])
-    lines, code = operations.unlock(inputs, accept_new_host_keys)
-    for name, line in lines:
-        click.echo(printable(f"{name}: {line}"))
+    document, code = operations.unlock(inputs, accept_new_host_keys)
+    report.print_json(document) if as_json else report.print_unlock(document)
     sys.exit(code)
 
 
@@ -416,7 +419,7 @@ def _stop_on_signals() -> Iterator[Any]:
 def history(count: int, show_run: str | None, as_json: bool) -> None:
     """Runs from the local history: when, who, what, and each target's outcome."""
     from orchestrator import report
-    from orchestrator.state import History
+    from orchestrator.state import History, history_document
 
     if show_run is not None:
         from orchestrator import runlog
@@ -432,7 +435,7 @@ def history(count: int, show_run: str | None, as_json: bool) -> None:
             for line in log.lines:
                 click.echo(report.printable(line))
         return
-    runs = History().last(count)
+    runs = history_document(History().last(count))
     report.print_json(runs) if as_json else report.print_history(runs)
 
 
@@ -458,12 +461,14 @@ def profiles(as_json: bool) -> None:
     type=click.Path(path_type=Path, file_okay=False),
     help="Write DIR/<container>/config.json and serve.sh as a deploy would, instead.",
 )
+@json_option
 def render(
     playbook: str,
     inventory_path: Path,
     limit: tuple[str, ...],
     assignments: tuple[str, ...],
     output: Path | None,
+    as_json: bool,
 ) -> None:
     """Print each target's rendered drafter config and launch script (or write them
     with --output), with the drafter checks against the profile."""
@@ -479,7 +484,10 @@ def render(
         if output
         else None
     )
-    report.print_plans(plans, written)
+    if as_json:
+        report.print_json(report.render_document(book.name, plans, written))
+    else:
+        report.print_plans(plans, written)
     sys.exit(1 if any(report.has_errors(p.findings) for p in plans) else 0)
 
 
@@ -547,6 +555,7 @@ def inventory() -> None:
 )
 @click.option("--jump", metavar="[USER@]HOST[:PORT]", help="Reach the host through this one.")
 @accept_keys_option
+@json_option
 def inventory_discover(
     address: str,
     port: int | None,
@@ -558,6 +567,7 @@ def inventory_discover(
     become: str | None,
     jump: str | None,
     accept_new_host_keys: bool,
+    as_json: bool,
 ) -> None:
     """List the cluster's containers through one host (pvesh, pct config, nvidia-smi)
     and write an inventory for them."""
@@ -578,22 +588,36 @@ def inventory_discover(
     cluster = discover(address, login, accept_new_host_keys)
     command = f"orch inventory discover --address {address}" + (f" --port {port}" if port else "")
     text = inventory_text(cluster, login, command)
-    if output is None:
+    if output is not None:
+        write_new(output, text, force)
+    if as_json:
+        from orchestrator.discovery.run import discovered_document
+        from orchestrator.report import print_json
+
+        print_json(discovered_document(cluster, output, text))
+    elif output is None:
         click.echo(text, nl=False)
-        return
-    write_new(output, text, force)
-    click.echo(f"wrote {output}: {len(cluster.containers)} container(s) on {cluster.node}")
+    else:
+        click.echo(f"wrote {output}: {len(cluster.containers)} container(s) on {cluster.node}")
 
 
 @cli.command()
 @click.argument("shell", type=click.Choice(["bash", "zsh", "fish"]))
-def completion(shell: str) -> None:
+@json_option
+def completion(shell: str, as_json: bool) -> None:
     """Print the shell completion script, e.g. `eval "$(orch completion bash)"`."""
     from click.shell_completion import get_completion_class
 
     completer = get_completion_class(shell)
     assert completer is not None  # every choice is one click ships
-    click.echo(completer(cli, {}, "orch", "_ORCH_COMPLETE").source())
+    source = completer(cli, {}, "orch", "_ORCH_COMPLETE").source()
+    if as_json:
+        from orchestrator.documents import document
+        from orchestrator.report import print_json
+
+        print_json(document("Completion", shell=shell, script=source))
+    else:
+        click.echo(source)
 
 
 @cli.group()
@@ -660,6 +684,7 @@ lab_dir_option = click.option(
     metavar="START:RATE:FULL",
     help="Raise every sshd's MaxStartups (default: OpenSSH's 10:30:100).",
 )
+@json_option
 def lab_up(
     lab_dir: Path | None,
     hosts: int,
@@ -671,6 +696,7 @@ def lab_up(
     max_sessions: int | None,
     max_startups: str | None,
     tokens_per_second: float,
+    as_json: bool,
 ) -> None:
     """Build and start the lab, and write its inventory."""
     from orchestrator.lab.cluster import Lab, LabSpec, default_lab_dir
@@ -689,6 +715,21 @@ def lab_up(
         tokens_per_second=tokens_per_second,
     )
     started = the_lab.up(spec)
+    if as_json:
+        from orchestrator.documents import document
+        from orchestrator.report import print_json
+
+        print_json(
+            document(
+                "LabUp",
+                result="ok",
+                started=started,
+                dir=str(the_lab.root),
+                inventory=str(the_lab.inventory),
+                vllm_version=spec.vllm_version,
+            )
+        )
+        return
     click.echo(
         f"lab {'started' if started else 'already running'} in {the_lab.root} "
         f"(vLLM {spec.vllm_version})"
@@ -698,11 +739,19 @@ def lab_up(
 
 @lab.command("down")
 @lab_dir_option
-def lab_down(lab_dir: Path | None) -> None:
+@json_option
+def lab_down(lab_dir: Path | None, as_json: bool) -> None:
     """Stop every process the lab started, by PID."""
     from orchestrator.lab.cluster import Lab, default_lab_dir
 
-    stopped = Lab(lab_dir or default_lab_dir()).down()
+    the_lab = Lab(lab_dir or default_lab_dir())
+    stopped = the_lab.down()
+    if as_json:
+        from orchestrator.documents import document
+        from orchestrator.report import print_json
+
+        print_json(document("LabDown", result="ok", dir=str(the_lab.root), stopped=stopped))
+        return
     click.echo(f"stopped {len(stopped)} process(es)" + (f": {stopped}" if stopped else ""))
 
 
@@ -712,9 +761,12 @@ def lab_down(lab_dir: Path | None) -> None:
 def lab_status(lab_dir: Path | None, as_json: bool) -> None:
     """Hosts, containers, their state, and the servers running in them."""
     from orchestrator import report
+    from orchestrator.documents import document
     from orchestrator.lab.cluster import Lab, default_lab_dir
 
-    report.print_rows(Lab(lab_dir or default_lab_dir()).status(), as_json=as_json)
+    the_lab = Lab(lab_dir or default_lab_dir())
+    doc = document("LabStatus", dir=str(the_lab.root), targets=the_lab.status())
+    report.print_json(doc) if as_json else report.print_lab_status(doc)
 
 
 def main() -> None:

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from orchestrator import commands, preflight, release
 from orchestrator.cancel import Cancel
@@ -39,7 +39,18 @@ from orchestrator.server import Server
 from orchestrator.state import audit_line
 from orchestrator.transport.base import Transport
 
-Progress = Callable[[str, str], None]  # (container, step description)
+
+class Progress(Protocol):
+    """Hears each container's steps; `detail` is what a long wait last saw, in words
+    (`server log: ...`, `GPU 0: 812 of 49140 MiB free`)."""
+
+    def __call__(self, name: str, step: str, detail: str = "") -> None: ...
+
+
+def no_progress(name: str, step: str, detail: str = "") -> None:
+    """Progress nobody watches."""
+
+
 ShowDiff = Callable[[str, str], None]  # (container, its release's diff), before the switch
 GPU_RELEASE_TIMEOUT = 120.0
 
@@ -105,7 +116,7 @@ class TargetRun:
         buckets: list[ContextBucket],
         nvidia_smi: str,
         options: Options,
-        progress: Progress = lambda *_: None,
+        progress: Progress = no_progress,
         cancel: Cancel | None = None,
         show_diff: ShowDiff = lambda *_: None,
     ) -> None:
@@ -150,6 +161,7 @@ class TargetRun:
     def _rollback(self, to: str | None) -> None:
         with self._locked():
             current = release.linked(self.transport, self.layout.current)
+            self.outcome.current = current
             target = to or release.linked(self.transport, self.layout.previous)
             if not target:
                 raise _Stop(2, "no previous release to roll back to (give --to RELEASE_ID)")
@@ -256,8 +268,9 @@ class TargetRun:
         )
         if report is not None and not self._passed(report):
             raise NeedsAttention(
-                f"{self.plan.container}: recovering interrupted run {interrupted.run_id}: "
-                f"{back_on} did not pass its gate: {report.verdict.reason}"
+                f"recovering interrupted run {interrupted.run_id}: "
+                f"{back_on} did not pass its gate: {report.verdict.reason}",
+                subject=self.plan.container,
             )
 
     # -- the switch ------------------------------------------------------------
@@ -305,6 +318,9 @@ class TargetRun:
                 self.playbook.server.tensor_parallel_size,
                 preflight.MIN_FREE_GPU_SHARE,
                 timeout=GPU_RELEASE_TIMEOUT,
+                tick=lambda held: self.progress(
+                    self.plan.container, f"{prefix}stop server (GPU memory)", held
+                ),
             )
         if stop and stop.is_set():  # the old server is down: straight to the way back
             raise ServerFailed("interrupted before the switch of current")
@@ -321,8 +337,10 @@ class TargetRun:
             server.wait_ready(
                 pid,
                 timeout,
-                tick=lambda waited: self.progress(
-                    self.plan.container, f"{prefix}wait ready ({timeout - waited:.0f} s left)"
+                tick=lambda _, line: self.progress(
+                    self.plan.container,
+                    f"{prefix}wait ready (up to {timeout:.0f} s)",
+                    f"server log: {line}" if line else "",
                 ),
                 stop=stop,
             )
@@ -363,7 +381,7 @@ class TargetRun:
         self.outcome.findings = preflight.judge(
             facts, self.plan, server.tensor_parallel_size, server.num_speculative_tokens
         )
-        self.outcome.previous_release = facts.current_release
+        self.outcome.previous_release = self.outcome.current = facts.current_release
         self.outcome.server_version = facts.server_version
         return facts
 
@@ -496,7 +514,11 @@ class TargetRun:
             out.error = "interrupted before the switch: nothing was changed"
             out.current = out.previous_release
         except OrchError as exc:
-            out.exit_code, out.error, out.result = exc.exit_code, str(exc), "failed"
+            out.exit_code, out.error, out.result = (
+                exc.exit_code,
+                exc.message_for(out.name),
+                "failed",
+            )
         return out
 
 

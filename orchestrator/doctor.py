@@ -43,7 +43,7 @@ class Check:
 def _failed(target: str, check: str, exc: OrchError) -> Check:
     if isinstance(exc, TransportError):
         return Check(target, check, FAIL, exc.reason, exc.hint)
-    return Check(target, check, FAIL, str(exc))
+    return Check(target, check, FAIL, exc.message_for(target))
 
 
 class Doctor:

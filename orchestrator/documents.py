@@ -52,6 +52,14 @@ TargetResult = Literal[
 ]
 """What happened on one container."""
 
+TargetState = Literal[
+    "serving", "nothing_deployed", "stopped", "unhealthy", "interrupted", "unreachable"
+]
+"""Where one container stands (`orch status`)."""
+
+CheckStatus = Literal["ok", "fail", "info"]
+"""One `orch doctor` check."""
+
 _BY_EXIT_CODE: dict[int, RunResult] = {
     0: "ok",
     1: "not_applied",
@@ -76,6 +84,11 @@ class TargetEntry(BaseModel):
     model_config = ConfigDict(extra="allow")
     name: str
     result: TargetResult | None = None
+    state: TargetState | None = None
+    host: str | None = None
+    release: str | None = None
+    health: int | None = None
+    error: str | None = None
 
 
 class Document(BaseModel):
@@ -85,4 +98,5 @@ class Document(BaseModel):
     kind: Kind
     api_version: Literal["orch/v1"]
     result: RunResult | None = None
+    state: TargetState | None = None
     targets: list[TargetEntry] | None = None

@@ -10,9 +10,22 @@ from __future__ import annotations
 
 
 class OrchError(Exception):
-    """Base of every error `orch` reports to its user."""
+    """Base of every error `orch` reports to its user.
+
+    `subject` is the container or host the error is about: the message names it
+    once, and a place that already names it (a target's entry, a table row) prints
+    `message_for(name)`, so no label is said twice.
+    """
 
     exit_code = 3
+
+    def __init__(self, message: str, subject: str | None = None) -> None:
+        self.subject, self.message = subject, message
+        super().__init__(f"{subject}: {message}" if subject else message)
+
+    def message_for(self, name: str) -> str:
+        """The message where `name` is already said: without it as its subject."""
+        return self.message if self.subject == name else str(self)
 
 
 class InputError(OrchError):
@@ -38,8 +51,8 @@ class TransportError(NeedsAttention):
 
     def __init__(self, host: str, step: str, reason: str, hint: str = "") -> None:
         self.host, self.step, self.reason, self.hint = host, step, reason, hint
-        text = f"{host}: {step}: {reason}"
-        super().__init__(f"{text}\n  hint: {hint}" if hint else text)
+        text = f"{step}: {reason}"
+        super().__init__(f"{text}\n  hint: {hint}" if hint else text, subject=host)
 
 
 class ServiceUnavailable(TransportError):

@@ -155,13 +155,13 @@ def parse_status_report(text: str) -> dict[str, object]:
         server = fields.get("server", "none").split()
         audit = json.loads(fields["audit"]) if fields.get("audit") else {}
         gated = json.loads(fields["gated"]) if fields.get("gated") else audit
+        last_run = {key: audit.get(key) for key in ("run_id", "time", "action", "result")}
+        last_run |= {key: gated.get(key) for key in ("verdict", "mean_acceptance_length")}
         return {
             "release": release_id_of(fields.get("current", "")),
             "server": server[0],
             "pid": int(server[1]) if len(server) > 1 else None,
-            "last_result": audit.get("result"),
-            "last_verdict": gated.get("verdict"),
-            "last_mean_length": gated.get("mean_acceptance_length"),
+            "last_run": last_run if audit else None,
             "lock": fields.get("lock") or None,
         }
 

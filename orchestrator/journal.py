@@ -70,8 +70,9 @@ class Journal:
             return Transaction(**{f.name: data[f.name] for f in dataclasses.fields(Transaction)})
         except (ValueError, TypeError, KeyError) as exc:
             raise NeedsAttention(
-                f"{self.transport.label}: {self.layout.journal} is unreadable ({exc}); "
-                "check the container by hand, then remove it"
+                f"{self.layout.journal} is unreadable ({exc}); "
+                "check the container by hand, then remove it",
+                subject=self.transport.label,
             ) from None
 
     def begin(

@@ -78,6 +78,17 @@ class Owner:
         )
 
 
+def lock_holder(text: str) -> dict[str, object] | None:
+    """A lock's owner as a document field: None when there is no lock; `{"text": ...}`
+    when the owner file is not one orch wrote."""
+    if not text.strip():
+        return None
+    owner = Owner.parse(text)
+    if owner is None:
+        return {"text": text.strip()}
+    return {**asdict(owner), "since": datetime.fromtimestamp(owner.since, UTC).isoformat()}
+
+
 def _pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -104,8 +115,8 @@ class DeployLock:
             return None
         if result.exit_code != 1:
             raise StepFailed(
-                f"{self.transport.label}: cannot create the deploy lock "
-                f"{self.layout.lock}: {result.error_text}"
+                f"cannot create the deploy lock {self.layout.lock}: {result.error_text}",
+                subject=self.transport.label,
             )
         held_text = result.text.strip()
         holder = Owner.parse(held_text)
@@ -113,8 +124,9 @@ class DeployLock:
         if holder and reason and self.take_over(held_text):
             return f"took over the deploy lock of {holder}: {reason}"
         raise LockHeld(
-            f"{self.transport.label}: deploy lock held: {held_text or 'unknown owner'}; "
-            f"if that run is gone, remove it with 'orch unlock'"
+            f"deploy lock held: {held_text or 'unknown owner'}; "
+            f"if that run is gone, remove it with 'orch unlock'",
+            subject=self.transport.label,
         )
 
     def take_over(self, stale_text: str) -> bool:

@@ -88,7 +88,7 @@ def _failure(name: str, host: str, exc: OrchError) -> dict[str, Any]:
         "result": result,
         "log": None,
         "lines": [],
-        "error": str(exc),
+        "error": exc.message_for(name),
     }
 
 
@@ -142,7 +142,7 @@ def follow(
         behind = False
         for name in plans:
             if name in group.failed:
-                reason = str(group.failed[name])
+                reason = group.failed[name].message_for(name)
             elif not cursors[name].found:
                 reason = NO_LOG
             else:

@@ -22,6 +22,7 @@ from orchestrator.facts import parse_status_report
 from orchestrator.fanout import READ_PARALLEL, GroupResult, fan_out
 from orchestrator.inventory import Inventory, load_inventory
 from orchestrator.journal import Journal
+from orchestrator.lock import lock_holder
 from orchestrator.plan import DRAFTER_CONFIG, LAUNCH_SCRIPT, VIEW_CONFIG, TargetPlan, plan_deploy
 from orchestrator.playbook import Playbook, find_playbook, load_playbook
 from orchestrator.probes import load_passages, load_prompts
@@ -96,29 +97,36 @@ def _target_run(
 def _unreached(plan: TargetPlan, exc: OrchError) -> Outcome:
     """A target that cannot even be reached is that target's outcome, not the run's end."""
     return Outcome(
-        plan.container, plan.host, release=plan.release_id, error=str(exc), exit_code=exc.exit_code
+        plan.container,
+        plan.host,
+        release=plan.release_id,
+        error=exc.message_for(plan.container),
+        exit_code=exc.exit_code,
     )
 
 
 def _document(
-    inputs: Inputs, run_id: str, started: str, outcomes: list[Outcome], cancel: Cancel
+    kind: documents.Kind,
+    inputs: Inputs,
+    run_id: str,
+    started: str,
+    outcomes: list[Outcome],
+    cancel: Cancel,
 ) -> tuple[dict[str, Any], int]:
-    if cancel.requested:
-        code, result = cancel.exit_code, "interrupted"
-    else:
-        code = max((o.exit_code for o in outcomes), default=0)
-        result = {0: "ok", 1: "not applied", 2: "bad input", 3: "needs attention"}[code]
+    worst = max((o.exit_code for o in outcomes), default=0)
+    code = cancel.exit_code if cancel.requested else worst
     drafter = inputs.playbook.drafter
-    return {
-        "playbook": inputs.playbook.name,
-        "run_id": run_id,
-        "started": started,
-        "method": drafter.kind,
-        "drafter": drafter.profile or drafter.weights,
-        "model": inputs.playbook.target.served_name,
-        "result": result,
-        "targets": [o.to_dict() for o in outcomes],
-    }, code
+    return documents.document(
+        kind,
+        playbook=inputs.playbook.name,
+        run_id=run_id,
+        started=started,
+        method=drafter.kind,
+        drafter=drafter.profile or drafter.weights,
+        model=inputs.playbook.target.served_name,
+        result=documents.run_result(code),
+        targets=[o.to_dict() for o in outcomes],
+    ), code
 
 
 def _remember(document: dict[str, Any], command: str, user: str) -> None:
@@ -189,7 +197,9 @@ def deploy(
             lambda name, exc: _unreached(plans[name], exc),
         )
         usage = connections.usage()
-    document, code = _document(inputs, options.run_id, started, rollout.outcomes, cancel)
+    document, code = _document(
+        "DeployRun", inputs, options.run_id, started, rollout.outcomes, cancel
+    )
     document["rollout"] = rollout.to_dict()
     document["connections"] = usage
     _close_log(log, document, code)
@@ -245,7 +255,7 @@ def rollback(
         return _unreached(plans[name], failed[name])
 
     outcomes = [outcome(name) for name in plans]
-    document, code = _document(inputs, options.run_id, started, outcomes, cancel)
+    document, code = _document("RollbackRun", inputs, options.run_id, started, outcomes, cancel)
     if resolution:
         document["to"] = resolution.to_dict()
     _close_log(log, document, code)
@@ -276,7 +286,7 @@ def releases(inputs: Inputs, accept_new_host_keys: bool) -> tuple[dict[str, Any]
     for name, plan in plans.items():
         entry: dict[str, Any] = {"name": name, "host": plan.host}
         if name in group.failed:
-            entry |= {"result": "unreachable", "error": str(group.failed[name])}
+            entry |= {"result": "unreachable", "error": group.failed[name].message_for(name)}
         else:
             record = records[name]
             entry |= {
@@ -309,7 +319,7 @@ def releases(inputs: Inputs, accept_new_host_keys: bool) -> tuple[dict[str, Any]
                         "name": name,
                         "result": record.result,
                         "release": record.current,
-                        "state": _release_state(records[name], record.current),
+                        "release_state": _release_state(records[name], record.current),
                     }
                     for name, record in run.targets.items()
                 ],
@@ -349,9 +359,10 @@ def verify_remote(inputs: Inputs, accept_new_host_keys: bool) -> tuple[dict[str,
     targets, code = [], 0
     for name, plan in plans.items():
         if name in group.failed:
+            failure = group.failed[name]
             entry = {"name": name, "host": plan.host, "result": "unreachable"}
-            entry["error"] = str(group.failed[name])
-            entry_code = group.failed[name].exit_code
+            entry["error"] = failure.message_for(name)
+            entry_code = failure.exit_code
         else:
             entry, entry_code = group.succeeded[name]
         targets.append(entry)
@@ -462,48 +473,76 @@ def new_options(**kwargs: Any) -> Options:
     return Options(run_id=new_run_id(), **kwargs)
 
 
-def status(inputs: Inputs, accept_new_host_keys: bool) -> tuple[list[dict[str, Any]], int]:
+def status(inputs: Inputs, accept_new_host_keys: bool) -> tuple[dict[str, Any], int]:
+    """Where each container stands. Nothing deployed yet is a state, not a problem."""
     plans = {p.container: p for p in inputs.plans}
     with Connections(inputs.inventory, accept_new_host_keys) as connections:
 
         def one(name: str) -> dict[str, Any]:
-            return _status_row(connections.container(name), plans[name])
+            return _status_entry(connections.container(name), plans[name])
 
         group = fan_out(list(plans), one, READ_PARALLEL)
-    rows, code = [], 0
+    targets = []
     for name, plan in plans.items():
-        row: dict[str, Any] = {"container": name, "host": plan.host}
+        entry: dict[str, Any] = {"name": name, "host": plan.host}
         if name in group.failed:
-            row["error"] = str(group.failed[name])
+            entry.update(state="unreachable", error=group.failed[name].message_for(name))
         else:
-            row.update(group.succeeded[name])
-        healthy = row.get("server") == "running" and row.get("health") == 200
-        if "error" in row or row.get("interrupted") or not healthy:
-            code = 3
-        rows.append(row)
-    return rows, code
+            entry.update(group.succeeded[name])
+        targets.append(entry)
+    states = [t["state"] for t in targets]
+    code = 0 if set(states) <= {"serving", "nothing_deployed"} else 3
+    return documents.document(
+        "Status",
+        playbook=inputs.playbook.name,
+        result=documents.run_result(code),
+        state=_fleet_state(states),
+        targets=targets,
+    ), code
 
 
-def _status_row(transport: Transport, plan: TargetPlan) -> dict[str, Any]:
+_STATE_ORDER = ("interrupted", "unreachable", "stopped", "unhealthy", "serving", "nothing_deployed")
+
+
+def _fleet_state(states: list[str]) -> str:
+    """The fleet's state: nothing deployed only when that holds everywhere, else the
+    most pressing of its containers' states."""
+    if states and set(states) == {"nothing_deployed"}:
+        return "nothing_deployed"
+    return min(states, key=_STATE_ORDER.index, default="nothing_deployed")
+
+
+def _status_entry(transport: Transport, plan: TargetPlan) -> dict[str, Any]:
     """The journal first: an interrupted transaction is the first thing to know."""
     interrupted = Journal(transport, plan.layout).read()
     result = transport.run(commands.status_report(plan.layout), timeout=60)
-    row: dict[str, Any] = {"interrupted": interrupted.describe()} if interrupted else {}
-    row.update(parse_status_report(result.text))
+    entry = parse_status_report(result.text)
+    entry["lock"] = lock_holder(str(entry["lock"] or ""))
+    entry["interrupted"] = interrupted.describe() if interrupted else None
     server = Server(transport, plan.layout, plan.address, plan.port)
-    row["health"] = _health(server) if row["server"] == "running" else "-"
-    return row
+    entry["health"] = _health(server) if entry["server"] == "running" else None
+    entry["state"] = _target_state(entry)
+    return entry
 
 
-def _health(server: Server) -> int | str:
+def _target_state(entry: dict[str, Any]) -> str:
+    if entry["interrupted"]:
+        return "interrupted"
+    if entry["server"] != "running":
+        return "nothing_deployed" if entry["release"] is None else "stopped"
+    return "serving" if entry["health"] == 200 else "unhealthy"
+
+
+def _health(server: Server) -> int | None:
+    """/health's status; None when it did not answer at all."""
     try:
         return server.health()
     except OrchError:
-        return "unreachable"
+        return None
 
 
-def unlock(inputs: Inputs, accept_new_host_keys: bool) -> tuple[list[tuple[str, str]], int]:
-    """Every container's lock removed (showing whose it was), reachable or not."""
+def unlock(inputs: Inputs, accept_new_host_keys: bool) -> tuple[dict[str, Any], int]:
+    """Every container's lock removed (saying whose it was), reachable or not."""
     plans = {p.container: p for p in inputs.plans}
     with Connections(inputs.inventory, accept_new_host_keys) as connections:
         group = fan_out(
@@ -511,11 +550,15 @@ def unlock(inputs: Inputs, accept_new_host_keys: bool) -> tuple[list[tuple[str, 
             lambda name: lock.remove(connections.container(name), plans[name].layout),
             READ_PARALLEL,
         )
-    lines = []
-    for name in plans:
+    targets: list[dict[str, Any]] = []
+    for name, plan in plans.items():
+        entry: dict[str, Any] = {"name": name, "host": plan.host}
         if name in group.failed:
-            lines.append((name, f"error: {group.failed[name]}"))
+            entry.update(result="error", error=group.failed[name].message_for(name))
         else:
-            holder = group.succeeded[name]
-            lines.append((name, f"removed the lock held by {holder}" if holder else "no lock"))
-    return lines, max((e.exit_code for e in group.failed.values()), default=0)
+            entry.update(result="ok", removed_lock=lock_holder(group.succeeded[name]))
+        targets.append(entry)
+    code = max((e.exit_code for e in group.failed.values()), default=0)
+    return documents.document(
+        "Unlock", playbook=inputs.playbook.name, result=documents.run_result(code), targets=targets
+    ), code

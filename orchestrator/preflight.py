@@ -76,7 +76,8 @@ def read_model_dir(transport: Transport, path: str) -> ModelDir:
         return ModelDir(path, False, None, {}, {})
     if not result.ok:
         raise StepFailed(
-            f"{transport.label}: read {path}: exit {result.exit_code}: {result.error_text[-500:]}"
+            f"read {path}: exit {result.exit_code}: {result.error_text[-500:]}",
+            subject=transport.label,
         )
     frames = parse_frames(result.stdout)
     sizes = parse_listing(frames.pop(".listing", b"").decode())

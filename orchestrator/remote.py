@@ -21,5 +21,7 @@ def run_step(
     result = transport.run(argv, stdin, timeout)
     if not result.ok:
         detail = result.error_text or result.text.strip() or "no output"
-        raise StepFailed(f"{transport.label}: {step}: exit {result.exit_code}: {detail[-800:]}")
+        raise StepFailed(
+            f"{step}: exit {result.exit_code}: {detail[-800:]}", subject=transport.label
+        )
     return result

@@ -18,13 +18,17 @@ import os
 import re
 import shlex
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from orchestrator.errors import InputError, NeedsAttention
 from orchestrator.state import state_dir
+
+if TYPE_CHECKING:
+    from orchestrator.deploy import Progress
 
 RUNS_DIR = "runs"
 SUFFIX = ".log"
@@ -113,12 +117,13 @@ class RunLog:
         if not repeated:
             self.write(container, [("step", text)])
 
-    def recording(self, forward: Callable[[str, str], None]) -> Callable[[str, str], None]:
-        """A progress callback that records each step here, then passes it on."""
+    def recording(self, forward: Progress) -> Progress:
+        """A progress callback that records each step here, then passes it on (with what
+        a wait saw, which the run's server log has in full)."""
 
-        def both(container: str, text: str) -> None:
-            self.step(container, text)
-            forward(container, text)
+        def both(name: str, step: str, detail: str = "") -> None:
+            self.step(name, step)
+            forward(name, step, detail)
 
         return both
 

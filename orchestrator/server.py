@@ -34,6 +34,11 @@ WATCH_SECONDS = 30.0
 HEALTH_SECONDS = 10.0
 
 
+def last_line(log: str) -> str:
+    """The last non-blank line of a log tail ('' for none)."""
+    return next((line for line in reversed(log.splitlines()) if line.strip()), "")
+
+
 class NotReady(Exception):
     """Still loading: retried until the ready timeout."""
 
@@ -87,8 +92,16 @@ class Server:
             "utf-8", "replace"
         )
 
-    def wait_gpu_free(self, nvidia_smi: str, gpus: int, share: float, timeout: float) -> None:
-        """Until each of the first `gpus` GPUs has `share` of its memory free.
+    def wait_gpu_free(
+        self,
+        nvidia_smi: str,
+        gpus: int,
+        share: float,
+        timeout: float,
+        tick: Callable[[str], None] = lambda _: None,
+    ) -> None:
+        """Until each of the first `gpus` GPUs has `share` of its memory free; `tick`
+        hears, at every look that finds too little, what each short GPU has free.
 
         Judged by memory, not by PIDs: inside an LXC container nvidia-smi may show
         the host's PIDs, or none, for the old server's workers.
@@ -101,10 +114,11 @@ class Server:
             short = [g for g in parse_gpus(result.text)[:gpus] if g.free_mib < share * g.total_mib]
             if not short:
                 return
+            held = ", ".join(
+                f"GPU {g.index}: {g.free_mib} of {g.total_mib} MiB free" for g in short
+            )
+            tick(held)
             if deadline.expired():
-                held = ", ".join(
-                    f"GPU {g.index}: {g.free_mib} of {g.total_mib} MiB free" for g in short
-                )
                 raise NeedsAttention(
                     f"GPU memory not released {timeout:.0f} s after the old server stopped ({held})"
                 )
@@ -120,11 +134,12 @@ class Server:
         self,
         pid: int,
         timeout: float,
-        tick: Callable[[float], None] = lambda _: None,
+        tick: Callable[[float, str], None] = lambda *_: None,
         stop: threading.Event | None = None,
     ) -> float:
         """Poll /health with capped exponential backoff while watching the process and
         its log; fail fast on exit or a fatal log line; give up when `stop` is set.
+        `tick` hears, at every look, the seconds waited and the log's last line.
         Returns seconds waited.
 
         Every look is bounded by what is left of `timeout`, so a server that drips its
@@ -134,8 +149,8 @@ class Server:
         deadline = Deadline.after(timeout, stop)
 
         def attempt() -> None:
-            tick(time.monotonic() - started)
             state, tail = self.watch(deadline.limit(WATCH_SECONDS))
+            tick(time.monotonic() - started, last_line(tail))
             if not state.running or state.pid != pid:
                 raise ServerFailed("the server exited while starting", tail)
             marker = next((m for m in FATAL_LOG_MARKERS if m in tail), None)

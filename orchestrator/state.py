@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from orchestrator.documents import document
 from orchestrator.errors import NeedsAttention
 
 SCHEMA = """
@@ -105,4 +106,19 @@ def audit_line(run_id: str, user: str, action: str, target: dict[str, Any]) -> s
             "mean_acceptance_length": gate.get("mean_acceptance_length"),
         },
         sort_keys=True,
+    )
+
+
+def history_document(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """`orch history --json`: the runs, newest first, each as it was recorded (its own
+    envelope dropped; result words of older records in today's vocabulary)."""
+    return document(
+        "History",
+        runs=[
+            {
+                **{k: v for k, v in run.items() if k not in ("kind", "api_version")},
+                "result": run["result"].replace(" ", "_"),
+            }
+            for run in runs
+        ],
     )

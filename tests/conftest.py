@@ -18,7 +18,8 @@ def lab(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[LabHandle]:
     """A fresh default lab (one host, a pct and a direct-SSH container), torn down by PID.
     Indirect parametrization gives other LabSpec fields (e.g. {"vllm_version": "0.19.1"})."""
     the_lab = Lab(tmp_path / "lab")
-    the_lab.up(LabSpec(load_seconds=0.3, network=free_network(), **getattr(request, "param", {})))
+    spec = {"load_seconds": 0.3, "network": free_network(), **getattr(request, "param", {})}
+    the_lab.up(LabSpec(**spec))
     env = {
         **os.environ,
         "ORCH_STATE_DIR": str(tmp_path / "state"),

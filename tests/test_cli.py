@@ -82,7 +82,12 @@ def variant(tmp_path: Path, **changes: object) -> Path:
 def test_verify_config_offline_passes_the_rendered_config(tmp_path: Path) -> None:
     done = verify(variant(tmp_path), "--json")
     assert done.returncode == 0, done.stdout
-    assert json.loads(done.stdout) == {"ok": True, "findings": []}
+    assert json.loads(done.stdout) == {
+        "kind": "Findings",
+        "api_version": "orch/v1",
+        "result": "ok",
+        "findings": [],
+    }
 
 
 def test_verify_config_offline_stops_the_published_file_the_server_sees_no_window_in() -> None:
@@ -153,7 +158,7 @@ def test_verify_config_offline_reports_the_field_guess(tmp_path: Path) -> None:
         "error": {"dflash_config.target_layer_ids"},
         "warning": {"bos_token_id"},
     }
-    assert document["ok"] is False
+    assert document["result"] == "not_applied"
 
 
 def test_verify_config_human_output_names_the_field_and_counts(tmp_path: Path) -> None:

@@ -695,13 +695,19 @@ def test_status_report_parses_into_a_status_row(
 
     done = run(commands.status_report(Layout(str(deployment))))
 
-    assert parse_status_report(done.stdout.decode()) == {
+    parsed = parse_status_report(done.stdout.decode())
+    assert parsed == {
         "release": "0123456789ab",
         "server": "running",
         "pid": server.pid,
-        "last_result": "unchanged",
-        "last_verdict": "pass",  # the last gate: an unchanged release ran none
-        "last_mean_length": 4.1,
+        "last_run": {
+            "run_id": "r2",
+            "time": parsed["last_run"]["time"],
+            "action": "deploy",
+            "result": "unchanged",
+            "verdict": "pass",  # the last gate: an unchanged release ran none
+            "mean_acceptance_length": 4.1,
+        },
         "lock": '{"run_id": "r1", "user": "ops"}',
     }
     empty = run(commands.status_report(Layout(str(tmp_path / "never deployed"))))
@@ -709,9 +715,7 @@ def test_status_report_parses_into_a_status_row(
         "release": None,
         "server": "none",
         "pid": None,
-        "last_result": None,
-        "last_verdict": None,
-        "last_mean_length": None,
+        "last_run": None,
         "lock": None,
     }
 

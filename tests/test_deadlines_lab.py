@@ -92,8 +92,8 @@ def test_status_answers_although_health_drips(lab: LabHandle) -> None:
         "status", "qwen-dflash", "-i", str(lab.inventory), "--limit", "ct201", "--json", timeout=60
     )
     assert status.code == 3
-    (row,) = status.json
-    assert (row["server"], row["health"]) == ("running", "unreachable")
+    (row,) = status.json["targets"]
+    assert (row["server"], row["health"], row["state"]) == ("running", None, "unhealthy")
 
 
 def descendants(pid: int) -> list[int]:

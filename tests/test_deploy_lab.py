@@ -85,13 +85,14 @@ def test_field_story_deploy_then_guessed_ids_roll_back(lab: LabHandle) -> None:
     assert release_files(lab, "ct200", good) == before
     assert (lab.deployment_dir("ct200") / "current").readlink() == Path("releases") / good
     status = lab.orch("status", "qwen-dflash", "-i", str(lab.inventory), "--json")
-    row = next(r for r in json.loads(status.stdout) if r["container"] == "ct200")
+    row = next(r for r in status.json["targets"] if r["name"] == "ct200")
     assert (row["release"], row["server"], row["health"]) == (good, "running", 200)
+    assert row["state"] == "serving"
 
     audit = (lab.deployment_dir("ct200") / "audit.log").read_text().splitlines()
     assert json.loads(audit[-1])["result"] == "rolled_back"
     history = lab.orch("history", "--json")
-    runs = history.json
+    runs = history.json["runs"]
     assert target(runs[0], "ct200")["result"] == "rolled_back"
     assert runs[0]["run_id"] == forced["run_id"]
 
@@ -346,8 +347,9 @@ def test_failed_first_deploy_stops_its_server(lab: LabHandle) -> None:
         "status", "qwen-dflash", "-i", str(lab.inventory), "--limit", "ct200", "--json"
     )
     assert status.code == 3  # needs attention: nothing serves there
-    [row] = status.json
-    assert (row["server"], row["health"], row["last_result"]) == ("none", "-", "failed")
+    [row] = status.json["targets"]
+    assert (row["server"], row["health"], row["last_run"]["result"]) == ("none", None, "failed")
+    assert row["state"] == "stopped"
 
 
 def test_old_releases_beyond_the_kept_count_are_pruned(lab: LabHandle) -> None:

@@ -257,7 +257,7 @@ def test_discover_writes_the_labs_containers_and_render_and_doctor_accept_it(
     assert "ct200" in rendered.stdout and "ct201" in rendered.stdout
     doctor = lab.orch("doctor", "qwen-dflash", "-i", str(filled), "--json")
     assert doctor.code == 0, doctor.stdout + doctor.stderr
-    assert {c["target"] for c in doctor.json["checks"]} == {"pve1", "ct200", "ct201"}
+    assert {t["name"] for t in doctor.json["targets"]} == {"pve1", "ct200", "ct201"}
 
     again = lab.orch(*discover_args(lab, "-o", str(output)))
     assert again.code == 2 and "exists" in again.stderr

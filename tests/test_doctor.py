@@ -57,8 +57,10 @@ def test_one_line_per_check_with_the_fix_under_failures(capsys: pytest.CaptureFi
 def test_doctor_names_the_stopped_container_and_exits_3(lab: LabHandle) -> None:
     ready = lab.orch("doctor", "qwen-dflash", "-i", str(lab.inventory), "--json")
     assert ready.code == 0, ready.stdout + ready.stderr
-    checks = ready.json["checks"]
-    assert ready.json["ok"] and not [c for c in checks if c["status"] == "fail"]
+    targets = ready.json["targets"]
+    assert ready.json["result"] == "ok" and {t["result"] for t in targets} == {"ok"}
+    checks = [{**c, "target": t["name"]} for t in targets for c in t["checks"]]
+    assert not [c for c in checks if c["status"] == "fail"]
     names = {(c["target"], c["check"]) for c in checks}
     for name in ("ct200", "ct201"):
         assert {(name, "nvidia-smi"), (name, "server"), (name, "models"), (name, "disk")} <= names

@@ -109,9 +109,14 @@ def test_status_report_as_a_row() -> None:
         "release": "0123456789ab",
         "server": "running",
         "pid": 31337,
-        "last_result": "deployed",
-        "last_verdict": "pass",
-        "last_mean_length": 4.12,
+        "last_run": {
+            "run_id": "20250101T110000-cd34",
+            "time": "2025-01-01T11:05:00+00:00",
+            "action": "deploy",
+            "result": "deployed",
+            "verdict": "pass",
+            "mean_acceptance_length": 4.12,
+        },
         "lock": '{"run_id": "20250101T120000-ab12", "user": "ops", "control_host": "laptop"}',
     }
 
@@ -121,9 +126,7 @@ def test_status_report_of_a_container_never_deployed() -> None:
         "release": None,
         "server": "none",
         "pid": None,
-        "last_result": None,
-        "last_verdict": None,
-        "last_mean_length": None,
+        "last_run": None,
         "lock": None,
     }
 

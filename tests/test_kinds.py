@@ -266,11 +266,13 @@ def test_profiles_json_lists_each_profile_with_its_kind() -> None:
         timeout=60,
     )
     assert done.returncode == 0, done.stderr
-    rows = json.loads(done.stdout)
-    by_name = {row["profile"]: row for row in rows}
+    document = json.loads(done.stdout)
+    assert (document["kind"], document["api_version"]) == ("Profiles", "orch/v1")
+    by_name = {row["name"]: row for row in document["profiles"]}
     assert by_name[EAGLE3]["kind"] == "eagle3"
     assert by_name[MTP]["kind"] == "mtp"
-    assert by_name[MTP]["MTP layers"] == 1
+    assert by_name[MTP]["mtp_layers"] == 1
+    assert by_name["z-lab/Qwen3.6-27B-DFlash"]["num_target_layers"] == 64
     assert by_name["z-lab/Qwen3.6-27B-DFlash"]["kind"] == "dflash"
 
 

@@ -198,7 +198,7 @@ def test_lab_up_again_status_and_down_through_the_cli(tmp_path: Path) -> None:
 
         status = handle.orch("lab", "status", "--dir", str(lab.root), "--json")
         assert status.code == 0, status.stderr
-        rows = {row["container"]: row for row in status.json}
+        rows = {row["name"]: row for row in status.json["targets"]}
         assert set(rows) == {"ct200", "ct201"}
         assert all(row["sshd_up"] and row["status"] == "running" for row in rows.values())
         assert rows["ct200"]["servers"] == [server_pid]
@@ -212,7 +212,7 @@ def test_lab_up_again_status_and_down_through_the_cli(tmp_path: Path) -> None:
             assert not pid_alive(pid), pid
         assert processes_mentioning(str(lab.root)) == []
         after = handle.orch("lab", "status", "--dir", str(lab.root), "--json")
-        assert [(r["sshd_up"], r["servers"]) for r in after.json] == [(False, [])] * 2
+        assert [(r["sshd_up"], r["servers"]) for r in after.json["targets"]] == [(False, [])] * 2
 
         known_hosts = lab.known_hosts.read_text()
         restarted = handle.orch(*up)
@@ -428,8 +428,8 @@ def test_cli_accept_new_host_keys_does_not_override_a_changed_key(
         "--accept-new-host-keys", "--json",
     )  # fmt: skip
     assert result.code == 3, result.stderr
-    (row,) = result.json
-    assert row["container"] == "ct201"
+    (row,) = result.json["targets"]
+    assert (row["name"], row["state"]) == ("ct201", "unreachable")
     assert "host key CHANGED" in row["error"] and forged in row["error"]
 
 

@@ -74,9 +74,9 @@ def test_runs_name_the_fleet_and_rollback_to_a_run_restores_it(lab: LabHandle) -
     assert code == 0 and Document.model_validate(listed).kind == "Releases"
     runs = [run["run_id"] for run in listed["runs"]]
     assert runs == [second["run_id"], first["run_id"]]
-    newest = {t["name"]: (t["release"], t["state"]) for t in listed["runs"][0]["targets"]}
+    newest = {t["name"]: (t["release"], t["release_state"]) for t in listed["runs"][0]["targets"]}
     assert newest == {name: (second_releases[name], "current") for name in NAMES}
-    older = {t["name"]: (t["release"], t["state"]) for t in listed["runs"][1]["targets"]}
+    older = {t["name"]: (t["release"], t["release_state"]) for t in listed["runs"][1]["targets"]}
     assert older == {name: (first_releases[name], "kept") for name in NAMES}
     table = lab.orch("releases", "qwen-dflash", "-i", str(lab.inventory))
     assert table.code == 0 and second["run_id"] in table.stdout

@@ -1,6 +1,11 @@
 from __future__ import annotations
 
+import io
+import re
+from datetime import UTC, datetime
+
 import pytest
+from rich.console import Console
 
 from orchestrator import report
 
@@ -11,7 +16,7 @@ DOCUMENT = {
     "method": "dflash",
     "drafter": "z-lab/Qwen3.6-27B-DFlash",
     "model": "qwen3.6-27b",
-    "result": "not applied",
+    "result": "not_applied",
     "targets": [
         {
             "name": "ct200",
@@ -48,59 +53,98 @@ def test_acceptance_bars_scale_to_the_width() -> None:
     )
 
 
+def cells(out: str, first: str) -> list[str]:
+    """The cells of the table row that starts with `first` (columns: 2+ spaces apart)."""
+    row = next(line for line in out.splitlines() if line.startswith(first))
+    return re.split(r"\s{2,}", row.strip())
+
+
 def test_run_report_shows_outcome_gate_reason_and_warnings(capsys: pytest.CaptureFixture) -> None:
     report.print_run(DOCUMENT)
     out = capsys.readouterr().out
-    row = next(line for line in out.splitlines() if "ct200" in line and "rolled_back" in line)
-    assert [cell.strip() for cell in row.strip("│ ").split("│")] == [
-        "ct200",
-        "rolled_back",
-        "new",
-        "old",
-        "fail",
-        "1.11",
-        "812",
-    ]
+    assert out.startswith("qwen-dflash run r1: not applied\n")
+    assert cells(out, "ct200") == ["ct200", "rolled back", "new", "old", "fail", "1.11", "812"]
     assert "ct200 gate: mean acceptance length 1.11 < required 2.50" in out
     assert "  why: check dflash_config.target_layer_ids" in out
     assert "pos  1 ███░" in out
     assert "warning: could not record the run" in out
+    assert out.count("ct200: gate fail") == 1
 
 
 def test_history_lists_one_row_per_target_with_its_method(
     capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("COLUMNS", "260")
-    report.print_history([{**DOCUMENT, "user": "alice", "command": "deploy"}])
+    second = {**DOCUMENT["targets"][0], "name": "ct201"}  # type: ignore[dict-item]
+    run = {**DOCUMENT, "targets": [*DOCUMENT["targets"], second], "user": "alice"}  # type: ignore[list-item]
+    report.print_history({"runs": [{**run, "command": "deploy"}]})
     out = capsys.readouterr().out
-    row = next(line for line in out.splitlines() if "alice" in line)
-    cells = [cell.strip() for cell in row.strip("│ ").split("│")]
-    assert cells[1:] == [
-        "alice",
-        "deploy",
-        "qwen-dflash",
-        "qwen3.6-27b",
-        "dflash",
-        "z-lab/Qwen3.6-27B-DFlash",
-        "r1",
-        "ct200",
-        "rolled_back",
-        "1.11",
-        "0.08",
-        "new",
-        "old",
-    ]
+    assert cells(out, "r1") == [
+        "r1", "ct200", "rolled back", "new", "1.11", "0.08", "old", "2026-12-02T10:00:00+00:00",
+        "deploy", "qwen-dflash", "alice", "qwen3.6-27b", "dflash", "z-lab/Qwen3.6-27B-DFlash",
+    ]  # fmt: skip
+    assert cells(out, " " * 5 + "ct201") == ["ct201", "rolled back", "new", "1.11", "0.08", "old"]
 
 
-def test_rows_take_their_columns_from_every_row(capsys: pytest.CaptureFixture) -> None:
-    report.print_rows(
-        [{"container": "a", "error": "unreachable"}, {"container": "b", "release": "x"}]
+COLUMNS = [
+    report.Column("ID", identifier=True),
+    report.Column("STATE"),
+    report.Column("NOTE", drop=2),
+    report.Column("WHERE", drop=1),
+]
+ROWS = [["release-0123456789abcdef", "serving", "a fairly long note", "pve1"]]
+
+
+def printed(renderable: object, width: int) -> str:
+    out = Console(width=width, file=io.StringIO(), markup=False)
+    out.print(renderable, crop=False)
+    return out.file.getvalue()  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("width", "shown", "left_out"),
+    [
+        (80, ["ID", "STATE", "NOTE", "WHERE"], None),
+        (50, ["ID", "STATE", "WHERE"], "NOTE"),
+        (36, ["ID", "STATE"], "NOTE, WHERE"),
+    ],
+)
+def test_narrow_tables_leave_columns_out_but_never_cut_an_identifier(
+    width: int, shown: list[str], left_out: str | None
+) -> None:
+    out = printed(report.fitted_table(Console(width=width), COLUMNS, ROWS), width)
+    assert out.splitlines()[0].split() == shown
+    assert "release-0123456789abcdef" in out
+    assert all(len(line) <= width for line in out.splitlines())
+    note = f"(narrow terminal: {left_out} not shown)"
+    assert (note in " ".join(out.split())) == (left_out is not None)
+
+
+def test_too_narrow_for_the_identifiers_side_by_side_gives_one_record_per_row() -> None:
+    out = printed(report.fitted_table(Console(width=20), COLUMNS, ROWS), 20)
+    assert "ID     release-0123456789abcdef" in out
+    assert "NOTE   a fairly long\nnote" in out  # free text folds
+
+
+def test_empty_columns_are_left_out_without_a_note() -> None:
+    rows = [["r1", "serving", "", ""]]
+    out = printed(report.fitted_table(Console(width=80), COLUMNS, rows), 80)
+    assert out.splitlines()[0].split() == ["ID", "STATE"]
+    assert "narrow" not in out
+
+
+def test_lock_holders_and_server_state_in_words() -> None:
+    since = datetime(2026, 12, 2, 10, 0, tzinfo=UTC).isoformat()
+    lock = {"run_id": "r", "user": "root", "control_host": "ops1", "pid": 7, "since": since}
+    assert report.locked_by(lock).startswith("root@ops1 ")
+    assert report.ago(since, now=datetime(2026, 12, 2, 10, 3, 5, tzinfo=UTC).timestamp()) == (
+        "3m ago"
     )
-    lines = [line for line in capsys.readouterr().out.splitlines() if "│" in line or "┃" in line]
-    header = [cell.strip() for cell in lines[0].strip("┃ ").split("┃")]
-    assert header == ["container", "error", "release"]
-    second = [cell.strip() for cell in lines[2].strip("│ ").split("│")]
-    assert second == ["b", "", "x"]
+    assert report.locked_by({"text": "not json"}) == "not json"
+    assert report.locked_by(None) == ""
+    assert report.server_words({"server": "running", "pid": 12}) == "running pid 12"
+    assert report.server_words({"server": "none", "pid": None}) == "not started"
+    assert report.mean_length(4.23456789) == "4.23"
 
 
 HOSTILE = "alice [/] [bold red]x[/bold red] [link=http://e]y"
@@ -114,13 +158,20 @@ def test_remote_text_with_markup_is_printed_verbatim(capsys: pytest.CaptureFixtu
     assert f"warning: {HOSTILE}" in out
 
 
-def test_rows_with_markup_and_terminal_escapes_are_shown_as_text(
+def test_status_with_markup_and_terminal_escapes_is_shown_as_text(
     capsys: pytest.CaptureFixture,
 ) -> None:
-    report.print_rows([{"container": "ct200", "lock": HOSTILE, "log": "a\x1b[2Jb\x9bc\x07"}])
+    target = {
+        "name": "ct200",
+        "host": "pve1",
+        "state": "unreachable",
+        "lock": {"text": HOSTILE},
+        "error": "a\x1b[2Jb\x9bc\x07",
+    }
+    report.print_status({"playbook": "p", "state": "unreachable", "targets": [target]})
     out = capsys.readouterr().out
     assert HOSTILE in out
-    assert "a\\x1b[2Jb\\x9bc\\x07" in out
+    assert "ct200: error: a\\x1b[2Jb\\x9bc\\x07" in out
     assert "\x1b" not in out and "\x9b" not in out
 
 
@@ -186,9 +237,24 @@ def test_run_report_shows_each_phase_and_the_advice(capsys: pytest.CaptureFixtur
     document = {**DOCUMENT, "targets": [{**DOCUMENT["targets"][0], "gate": gate}]}  # type: ignore[index]
     report.print_run(document)
     out = capsys.readouterr().out
-    row = next(line for line in out.splitlines() if line.strip().startswith("long"))
-    assert row.split() == [
-        "long", "2048..", "/v1/chat/completions", '{"enable_thinking":', "false}", "fail", "1.90",
+    assert cells(out, "long") == [
+        "long", "2048..", "/v1/chat/completions", '{"enable_thinking": false}', "fail", "1.90",
         "4122",
     ]  # fmt: skip
     assert "  advice: positions 11-15 accept under 2% of drafts" in out
+
+
+def test_a_wait_is_one_step_however_often_it_is_polled(capsys: pytest.CaptureFixture) -> None:
+    view = report.StepView(["ct200"])
+    view("ct200", "wait ready")
+    began = view.steps["ct200"].since
+    view("ct200", "wait ready (up to 600 s)", "server log: INFO loading")
+    view("ct200", "wait ready (up to 600 s)", "server log: INFO loaded")
+    assert view.steps["ct200"].since == began  # the clock counts the whole wait
+    assert view.steps["ct200"].detail == "server log: INFO loaded"
+    view("ct200", "gate")
+    assert (view.steps["ct200"].step, view.steps["ct200"].detail) == ("gate", "")
+    printed = capsys.readouterr()
+    assert printed.out == ""  # progress is never on stdout
+    steps = [line.split(": ", 1)[1] for line in printed.err.splitlines()]
+    assert steps == ["wait ready", "gate"]  # a poll is no new line; a heartbeat needs 5 s

@@ -89,11 +89,16 @@ def test_parallel_records_are_never_interleaved(tmp_path: Path) -> None:
 
 def test_repeated_steps_are_written_once_and_passed_on(tmp_path: Path) -> None:
     log = RunLog(RUN, tmp_path / f"{RUN}.log")
-    seen: list[tuple[str, str]] = []
-    progress = log.recording(lambda name, step: seen.append((name, step)))
+    seen: list[tuple[str, str, str]] = []
+
+    def forward(name: str, step: str, detail: str = "") -> None:
+        seen.append((name, step, detail))
+
+    progress = log.recording(forward)
     for step in ("wait ready (30 s left)", "wait ready (29 s left)", "gate"):
         progress("ct200", step)
-    assert len(seen) == 3
+    progress("ct200", "gate", "server log: INFO up")
+    assert len(seen) == 4 and seen[-1] == ("ct200", "gate", "server log: INFO up")
     assert [line.split(" ", 3)[3] for line in lines_of(log)] == [
         "step: wait ready (30 s left)",
         "step: gate",

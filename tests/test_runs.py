@@ -292,7 +292,7 @@ def test_the_releases_table_never_cuts_an_id(
                 "user": run.user,
                 "action": run.action,
                 "targets": [
-                    {"name": n, "result": r.result, "release": r.current, "state": "kept"}
+                    {"name": n, "result": r.result, "release": r.current, "release_state": "kept"}
                     for n, r in run.targets.items()
                 ],
             }
@@ -316,8 +316,7 @@ def test_the_releases_table_never_cuts_an_id(
     print_releases(document)
     out = capsys.readouterr().out
     assert max(len(line.rstrip()) for line in out.splitlines()) <= int(columns)
-    for run_id in (RUN_A, RUN_B, RUN_C):
-        assert f" {run_id} " in out
-    for release_id in ("a1111111", "a2222222", "b1111111", "b2222222"):
-        assert f" {release_id} " in out
-    assert ("WHEN" in out) == (columns == "200")
+    words = set(out.split())  # an id cut or folded is not one word any more
+    assert {RUN_A, RUN_B, RUN_C, "a1111111", "a2222222", "b1111111", "b2222222"} <= words
+    header = next(line for line in out.splitlines() if line.startswith("RUN "))
+    assert ("WHEN" in header) == (columns == "200")

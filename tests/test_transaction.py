@@ -24,11 +24,13 @@ from orchestrator.deploy import Options, TargetRun
 from orchestrator.drafters.kinds import get_kind
 from orchestrator.gate import run_gate
 from orchestrator.inventory import load_inventory
+from orchestrator.layout import Layout
 from orchestrator.lock import Owner
 from orchestrator.plan import TargetPlan, plan_deploy
 from orchestrator.playbook import Gate, Playbook, Probe, load_playbook
 from orchestrator.probes.context import ContextBucket
 from orchestrator.release import GateTarget
+from orchestrator.server import Server
 from orchestrator.transport.base import Result
 from orchestrator.transport.memory import MemoryTransport, reply
 
@@ -370,3 +372,14 @@ def test_an_expired_lease_is_taken_over() -> None:
 
     assert "no previous release" in (outcome.error or "")
     assert container.events == ["take over", "unlock"]
+
+
+def test_the_wait_for_gpu_memory_says_what_each_short_gpu_has_free() -> None:
+    looks = iter([b"0, GPU-a, 49140, 48000, 1140\n", b"0, GPU-a, 49140, 100, 49040\n"])
+    transport = MemoryTransport().on(
+        "--query-gpu", lambda argv, _stdin: Result(tuple(argv), 0, next(looks), b"")
+    )
+    heard: list[str] = []
+    server = Server(transport, Layout("/srv/d"), "127.0.0.1", 8000)
+    server.wait_gpu_free("nvidia-smi", 1, 0.9, timeout=30, tick=heard.append)
+    assert heard == ["GPU 0: 1140 of 49140 MiB free"]  # the second look found it free

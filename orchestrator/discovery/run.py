@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -18,7 +19,14 @@ from orchestrator.discovery.facts import (
     parse_resources,
     parse_tool_paths,
 )
-from orchestrator.discovery.writer import DEFAULT_PCT, NAME, Cluster, FoundContainer
+from orchestrator.discovery.writer import (
+    DEFAULT_PCT,
+    NAME,
+    Cluster,
+    FoundContainer,
+    container_names,
+)
+from orchestrator.documents import document
 from orchestrator.errors import InputError, NeedsAttention
 from orchestrator.inventory import Host, SshSettings
 from orchestrator.remote import run_step
@@ -128,3 +136,28 @@ def login_settings(address: str, options: dict[str, object]) -> SshSettings:
         option = "--" + str(problem["loc"][0]).replace("_", "-")
         raise InputError(f"{option}: {problem['msg'].removeprefix('Value error, ')}") from None
     return SshSettings(**host.model_dump(exclude={"address", "pct_path"}))
+
+
+def discovered_document(cluster: Cluster, output: Path | None, text: str) -> dict[str, Any]:
+    """`orch inventory discover --json`: the containers found, and the inventory written
+    (its text when it was printed rather than written)."""
+    found = zip(container_names(cluster.containers), cluster.containers, strict=True)
+    return document(
+        "Inventory",
+        result="ok",
+        node=cluster.node,
+        address=cluster.address,
+        output=str(output) if output else None,
+        inventory=None if output else text,
+        targets=[
+            {
+                "name": name,
+                "vmid": c.guest.vmid,
+                "host": c.guest.node,
+                "status": c.guest.status,
+                "address": c.config.address,
+                "gpus": list(c.config.gpu_minors),
+            }
+            for name, c in found
+        ],
+    )

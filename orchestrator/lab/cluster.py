@@ -218,7 +218,7 @@ class Lab:
             ssh_node = node_by_name.get(container.name) or node_by_name[container.host]
             rows.append(
                 {
-                    "container": container.name,
+                    "name": container.name,
                     "vmid": container.vmid,
                     "host": container.host,
                     "access": container.access,

@@ -718,7 +718,7 @@ class DFlash(DrafterKind):
     def describe(self, profile: Profile) -> dict[str, object]:
         published = Published(profile)
         return {
-            "target layers": profile.config.get("num_target_layers"),
+            "num_target_layers": profile.config.get("num_target_layers"),
             "target_layer_ids": published.target_layer_ids,
             "mask_token_id": published.mask_token_id,
         }

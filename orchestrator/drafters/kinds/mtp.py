@@ -64,7 +64,7 @@ class Mtp(DrafterKind):
 
     def describe(self, profile: Profile) -> dict[str, object]:
         target = json.loads(target_files(profile.name)[CONFIG_FILE])
-        return {"MTP layers": mtp_layers(target)[1]}
+        return {"mtp_layers": mtp_layers(target)[1]}
 
     def _rules(self, c: CheckInputs) -> Iterator[Finding]:
         model_type, layers = mtp_layers(c.target)
