@@ -8,13 +8,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-from labtools import LabHandle
+from labtools import FAST, LabHandle
 
 from orchestrator.lab.layout import ContainerPaths, server_records
 
 pytestmark = pytest.mark.lab
 
-FAST = ["--set", "gate.probe.scrape_interval=0.25", "--set", "gate.ready_timeout=30"]
 GUESSED_IDS = "drafter.overrides.dflash_config.target_layer_ids=[1,17,33,49,63]"
 
 
@@ -91,27 +90,34 @@ def test_field_story_deploy_then_guessed_ids_roll_back(lab: LabHandle) -> None:
     assert runs[0]["run_id"] == forced["run_id"]
 
 
-def test_same_inputs_twice_change_nothing(lab: LabHandle) -> None:
-    code, _ = deploy(lab, "--limit", "ct201")
-    assert code == 0
-    pid = serving_pid(lab, "ct201")
-    code, second = deploy(lab, "--limit", "ct201")
+def test_same_inputs_twice_change_nothing(deployed_lab: LabHandle) -> None:
+    pid = serving_pid(deployed_lab, "ct201")
+    code, second = deploy(deployed_lab, "--limit", "ct201")
     assert code == 0
     assert target(second, "ct201")["result"] == "unchanged"
-    assert serving_pid(lab, "ct201") == pid
+    assert serving_pid(deployed_lab, "ct201") == pid
 
 
-def test_hand_edited_config_is_drift(lab: LabHandle) -> None:
-    code, first = deploy(lab, "--limit", "ct200")
-    assert code == 0
-    config = lab.deployment_dir("ct200") / "releases" / target(first, "ct200")["release"]
-    config = config / "config.json"
-    edited = json.loads(config.read_text())
+def test_hand_edited_config_is_drift(deployed_lab: LabHandle) -> None:
+    assert deployed_lab.deployed is not None
+    release = target(deployed_lab.deployed, "ct200")["release"]
+    config = deployed_lab.deployment_dir("ct200") / "releases" / release / "config.json"
+    deployed = config.read_text()
+    edited = json.loads(deployed)
     edited["dflash_config"]["mask_token_id"] = 248064
     config.write_text(json.dumps(edited, indent=2))
-    result = lab.orch(
-        "verify-config", "qwen-dflash", "-i", str(lab.inventory), "--limit", "ct200", "--json"
-    )
+    try:
+        result = deployed_lab.orch(
+            "verify-config",
+            "qwen-dflash",
+            "-i",
+            str(deployed_lab.inventory),
+            "--limit",
+            "ct200",
+            "--json",
+        )
+    finally:
+        config.write_text(deployed)  # the shared lab as it was
     assert result.code == 1
     entry = result.json["targets"][0]
     assert any("dflash_config" in drift for drift in entry["drift"])
@@ -242,11 +248,12 @@ def test_unknown_host_key_is_refused_before_any_command(lab: LabHandle, tmp_path
     assert "Accepted publickey" not in log
 
 
-def test_accept_new_host_keys_records_them(lab: LabHandle, tmp_path: Path) -> None:
+def test_accept_new_host_keys_records_them(shared_lab: LabHandle, tmp_path: Path) -> None:
     known = tmp_path / "known"
-    inventory = lab.inventory.read_text().replace(str(lab.lab.known_hosts), str(known))
+    lab_known = shared_lab.lab.known_hosts
+    inventory = shared_lab.inventory.read_text().replace(str(lab_known), str(known))
     (tmp_path / "inv.yaml").write_text(inventory)
-    result = lab.orch(
+    result = shared_lab.orch(
         "deploy",
         "qwen-dflash",
         "-i",
@@ -258,18 +265,18 @@ def test_accept_new_host_keys_records_them(lab: LabHandle, tmp_path: Path) -> No
     assert result.code == 0, result.stdout + result.stderr
     assert {t["result"] for t in result.json["targets"]} == {"dry_run"}
     recorded = {line.split()[0] for line in known.read_text().splitlines()}
-    expected = {line.split()[0] for line in lab.lab.known_hosts.read_text().splitlines()}
+    expected = {line.split()[0] for line in lab_known.read_text().splitlines()}
     assert recorded == expected
 
 
-def test_dry_run_diff_changes_nothing(lab: LabHandle) -> None:
-    code, first = deploy(lab, "--limit", "ct200")
-    assert code == 0
-    result = lab.orch(
+def test_dry_run_diff_changes_nothing(deployed_lab: LabHandle) -> None:
+    first = deployed_lab.deployed
+    assert first is not None
+    result = deployed_lab.orch(
         "deploy",
         "qwen-dflash",
         "-i",
-        str(lab.inventory),
+        str(deployed_lab.inventory),
         "--limit",
         "ct200",
         "--dry-run",
@@ -282,14 +289,14 @@ def test_dry_run_diff_changes_nothing(lab: LabHandle) -> None:
     assert result.code == 0 and entry["result"] == "dry_run"
     assert "+  --max-model-len 8192 \\" in entry["diff"]
     assert "-  --max-model-len 32768 \\" in entry["diff"]
-    releases = lab.deployment_dir("ct200") / "releases"
+    releases = deployed_lab.deployment_dir("ct200") / "releases"
     assert [p.name for p in releases.iterdir()] == [target(first, "ct200")["release"]]
 
 
-def test_history_is_sqlite_in_the_state_dir(lab: LabHandle) -> None:
-    code, first = deploy(lab, "--limit", "ct201")
+def test_history_is_sqlite_in_the_state_dir(deployed_lab: LabHandle) -> None:
+    code, first = deploy(deployed_lab, "--limit", "ct201")
     assert code == 0
-    db = Path(lab.env["ORCH_STATE_DIR"]) / "history.sqlite"
+    db = Path(deployed_lab.env["ORCH_STATE_DIR"]) / "history.sqlite"
     with sqlite3.connect(db) as connection:
         rows = connection.execute("SELECT run_id, result FROM runs").fetchall()
     assert rows == [(first["run_id"], "ok")]
