@@ -27,6 +27,12 @@ shared lab is compared with what the test found (`labtools.lab_state`: sshd and
 server PIDs, container status and faults, every deployed file and link, inventory,
 known_hosts): a test that left it changed fails, naming what changed, and the tests
 after it get a new one. No test may rely on another having run before it.
+
+scripts/test runs the suite on four pytest-xdist workers (`-n 4 --dist loadgroup`):
+each worker has its own shared labs, and the tests of `deployed_lab` all go to one
+worker, so it is deployed once. Lab networks are split between workers
+(`labtools.free_network`). A test that must not run beside others does not exist
+here: give a timing bound slack for a busy machine instead.
 """
 
 from __future__ import annotations
@@ -39,6 +45,16 @@ from labtools import FAST, LabHandle, changes, cli_env, lab_state, start_lab
 
 from orchestrator.lab.cluster import Lab
 from orchestrator.lab.layout import pid_alive
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist with `--dist loadgroup` (scripts/test), the tests of the shared
+    deployed lab go to one worker, which deploys it once."""
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    for item in items:
+        if "deployed_lab" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group("deployed_lab"))
 
 
 def stop(lab: Lab) -> None:
