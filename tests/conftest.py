@@ -15,10 +15,10 @@ Mark the test `lab` (`pytestmark = pytest.mark.lab`), then take one of:
   it (pct exec, HTTP through the host, logins, discovery, doctor, render, a dry run
   or a refused deploy that writes nothing) or put back what they change (a container
   stopped and started again).
-- `deployed_lab`: a shared lab with `qwen-dflash` deployed on every container with
-  `labtools.FAST`; its deploy document is `deployed_lab.deployed`. For tests that read
-  a deployment (status, verify-config, history of another run, a dry run with --diff,
-  a deploy of the same inputs that changes nothing).
+- `deployed_lab`: a shared lab with `qwen-dflash` deployed on every container (all
+  at once, with `labtools.FAST`); its deploy document is `deployed_lab.deployed`. For
+  tests that read a deployment (status, verify-config, render, a dry run with --diff,
+  a deploy of the same inputs that changes nothing) or restore what they edit.
 
 Every test gets its own `ORCH_STATE_DIR` (local history) in its tmp_path, shared lab
 or not. Write anything you derive from a shared lab (an edited inventory, a
@@ -28,11 +28,13 @@ server PIDs, container status and faults, every deployed file and link, inventor
 known_hosts): a test that left it changed fails, naming what changed, and the tests
 after it get a new one. No test may rely on another having run before it.
 
-scripts/test runs the suite on four pytest-xdist workers (`-n 4 --dist loadgroup`):
-each worker has its own shared labs, and the tests of `deployed_lab` all go to one
-worker, so it is deployed once. Lab networks are split between workers
-(`labtools.free_network`). A test that must not run beside others does not exist
-here: give a timing bound slack for a busy machine instead.
+scripts/test runs the suite on four pytest-xdist workers (`-n 4`); each worker builds
+its own shared labs on first use, and lab networks are split between workers
+(`labtools.free_network`). xdist hands out consecutive tests in chunks, so keep the
+tests of a shared lab next to each other in their file (`--dist loadgroup` would pin
+them to one worker, but xdist 3.8 groups nothing under pytest 9.2: it renames
+`item._nodeid`, which pytest no longer reads). Tests run beside others: give a
+timing bound slack for a busy machine.
 """
 
 from __future__ import annotations
@@ -45,16 +47,6 @@ from labtools import FAST, LabHandle, changes, cli_env, lab_state, start_lab
 
 from orchestrator.lab.cluster import Lab
 from orchestrator.lab.layout import pid_alive
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under pytest-xdist with `--dist loadgroup` (scripts/test), the tests of the shared
-    deployed lab go to one worker, which deploys it once."""
-    if not config.pluginmanager.hasplugin("xdist"):
-        return
-    for item in items:
-        if "deployed_lab" in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.xdist_group("deployed_lab"))
 
 
 def stop(lab: Lab) -> None:
@@ -73,10 +65,13 @@ def lab(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[LabHandle]:
         stop(the_lab)
 
 
+ALL_AT_ONCE = ["--set", "rollout.canary=0", "--set", "rollout.parallel=100%"]
+
+
 def deploy_everywhere(handle: LabHandle) -> LabHandle:
-    """qwen-dflash deployed on every container of the lab; fails unless all are."""
+    """qwen-dflash deployed on every container of the lab at once; fails unless all are."""
     inventory = str(handle.inventory)
-    result = handle.orch("deploy", "qwen-dflash", "-i", inventory, "--json", *FAST)
+    result = handle.orch("deploy", "qwen-dflash", "-i", inventory, "--json", *FAST, *ALL_AT_ONCE)
     assert result.code == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return LabHandle(handle.lab, handle.env, result.json)
 

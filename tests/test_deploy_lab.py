@@ -124,6 +124,60 @@ def test_hand_edited_config_is_drift(deployed_lab: LabHandle) -> None:
     assert any(f["field"] == "dflash_config.mask_token_id" for f in entry["findings"])
 
 
+def test_dry_run_diff_changes_nothing(deployed_lab: LabHandle) -> None:
+    first = deployed_lab.deployed
+    assert first is not None
+    result = deployed_lab.orch(
+        "deploy",
+        "qwen-dflash",
+        "-i",
+        str(deployed_lab.inventory),
+        "--limit",
+        "ct200",
+        "--dry-run",
+        "--diff",
+        "--json",
+        "--set",
+        "server.max_model_len=8192",
+    )
+    entry = target(result.json, "ct200")
+    assert result.code == 0 and entry["result"] == "dry_run"
+    assert "+  --max-model-len 8192 \\" in entry["diff"]
+    assert "-  --max-model-len 32768 \\" in entry["diff"]
+    releases = deployed_lab.deployment_dir("ct200") / "releases"
+    assert [p.name for p in releases.iterdir()] == [target(first, "ct200")["release"]]
+
+
+def test_history_is_sqlite_in_the_state_dir(deployed_lab: LabHandle) -> None:
+    code, first = deploy(deployed_lab, "--limit", "ct201")
+    assert code == 0
+    db = Path(deployed_lab.env["ORCH_STATE_DIR"]) / "history.sqlite"
+    with sqlite3.connect(db) as connection:
+        rows = connection.execute("SELECT run_id, result FROM runs").fetchall()
+    assert rows == [(first["run_id"], "ok")]
+
+
+def test_accept_new_host_keys_records_them(shared_lab: LabHandle, tmp_path: Path) -> None:
+    known = tmp_path / "known"
+    lab_known = shared_lab.lab.known_hosts
+    inventory = shared_lab.inventory.read_text().replace(str(lab_known), str(known))
+    (tmp_path / "inv.yaml").write_text(inventory)
+    result = shared_lab.orch(
+        "deploy",
+        "qwen-dflash",
+        "-i",
+        str(tmp_path / "inv.yaml"),
+        "--dry-run",
+        "--accept-new-host-keys",
+        "--json",
+    )
+    assert result.code == 0, result.stdout + result.stderr
+    assert {t["result"] for t in result.json["targets"]} == {"dry_run"}
+    recorded = {line.split()[0] for line in known.read_text().splitlines()}
+    expected = {line.split()[0] for line in lab_known.read_text().splitlines()}
+    assert recorded == expected
+
+
 @pytest.mark.parametrize(
     ("faults", "verdict_words"),
     [
@@ -246,60 +300,6 @@ def test_unknown_host_key_is_refused_before_any_command(lab: LabHandle, tmp_path
     assert not lab.deployment_dir("ct200").exists()
     log = (lab.lab.root / "hosts/pve1/sshd/sshd.log").read_text()
     assert "Accepted publickey" not in log
-
-
-def test_accept_new_host_keys_records_them(shared_lab: LabHandle, tmp_path: Path) -> None:
-    known = tmp_path / "known"
-    lab_known = shared_lab.lab.known_hosts
-    inventory = shared_lab.inventory.read_text().replace(str(lab_known), str(known))
-    (tmp_path / "inv.yaml").write_text(inventory)
-    result = shared_lab.orch(
-        "deploy",
-        "qwen-dflash",
-        "-i",
-        str(tmp_path / "inv.yaml"),
-        "--dry-run",
-        "--accept-new-host-keys",
-        "--json",
-    )
-    assert result.code == 0, result.stdout + result.stderr
-    assert {t["result"] for t in result.json["targets"]} == {"dry_run"}
-    recorded = {line.split()[0] for line in known.read_text().splitlines()}
-    expected = {line.split()[0] for line in lab_known.read_text().splitlines()}
-    assert recorded == expected
-
-
-def test_dry_run_diff_changes_nothing(deployed_lab: LabHandle) -> None:
-    first = deployed_lab.deployed
-    assert first is not None
-    result = deployed_lab.orch(
-        "deploy",
-        "qwen-dflash",
-        "-i",
-        str(deployed_lab.inventory),
-        "--limit",
-        "ct200",
-        "--dry-run",
-        "--diff",
-        "--json",
-        "--set",
-        "server.max_model_len=8192",
-    )
-    entry = target(result.json, "ct200")
-    assert result.code == 0 and entry["result"] == "dry_run"
-    assert "+  --max-model-len 8192 \\" in entry["diff"]
-    assert "-  --max-model-len 32768 \\" in entry["diff"]
-    releases = deployed_lab.deployment_dir("ct200") / "releases"
-    assert [p.name for p in releases.iterdir()] == [target(first, "ct200")["release"]]
-
-
-def test_history_is_sqlite_in_the_state_dir(deployed_lab: LabHandle) -> None:
-    code, first = deploy(deployed_lab, "--limit", "ct201")
-    assert code == 0
-    db = Path(deployed_lab.env["ORCH_STATE_DIR"]) / "history.sqlite"
-    with sqlite3.connect(db) as connection:
-        rows = connection.execute("SELECT run_id, result FROM runs").fetchall()
-    assert rows == [(first["run_id"], "ok")]
 
 
 def test_hostile_values_are_quoted_or_refused(lab: LabHandle, tmp_path: Path) -> None:
