@@ -81,8 +81,16 @@ accept_keys_option = click.option(
 @inventory_option
 @limit_option
 @set_option
-@click.option("--dry-run", is_flag=True, help="Connect and preflight; change nothing.")
-@click.option("--diff", is_flag=True, help="With --dry-run: diff each file against current.")
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Connect and preflight, change nothing; exit 1 when preflight finds an error.",
+)
+@click.option(
+    "--diff",
+    is_flag=True,
+    help="Show each file's `diff -u` against the current release (before the switch).",
+)
 @click.option("--force", is_flag=True, help="Deploy despite preflight errors (recorded).")
 @accept_keys_option
 @json_option
@@ -100,12 +108,12 @@ def deploy(
     """Render, push, verify, restart, gate; roll back by itself when the gate fails."""
     from orchestrator import operations, report
 
-    if diff and not dry_run:
-        raise click.UsageError("--diff shows what --dry-run would change: give both")
     inputs = operations.load(playbook, inventory_path, list(limit), list(assignments))
     options = operations.new_options(force=force, dry_run=dry_run, diff=diff)
     with _stoppable(inputs, as_json) as (view, cancel):
-        document, code = operations.deploy(inputs, options, accept_new_host_keys, view, cancel)
+        document, code = operations.deploy(
+            inputs, options, accept_new_host_keys, view, cancel, report.DiffPrinter(view)
+        )
     report.print_json(document) if as_json else report.print_run(document)
     sys.exit(code)
 
@@ -133,7 +141,13 @@ def _stoppable(inputs: Any, as_json: bool) -> Iterator[tuple[Any, Any]]:
 @inventory_option
 @limit_option
 @set_option
-@click.option("--to", "to_release", metavar="RELEASE_ID", help="Default: the previous release.")
+@click.option(
+    "--to",
+    "to_release",
+    metavar="ID",
+    help="A run id (every container back to what that run left it on), a release id, or a "
+    "unique prefix of either (see `orch releases`). Default: each container's previous release.",
+)
 @accept_keys_option
 @json_option
 def rollback(
@@ -145,7 +159,8 @@ def rollback(
     accept_new_host_keys: bool,
     as_json: bool,
 ) -> None:
-    """Switch back to an earlier release, wait until ready, and gate it."""
+    """Switch back to an earlier release, wait until ready, and gate it; with --to RUN_ID
+    the whole fleet goes back to that run's state (containers it did not touch are skipped)."""
     from orchestrator import operations, report
 
     inputs = operations.load(playbook, inventory_path, list(limit), list(assignments))
@@ -276,6 +291,29 @@ def status(
 @inventory_option
 @limit_option
 @accept_keys_option
+@json_option
+def releases(
+    playbook: str,
+    inventory_path: Path,
+    limit: tuple[str, ...],
+    accept_new_host_keys: bool,
+    as_json: bool,
+) -> None:
+    """Per run, newest first: the release it left each container on, and whether that
+    release is current, kept or pruned, as the containers record it (their audit logs)."""
+    from orchestrator import operations, report
+
+    inputs = operations.load(playbook, inventory_path, list(limit), [])
+    document, code = operations.releases(inputs, accept_new_host_keys)
+    report.print_json(document) if as_json else report.print_releases(document)
+    sys.exit(code)
+
+
+@cli.command()
+@click.argument("playbook")
+@inventory_option
+@limit_option
+@accept_keys_option
 def unlock(
     playbook: str, inventory_path: Path, limit: tuple[str, ...], accept_new_host_keys: bool
 ) -> None:
@@ -317,19 +355,35 @@ def profiles(as_json: bool) -> None:
 @inventory_option
 @limit_option
 @set_option
+@click.option(
+    "-o",
+    "--output",
+    metavar="DIR",
+    type=click.Path(path_type=Path, file_okay=False),
+    help="Write DIR/<container>/config.json and serve.sh as a deploy would, instead.",
+)
 def render(
-    playbook: str, inventory_path: Path, limit: tuple[str, ...], assignments: tuple[str, ...]
+    playbook: str,
+    inventory_path: Path,
+    limit: tuple[str, ...],
+    assignments: tuple[str, ...],
+    output: Path | None,
 ) -> None:
-    """Print each target's rendered drafter config and launch script, with the
-    drafter checks against the profile."""
-    from orchestrator import report
+    """Print each target's rendered drafter config and launch script (or write them
+    with --output), with the drafter checks against the profile."""
+    from orchestrator import release, report
     from orchestrator.inventory import load_inventory
     from orchestrator.plan import plan_deploy
     from orchestrator.playbook import find_playbook, load_playbook
 
     book = load_playbook(find_playbook(playbook), list(assignments))
     plans = plan_deploy(book, load_inventory(inventory_path), list(limit))
-    report.print_plans(plans)
+    written = (
+        {p.container: [str(f) for f in release.write_local(p, output)] for p in plans}
+        if output
+        else None
+    )
+    report.print_plans(plans, written)
     sys.exit(1 if any(report.has_errors(p.findings) for p in plans) else 0)
 
 

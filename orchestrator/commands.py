@@ -213,11 +213,31 @@ def remove_releases(releases_dir: str, release_ids: Sequence[str]) -> list[str]:
     return script(f"rm -rf -- {paths}")
 
 
+def _release_listing(releases_dir: str) -> str:
+    return (
+        f"[ -d {q(releases_dir)} ] && cd {q(releases_dir)} && "
+        'for d in */; do d=${d%/}; [ -d "$d" ] && echo "$(stat -c %Y "$d") $d"; done | sort -n'
+    )
+
+
 def list_releases(releases_dir: str) -> list[str]:
     """`MTIME ID` per release, oldest first."""
+    return script(_release_listing(releases_dir) + "\nexit 0")
+
+
+def release_records(layout: Layout, audit_lines: int) -> list[str]:
+    """A deployment's record in one round trip, as frames: `current` (the link),
+    `releases` (`MTIME ID` lines, oldest first), `audit` (the last `audit_lines`
+    lines of the audit log) and `manifest ID` for each release that has one."""
     return script(
-        f"[ -d {q(releases_dir)} ] || exit 0; cd {q(releases_dir)} && "
-        'for d in */; do d=${d%/}; [ -d "$d" ] && echo "$(stat -c %Y "$d") $d"; done | sort -n'
+        _FRAME_FUNCTIONS
+        + f'readlink {q(layout.current)} > "$tmp" 2>/dev/null; frame current "$tmp"\n'
+        + f'( {_release_listing(layout.releases)} ) > "$tmp"; frame releases "$tmp"\n'
+        + f'tail -n {int(audit_lines)} {q(layout.audit_log)} > "$tmp" 2>/dev/null; '
+        + 'frame audit "$tmp"\n'
+        + f"cd {q(layout.releases)} 2>/dev/null || exit 0\n"
+        + 'for d in */; do m="$d/manifest.json"; [ -f "$m" ] && frame "manifest ${d%/}" "$m"; '
+        + "done; exit 0"
     )
 
 
@@ -248,14 +268,23 @@ def read_files(paths: Sequence[str]) -> list[str]:
     )
 
 
+GATED_AUDIT_LINE = '"verdict": "'
+"""What an audit line (state.audit_line) with a gate verdict holds: json.dumps writes a
+null verdict as `"verdict": null`."""
+
+
 def status_report(layout: Layout) -> list[str]:
-    """`key value` lines: current release, server state, lock owner, last audit line."""
+    """`key value` lines: current release, server state, lock owner, last audit line, and
+    the last audit line with a gate verdict (a run that found the release unchanged ran
+    no gate)."""
     return script(
         _PROCESS_FUNCTIONS
         + f'echo "current $(readlink {q(layout.current)} 2>/dev/null)"\n'
         + f'echo "server $(recorded {q(layout.server_pid)})"\n'
         + f'echo "lock $(cat {q(layout.lock_owner)} 2>/dev/null)"\n'
-        + f'echo "audit $(tail -n 1 {q(layout.audit_log)} 2>/dev/null)"'
+        + f'echo "audit $(tail -n 1 {q(layout.audit_log)} 2>/dev/null)"\n'
+        + f'echo "gated $(grep -F {q(GATED_AUDIT_LINE)} {q(layout.audit_log)} 2>/dev/null '
+        + '| tail -n 1)"'
     )
 
 

@@ -40,6 +40,7 @@ from orchestrator.state import audit_line
 from orchestrator.transport.base import Transport
 
 Progress = Callable[[str, str], None]  # (container, step description)
+ShowDiff = Callable[[str, str], None]  # (container, its release's diff), before the switch
 GPU_RELEASE_TIMEOUT = 120.0
 
 
@@ -67,7 +68,7 @@ class Outcome:
     findings: list[Finding] = field(default_factory=list)
     error: str | None = None
     exit_code: int = 0
-    diff: str = ""
+    diff: str | None = None  # with --diff: `diff -u` of current vs new ("" = no change)
     steps: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     recovered: dict[str, Any] | None = None
@@ -89,7 +90,7 @@ class Outcome:
             "notes": self.notes,
             "recovered": self.recovered,
             "current": self.current,
-            **({"diff": self.diff} if self.diff else {}),
+            **({"diff": self.diff} if self.diff is not None else {}),
         }
 
 
@@ -106,8 +107,10 @@ class TargetRun:
         options: Options,
         progress: Progress = lambda *_: None,
         cancel: Cancel | None = None,
+        show_diff: ShowDiff = lambda *_: None,
     ) -> None:
         self.plan, self.transport, self.playbook = plan, transport, playbook
+        self.show_diff = show_diff
         self.buckets, self.nvidia_smi, self.options = buckets, nvidia_smi, options
         self.progress = progress
         self.cancel = cancel or Cancel()
@@ -135,9 +138,12 @@ class TargetRun:
             previous = facts.current_release
             if previous == self.plan.release_id and facts.server.running and self._unchanged():
                 self.outcome.current = previous
+                self._diff(previous)
+                self._audit("deploy")  # the run names this container's state too
                 return
             self.cancel.check()
             self._write_release(forced)
+            self._diff(previous)
             self.cancel.check()  # the last safe point before the old server stops
             self._switch_and_judge("deploy", previous, self.plan.release_id, forced)
 
@@ -153,6 +159,11 @@ class TargetRun:
                     2, f"release {target!r} is not on the target (kept: {', '.join(on_target)})"
                 )
             self.outcome.release, self.outcome.previous_release = target, current
+            server = Server(self.transport, self.layout, self.plan.address, self.plan.port)
+            if target == current and server.state().running:
+                self.outcome.result, self.outcome.current = "unchanged", current
+                self._audit("rollback")
+                return
             self.cancel.check()
             self._switch_and_judge("rollback", current, target, [])
 
@@ -378,7 +389,7 @@ class TargetRun:
         files = {
             **self.plan.files,
             release.MANIFEST: release.manifest(
-                self.plan, self.options.run_id, forced, GateTarget.of(self.playbook)
+                self.plan, self.playbook, self.options.run_id, forced, GateTarget.of(self.playbook)
             ),
         }
         with self._step("write release"):
@@ -426,6 +437,7 @@ class TargetRun:
             {
                 "result": "recovered",
                 "release": back_on,
+                "current": back_on,
                 "previous_release": interrupted.to_release,
                 "gate": report.to_dict() if report else None,
                 "interrupted_run": interrupted.run_id,
@@ -437,21 +449,40 @@ class TargetRun:
         self.transport.run(commands.append_line(self.layout.audit_log, line), timeout=60)
 
     def _dry_run(self) -> None:
+        """Preflight and, with --diff, the diff; an error finding fails the dry run as
+        it would stop the deploy."""
         if interrupted := self.journal.read():
             self.outcome.notes.append(f"interrupted transaction here: {interrupted.describe()}")
         facts = self._preflight()
         self.outcome.result = "dry_run"
-        if self.options.diff:
-            self.outcome.diff = self._diff(facts.current_release)
+        self._diff(facts.current_release)
+        errors = sum(f.severity == Severity.ERROR for f in self.outcome.findings)
+        if errors:
+            self.outcome.exit_code = 1
+            self.outcome.error = f"preflight found {errors} error(s); " + (
+                "--force deploys anyway and records them"
+                if self.options.force
+                else "a deploy would stop there (--force deploys anyway)"
+            )
 
-    def _diff(self, current: str | None) -> str:
-        if current is None:
-            return "(no current release: every file is new)"
-        old = release.read_back(self.transport, self.layout.release(current), list(self.plan.files))
-        return "".join(
-            release.unified_diff(old.get(name, b""), data, name)
-            for name, data in self.plan.files.items()
+    def _diff(self, current: str | None) -> None:
+        """With --diff: each file of the current release against the new one, recorded
+        and shown at once (on a deploy: before the old server stops)."""
+        if not self.options.diff:
+            return
+        old = (
+            release.read_back(self.transport, self.layout.release(current), list(release.RENDERED))
+            if current
+            else {}
         )
+        self.outcome.diff = release.changes(
+            self.plan.container,
+            self.layout.release(current) if current else None,
+            old,
+            self.plan.release_dir,
+            self.plan.files,
+        )
+        self.show_diff(self.plan.container, self.outcome.diff)
 
     def _guard(self, body: Callable[[], None]) -> Outcome:
         """The outcome, whatever ended the run on this container."""

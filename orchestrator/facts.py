@@ -132,13 +132,14 @@ def parse_status_report(text: str) -> dict[str, object]:
         fields = dict(line.partition(" ")[::2] for line in text.splitlines())
         server = fields.get("server", "none").split()
         audit = json.loads(fields["audit"]) if fields.get("audit") else {}
+        gated = json.loads(fields["gated"]) if fields.get("gated") else audit
         return {
             "release": release_id_of(fields.get("current", "")),
             "server": server[0],
             "pid": int(server[1]) if len(server) > 1 else None,
             "last_result": audit.get("result"),
-            "last_verdict": audit.get("verdict"),
-            "last_mean_length": audit.get("mean_acceptance_length"),
+            "last_verdict": gated.get("verdict"),
+            "last_mean_length": gated.get("mean_acceptance_length"),
             "lock": fields.get("lock") or None,
         }
 

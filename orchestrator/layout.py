@@ -8,7 +8,8 @@
                      `orch unlock` never removes the record of a transaction)
   server.pid         `PID STARTTIME` of the server orch started
   server.log         its output
-  audit.log          one JSON line per run
+  audit.log          one JSON line per run's decision: the release it left
+                     `current` on (orchestrator/runs.py reads them back)
 """
 
 from __future__ import annotations

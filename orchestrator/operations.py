@@ -7,25 +7,27 @@ The CLI parses and prints; these functions connect, act, and return
 from __future__ import annotations
 
 import dataclasses
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from orchestrator import commands, lock, preflight, release
+from orchestrator import commands, documents, lock, preflight, release
 from orchestrator.cancel import Cancel
-from orchestrator.deploy import Options, Outcome, Progress, TargetRun
+from orchestrator.deploy import Options, Outcome, Progress, ShowDiff, TargetRun
 from orchestrator.drafters.findings import Finding, Severity
 from orchestrator.drafters.modelfiles import parse_json_document
 from orchestrator.errors import NeedsAttention, OrchError
 from orchestrator.facts import parse_status_report
-from orchestrator.fanout import READ_PARALLEL, fan_out
+from orchestrator.fanout import READ_PARALLEL, GroupResult, fan_out
 from orchestrator.inventory import Inventory, load_inventory
 from orchestrator.journal import Journal
-from orchestrator.plan import DRAFTER_CONFIG, TargetPlan, plan_deploy
+from orchestrator.plan import DRAFTER_CONFIG, LAUNCH_SCRIPT, VIEW_CONFIG, TargetPlan, plan_deploy
 from orchestrator.playbook import Playbook, find_playbook, load_playbook
 from orchestrator.probes import load_passages, load_prompts
 from orchestrator.probes.context import context_buckets
 from orchestrator.rollout import Plan, run_rollout
+from orchestrator.runs import TargetRecord, fleet_runs, resolve
 from orchestrator.server import Server
 from orchestrator.state import History, new_run_id, now
 from orchestrator.transport.base import Transport
@@ -39,12 +41,23 @@ class Inputs:
     playbook: Playbook
     inventory: Inventory
     plans: list[TargetPlan]
+    playbook_ref: str
+    """The playbook as the user named it (a name or a path)."""
+    inventory_path: Path
+
+    def apply_command(self, container: str) -> str:
+        """The deploy that applies the playbook as loaded here to one container."""
+        sets = [arg for a in self.playbook.assignments for arg in ("--set", a)]
+        inventory = str(self.inventory_path)
+        return shlex.join(
+            ["orch", "deploy", self.playbook_ref, "-i", inventory, "--limit", container, *sets]
+        )
 
 
 def load(playbook: str, inventory: Path, limit: list[str], assignments: list[str]) -> Inputs:
     book = load_playbook(find_playbook(playbook), assignments)
     inv = load_inventory(inventory)
-    return Inputs(book, inv, plan_deploy(book, inv, limit))
+    return Inputs(book, inv, plan_deploy(book, inv, limit), playbook, inventory)
 
 
 def _target_run(
@@ -55,6 +68,7 @@ def _target_run(
     progress: Progress,
     prompts: list[str],
     cancel: Cancel,
+    show_diff: ShowDiff = lambda *_: None,
 ) -> TargetRun:
     nvidia_smi = inputs.inventory.container_vars(plan.container).get(
         "nvidia_smi", DEFAULT_NVIDIA_SMI
@@ -75,6 +89,7 @@ def _target_run(
         options,
         progress,
         cancel,
+        show_diff,
     )
 
 
@@ -120,7 +135,9 @@ def deploy(
     accept_new_host_keys: bool,
     progress: Progress,
     cancel: Cancel,
+    show_diff: ShowDiff = lambda *_: None,
 ) -> tuple[dict[str, Any], int]:
+    """With `options.diff`, `show_diff` gets each container's diff before its switch."""
     prompts = load_prompts(inputs.playbook.gate.probe.prompts)
     started = now()
     plans = {p.container: p for p in inputs.plans}
@@ -129,7 +146,9 @@ def deploy(
         def one(name: str) -> Outcome:
             if cancel.requested:
                 return not_started(name, "not started: the run was interrupted")
-            run = _target_run(inputs, connections, plans[name], options, progress, prompts, cancel)
+            run = _target_run(
+                inputs, connections, plans[name], options, progress, prompts, cancel, show_diff
+            )
             return run.deploy()
 
         def not_started(name: str, why: str) -> Outcome:
@@ -159,45 +178,163 @@ def rollback(
     progress: Progress,
     cancel: Cancel,
 ) -> tuple[dict[str, Any], int]:
+    """Each container back to its previous release, or with `to` (a run id, a release
+    id, or a unique prefix) to what that run left it on. `to` is resolved from every
+    container's records before anything is switched: an unknown or ambiguous id is
+    an InputError with nothing touched."""
     prompts = load_prompts(inputs.playbook.gate.probe.prompts)
     started = now()
     plans = {p.container: p for p in inputs.plans}
     with Connections(inputs.inventory, accept_new_host_keys) as connections:
+        unread: dict[str, OrchError] = {}
+        resolution = None
+        if to is not None:
+            records = _records(connections, plans)
+            unread = records.failed
+            resolution = resolve(to, records.succeeded.values())
+        wanted: dict[str, str | None] = (
+            {name: resolution.wanted[name] for name in plans if name in resolution.wanted}
+            if resolution
+            else dict.fromkeys(plans)
+        )
 
         def one(name: str) -> Outcome:
             run = _target_run(inputs, connections, plans[name], options, progress, prompts, cancel)
-            return run.rollback(to)
+            return run.rollback(wanted[name])
 
         parallel = Plan.of(inputs.playbook.rollout, len(plans)).parallel
-        group = fan_out(list(plans), one, parallel)
-    outcomes = [
-        group.succeeded.get(name) or _unreached(plans[name], group.failed[name]) for name in plans
-    ]
+        group = fan_out(list(wanted), one, parallel)
+    failed = {**unread, **group.failed}
+    skipped = resolution.skipped if resolution else {}
+
+    def outcome(name: str) -> Outcome:
+        if name in group.succeeded:
+            return group.succeeded[name]
+        if name in skipped:
+            return Outcome(name, plans[name].host, result="skipped", notes=[skipped[name]])
+        return _unreached(plans[name], failed[name])
+
+    outcomes = [outcome(name) for name in plans]
     document, code = _document(inputs, options.run_id, started, outcomes, cancel)
+    if resolution:
+        document["to"] = resolution.to_dict()
     _remember(document, "rollback", options.user)
     return document, code
 
 
+def _records(connections: Connections, plans: dict[str, TargetPlan]) -> GroupResult[TargetRecord]:
+    """Every container's record of runs and releases, read side by side."""
+    return fan_out(
+        list(plans),
+        lambda name: release.record(connections.container(name), plans[name].layout, name),
+        READ_PARALLEL,
+    )
+
+
+def releases(inputs: Inputs, accept_new_host_keys: bool) -> tuple[dict[str, Any], int]:
+    """Per run, newest first, the release it left each container on and whether that
+    release is still kept and current; per container, its kept releases, including
+    those no recorded run names."""
+    plans = {p.container: p for p in inputs.plans}
+    with Connections(inputs.inventory, accept_new_host_keys) as connections:
+        group = _records(connections, plans)
+    records = group.succeeded
+    runs = fleet_runs(records.values())
+    named = {(name, r.current) for run in runs for name, r in run.targets.items()}
+    targets = []
+    for name, plan in plans.items():
+        entry: dict[str, Any] = {"name": name, "host": plan.host}
+        if name in group.failed:
+            entry |= {"result": "unreachable", "error": str(group.failed[name])}
+        else:
+            record = records[name]
+            entry |= {
+                "result": "ok",
+                "current": record.current,
+                "kept": [
+                    {
+                        "release": k.release,
+                        "created": k.created,
+                        "made_by_run": k.run_id,
+                        "current": k.release == record.current,
+                        "named_by_a_run": (name, k.release) in named,
+                    }
+                    for k in reversed(record.kept)
+                ],
+            }
+        targets.append(entry)
+    document = documents.document(
+        "Releases",
+        playbook=inputs.playbook.name,
+        result=documents.run_result(3 if group.failed else 0),
+        runs=[
+            {
+                "run_id": run.run_id,
+                "time": run.time,
+                "user": run.user,
+                "action": run.action,
+                "targets": [
+                    {
+                        "name": name,
+                        "result": record.result,
+                        "release": record.current,
+                        "state": _release_state(records[name], record.current),
+                    }
+                    for name, record in run.targets.items()
+                ],
+            }
+            for run in runs
+        ],
+        targets=targets,
+    )
+    return document, 3 if group.failed else 0
+
+
+def _release_state(record: TargetRecord, release_id: str | None) -> str:
+    """`current`, `kept` or `pruned` (a release no longer on the container); `none`
+    when the run left nothing serving there."""
+    if release_id is None:
+        return "none"
+    if release_id == record.current:
+        return "current"
+    return "kept" if release_id in record.kept_ids else "pruned"
+
+
 def verify_remote(inputs: Inputs, accept_new_host_keys: bool) -> tuple[dict[str, Any], int]:
-    """Drift of each container's current release against a fresh render, plus the
-    drafter checks on the files as they are on the container."""
+    """Each container's current release against its own manifest (a hand edit:
+    `changed_on_target`, exit 1), then the manifest against a fresh render of the
+    playbook as it is now (`playbook_differs`: informational), plus the drafter
+    checks on the files as they are on the container."""
     plans = {p.container: p for p in inputs.plans}
     with Connections(inputs.inventory, accept_new_host_keys) as connections:
 
         def one(name: str) -> tuple[dict[str, Any], int]:
-            return _verify_one(connections.container(name), plans[name], inputs.playbook)
+            entry, code = _verify_one(connections.container(name), plans[name], inputs.playbook)
+            if entry.get("playbook_differs"):
+                entry["apply_with"] = inputs.apply_command(name)
+            return entry, code
 
         group = fan_out(list(plans), one, READ_PARALLEL)
     targets, code = [], 0
     for name, plan in plans.items():
         if name in group.failed:
-            entry = {"name": name, "host": plan.host, "error": str(group.failed[name])}
+            entry = {"name": name, "host": plan.host, "result": "unreachable"}
+            entry["error"] = str(group.failed[name])
             entry_code = group.failed[name].exit_code
         else:
             entry, entry_code = group.succeeded[name]
         targets.append(entry)
         code = max(code, entry_code)
-    return {"playbook": inputs.playbook.name, "ok": code == 0, "targets": targets}, code
+    document = documents.document(
+        "Verify",
+        playbook=inputs.playbook.name,
+        result=documents.run_result(code),
+        targets=targets,
+    )
+    return document, code
+
+
+VERIFIED_NAMES = [release.MANIFEST, DRAFTER_CONFIG, LAUNCH_SCRIPT, VIEW_CONFIG]
 
 
 def _verify_one(
@@ -210,15 +347,64 @@ def _verify_one(
     current = release.linked(transport, plan.layout.current)
     entry["release"] = current or None
     if not current:
-        entry["drift"] = ["no current release: nothing deployed yet"]
+        entry |= {"result": "failed", "error": "no current release: nothing deployed yet"}
         return entry, 1
-    expected = plan.read_back_files
-    actual = release.read_back(transport, plan.layout.release(current), list(expected))
-    entry["drift"] = [str(m) for m in release.compare(expected, actual, plan.kind.key_fields)]
+    actual = release.read_back(transport, plan.layout.release(current), VERIFIED_NAMES)
+    applied = release.Applied.parse(actual.pop(release.MANIFEST, None))
+    entry["applied"] = applied.to_dict() if applied else None
+    entry["changed_on_target"], entry["playbook_differs"] = drift(plan, current, applied, actual)
     findings = _remote_findings(transport, plan, playbook, actual.get(DRAFTER_CONFIG))
     entry["findings"] = [f.to_dict() for f in findings]
-    bad = entry["drift"] or any(f.severity == Severity.ERROR for f in findings)
+    bad = entry["changed_on_target"] or any(f.severity == Severity.ERROR for f in findings)
+    entry["result"] = "drift" if bad else "ok"
     return entry, 3 if interrupted else (1 if bad else 0)
+
+
+def drift(
+    plan: TargetPlan, current: str, applied: release.Applied | None, actual: dict[str, bytes]
+) -> tuple[list[str], list[str]]:
+    """(changed on the target since the run that applied the release, what the playbook
+    now renders differently from what that run applied). Without a readable manifest
+    the files can only be compared with a fresh render, and that is said."""
+    rendered = plan.read_back_files
+    if applied is None:
+        mismatches = release.compare(rendered, actual, plan.kind.key_fields)
+        return [f"no readable manifest, compared with a fresh render: {m}" for m in mismatches], []
+    since = f"run {applied.run_id}"
+    known = {n: d for n, d in rendered.items() if release.sha256(d) == applied.files.get(n)}
+    changed = [
+        f"changed on the target since {since}: {m}"
+        for m in release.compare_hashes(
+            applied.files, known, actual, plan.kind.key_fields, f"applied by {since}"
+        )
+    ]
+    if current == plan.release_id:
+        return changed, []
+    differs = []
+    for name in sorted(set(plan.files) | (set(applied.files) - {VIEW_CONFIG})):
+        digest = applied.files.get(name)
+        if name in plan.files and release.sha256(plan.files[name]) == digest:
+            continue
+        on_target = actual.get(name)
+        was = on_target if on_target and release.sha256(on_target) == digest else None
+        diff = (
+            release.unified_diff(
+                was, plan.files[name], f"{name} (applied by {since})", f"{name} (rendered now)"
+            )
+            if was is not None and name in plan.files
+            else ""
+        )
+        what = "no longer rendered" if name not in plan.files else "renders differently"
+        differs.append(
+            f"{name}: the playbook now differs from what {since} applied ({what})"
+            + (f"\n{diff}" if diff else "")
+        )
+    if not differs:
+        differs.append(
+            f"the playbook now makes release {plan.release_id}, not {current} that {since} "
+            "applied (the same files, other inputs)"
+        )
+    return changed, differs
 
 
 def _remote_findings(

@@ -132,6 +132,9 @@ class Playbook(Schema):
     # a lock whose run is provably gone on this control host is taken over regardless).
     lock_lease: Seconds | None = None
     source: str = Field(default="", exclude=True)
+    source_sha256: str = Field(default="", exclude=True)
+    assignments: tuple[str, ...] = Field(default=(), exclude=True)
+    """The `--set` assignments applied over the file, as given."""
 
 
 def find_playbook(name_or_path: str) -> Path:
@@ -152,8 +155,14 @@ def load_playbook(path: Path, assignments: Sequence[str] = ()) -> Playbook:
     document = load_yaml_file(path)
     if not isinstance(document.data, dict):
         raise InputError(f"{path}:1:1: expected a mapping at the top level")
-    document = apply_assignments(document, assignments)
-    return validate_document(Playbook, document).model_copy(update={"source": str(path)})
+    applied = apply_assignments(document, assignments)
+    return validate_document(Playbook, applied).model_copy(
+        update={
+            "source": str(path),
+            "source_sha256": document.sha256,
+            "assignments": tuple(assignments),
+        }
+    )
 
 
 def apply_assignments(document: YamlDocument, assignments: Sequence[str]) -> YamlDocument:

@@ -15,20 +15,24 @@ import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
 from orchestrator import commands
 from orchestrator.drafters.findings import Finding
+from orchestrator.errors import InputError
 from orchestrator.facts import parse_frames, parse_release_list, release_id_of
 from orchestrator.layout import Layout
 from orchestrator.plan import DRAFTER_CONFIG, LAUNCH_SCRIPT, VIEW_CONFIG, TargetPlan
 from orchestrator.playbook import Gate, Playbook
 from orchestrator.remote import run_step
+from orchestrator.runs import AUDIT_TAIL, TargetRecord, parse_audit, parse_manifest_summary
 from orchestrator.transport.base import Transport
 
 MANIFEST = "manifest.json"
+RENDERED = (DRAFTER_CONFIG, LAUNCH_SCRIPT)  # the files a release may hold that --diff shows
 MODES = {LAUNCH_SCRIPT: "0755"}
 
 
@@ -57,9 +61,17 @@ class GateTarget:
         }
 
 
-def manifest(plan: TargetPlan, run_id: str, forced: list[Finding], gate: GateTarget) -> bytes:
+def manifest(
+    plan: TargetPlan, playbook: Playbook, run_id: str, forced: list[Finding], gate: GateTarget
+) -> bytes:
+    """What the release is and what was applied to make it: the playbook file (path and
+    SHA-256 of its text), the `--set` assignments, and each rendered file's SHA-256, so
+    that verify-config tells a hand edit on the target from a change of the playbook."""
     document = {
         "playbook": plan.playbook,
+        "playbook_path": playbook.source,
+        "playbook_sha256": playbook.source_sha256,
+        "assignments": list(playbook.assignments),
         "release_id": plan.release_id,
         "container": plan.container,
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -93,6 +105,23 @@ def write(transport: Transport, plan: TargetPlan, files: Mapping[str, bytes]) ->
         )
 
 
+def write_local(plan: TargetPlan, directory: Path) -> list[Path]:
+    """The release's files as a deploy writes them (same bytes, same modes), in
+    `directory/<container>/`, for review or a pipeline's artefacts."""
+    target = directory / plan.container
+    written = []
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+        for name, data in plan.files.items():
+            path = target / name
+            path.write_bytes(data)
+            path.chmod(int(MODES.get(name, "0644"), 8))
+            written.append(path)
+    except OSError as exc:
+        raise InputError(f"{exc.filename}: cannot write: {exc.strerror}") from exc
+    return written
+
+
 def read_back(transport: Transport, release_dir: str, names: list[str]) -> dict[str, bytes]:
     """Whole files of a release, in one round trip; a missing one is absent."""
     paths = [f"{release_dir}/{name}" for name in names]
@@ -110,6 +139,28 @@ def kept(transport: Transport, layout: Layout) -> list[str]:
     """The release ids on the target, oldest first."""
     listed = run_step(transport, commands.list_releases(layout.releases), "list releases")
     return parse_release_list(listed.text)
+
+
+def record(transport: Transport, layout: Layout, name: str) -> TargetRecord:
+    """The container's record of runs and releases, read in one round trip."""
+    result = run_step(
+        transport, commands.release_records(layout, AUDIT_TAIL), "read the release records"
+    )
+    frames = parse_frames(result.stdout)
+    manifests = {
+        key.removeprefix("manifest "): data
+        for key, data in frames.items()
+        if key.startswith("manifest ")
+    }
+    return TargetRecord(
+        name,
+        release_id_of(frames.get("current", b"").decode("utf-8", "replace")),
+        [
+            parse_manifest_summary(rid, manifests.get(rid))
+            for rid in parse_release_list(frames.get("releases", b"").decode("utf-8", "replace"))
+        ],
+        parse_audit(frames.get("audit", b"").decode("utf-8", "replace")),
+    )
 
 
 def gate_target(
@@ -130,6 +181,47 @@ def gate_target(
 
 
 @dataclass(frozen=True)
+class Applied:
+    """What the manifest of a release says was applied to make it."""
+
+    run_id: str
+    files: dict[str, str]
+    """Each rendered file's SHA-256; the drafter view's config.json is config.json's."""
+    playbook_path: str | None
+    playbook_sha256: str | None
+    assignments: list[str]
+
+    @classmethod
+    def parse(cls, raw: bytes | None) -> Applied | None:
+        """None for a missing or unreadable manifest."""
+        try:
+            manifest = json.loads(raw or b"null")
+            files = {str(name): str(digest) for name, digest in manifest["files"].items()}
+            assignments = [str(a) for a in manifest.get("assignments") or []]
+            run_id = str(manifest["run_id"])
+        except (ValueError, TypeError, KeyError, AttributeError):
+            return None
+        if DRAFTER_CONFIG in files:
+            files[VIEW_CONFIG] = files[DRAFTER_CONFIG]
+        path, digest = manifest.get("playbook_path"), manifest.get("playbook_sha256")
+        return cls(
+            run_id,
+            files,
+            path if isinstance(path, str) else None,
+            digest if isinstance(digest, str) else None,
+            assignments,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "playbook_path": self.playbook_path,
+            "playbook_sha256": self.playbook_sha256,
+            "assignments": self.assignments,
+        }
+
+
+@dataclass(frozen=True)
 class Mismatch:
     name: str
     reason: str
@@ -143,47 +235,92 @@ def compare(
     expected: Mapping[str, bytes], actual: Mapping[str, bytes], key_fields: Sequence[str]
 ) -> list[Mismatch]:
     """SHA-256 of every file, then parse and re-check the drafter's key fields."""
+    hashes = {name: sha256(data) for name, data in expected.items()}
+    return compare_hashes(hashes, expected, actual, key_fields, "rendered")
+
+
+def compare_hashes(
+    expected: Mapping[str, str],
+    known: Mapping[str, bytes],
+    actual: Mapping[str, bytes],
+    key_fields: Sequence[str],
+    label: str,
+) -> list[Mismatch]:
+    """Each file's SHA-256 against `expected`; where the expected bytes are `known`
+    (they hash to `expected`), with a diff and the drafter's key fields re-checked.
+    `label` names the expected side in the messages ("rendered", "applied by run R")."""
     mismatches = []
-    for name, data in expected.items():
+    for name, digest in expected.items():
         if name not in actual:
             mismatches.append(Mismatch(name, "missing on the target"))
-        elif sha256(actual[name]) != sha256(data):
-            mismatches.append(
-                Mismatch(
-                    name,
-                    f"SHA-256 {sha256(actual[name])[:12]} != rendered {sha256(data)[:12]}",
-                    unified_diff(data, actual[name], name),
-                )
+        elif sha256(actual[name]) != digest:
+            diff = (
+                unified_diff(known[name], actual[name], f"{name} ({label})", f"{name} (on target)")
+                if name in known
+                else ""
             )
+            reason = f"SHA-256 {sha256(actual[name])[:12]} != {label} {digest[:12]}"
+            mismatches.append(Mismatch(name, reason, diff))
     for name in (DRAFTER_CONFIG, VIEW_CONFIG):
-        if name in actual and name in expected:
-            mismatches += _key_field_mismatches(name, expected[name], actual[name], key_fields)
+        if name in actual and name in known:
+            mismatches += _key_field_mismatches(name, known[name], actual[name], key_fields, label)
     return mismatches
 
 
 def _key_field_mismatches(
-    name: str, expected: bytes, actual: bytes, key_fields: Sequence[str]
+    name: str, expected: bytes, actual: bytes, key_fields: Sequence[str], label: str
 ) -> list[Mismatch]:
     try:
         got = json.loads(actual)
     except ValueError as exc:
         return [Mismatch(name, f"not valid JSON as read back: {exc}")]
+    if not isinstance(got, dict):
+        return [Mismatch(name, "not a JSON object as read back")]
     want = json.loads(expected)
     return [
-        Mismatch(name, f"{key}: {got.get(key)!r} != rendered {want.get(key)!r}")
+        Mismatch(name, f"{key}: {got.get(key)!r} != {label} {want.get(key)!r}")
         for key in key_fields
         if got.get(key) != want.get(key)
     ]
 
 
-def unified_diff(expected: bytes, actual: bytes, name: str) -> str:
+def unified_diff(old: bytes, new: bytes, old_label: str, new_label: str) -> str:
+    """`diff -u old new` with these labels: whole lines, an absent side given as empty
+    bytes and labelled /dev/null by the caller, and diff's marker for a last line
+    without its newline."""
+
+    def lines(data: bytes) -> list[str]:
+        split = data.decode("utf-8", "replace").splitlines(keepends=True)
+        if split and not split[-1].endswith("\n"):
+            split[-1] += "\n\\ No newline at end of file\n"
+        return split
+
+    return "".join(difflib.unified_diff(lines(old), lines(new), old_label, new_label))
+
+
+def changes(
+    container: str,
+    current_dir: str | None,
+    current: Mapping[str, bytes],
+    new_dir: str,
+    new: Mapping[str, bytes],
+) -> str:
+    """What a deploy changes, as `diff -u -N` per file: `---` the file of the current
+    release on the target, `+++` the one the new release holds, each named
+    `container:path`, and /dev/null for the side that lacks it. Unchanged files give
+    nothing, as with diff."""
+
+    def label(directory: str | None, files: Mapping[str, bytes], name: str, which: str) -> str:
+        return f"{container}:{directory}/{name} ({which})" if name in files else "/dev/null"
+
     return "".join(
-        difflib.unified_diff(
-            expected.decode("utf-8", "replace").splitlines(keepends=True),
-            actual.decode("utf-8", "replace").splitlines(keepends=True),
-            f"{name} (rendered)",
-            f"{name} (on target)",
+        unified_diff(
+            current.get(name, b""),
+            new.get(name, b""),
+            label(current_dir, current, name, "current"),
+            label(new_dir, new, name, "new"),
         )
+        for name in dict.fromkeys([*new, *current])
     )
 
 

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import threading
 import time
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 from rich.console import Console
 from rich.live import Live
-from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
@@ -126,18 +126,53 @@ def print_profiles(profiles: Iterable[Profile], as_json: bool = False) -> None:
         out.print(text(f"note: {note}"))
 
 
-def print_plans(plans: Iterable[TargetPlan]) -> None:
+def print_plans(plans: Iterable[TargetPlan], written: dict[str, list[str]] | None = None) -> None:
+    """Each container's files as plain text under `==> container:path <==` headers (whole
+    lines, never wrapped), or with `written` the local files they went to; then the checks."""
     out = console()
     for plan in plans:
-        out.rule(text(f"{plan.container} on {plan.host}: release {plan.release_id}"))
-        for name, data in plan.files.items():
-            lexer = "json" if name.endswith(".json") else "bash"
-            out.print(text(f"{plan.release_dir}/{name}", "bold"))
-            out.print(Syntax(printable(data.decode()), lexer, theme="ansi_dark", word_wrap=True))
+        write_plain(f"# {plan.container} on {plan.host}: release {plan.release_id}")
+        if written is not None:
+            for path in written[plan.container]:
+                write_plain(f"wrote {path}")
+        else:
+            for name, data in plan.files.items():
+                write_plain(f"==> {plan.container}:{plan.release_dir}/{name} <==\n")
+                write_plain(data.decode("utf-8", "replace"))
         if plan.findings:
             out.print(findings_table(plan.findings, title="drafter checks against the profile"))
         else:
             out.print("drafter checks: no findings")
+
+
+def write_plain(value: str, stream: TextIO | None = None) -> None:
+    """`value` as it is, whole lines never wrapped, ending with a newline; control
+    characters shown as escapes."""
+    out = stream or sys.stdout
+    out.write(printable(value) + ("" if value.endswith("\n") else "\n"))
+    out.flush()
+
+
+class DiffPrinter:
+    """Each container's `diff -u` on stdout as soon as it is known, a whole block at a time
+    (parallel containers never interleave), lines never wrapped or cut: plain text, or on
+    a terminal above the live step view (the terminal folds long lines, nothing else)."""
+
+    def __init__(self, view: StepView) -> None:
+        self.view = view  # disabled with --json: the document has the diffs
+        # A live view redirects sys.stdout through itself; diffs go to the real one.
+        self.stdout: TextIO = getattr(sys.stdout, "rich_proxied_file", sys.stdout)
+        self.lock = threading.Lock()
+
+    def __call__(self, container: str, diff: str) -> None:
+        if not (diff and self.view.enabled):
+            return
+        with self.lock:
+            live = self.view.live
+            if live is not None and self.stdout.isatty():
+                live.console.print(text(diff.rstrip("\n")), soft_wrap=True, highlight=False)
+            else:
+                write_plain(diff, self.stdout)
 
 
 def print_rows(rows: list[dict[str, Any]], as_json: bool = False) -> None:
@@ -234,6 +269,9 @@ def print_run(document: dict[str, Any]) -> None:
             str(gate.get("drafts") or ""),
         )
     out.print(table)
+    if to := document.get("to"):
+        state = f"the state run {to['run_id']} left" if to["run_id"] else f"release {to['release']}"
+        out.print(text(f"--to {to['query']}: back to {state}"), highlight=False, soft_wrap=True)
     for target in document["targets"]:
         for label, key in (("gate", "gate"), ("rollback gate", "rollback_gate")):
             gate = target.get(key)
@@ -260,8 +298,8 @@ def print_run(document: dict[str, Any]) -> None:
             out.print(f"{target['name']}: {note}", markup=False, highlight=False)
         if target.get("error"):
             out.print(text(f"{target['name']}: {target['error']}", "red"), highlight=False)
-        if target.get("diff"):
-            out.print(Syntax(printable(target["diff"]), "diff", theme="ansi_dark"))
+        if target.get("diff") == "":
+            out.print(text(f"{target['name']}: no file differs from the current release"))
     for line in [*wave_lines(document.get("rollout")), *queue_lines(document.get("connections"))]:
         out.print(line, highlight=False)
     for warning in document.get("warnings", []):
@@ -331,16 +369,91 @@ def print_json(document: Any) -> None:
 
 
 def print_verify(document: dict[str, Any]) -> None:
+    """Per container: hand edits first (they fail the check), then what the playbook
+    would change now (information, with the deploy that applies it)."""
     out = console()
     for target in document["targets"]:
         out.rule(text(f"{target['name']} on {target['host']}: release {target.get('release')}"))
         if target.get("error"):
             out.print(text(target["error"], "red"), highlight=False)
-        for drift in target.get("drift", []):
-            out.print(text("drift:", "red") + text(f" {drift}"), highlight=False)
+        for change in target.get("changed_on_target", []):  # whole lines, as diff prints them
+            out.print(text(change, "red"), highlight=False, soft_wrap=True)
+        for change in target.get("playbook_differs", []):
+            out.print(text(change, "yellow"), highlight=False, soft_wrap=True)
+        if target.get("apply_with"):
+            out.print(text(f"apply it with: {target['apply_with']}"), soft_wrap=True)
         if target.get("findings"):
             out.print(findings_table([Finding(**f) for f in target["findings"]]))
-    out.print(text("ok") if document["ok"] else text("problems found", "red"))
+    ok = document["result"] == "ok"
+    out.print(text("ok") if ok else text("problems found", "red"))
+
+
+def print_releases(document: dict[str, Any]) -> None:
+    """One row per run and container, newest run first; then the releases kept on a
+    container that no listed run names. Ids are never cut (they are typed back): on a
+    narrow terminal the other columns go, WHEN and USER first."""
+    out = console()
+    rows = []
+    for run in document["runs"]:
+        for i, target in enumerate(run["targets"]):
+            rows.append(
+                {
+                    "RUN": run["run_id"] if i == 0 else "",
+                    "ACTION": run["action"] if i == 0 else "",
+                    "CONTAINER": target["name"],
+                    "RESULT": target["result"] or "",
+                    "LEFT ON": target["release"] or "-",
+                    "NOW": target["state"],
+                    "USER": run["user"] if i == 0 else "",
+                    "WHEN": run["time"] if i == 0 else "",
+                }
+            )
+    title = text(f"{document['playbook']}: runs as the containers record them")
+    out.print(_fitted_table(rows, ["WHEN", "USER", "ACTION", "NOW", "RESULT"], out, title))
+    unnamed = []
+    for target in document["targets"]:
+        if target.get("error"):
+            out.print(text(f"{target['name']}: {target['error']}", "red"), highlight=False)
+        unnamed += [
+            {
+                "CONTAINER": target["name"],
+                "RELEASE": kept["release"],
+                "NOW": "current" if kept["current"] else "kept",
+                "WRITTEN BY RUN": kept["made_by_run"] or "unknown",
+                "CREATED": kept["created"] or "unknown",
+            }
+            for kept in target.get("kept", [])
+            if not kept["named_by_a_run"]
+        ]
+    if unnamed:
+        title = text("kept on the containers, left current by no listed run")
+        out.print(_fitted_table(unnamed, ["CREATED", "WRITTEN BY RUN", "NOW"], out, title))
+    if not document["runs"] and not unnamed:
+        out.print("no runs recorded on these containers: nothing deployed yet", highlight=False)
+
+
+def _fitted_table(
+    rows: list[dict[str, str]], droppable: list[str], out: Console, title: Text
+) -> Table:
+    """A table of whole cells, never wrapped: the `droppable` columns are left out,
+    first to last, until the rest fits the console."""
+    columns = list(rows[0]) if rows else []
+
+    def build() -> Table:
+        table = Table(title=title)
+        for name in columns:
+            table.add_column(name, no_wrap=True)
+        for row in rows:
+            table.add_row(*(text(row[name]) for name in columns))
+        return table
+
+    table = build()
+    for name in droppable:
+        if out.measure(table, options=out.options.update(max_width=1 << 16)).maximum <= out.width:
+            break
+        columns.remove(name)
+        table = build()
+    return table
 
 
 def _position1(target: dict[str, Any]) -> str:

@@ -88,7 +88,8 @@ class History:
 
 
 def audit_line(run_id: str, user: str, action: str, target: dict[str, Any]) -> str:
-    """One JSON line for the container's audit.log."""
+    """One JSON line for the container's audit.log: `release` is the release the run
+    dealt with, `current` the one it left the container on (see orchestrator/runs.py)."""
     gate = target.get("gate") or {}
     return json.dumps(
         {
@@ -99,6 +100,7 @@ def audit_line(run_id: str, user: str, action: str, target: dict[str, Any]) -> s
             "result": target.get("result"),
             "release": target.get("release"),
             "previous_release": target.get("previous_release"),
+            "current": target.get("current"),
             "verdict": gate.get("verdict"),
             "mean_acceptance_length": gate.get("mean_acceptance_length"),
         },

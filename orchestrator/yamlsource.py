@@ -11,6 +11,8 @@ expand beyond MAX_VALUES values (a "billion laughs") or refer to themselves.
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import os
 import stat
 from collections.abc import Iterable
@@ -40,6 +42,8 @@ class YamlDocument:
     positions: dict[Loc, tuple[int, int]] = field(default_factory=dict)
     origins: dict[Loc, str] = field(default_factory=dict)
     """Values set from elsewhere (the command line), by where they came from."""
+    sha256: str = ""
+    """SHA-256 of the file's text, as read (empty for text that came from no file)."""
 
     def where(self, loc: Iterable[str | int]) -> str:
         """`file:line:col` (or other origin) of the deepest known part of `loc`."""
@@ -93,7 +97,7 @@ def load_yaml_file(path: Path) -> YamlDocument:
     except UnicodeDecodeError as exc:
         line = data[: exc.start].count(b"\n") + 1
         raise InputError(f"{path}:{line}: not UTF-8 text ({exc.reason})") from None
-    return parse_yaml(text, str(path))
+    return dataclasses.replace(parse_yaml(text, str(path)), sha256=hashlib.sha256(data).hexdigest())
 
 
 def _file_kind(mode: int) -> str:

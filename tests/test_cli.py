@@ -18,7 +18,7 @@ DRAFTERS = Path(__file__).parent / "fixtures" / "drafters"
 EXAMPLE = ROOT / "inventories" / "example.yaml"
 
 
-def orch(*args: str) -> subprocess.CompletedProcess[str]:
+def orch(*args: str, columns: int = 200) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "orchestrator", *args],
         capture_output=True,
@@ -26,7 +26,7 @@ def orch(*args: str) -> subprocess.CompletedProcess[str]:
         cwd=ROOT,
         env={
             "NO_COLOR": "1",
-            "COLUMNS": "200",
+            "COLUMNS": str(columns),
             "PATH": "/usr/bin:/bin",
             "XDG_CONFIG_HOME": "/nonexistent",
         },
@@ -222,10 +222,32 @@ def test_profiles_lists_the_published_drafters() -> None:
     assert "z-lab/Qwen3-8B-DFlash-b16" in done.stdout
 
 
-def test_diff_without_dry_run_is_a_usage_error() -> None:
-    done = orch("deploy", "qwen-dflash", "-i", str(EXAMPLE), "--diff")
-    assert done.returncode == 2
-    assert "--diff shows what --dry-run would change" in done.stderr
+def test_render_prints_whole_lines_at_any_width() -> None:
+    wide = orch("render", "qwen-dflash", "-i", str(EXAMPLE), "--limit", "ct200")
+    narrow = orch("render", "qwen-dflash", "-i", str(EXAMPLE), "--limit", "ct200", columns=40)
+    assert narrow.returncode == wide.returncode == 0, narrow.stderr
+    assert narrow.stdout == wide.stdout
+    [spec] = [line for line in narrow.stdout.splitlines() if "--speculative-config" in line]
+    assert spec.endswith('"num_speculative_tokens": 15}\' \\')
+
+
+def test_render_output_writes_each_containers_files(tmp_path: Path) -> None:
+    done = orch("render", "qwen-dflash", "-i", str(EXAMPLE), "--output", str(tmp_path / "out"))
+    assert done.returncode == 0, done.stderr
+    for name in ("ct129", "ct200"):
+        script, config = (
+            tmp_path / "out" / name / "serve.sh",
+            tmp_path / "out" / name / "config.json",
+        )
+        assert f"wrote {script}" in done.stdout
+        assert subprocess.run(["sh", "-n", str(script)], check=False).returncode == 0
+        assert script.stat().st_mode & 0o777 == 0o755
+        assert config.stat().st_mode & 0o777 == 0o644
+        assert json.loads(config.read_text())["architectures"] == ["DFlashDraftModel"]
+    (tmp_path / "file").write_text("")
+    refused = orch("render", "qwen-dflash", "-i", str(EXAMPLE), "--output", str(tmp_path / "file"))
+    assert refused.returncode == 2
+    assert "Traceback" not in refused.stderr and str(tmp_path / "file") in refused.stderr
 
 
 # --- hostile inputs: each is bad input (exit 2) with its place, never a traceback ---------------

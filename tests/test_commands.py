@@ -668,6 +668,7 @@ def test_status_report_parses_into_a_status_row(
     lines = [
         audit_line("r0", "ops", "deploy", {"result": "failed"}),
         audit_line("r1", "ops", "deploy", outcome),
+        audit_line("r2", "ops", "deploy", {"result": "unchanged", "release": "0123456789ab"}),
     ]
     (deployment / "audit.log").write_text("".join(f"{line}\n" for line in lines))
 
@@ -677,8 +678,8 @@ def test_status_report_parses_into_a_status_row(
         "release": "0123456789ab",
         "server": "running",
         "pid": server.pid,
-        "last_result": "deployed",
-        "last_verdict": "pass",
+        "last_result": "unchanged",
+        "last_verdict": "pass",  # the last gate: an unchanged release ran none
         "last_mean_length": 4.1,
         "lock": '{"run_id": "r1", "user": "ops"}',
     }

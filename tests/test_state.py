@@ -60,6 +60,7 @@ def test_audit_line_is_one_json_object_with_the_gate_figures() -> None:
             "result": "rolled_back",
             "release": "a",
             "previous_release": "b",
+            "current": "b",
             "gate": {"verdict": "fail", "mean_acceptance_length": 1.1},
         },
     )
@@ -70,6 +71,7 @@ def test_audit_line_is_one_json_object_with_the_gate_figures() -> None:
         "fail",
         1.1,
     )
+    assert (entry["release"], entry["current"]) == ("a", "b")  # tried a, left b current
 
 
 def test_builtin_prompts_load() -> None:
