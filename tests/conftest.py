@@ -28,13 +28,13 @@ server PIDs, container status and faults, every deployed file and link, inventor
 known_hosts): a test that left it changed fails, naming what changed, and the tests
 after it get a new one. No test may rely on another having run before it.
 
-scripts/test runs the suite on four pytest-xdist workers (`-n 4`); each worker builds
-its own shared labs on first use, and lab networks are split between workers
-(`labtools.free_network`). xdist hands out consecutive tests in chunks, so keep the
-tests of a shared lab next to each other in their file (`--dist loadgroup` would pin
-them to one worker, but xdist 3.8 groups nothing under pytest 9.2: it renames
-`item._nodeid`, which pytest no longer reads). Tests run beside others: give a
-timing bound slack for a busy machine.
+scripts/test runs the suite on four pytest-xdist workers (`-n 4 --dist worksteal`);
+each worker builds its own shared labs on first use, and lab networks are split
+between workers (`labtools.free_network`). xdist hands out consecutive tests in
+chunks, so keep the tests of a shared lab next to each other in their file
+(`--dist loadgroup` would pin them to one worker, but xdist 3.8 groups nothing under
+pytest 9.2: it renames `item._nodeid`, which pytest no longer reads). Tests run
+beside others: give a timing bound slack for a busy machine.
 """
 
 from __future__ import annotations
