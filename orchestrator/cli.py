@@ -329,13 +329,109 @@ def unlock(
 
 
 @cli.command()
-@click.option("-n", "count", default=20, show_default=True, help="How many runs.")
+@click.argument("playbook")
+@inventory_option
+@limit_option
+@click.option(
+    "-n", "lines", default=20, show_default=True, type=click.IntRange(min=0), help="Last N lines."
+)
+@click.option("-f", "--follow", is_flag=True, help="Keep printing what is written, until Ctrl-C.")
+@accept_keys_option
 @json_option
-def history(count: int, as_json: bool) -> None:
+def logs(
+    playbook: str,
+    inventory_path: Path,
+    limit: tuple[str, ...],
+    lines: int,
+    follow: bool,
+    accept_new_host_keys: bool,
+    as_json: bool,
+) -> None:
+    """The current release's server log on each container (named when there are several)."""
+    from orchestrator import logs as server_logs
+    from orchestrator import operations, report
+    from orchestrator.documents import document, run_result
+    from orchestrator.transport.pool import Connections
+
+    if follow and as_json:
+        raise click.UsageError("--json prints one document: it cannot --follow")
+    inputs = operations.load(playbook, inventory_path, list(limit), [])
+    plans = {p.container: p for p in inputs.plans}
+    named = len(plans) > 1
+
+    def emit(name: str, line: str) -> None:
+        click.echo(report.printable(f"{name}: {line}" if named else line))
+
+    def warn(name: str, reason: str) -> None:
+        click.echo(report.printable(f"{name}: {reason}"), err=True)
+
+    with Connections(inputs.inventory, accept_new_host_keys) as connections:
+        if follow:
+            with _stop_on_signals() as stop:
+                server_logs.follow(connections, plans, lines, emit, warn, stop)
+            sys.exit(0)
+        tail = server_logs.tail(connections, plans, lines)
+    if as_json:
+        report.print_json(
+            document(
+                "Logs",
+                playbook=inputs.playbook.name,
+                result=run_result(tail.exit_code),
+                targets=tail.targets,
+            )
+        )
+    else:
+        for target in tail.targets:
+            if target.get("error") or target.get("note"):
+                warn(target["name"], target.get("error") or target["note"])
+            for line in target["lines"]:
+                emit(target["name"], line)
+    sys.exit(tail.exit_code)
+
+
+@contextmanager
+def _stop_on_signals() -> Iterator[Any]:
+    """SIGINT and SIGTERM end a follow at its next round, as its normal end."""
+    import signal
+    import threading
+
+    stop = threading.Event()
+    previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield stop
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+@cli.command()
+@click.option("-n", "count", default=20, show_default=True, help="How many runs.")
+@click.option(
+    "--show",
+    "show_run",
+    metavar="RUN_ID",
+    help="Print that run's log (a unique prefix of the id will do).",
+)
+@json_option
+def history(count: int, show_run: str | None, as_json: bool) -> None:
     """Runs from the local history: when, who, what, and each target's outcome."""
     from orchestrator import report
     from orchestrator.state import History
 
+    if show_run is not None:
+        from orchestrator import runlog
+
+        log = runlog.read(show_run)
+        if as_json:
+            from orchestrator.documents import document
+
+            report.print_json(
+                document("RunLog", run_id=log.run_id, path=str(log.path), lines=log.lines)
+            )
+        else:
+            for line in log.lines:
+                click.echo(report.printable(line))
+        return
     runs = History().last(count)
     report.print_json(runs) if as_json else report.print_history(runs)
 

@@ -144,13 +144,20 @@ def take_over_lock(lock_dir: str, stale_owner: str, owner_json: str) -> list[str
     )
 
 
-def start_server(launch_script: str, log: str, pid_file: str) -> list[str]:
-    """Start detached (own session, stdin from /dev/null, output to the log) and
-    record `PID STARTTIME`; prints `PID STARTTIME LOGSIZE`, the log's size before
-    this start (later reads of the log begin there)."""
+def start_server(
+    launch_script: str, log: str, pid_file: str, log_link: str, link_to: str
+) -> list[str]:
+    """Start detached (own session, stdin from /dev/null, output appended to `log`)
+    and record `PID STARTTIME`; `log_link` is pointed at the log first (`link_to`,
+    relative to the link), a plain file there (a deployment from before per-release
+    logs) kept as `log_link.old`. Prints `PID STARTTIME LOGSIZE`, the log's size
+    before this start (later reads of the log begin there)."""
+    link, old, tmp = q(log_link), q(log_link + ".old"), q(log_link + ".tmp")
     return script(
         _PROCESS_FUNCTIONS
         + f"size=$(stat -c %s {q(log)} 2>/dev/null) || size=0\n"
+        + f"if [ -f {link} ] && [ ! -L {link} ]; then mv -f {link} {old} || exit 1; fi\n"
+        + f"ln -sfn {q(link_to)} {tmp} && mv -Tf {tmp} {link} || exit 1\n"
         + f"setsid {SH} {q(launch_script)} < /dev/null >> {q(log)} 2>&1 &\n"
         + 'pid=$!; st=$(starttime "$pid") || st=0\n'
         + f'echo "$pid $st" > {q(pid_file)}; echo "$pid $st $size"'
@@ -166,6 +173,27 @@ def watch_server(pid_file: str, log: str, since_byte: int, lines: int) -> list[s
         + f'recorded {q(pid_file)} > "$tmp"; frame server "$tmp"\n'
         + f'tail -c +{int(since_byte) + 1} {q(log)} 2>/dev/null | tail -n {int(lines)} > "$tmp"\n'
         + 'frame tail "$tmp"'
+    )
+
+
+def read_log(log: str, lines: int, limit: int, identity: str = "", offset: int = 0) -> list[str]:
+    """One bounded read of a server log, through the `server.log` link; it starts and
+    ends, so following a log leaves nothing running on the target.
+
+    Prints a header `MODE DEV:INODE SIZE PATH` and then the data: `more` while the
+    file is still `identity` and no shorter than `offset` (its bytes from `offset`);
+    otherwise `tail` (its last `lines` lines as of SIZE). Never more than `limit`
+    bytes of data. Prints `none` when there is no log."""
+    return script(
+        f'f=$(readlink -f {q(log)}) && [ -f "$f" ] || {{ echo none; exit 0; }}\n'
+        'set -- $(stat -c "%d:%i %s" "$f")\n'
+        f'if [ "$1" = {q(identity)} ] && [ "$2" -ge {int(offset)} ]; then\n'
+        '  printf \'more %s %s %s\\n\' "$1" "$2" "$f"\n'
+        f'  tail -c +{int(offset) + 1} "$f" | head -c {int(limit)}\n'
+        "else\n"
+        '  printf \'tail %s %s %s\\n\' "$1" "$2" "$f"\n'
+        f'  head -c "$2" "$f" | tail -n {int(lines)} | tail -c {int(limit)}\n'
+        "fi"
     )
 
 

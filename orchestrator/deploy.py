@@ -30,7 +30,7 @@ from orchestrator.journal import GATE_PASSED, Journal, Transaction
 from orchestrator.layout import Layout
 from orchestrator.lock import DeployLock, Owner
 from orchestrator.metrics.assess import Verdict
-from orchestrator.plan import LAUNCH_SCRIPT, TargetPlan
+from orchestrator.plan import TargetPlan
 from orchestrator.playbook import Playbook
 from orchestrator.probes.context import ContextBucket
 from orchestrator.release import GateTarget
@@ -315,7 +315,7 @@ class TargetRun:
                 "switch current",
             )
         with self._step(f"{prefix}start server"):
-            pid = server.start(f"{self.layout.release(release_id)}/{LAUNCH_SCRIPT}")
+            pid = server.start(release_id)
         with self._step(f"{prefix}wait ready"):
             timeout = self._gate_target(release_id).gate.ready_timeout
             server.wait_ready(

@@ -115,6 +115,28 @@ def parse_started(text: str) -> tuple[int, int]:
         return int(pid), int(log_start)
 
 
+@dataclass(frozen=True)
+class LogRead:
+    """What commands.read_log printed: `mode` is `more`, `tail` or `none`."""
+
+    mode: str
+    identity: str = ""
+    size: int = 0
+    path: str = ""
+    data: bytes = b""
+
+
+def parse_log_read(output: bytes) -> LogRead:
+    with reading("a server log read", output):
+        head, _, data = output.partition(b"\n")
+        if head == b"none":
+            return LogRead("none")
+        mode, identity, size, path = head.decode("utf-8", "replace").split(" ", 3)
+        if mode not in ("more", "tail"):
+            raise ValueError(f"unknown mode {mode!r}")
+        return LogRead(mode, identity, int(size), path, data)
+
+
 def release_id_of(link_target: str) -> str | None:
     """`releases/ab12cd` (what `readlink current` prints) -> `ab12cd`; nothing -> None."""
     return link_target.strip().rsplit("/", 1)[-1] or None

@@ -1,13 +1,16 @@
 """Where a deployment lives on a container: the one place its remote paths are built.
 
 <state_dir>/<playbook>/
-  releases/<id>/     rendered files, manifest.json, drafter/ (the release)
+  releases/<id>/     rendered files, manifest.json, drafter/ (the release),
+                     server.log (the output of every start of this release)
   current, previous  links to releases/<id>
   lock/owner.json    who holds the deploy lock (mkdir is the lock)
   journal.json       the switch in progress, if any (beside the lock, so
                      `orch unlock` never removes the record of a transaction)
   server.pid         `PID STARTTIME` of the server orch started
-  server.log         its output
+  server.log         link to the started release's server.log (a deployment from
+                     before per-release logs has a file here: it is kept as
+                     server.log.old at the next start)
   audit.log          one JSON line per run's decision: the release it left
                      `current` on (orchestrator/runs.py reads them back)
 """
@@ -17,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 RELEASE_LINK = "releases"
+SERVER_LOG = "server.log"
 
 
 @dataclass(frozen=True)
@@ -61,7 +65,18 @@ class Layout:
 
     @property
     def server_log(self) -> str:
-        return f"{self.root}/server.log"
+        """The current server's log, for every read: a link to the release's log (or,
+        in a deployment from before per-release logs, the one log file)."""
+        return f"{self.root}/{SERVER_LOG}"
+
+    def release_log(self, release_id: str) -> str:
+        """Where the release's server writes: pruned with the release."""
+        return f"{self.release(release_id)}/{SERVER_LOG}"
+
+    @staticmethod
+    def log_link_target(release_id: str) -> str:
+        """What the `server.log` link holds: relative, as `current` is."""
+        return f"{Layout.link_target(release_id)}/{SERVER_LOG}"
 
     @property
     def audit_log(self) -> str:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from orchestrator import commands, documents, lock, preflight, release
+from orchestrator import commands, documents, lock, preflight, release, runlog
 from orchestrator.cancel import Cancel
 from orchestrator.deploy import Options, Outcome, Progress, ShowDiff, TargetRun
 from orchestrator.drafters.findings import Finding, Severity
@@ -129,6 +129,31 @@ def _remember(document: dict[str, Any], command: str, user: str) -> None:
         document.setdefault("warnings", []).append(str(exc))
 
 
+def _open_log(command: str, inputs: Inputs, options: Options) -> runlog.RunLog:
+    """The run's local log, started with what runs where (the oldest logs beyond
+    runlog.KEPT make room for it)."""
+    runlog.prune()
+    log = runlog.RunLog(options.run_id)
+    mode = " (dry run)" if options.dry_run else ""
+    targets = ", ".join(f"{p.container} on {p.host}" for p in inputs.plans)
+    log.note("", f"{command}{mode} {inputs.playbook.name} by {options.user}: {targets}")
+    return log
+
+
+def _close_log(log: runlog.RunLog, document: dict[str, Any], code: int) -> None:
+    """Each container's outcome and the run's result end the log; the document says
+    where it is (and, if it could not be written, why)."""
+    for target in document["targets"]:
+        gate = target.get("gate") or {}
+        judged = f", gate {gate['verdict']}: {gate.get('reason')}" if gate.get("verdict") else ""
+        error = f": {target['error']}" if target.get("error") else ""
+        log.note(target["name"], f"result {target['result']}{judged}{error}")
+    log.note("", f"result {document['result']} (exit {code})")
+    document["log"] = str(log.path)
+    if log.warning:
+        document.setdefault("warnings", []).append(log.warning)
+
+
 def deploy(
     inputs: Inputs,
     options: Options,
@@ -141,7 +166,9 @@ def deploy(
     prompts = load_prompts(inputs.playbook.gate.probe.prompts)
     started = now()
     plans = {p.container: p for p in inputs.plans}
-    with Connections(inputs.inventory, accept_new_host_keys) as connections:
+    log = _open_log("deploy", inputs, options)
+    progress = log.recording(progress)
+    with Connections(inputs.inventory, accept_new_host_keys, log) as connections:
 
         def one(name: str) -> Outcome:
             if cancel.requested:
@@ -165,6 +192,7 @@ def deploy(
     document, code = _document(inputs, options.run_id, started, rollout.outcomes, cancel)
     document["rollout"] = rollout.to_dict()
     document["connections"] = usage
+    _close_log(log, document, code)
     if not options.dry_run:
         _remember(document, "deploy", options.user)
     return document, code
@@ -185,7 +213,9 @@ def rollback(
     prompts = load_prompts(inputs.playbook.gate.probe.prompts)
     started = now()
     plans = {p.container: p for p in inputs.plans}
-    with Connections(inputs.inventory, accept_new_host_keys) as connections:
+    log = _open_log("rollback", inputs, options)
+    progress = log.recording(progress)
+    with Connections(inputs.inventory, accept_new_host_keys, log) as connections:
         unread: dict[str, OrchError] = {}
         resolution = None
         if to is not None:
@@ -218,6 +248,7 @@ def rollback(
     document, code = _document(inputs, options.run_id, started, outcomes, cancel)
     if resolution:
         document["to"] = resolution.to_dict()
+    _close_log(log, document, code)
     _remember(document, "rollback", options.user)
     return document, code
 

@@ -304,6 +304,8 @@ def print_run(document: dict[str, Any]) -> None:
         out.print(line, highlight=False)
     for warning in document.get("warnings", []):
         out.print(text(f"warning: {warning}", "yellow"), highlight=False)
+    if document.get("log"):
+        out.print(text(f"run log: {document['log']} (orch history --show {document['run_id']})"))
 
 
 def wave_lines(rollout: dict[str, Any] | None) -> list[str]:

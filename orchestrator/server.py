@@ -23,6 +23,7 @@ from orchestrator.facts import (
     parse_started,
 )
 from orchestrator.layout import Layout
+from orchestrator.plan import LAUNCH_SCRIPT
 from orchestrator.remote import run_step
 from orchestrator.transport import http
 from orchestrator.transport.base import Transport
@@ -42,6 +43,7 @@ class Server:
         self.transport = transport
         self.address = address
         self.port = port
+        self.layout = layout
         self.pid_file = layout.server_pid
         self.log = layout.server_log
         self.log_start = 0
@@ -58,13 +60,18 @@ class Server:
         )
         return result.text.strip()
 
-    def start(self, launch_script: str) -> int:
-        """Start detached; later log reads see only what this start wrote."""
-        result = run_step(
-            self.transport,
-            commands.start_server(launch_script, self.log, self.pid_file),
-            "start server",
+    def start(self, release_id: str) -> int:
+        """Start the release's launch script detached, its output in the release's own
+        log (which `server.log` then points at); later log reads see only what this
+        start wrote."""
+        argv = commands.start_server(
+            f"{self.layout.release(release_id)}/{LAUNCH_SCRIPT}",
+            self.layout.release_log(release_id),
+            self.pid_file,
+            self.log,
+            Layout.log_link_target(release_id),
         )
+        result = run_step(self.transport, argv, "start server")
         pid, self.log_start = parse_started(result.text)
         return pid
 

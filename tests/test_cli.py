@@ -47,6 +47,7 @@ def test_help_lists_every_command_and_the_exit_codes() -> None:
         "render",
         "profiles",
         "unlock",
+        "logs",
     ):
         assert command in done.stdout
     assert "2 bad input" in done.stdout
@@ -364,3 +365,22 @@ def test_probe_endpoints_are_checked_with_their_field() -> None:
     done = orch("render", "qwen-dflash", "-i", str(EXAMPLE), "--set", "gate.probe.endpoints=[grpc]")
     assert done.returncode == 2
     assert "gate.probe.endpoints" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_history_show_of_an_unknown_or_malformed_run_exits_2(tmp_path: Path) -> None:
+    for run_id, message in (("2026", "no run log for '2026'"), ("../x", "is not a run id")):
+        done = subprocess.run(
+            [sys.executable, "-m", "orchestrator", "history", "--show", run_id],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            env={"PATH": "/usr/bin:/bin", "ORCH_STATE_DIR": str(tmp_path)},
+            timeout=60,
+        )
+        assert done.returncode == 2 and message in done.stderr
+        assert "Traceback" not in done.stderr
+
+
+def test_logs_cannot_follow_as_one_json_document() -> None:
+    done = orch("logs", "qwen-dflash", "-i", str(EXAMPLE), "-f", "--json")
+    assert done.returncode == 2 and "--follow" in done.stderr

@@ -454,14 +454,23 @@ def deployment(tmp_path: Path) -> Path:
     return directory
 
 
-def start(deployment: Path, launch: str, processes: Processes) -> int:
-    script = deployment / "serve.sh"
-    script.write_text(launch)
-    done = run(
-        commands.start_server(
-            str(script), str(deployment / "server.log"), str(deployment / "server.pid")
-        )
+def start_release(deployment: Path, release: str) -> list[str]:
+    """The argv that starts `releases/<release>/serve.sh`, its log in the release."""
+    layout = Layout(str(deployment))
+    return commands.start_server(
+        f"{layout.release(release)}/serve.sh",
+        layout.release_log(release),
+        layout.server_pid,
+        layout.server_log,
+        Layout.log_link_target(release),
     )
+
+
+def start(deployment: Path, launch: str, processes: Processes, release: str = "r1") -> int:
+    script = deployment / "releases" / release / "serve.sh"
+    script.parent.mkdir(parents=True, exist_ok=True)
+    script.write_text(launch)
+    done = run(start_release(deployment, release))
     assert done.returncode == 0, done.stderr
     pid = int(done.stdout.split()[0])
     processes.track(pid)
@@ -480,6 +489,17 @@ def stop(deployment: Path, timeout: float = 5.0) -> str:
     return done.stdout.decode().strip()
 
 
+def test_a_log_link_that_cannot_be_made_starts_nothing(deployment: Path) -> None:
+    (deployment / "server.log" / "in the way").mkdir(parents=True)
+    script = deployment / "releases" / "r1" / "serve.sh"
+    script.parent.mkdir(parents=True)
+    script.write_text("exec sleep 60\n")
+    done = run(start_release(deployment, "r1"))
+    assert done.returncode == 1
+    assert not (deployment / "server.pid").exists()
+    assert not (deployment / "releases" / "r1" / "server.log").exists()
+
+
 def test_start_detaches_records_pid_and_start_time_then_stop_terminates(
     deployment: Path, processes: Processes
 ) -> None:
@@ -490,7 +510,8 @@ def test_start_detaches_records_pid_and_start_time_then_stop_terminates(
     wait_until(lambda: (deployment / "server.log").read_text() == "started\n")
     assert os.getsid(pid) == pid and os.getpgid(pid) == pid
     assert os.readlink(f"/proc/{pid}/fd/0") == "/dev/null"
-    assert os.readlink(f"/proc/{pid}/fd/1") == str(deployment / "server.log")
+    assert os.readlink(f"/proc/{pid}/fd/1") == str(deployment / "releases/r1/server.log")
+    assert os.readlink(deployment / "server.log") == "releases/r1/server.log"
     assert state(deployment) == ServerState("running", pid)
 
     assert stop(deployment) == f"stopped {pid}"
@@ -701,26 +722,30 @@ def test_status_report_parses_into_a_status_row(
 def test_watch_shows_the_server_and_only_the_log_written_since_its_start(
     deployment: Path, processes: Processes
 ) -> None:
+    """A release started again (a rollback to it) appends to its own log; a deployment
+    from before per-release logs keeps its one log file as server.log.old."""
+    layout = Layout(str(deployment))
     log = deployment / "server.log"
-    log.write_text("".join(f"old {i}\n" for i in range(50)))
-    started = run(
-        commands.start_server(
-            str(write_launch(deployment, "echo new 0; echo new 1; exec sleep 60\n")),
-            str(log),
-            str(deployment / "server.pid"),
-        )
-    )
+    log.write_text("legacy\n")
+    release_log = Path(layout.release_log("r1"))
+    release_log.parent.mkdir(parents=True)
+    release_log.write_text("".join(f"old {i}\n" for i in range(50)))
+    (release_log.parent / "serve.sh").write_text("echo new 0; echo new 1; exec sleep 60\n")
+    started = run(start_release(deployment, "r1"))
+    assert started.returncode == 0, started.stderr
     pid, log_start = parse_started(started.stdout.decode())
     processes.track(pid)
     assert log_start == len("".join(f"old {i}\n" for i in range(50)))
-    wait_until(lambda: log.read_text().endswith("new 1\n"))
+    assert (deployment / "server.log.old").read_text() == "legacy\n"
+    assert os.readlink(log) == "releases/r1/server.log"
+    wait_until(lambda: release_log.read_text().endswith("new 1\n"))
 
-    argv = commands.watch_server(str(deployment / "server.pid"), str(log), log_start, 40)
+    argv = commands.watch_server(layout.server_pid, layout.server_log, log_start, 40)
     frames = parse_frames(run(argv).stdout)
     assert parse_server_state(frames["server"].decode()) == ServerState("running", pid)
     assert frames["tail"] == b"new 0\nnew 1\n"
     one = parse_frames(
-        run(commands.watch_server(str(deployment / "server.pid"), str(log), log_start, 1)).stdout
+        run(commands.watch_server(layout.server_pid, layout.server_log, log_start, 1)).stdout
     )
     assert one["tail"] == b"new 1\n"
     missing = parse_frames(
@@ -729,12 +754,6 @@ def test_watch_shows_the_server_and_only_the_log_written_since_its_start(
         ).stdout
     )
     assert missing == {"server": b"none\n", "tail": b""}
-
-
-def write_launch(deployment: Path, text: str) -> Path:
-    script = deployment / "serve.sh"
-    script.write_text(text)
-    return script
 
 
 def test_target_facts_frame_gpus_disk_server_and_current(tmp_path: Path) -> None:

@@ -28,8 +28,13 @@ def target(document: dict, name: str) -> dict:
 
 
 def release_files(lab: LabHandle, name: str, release: str) -> dict[str, bytes]:
+    """What the release was made of (its server's log grows with every start of it)."""
     directory = lab.deployment_dir(name) / "releases" / release
-    return {p.name: p.read_bytes() for p in sorted(directory.iterdir()) if p.is_file()}
+    return {
+        p.name: p.read_bytes()
+        for p in sorted(directory.iterdir())
+        if p.is_file() and p.name != "server.log"
+    }
 
 
 def serving_pid(lab: LabHandle, name: str) -> int:

@@ -8,15 +8,25 @@ from pathlib import Path
 
 from orchestrator.errors import InputError
 from orchestrator.inventory import Inventory, SshSettings
+from orchestrator.runlog import RunLog
 from orchestrator.transport.base import Transport
 from orchestrator.transport.pct import PctTransport
+from orchestrator.transport.recorded import RecordedTransport
 from orchestrator.transport.ssh import SshTransport
 
 
 class Connections:
-    def __init__(self, inventory: Inventory, accept_new_host_keys: bool = False) -> None:
+    def __init__(
+        self,
+        inventory: Inventory,
+        accept_new_host_keys: bool = False,
+        run_log: RunLog | None = None,
+    ) -> None:
+        """With `run_log`, every command run through a container's transport is written
+        to it (see transport/recorded.py)."""
         self.inventory = inventory
         self.accept_new_host_keys = accept_new_host_keys
+        self.run_log = run_log
         self._ssh: dict[tuple[str, SshSettings], SshTransport] = {}
         self._lock = threading.Lock()
 
@@ -36,9 +46,11 @@ class Connections:
         if settings.identity_file:
             _check_identity_file(self.inventory, name, settings.identity_file)
         ssh = self._endpoint(label, address, settings)
-        if container.access == "ssh":
-            return ssh
-        return PctTransport(name, ssh, self.inventory.pct_path(container.host), container.vmid)
+        transport: Transport = ssh
+        if container.access != "ssh":
+            pct = self.inventory.pct_path(container.host)
+            transport = PctTransport(name, ssh, pct, container.vmid)
+        return RecordedTransport(transport, name, self.run_log) if self.run_log else transport
 
     def usage(self) -> list[dict[str, object]]:
         """Per SSH connection: where, its session cap, the peak reached, and how many

@@ -94,11 +94,12 @@ def current(lab: LabHandle) -> str:
 
 
 def release_bytes(lab: LabHandle, release: str) -> dict[str, bytes]:
+    """What the release was made of (its server's log grows with every start of it)."""
     directory = deployment(lab) / "releases" / release
     return {
         str(p.relative_to(directory)): p.read_bytes()
         for p in sorted(directory.rglob("*"))
-        if p.is_file()
+        if p.is_file() and p.name != "server.log"
     }
 
 
