@@ -34,7 +34,9 @@ between workers (`labtools.free_network`). xdist hands out consecutive tests in
 chunks, so keep the tests of a shared lab next to each other in their file
 (`--dist loadgroup` would pin them to one worker, but xdist 3.8 groups nothing under
 pytest 9.2: it renames `item._nodeid`, which pytest no longer reads). Tests run
-beside others: give a timing bound slack for a busy machine.
+beside others: give a timing bound slack for a busy machine. A test that loads the
+machine itself past what others can bear beside it (the 16-container fleet) is marked
+`alone` and runs after the pool, by itself.
 """
 
 from __future__ import annotations

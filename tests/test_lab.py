@@ -27,7 +27,7 @@ from orchestrator.errors import HostKeyError, ServiceUnavailable, TransportError
 from orchestrator.inventory import Inventory, load_inventory
 from orchestrator.lab.cluster import SSH_PORT, Lab
 from orchestrator.lab.layout import pid_alive
-from orchestrator.plan import LAUNCH_SCRIPT, plan_target
+from orchestrator.plan import plan_target
 from orchestrator.playbook import find_playbook, load_playbook
 from orchestrator.server import Server
 from orchestrator.transport import http
@@ -64,7 +64,7 @@ def start_rendered_server(
     plan = plan_target(load_playbook(find_playbook("qwen-dflash")), inventory, name)
     release.write(transport, plan, plan.files)
     server = Server(transport, plan.layout, plan.address, plan.port)
-    pid = server.start(f"{plan.release_dir}/{LAUNCH_SCRIPT}")
+    pid = server.start(plan.release_id)
     server.wait_ready(pid, timeout=30)
     return server, pid
 
