@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from labtools import LabHandle
+from labtools import FAST, LabHandle
 
 from orchestrator.errors import InputError
 from orchestrator.inventory import Inventory, load_inventory, parse_jump
@@ -21,9 +21,6 @@ from orchestrator.lab import sshd
 from orchestrator.lab.cluster import SSH_PORT, stop_pids
 from orchestrator.transport.base import Result
 from orchestrator.transport.become import refusal, sudo_argv
-
-FAST = ["--set", "gate.probe.scrape_interval=0.5", "--set", "gate.ready_timeout=30"]
-
 
 # --- units ------------------------------------------------------------------------------
 

@@ -30,28 +30,30 @@ def write_inventory(lab: LabHandle, tmp_path: Path, change: dict) -> Path:
 
 
 @pytest.mark.lab
-def test_missing_identity_file_is_bad_input_naming_the_line(lab: LabHandle, tmp_path: Path) -> None:
+def test_missing_identity_file_is_bad_input_naming_the_line(
+    shared_lab: LabHandle, tmp_path: Path
+) -> None:
     missing = tmp_path / "no_such_key"
-    inventory = write_inventory(lab, tmp_path, {"defaults.identity_file": str(missing)})
+    inventory = write_inventory(shared_lab, tmp_path, {"defaults.identity_file": str(missing)})
     line = next(
         n for n, text in enumerate(inventory.read_text().splitlines(), 1) if "identity_file" in text
     )
-    result = lab.orch("deploy", "qwen-dflash", "-i", str(inventory), "--json")
+    result = shared_lab.orch("deploy", "qwen-dflash", "-i", str(inventory), "--json")
     assert result.code == 2, result.stderr
     canary = result.json["targets"][0]
     assert canary["error"] == (
         f"{inventory}:{line}:3: defaults.identity_file: cannot read {missing}: "
         "No such file or directory"
     )
-    assert not lab.deployment_dir("ct200").exists()
+    assert not shared_lab.deployment_dir("ct200").exists()
 
 
 @pytest.mark.lab
-def test_refused_key_is_permission_denied(lab: LabHandle, tmp_path: Path) -> None:
+def test_refused_key_is_permission_denied(shared_lab: LabHandle, tmp_path: Path) -> None:
     stranger = tmp_path / "stranger"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", stranger], check=True)
-    inventory = write_inventory(lab, tmp_path, {"defaults.identity_file": str(stranger)})
-    result = lab.orch("deploy", "qwen-dflash", "-i", str(inventory), "--json")
+    inventory = write_inventory(shared_lab, tmp_path, {"defaults.identity_file": str(stranger)})
+    result = shared_lab.orch("deploy", "qwen-dflash", "-i", str(inventory), "--json")
     assert result.code == 3
     error = result.json["targets"][0]["error"]
     assert error.startswith("pve1: connect: permission denied as ")
@@ -59,13 +61,15 @@ def test_refused_key_is_permission_denied(lab: LabHandle, tmp_path: Path) -> Non
 
 
 @pytest.mark.lab
-def test_closed_port_is_connection_refused(lab: LabHandle, tmp_path: Path) -> None:
+def test_closed_port_is_connection_refused(shared_lab: LabHandle, tmp_path: Path) -> None:
     with socket.socket() as probe:  # a port nothing listens on, on the lab's host address
-        host = yaml.safe_load(lab.inventory.read_text())["hosts"]["pve1"]
+        host = yaml.safe_load(shared_lab.inventory.read_text())["hosts"]["pve1"]
         probe.bind((host["address"], 0))
         port = probe.getsockname()[1]
-    inventory = write_inventory(lab, tmp_path, {"hosts.pve1.port": port})
-    result = lab.orch("deploy", "qwen-dflash", "-i", str(inventory), "--limit", "ct200", "--json")
+    inventory = write_inventory(shared_lab, tmp_path, {"hosts.pve1.port": port})
+    result = shared_lab.orch(
+        "deploy", "qwen-dflash", "-i", str(inventory), "--limit", "ct200", "--json"
+    )
     assert result.code == 3
     error = result.json["targets"][0]["error"]
     assert error.startswith(f"pve1: connect: {host['address']}:{port}: connection refused")

@@ -80,7 +80,9 @@ def test_dripping_metrics_ends_the_gate_at_its_time_budget(lab: LabHandle) -> No
 def test_status_answers_although_health_drips(lab: LabHandle) -> None:
     """The previous release drips too (the lab's fault file), so even the rollback
     cannot pass: needs attention, and `status` still answers."""
-    code, first = deploy(lab, "ct201", "--set", "gate.ready_timeout=30")
+    # The rollback waits the whole ready_timeout its release recorded: a few times the
+    # second that release needs to get ready, not more.
+    code, first = deploy(lab, "ct201", "--set", "gate.ready_timeout=10")
     assert code == 0, first["error"]
     container = ContainerPaths(lab.deployment_dir("ct201").parents[4])
     container.faults.write_text(json.dumps({"drip_health_seconds": 2}))

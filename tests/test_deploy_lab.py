@@ -8,13 +8,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-from labtools import LabHandle
+from labtools import FAST, LabHandle
 
 from orchestrator.lab.layout import ContainerPaths, server_records
 
 pytestmark = pytest.mark.lab
 
-FAST = ["--set", "gate.probe.scrape_interval=0.25", "--set", "gate.ready_timeout=30"]
 GUESSED_IDS = "drafter.overrides.dflash_config.target_layer_ids=[1,17,33,49,63]"
 
 
@@ -97,14 +96,42 @@ def test_field_story_deploy_then_guessed_ids_roll_back(lab: LabHandle) -> None:
     assert runs[0]["run_id"] == forced["run_id"]
 
 
-def test_same_inputs_twice_change_nothing(lab: LabHandle) -> None:
-    code, _ = deploy(lab, "--limit", "ct201")
-    assert code == 0
-    pid = serving_pid(lab, "ct201")
-    code, second = deploy(lab, "--limit", "ct201")
+def test_same_inputs_twice_change_nothing(deployed_lab: LabHandle) -> None:
+    pid = serving_pid(deployed_lab, "ct201")
+    code, second = deploy(deployed_lab, "--limit", "ct201")
     assert code == 0
     assert target(second, "ct201")["result"] == "unchanged"
-    assert serving_pid(lab, "ct201") == pid
+    assert serving_pid(deployed_lab, "ct201") == pid
+
+
+def test_history_is_sqlite_in_the_state_dir(deployed_lab: LabHandle) -> None:
+    code, first = deploy(deployed_lab, "--limit", "ct201")
+    assert code == 0
+    db = Path(deployed_lab.env["ORCH_STATE_DIR"]) / "history.sqlite"
+    with sqlite3.connect(db) as connection:
+        rows = connection.execute("SELECT run_id, result FROM runs").fetchall()
+    assert rows == [(first["run_id"], "ok")]
+
+
+def test_accept_new_host_keys_records_them(shared_lab: LabHandle, tmp_path: Path) -> None:
+    known = tmp_path / "known"
+    lab_known = shared_lab.lab.known_hosts
+    inventory = shared_lab.inventory.read_text().replace(str(lab_known), str(known))
+    (tmp_path / "inv.yaml").write_text(inventory)
+    result = shared_lab.orch(
+        "deploy",
+        "qwen-dflash",
+        "-i",
+        str(tmp_path / "inv.yaml"),
+        "--dry-run",
+        "--accept-new-host-keys",
+        "--json",
+    )
+    assert result.code == 0, result.stdout + result.stderr
+    assert {t["result"] for t in result.json["targets"]} == {"dry_run"}
+    recorded = {line.split()[0] for line in known.read_text().splitlines()}
+    expected = {line.split()[0] for line in lab_known.read_text().splitlines()}
+    assert recorded == expected
 
 
 @pytest.mark.parametrize(
@@ -229,35 +256,6 @@ def test_unknown_host_key_is_refused_before_any_command(lab: LabHandle, tmp_path
     assert not lab.deployment_dir("ct200").exists()
     log = (lab.lab.root / "hosts/pve1/sshd/sshd.log").read_text()
     assert "Accepted publickey" not in log
-
-
-def test_accept_new_host_keys_records_them(lab: LabHandle, tmp_path: Path) -> None:
-    known = tmp_path / "known"
-    inventory = lab.inventory.read_text().replace(str(lab.lab.known_hosts), str(known))
-    (tmp_path / "inv.yaml").write_text(inventory)
-    result = lab.orch(
-        "deploy",
-        "qwen-dflash",
-        "-i",
-        str(tmp_path / "inv.yaml"),
-        "--dry-run",
-        "--accept-new-host-keys",
-        "--json",
-    )
-    assert result.code == 0, result.stdout + result.stderr
-    assert {t["result"] for t in result.json["targets"]} == {"dry_run"}
-    recorded = {line.split()[0] for line in known.read_text().splitlines()}
-    expected = {line.split()[0] for line in lab.lab.known_hosts.read_text().splitlines()}
-    assert recorded == expected
-
-
-def test_history_is_sqlite_in_the_state_dir(lab: LabHandle) -> None:
-    code, first = deploy(lab, "--limit", "ct201")
-    assert code == 0
-    db = Path(lab.env["ORCH_STATE_DIR"]) / "history.sqlite"
-    with sqlite3.connect(db) as connection:
-        rows = connection.execute("SELECT run_id, result FROM runs").fetchall()
-    assert rows == [(first["run_id"], "ok")]
 
 
 def test_hostile_values_are_quoted_or_refused(lab: LabHandle, tmp_path: Path) -> None:

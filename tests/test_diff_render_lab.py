@@ -10,11 +10,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from labtools import ROOT, LabHandle
+from labtools import FAST, ROOT, LabHandle
 
 pytestmark = pytest.mark.lab
 
-FAST = ["--set", "gate.probe.scrape_interval=0.25", "--set", "gate.ready_timeout=30"]
 SHORTER = ["--set", "server.max_model_len=16384"]
 
 

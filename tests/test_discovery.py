@@ -230,15 +230,15 @@ def discover_args(lab: LabHandle, *extra: str) -> list[str]:
 
 @pytest.mark.lab
 def test_discover_writes_the_labs_containers_and_render_and_doctor_accept_it(
-    lab: LabHandle, tmp_path: Path
+    shared_lab: LabHandle, tmp_path: Path
 ) -> None:
     output = tmp_path / "discovered.yaml"
-    done = lab.orch(*discover_args(lab, "-o", str(output)))
+    done = shared_lab.orch(*discover_args(shared_lab, "-o", str(output)))
     assert done.code == 0, done.stderr
     assert "wrote" in done.stdout and "2 container(s) on pve1" in done.stdout
     first = output.read_text()
     found = yaml.safe_load(first)
-    expected = yaml.safe_load(lab.inventory.read_text())
+    expected = yaml.safe_load(shared_lab.inventory.read_text())
     assert {n: c["vmid"] for n, c in found["containers"].items()} == {
         n: c["vmid"] for n, c in expected["containers"].items()
     }
@@ -252,35 +252,35 @@ def test_discover_writes_the_labs_containers_and_render_and_doctor_accept_it(
         container["vars"] = expected["containers"][name]["vars"]
     filled = tmp_path / "filled.yaml"
     filled.write_text(yaml.safe_dump(found, sort_keys=False))
-    rendered = lab.orch("render", "qwen-dflash", "-i", str(filled))
+    rendered = shared_lab.orch("render", "qwen-dflash", "-i", str(filled))
     assert rendered.code == 0, rendered.stderr
     assert "ct200" in rendered.stdout and "ct201" in rendered.stdout
-    doctor = lab.orch("doctor", "qwen-dflash", "-i", str(filled), "--json")
+    doctor = shared_lab.orch("doctor", "qwen-dflash", "-i", str(filled), "--json")
     assert doctor.code == 0, doctor.stdout + doctor.stderr
     assert {t["name"] for t in doctor.json["targets"]} == {"pve1", "ct200", "ct201"}
 
-    again = lab.orch(*discover_args(lab, "-o", str(output)))
+    again = shared_lab.orch(*discover_args(shared_lab, "-o", str(output)))
     assert again.code == 2 and "exists" in again.stderr
     assert output.read_text() == first
 
 
 @pytest.mark.lab
-def test_discover_keeps_the_host_key_rules(lab: LabHandle, tmp_path: Path) -> None:
+def test_discover_keeps_the_host_key_rules(shared_lab: LabHandle, tmp_path: Path) -> None:
     empty = tmp_path / "known_hosts"
-    args = discover_args(lab)
+    args = discover_args(shared_lab)
     args[args.index("--known-hosts") + 1] = str(empty)
-    refused = lab.orch(*args)
+    refused = shared_lab.orch(*args)
     assert refused.code == 3 and "unknown host key" in refused.stderr
     assert not empty.exists()
-    accepted = lab.orch(*args, "--accept-new-host-keys")
+    accepted = shared_lab.orch(*args, "--accept-new-host-keys")
     assert accepted.code == 0, accepted.stderr
-    assert lab.lab.nodes()[0].address in empty.read_text()
+    assert shared_lab.lab.nodes()[0].address in empty.read_text()
 
 
 @pytest.mark.lab
-def test_lab_node_gpus_are_the_devices_its_containers_get(lab: LabHandle) -> None:
+def test_lab_node_gpus_are_the_devices_its_containers_get(shared_lab: LabHandle) -> None:
     """The node's nvidia-smi index N is the GPU a container sees through /dev/nvidiaN."""
-    host = lab.lab.paths.host("pve1")
+    host = shared_lab.lab.paths.host("pve1")
     query = ["--query-gpu=index,uuid", "--format=csv,noheader,nounits"]
     node = dict(parse_csv_rows(subprocess.run([host.nvidia_smi, *query], capture_output=True,
                                               text=True, check=True).stdout))  # fmt: skip

@@ -54,8 +54,8 @@ def test_one_line_per_check_with_the_fix_under_failures(capsys: pytest.CaptureFi
 
 
 @pytest.mark.lab
-def test_doctor_names_the_stopped_container_and_exits_3(lab: LabHandle) -> None:
-    ready = lab.orch("doctor", "qwen-dflash", "-i", str(lab.inventory), "--json")
+def test_doctor_names_the_stopped_container_and_exits_3(shared_lab: LabHandle) -> None:
+    ready = shared_lab.orch("doctor", "qwen-dflash", "-i", str(shared_lab.inventory), "--json")
     assert ready.code == 0, ready.stdout + ready.stderr
     targets = ready.json["targets"]
     assert ready.json["result"] == "ok" and {t["result"] for t in targets} == {"ok"}
@@ -66,9 +66,12 @@ def test_doctor_names_the_stopped_container_and_exits_3(lab: LabHandle) -> None:
         assert {(name, "nvidia-smi"), (name, "server"), (name, "models"), (name, "disk")} <= names
     assert ("pve1", "login") in names and ("ct201", "login") in names
 
-    pct = lab.lab.paths.host("pve1").pct
+    pct = shared_lab.lab.paths.host("pve1").pct
     subprocess.run([pct, "stop", "200"], check=True)
-    stopped = lab.orch("doctor", "qwen-dflash", "-i", str(lab.inventory))
+    try:
+        stopped = shared_lab.orch("doctor", "qwen-dflash", "-i", str(shared_lab.inventory))
+    finally:
+        subprocess.run([pct, "start", "200"], check=True)  # as the shared lab was
     assert stopped.code == 3
     assert "ct200  container      FAIL  CT 200 on pve1 is stopped\n" in stopped.stdout
     assert f"fix: start it on pve1 with: {pct} start 200\n" in stopped.stdout

@@ -12,7 +12,8 @@ from labtools import LabHandle, free_network
 
 from orchestrator.lab.cluster import Lab, LabSpec
 
-pytestmark = pytest.mark.lab
+# 16 deploys over one connection: run alone (scripts/test), not beside parallel workers.
+pytestmark = [pytest.mark.lab, pytest.mark.alone]
 
 CONTAINERS = 16
 

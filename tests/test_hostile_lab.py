@@ -33,14 +33,16 @@ def test_lock_owner_with_markup_is_printed_verbatim_by_deploy_and_status(lab: La
     assert SHOWN in unlock.stdout
 
 
-def test_template_payload_in_a_deploy_creates_nothing(lab: LabHandle, tmp_path: Path) -> None:
+def test_template_payload_in_a_deploy_creates_nothing(
+    shared_lab: LabHandle, tmp_path: Path
+) -> None:
     marker = tmp_path / "pwned"
     payload = f'{{{{ cycler.__init__.__globals__.os.system("touch {marker}") }}}}'
-    result = lab.orch(
+    result = shared_lab.orch(
         "deploy",
         "qwen-dflash",
         "-i",
-        str(lab.inventory),
+        str(shared_lab.inventory),
         "--set",
         f"target.path={json.dumps(payload)}",
     )
@@ -49,4 +51,4 @@ def test_template_payload_in_a_deploy_creates_nothing(lab: LabHandle, tmp_path: 
     assert "Traceback" not in result.stderr
     assert not marker.exists()
     for name in ("ct200", "ct201"):
-        assert not lab.deployment_dir(name).exists()
+        assert not shared_lab.deployment_dir(name).exists()

@@ -4,11 +4,10 @@ its typical misconfiguration is stopped at preflight and, forced, fails the gate
 from __future__ import annotations
 
 import pytest
-from labtools import LabHandle
+from labtools import FAST, LabHandle
 
 pytestmark = pytest.mark.lab
 
-FAST = ["--set", "gate.probe.scrape_interval=0.5", "--set", "gate.ready_timeout=30"]
 QWEN3_TARGET = "target.path='{{ vars.models_dir }}/Qwen3-8B'"
 
 

@@ -27,7 +27,7 @@ from orchestrator.errors import HostKeyError, ServiceUnavailable, TransportError
 from orchestrator.inventory import Inventory, load_inventory
 from orchestrator.lab.cluster import SSH_PORT, Lab
 from orchestrator.lab.layout import pid_alive
-from orchestrator.plan import LAUNCH_SCRIPT, plan_target
+from orchestrator.plan import plan_target
 from orchestrator.playbook import find_playbook, load_playbook
 from orchestrator.server import Server
 from orchestrator.transport import http
@@ -64,7 +64,7 @@ def start_rendered_server(
     plan = plan_target(load_playbook(find_playbook("qwen-dflash")), inventory, name)
     release.write(transport, plan, plan.files)
     server = Server(transport, plan.layout, plan.address, plan.port)
-    pid = server.start(f"{plan.release_dir}/{LAUNCH_SCRIPT}")
+    pid = server.start(plan.release_id)
     server.wait_ready(pid, timeout=30)
     return server, pid
 
@@ -143,8 +143,8 @@ def ancestors(pid: int) -> list[int]:
 
 
 @pytest.fixture
-def inventory(lab: LabHandle) -> Inventory:
-    return load_inventory(lab.inventory)
+def inventory(shared_lab: LabHandle) -> Inventory:
+    return load_inventory(shared_lab.inventory)
 
 
 @pytest.fixture
@@ -361,9 +361,9 @@ def http_server(address: str, **handler_attributes: object) -> Iterator[type[_An
         serving.join(5)
 
 
-def test_http_goes_through_the_host_sshd(lab: LabHandle, ct200: PctTransport) -> None:
-    address = load_inventory(lab.inventory).containers["ct200"].address
-    sshd_log = Path(next(n for n in lab.lab.nodes() if n.name == "pve1").log)
+def test_http_goes_through_the_host_sshd(shared_lab: LabHandle, ct200: PctTransport) -> None:
+    address = load_inventory(shared_lab.inventory).containers["ct200"].address
+    sshd_log = Path(next(n for n in shared_lab.lab.nodes() if n.name == "pve1").log)
     with socket.socket() as closed_port:  # bound, never listening: connections are refused
         closed_port.bind((address, 0))
         port = closed_port.getsockname()[1]
@@ -375,7 +375,7 @@ def test_http_goes_through_the_host_sshd(lab: LabHandle, ct200: PctTransport) ->
         response = http.request(ct200, address, handler.port, "GET", "/", timeout=5)
     assert (response.status, response.body) == (200, BODY)
     (owners,) = handler.owners  # the client end belongs to pve1's sshd, not to us
-    host_sshd = node_pids(lab.lab)["pve1"]
+    host_sshd = node_pids(shared_lab.lab)["pve1"]
     assert owners and os.getpid() not in owners
     assert all(host_sshd in ancestors(pid) for pid in owners)
 
@@ -400,9 +400,8 @@ def test_direct_ssh_container_reaches_its_own_sshd(inventory: Inventory) -> None
 
 
 @pytest.mark.parametrize("accept_new", [False, True], ids=["strict", "accept-new"])
-def test_changed_host_key_is_refused(
-    lab: LabHandle, inventory: Inventory, tmp_path: Path, accept_new: bool
-) -> None:
+def test_changed_host_key_is_refused(lab: LabHandle, tmp_path: Path, accept_new: bool) -> None:
+    inventory = load_inventory(lab.inventory)
     address = inventory.containers["ct201"].address
     forged = forge_known_host(lab.lab.known_hosts, address, tmp_path)
     recorded = lab.lab.known_hosts.read_text()
@@ -419,8 +418,9 @@ def test_changed_host_key_is_refused(
 
 
 def test_cli_accept_new_host_keys_does_not_override_a_changed_key(
-    lab: LabHandle, inventory: Inventory, tmp_path: Path
+    lab: LabHandle, tmp_path: Path
 ) -> None:
+    inventory = load_inventory(lab.inventory)
     address = inventory.containers["ct201"].address
     forged = forge_known_host(lab.lab.known_hosts, address, tmp_path)
     result = lab.orch(
@@ -433,9 +433,8 @@ def test_cli_accept_new_host_keys_does_not_override_a_changed_key(
     assert "host key CHANGED" in row["error"] and forged in row["error"]
 
 
-def test_changed_host_key_hint_removes_the_stale_line(
-    lab: LabHandle, inventory: Inventory, tmp_path: Path
-) -> None:
+def test_changed_host_key_hint_removes_the_stale_line(lab: LabHandle, tmp_path: Path) -> None:
+    inventory = load_inventory(lab.inventory)
     address = inventory.containers["ct201"].address
     forge_known_host(lab.lab.known_hosts, address, tmp_path)
     with (
@@ -450,9 +449,8 @@ def test_changed_host_key_hint_removes_the_stale_line(
     assert known_hosts_name(address) not in names
 
 
-def test_unknown_host_key_needs_accept_new_which_records_it(
-    lab: LabHandle, inventory: Inventory
-) -> None:
+def test_unknown_host_key_needs_accept_new_which_records_it(lab: LabHandle) -> None:
+    inventory = load_inventory(lab.inventory)
     known_hosts = lab.lab.known_hosts
     name = known_hosts_name(inventory.containers["ct201"].address)
     kept = [line for line in known_hosts.read_text().splitlines() if line.split()[0] != name]

@@ -7,14 +7,13 @@ from __future__ import annotations
 import json
 
 import pytest
-from labtools import LabHandle
+from labtools import FAST, LabHandle
 
 from orchestrator.documents import Document
 
 pytestmark = pytest.mark.lab
 
 NAMES = ("ct200", "ct201")
-FAST = ["--set", "gate.probe.scrape_interval=0.25", "--set", "gate.ready_timeout=30"]
 
 
 def orch(lab: LabHandle, command: str, *args: str) -> tuple[int, dict]:

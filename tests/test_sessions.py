@@ -23,13 +23,14 @@ from orchestrator.transport.ssh import SshTransport
 pytestmark = pytest.mark.lab
 
 
-def host_transport(lab: LabHandle, **defaults: object) -> SshTransport:
-    """pve1's SSH transport, with inventory `defaults` added (e.g. max_sessions)."""
+def host_transport(lab: LabHandle, tmp_path: Path, **defaults: object) -> SshTransport:
+    """pve1's SSH transport, with inventory `defaults` added (e.g. max_sessions) in a
+    copy of the lab's inventory."""
     data = yaml.safe_load(lab.inventory.read_text())
     data["defaults"].update(defaults)
-    lab.inventory.write_text(yaml.safe_dump(data, sort_keys=False))
-    inventory = load_inventory(lab.inventory)
-    address, settings, label = inventory.login("ct200")
+    edited = tmp_path / "inventory.yaml"
+    edited.write_text(yaml.safe_dump(data, sort_keys=False))
+    address, settings, label = load_inventory(edited).login("ct200")
     return SshTransport(label, address, settings)
 
 
@@ -61,40 +62,49 @@ def test_lab_sshd_keeps_openssh_session_limits_unless_raised(tmp_path: Path) -> 
     assert "MaxSessions 50\n" in raised and "MaxStartups 40:30:100\n" in raised
 
 
-def test_commands_above_the_cap_queue_and_all_succeed(lab: LabHandle) -> None:
-    with contextlib.closing(host_transport(lab)) as host:
-        ct200 = PctTransport("ct200", host, load_inventory(lab.inventory).pct_path("pve1"), 200)
+def test_commands_above_the_cap_queue_and_all_succeed(
+    shared_lab: LabHandle, tmp_path: Path
+) -> None:
+    log = Path(shared_lab.lab.nodes()[0].log)
+    logged_before = len(log.read_bytes())
+    with contextlib.closing(host_transport(shared_lab, tmp_path)) as host:
+        pct = load_inventory(shared_lab.inventory).pct_path("pve1")
+        ct200 = PctTransport("ct200", host, pct, 200)
         outcomes = all_at_once(16, lambda: ct200.run(["/bin/sh", "-c", "sleep 2; echo done"]))
         use = host.sessions.use()
     assert [o.text if isinstance(o, Result) else repr(o) for o in outcomes] == ["done\n"] * 16
     assert (use.limit, use.peak) == (10, 10)
     assert use.waited >= 6
     # sshd may refuse an open that follows a close too closely; each was tried again
-    refusals = Path(lab.lab.nodes()[0].log).read_text().count("no more sessions")
+    refusals = log.read_bytes()[logged_before:].count(b"no more sessions")
     assert use.refused == refusals
 
 
-def test_max_sessions_from_the_inventory_caps_the_connection(lab: LabHandle) -> None:
-    with contextlib.closing(host_transport(lab, max_sessions=3)) as host:
+def test_max_sessions_from_the_inventory_caps_the_connection(
+    shared_lab: LabHandle, tmp_path: Path
+) -> None:
+    with contextlib.closing(host_transport(shared_lab, tmp_path, max_sessions=3)) as host:
         outcomes = all_at_once(6, lambda: host.run(["/bin/sh", "-c", "sleep 1"]))
         use = host.sessions.use()
     assert all(isinstance(o, Result) and o.ok for o in outcomes), outcomes
     assert (use.limit, use.peak) == (3, 3)
 
 
-def test_step_timeout_does_not_count_the_wait_for_a_session(lab: LabHandle) -> None:
+def test_step_timeout_does_not_count_the_wait_for_a_session(
+    shared_lab: LabHandle, tmp_path: Path
+) -> None:
     """One slot, four 1 s commands with a 3 s timeout each: the last waits about 3 s
     in the queue, which must not count against its own timeout."""
-    with contextlib.closing(host_transport(lab, max_sessions=1)) as host:
+    with contextlib.closing(host_transport(shared_lab, tmp_path, max_sessions=1)) as host:
         outcomes = all_at_once(4, lambda: host.run(["/bin/sh", "-c", "sleep 1"], timeout=3))
         use = host.sessions.use()
     assert all(isinstance(o, Result) and o.ok for o in outcomes), outcomes
     assert (use.peak, use.waited) == (1, 3)
 
 
-def test_forwarded_streams_take_no_session_slot(lab: LabHandle) -> None:
-    node = lab.lab.nodes()[0]
-    with contextlib.closing(host_transport(lab, max_sessions=1)) as host:
+def test_forwarded_streams_take_no_session_slot(shared_lab: LabHandle, tmp_path: Path) -> None:
+    node = shared_lab.lab.nodes()[0]
+    with contextlib.closing(host_transport(shared_lab, tmp_path, max_sessions=1)) as host:
         holding = threading.Thread(target=host.run, args=(["/bin/sh", "-c", "sleep 3"],))
         holding.start()
         try:
@@ -111,8 +121,10 @@ def test_forwarded_streams_take_no_session_slot(lab: LabHandle) -> None:
     assert banner.startswith(b"SSH-2.0-OpenSSH")
 
 
-def test_refusals_are_told_from_other_channel_failures(lab: LabHandle) -> None:
-    with contextlib.closing(host_transport(lab)) as host:
+def test_refusals_are_told_from_other_channel_failures(
+    shared_lab: LabHandle, tmp_path: Path
+) -> None:
+    with contextlib.closing(host_transport(shared_lab, tmp_path)) as host:
         lost = paramiko.SSHException("Unable to open channel.")
         assert not host._refused(lost)  # not connected: nothing was refused
         host.run(["true"])
