@@ -9,6 +9,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 import pytest
 
@@ -124,3 +125,32 @@ def test_a_pause_ends_when_cancelled() -> None:
     started = time.monotonic()
     deadline.pause(60)
     assert cancel.is_set() and time.monotonic() - started < 60
+
+
+class LostConnectionStream:
+    """A stream over an SSH connection that is gone: paramiko's packetizer raises
+    EOFError on the next write."""
+
+    def settimeout(self, timeout: float | None) -> None:
+        pass
+
+    def sendall(self, data: bytes) -> None:
+        raise EOFError
+
+    def recv(self, size: int) -> bytes:
+        raise EOFError
+
+    def close(self) -> None:
+        pass
+
+
+class LostConnectionTransport(SocketTransport):
+    label = "ct200"
+
+    def open_stream(self, address: str, port: int, timeout: float = 10.0) -> Any:
+        return LostConnectionStream()
+
+
+def test_a_lost_ssh_connection_is_a_transport_error_not_a_traceback() -> None:
+    with pytest.raises(TransportError, match=r"GET /metrics on 127.0.0.1:8000.*EOFError"):
+        http.request(LostConnectionTransport(), "127.0.0.1", 8000, "GET", "/metrics", timeout=5)

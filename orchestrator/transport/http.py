@@ -100,7 +100,8 @@ def request(
         if (response.length or 0) > MAX_BODY_BYTES:
             raise http.client.HTTPException(f"a body of {response.length} bytes is too large")
         content = response.read() if response.length is not None else _read_bounded(response)
-    except (OSError, http.client.HTTPException) as exc:
+    except (OSError, EOFError, http.client.HTTPException) as exc:
+        # EOFError: paramiko's packetizer when the SSH connection under the stream is gone
         raise TransportError(
             transport.label, f"{method} {path} on {address}:{port}", f"{type(exc).__name__}: {exc}"
         ) from None
