@@ -388,9 +388,9 @@ def _verify_one(
         entry["interrupted"] = interrupted.describe()
     current = release.linked(transport, plan.layout.current)
     entry["release"] = current or None
-    if not current:
-        entry |= {"result": "failed", "error": "no current release: nothing deployed yet"}
-        return entry, 1
+    if not current:  # a state, as in `status`: nothing deployed has nothing drifted
+        entry |= {"result": "ok", "state": "nothing_deployed"}
+        return entry, 3 if interrupted else 0
     actual = release.read_back(transport, plan.layout.release(current), VERIFIED_NAMES)
     applied = release.Applied.parse(actual.pop(release.MANIFEST, None))
     entry["applied"] = applied.to_dict() if applied else None

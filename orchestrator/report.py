@@ -590,6 +590,8 @@ def print_verify(doc: dict[str, Any]) -> None:
         out.rule(text(f"{target['name']} on {target['host']}{on}"))
         if target.get("error"):
             out.print(text(target["error"], "red"), highlight=False)
+        if target.get("state") == "nothing_deployed":
+            out.print(text(f"nothing deployed yet: orch deploy {doc['playbook']} -i INVENTORY"))
         for change in target.get("changed_on_target", []):  # whole lines, as diff prints them
             out.print(text(change, "red"), highlight=False, soft_wrap=True)
         for change in target.get("playbook_differs", []):

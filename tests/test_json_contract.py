@@ -82,6 +82,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     try:
         fleet.runs["status before"] = fleet.pb("status", "--json")
         fleet.runs["status before text"] = fleet.pb("status", columns=80)
+        fleet.runs["verify before"] = fleet.pb("verify-config", "--json")
         fleet.runs["deploy"] = fleet.pb("deploy", "--json", *FAST)
         yield fleet
     finally:
@@ -198,6 +199,8 @@ def test_nothing_deployed_yet_is_a_state_not_an_error(fleet: Fleet) -> None:
     assert shown.code == 0
     assert "nothing deployed yet" in shown.stdout
     assert not re.search(r"\bnull\b|\bNone\b", shown.stdout)
+    verified = checked(fleet.runs["verify before"], "Verify", 0)
+    assert [t["state"] for t in verified["targets"]] == ["nothing_deployed"] * 2
 
 
 def release_ids(fleet: Fleet) -> list[str]:
