@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import sys
+import textwrap
 import threading
 import time
 from collections.abc import Iterable, Sequence
@@ -45,8 +46,9 @@ FOLD_AFTER = 24  # free text up to this wide stays on one line; longer folds
 
 def console(stderr: bool = False) -> Console:
     """Results go to stdout, progress to stderr. Rich honours NO_COLOR (colour only)
-    and falls back to plain text off a terminal; no markup."""
-    return Console(soft_wrap=False, markup=False, stderr=stderr)
+    and falls back to plain text off a terminal; no markup. Lines are never wrapped
+    by orch (a pipe gets whole lines, a terminal wraps them); tables fit the width."""
+    return Console(soft_wrap=True, markup=False, stderr=stderr)
 
 
 @dataclass(frozen=True)
@@ -82,7 +84,8 @@ def fitted_table(
             dropped = [columns[i].header for i in filled if i not in keep]
             if not dropped:
                 return table
-            return Group(table, Text(f"(narrow terminal: {', '.join(dropped)} not shown)"))
+            note = f"(narrow terminal: {', '.join(dropped)} not shown)"
+            return Group(table, Text(textwrap.fill(note, out.width)))
         droppable = [i for i in keep if columns[i].drop and not columns[i].identifier]
         if not droppable:
             return _records(columns, rows)
@@ -470,7 +473,7 @@ def print_run(doc: dict[str, Any]) -> None:
     out.print(fitted_table(out, columns, rows), crop=False)
     if to := doc.get("to"):
         state = f"the state run {to['run_id']} left" if to["run_id"] else f"release {to['release']}"
-        out.print(text(f"--to {to['query']}: back to {state}"), highlight=False, soft_wrap=True)
+        out.print(text(f"--to {to['query']}: back to {state}"), highlight=False)
     for target in doc["targets"]:
         for label, key in (("gate", "gate"), ("rollback gate", "rollback_gate")):
             gate = target.get(key)
@@ -539,10 +542,10 @@ CONTEXT_COLUMNS = [
     Column("CONTEXT"),
     Column("TOKENS"),
     Column("ENDPOINT"),
-    Column("TEMPLATE", fold=True),
+    Column("TEMPLATE", fold=True, drop=1),
     Column("GATE"),
     Column("MEAN LENGTH", justify="right"),
-    Column("DRAFTS", drop=1, justify="right"),
+    Column("DRAFTS", drop=2, justify="right"),
 ]
 
 
@@ -593,11 +596,11 @@ def print_verify(doc: dict[str, Any]) -> None:
         if target.get("state") == "nothing_deployed":
             out.print(text(f"nothing deployed yet: orch deploy {doc['playbook']} -i INVENTORY"))
         for change in target.get("changed_on_target", []):  # whole lines, as diff prints them
-            out.print(text(change, "red"), highlight=False, soft_wrap=True)
+            out.print(text(change, "red"), highlight=False)
         for change in target.get("playbook_differs", []):
-            out.print(text(change, "yellow"), highlight=False, soft_wrap=True)
+            out.print(text(change, "yellow"), highlight=False)
         if target.get("apply_with"):
-            out.print(text(f"apply it with: {target['apply_with']}"), soft_wrap=True)
+            out.print(text(f"apply it with: {target['apply_with']}"))
         if target.get("findings"):
             out.print(findings_table([Finding(**f) for f in target["findings"]]))
     ok = doc["result"] == "ok"

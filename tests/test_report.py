@@ -258,3 +258,33 @@ def test_a_wait_is_one_step_however_often_it_is_polled(capsys: pytest.CaptureFix
     assert printed.out == ""  # progress is never on stdout
     steps = [line.split(": ", 1)[1] for line in printed.err.splitlines()]
     assert steps == ["wait ready", "gate"]  # a poll is no new line; a heartbeat needs 5 s
+
+
+def test_a_piped_report_keeps_every_line_whole_and_the_phases_a_table_at_80_columns(
+    capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Off a terminal nothing wraps a line (a run id in the last line stays whole); the
+    phase table drops a column rather than turning into records."""
+    monkeypatch.setenv("COLUMNS", "80")
+    run_id = "20261202T213333Z-ac274d"
+    reason = "every phase passed (95% lower bounds): " + "; ".join(["short context ok"] * 8)
+    phase = {
+        "context": "long",
+        "min_tokens": 2048,
+        "max_tokens": 32768,
+        "endpoint": "/v1/chat/completions",
+        "chat_template_kwargs": {"enable_thinking": False},
+        "verdict": "pass",
+        "mean_acceptance_length": 4.18,
+        "drafts": 4691,
+    }
+    target = DOCUMENT["targets"][0]  # type: ignore[index]
+    gate = {**target["gate"], "reason": reason, "by_context": [phase]}
+    log = f"/home/operator/.local/state/orch/runs/{run_id}.log"
+    report.print_run(
+        {**DOCUMENT, "run_id": run_id, "log": log, "targets": [{**target, "gate": gate}]}
+    )
+    lines = capsys.readouterr().out.splitlines()
+    assert f"ct200 gate: {reason}" in lines
+    assert f"run log: {log} (orch history --show {run_id})" in lines
+    assert cells("\n".join(lines), "long")[:3] == ["long", "2048..32768", "/v1/chat/completions"]

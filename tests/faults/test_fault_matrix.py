@@ -119,8 +119,7 @@ def good_release(lab: LabHandle) -> tuple[str, dict[str, bytes]]:
 
 
 def last_run(lab: LabHandle) -> dict:
-    runs = json.loads(lab.orch("history", "-n", "1", "--json").stdout)
-    return runs[0]
+    return json.loads(lab.orch("history", "-n", "1", "--json").stdout)["runs"][0]
 
 
 def assert_invariants(lab: LabHandle, good: str, files: dict[str, bytes]) -> None:
@@ -129,9 +128,9 @@ def assert_invariants(lab: LabHandle, good: str, files: dict[str, bytes]) -> Non
     assert not (deployment(lab) / "lock").exists()
     assert not (deployment(lab) / "journal.json").exists()
     status = lab.orch("status", "qwen-dflash", "-i", str(lab.inventory), "--limit", NAME, "--json")
-    [row] = status.json
-    assert (row.get("release"), row.get("server"), row.get("health")) == (good, "running", 200), row
-    assert "interrupted" not in row and not row.get("error"), row
+    [row] = status.json["targets"]
+    assert (row["release"], row["server"], row["health"]) == (good, "running", 200), row
+    assert (row["state"], row["interrupted"], row.get("error")) == ("serving", None, None), row
     container = ContainerPaths(deployment(lab).parents[4])
     assert [r["pid"] for r in server_records(container)] == [row["pid"]]
 
@@ -209,7 +208,8 @@ def test_sigkill_then_a_plain_deploy_recovers_by_itself(
     assert (deployment(lab) / "lock").exists()  # left behind, with the journal as its record
     status = lab.orch("status", "qwen-dflash", "-i", str(lab.inventory), "--limit", NAME, "--json")
     assert status.code == 3
-    assert journal["run_id"] in status.json[0]["interrupted"]
+    [row] = status.json["targets"]
+    assert row["state"] == "interrupted" and journal["run_id"] in row["interrupted"]
 
     code, output = plain_deploy(lab, *knobs)  # the same inputs, no `orch unlock`
 
