@@ -4,7 +4,7 @@ into each command so `orch --help` starts fast."""
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -264,71 +264,65 @@ def verify_config(
     sys.exit(1 if report.has_errors(findings) else 0)
 
 
-@cli.command()
-@click.argument("playbook")
-@inventory_option
-@limit_option
-@accept_keys_option
-@json_option
-def status(
+def fleet_read_options(command: Callable[..., None]) -> Callable[..., None]:
+    """PLAYBOOK -i INVENTORY [--limit] [--accept-new-host-keys] [--json]."""
+    for option in reversed(
+        [
+            click.argument("playbook"),
+            inventory_option,
+            limit_option,
+            accept_keys_option,
+            json_option,
+        ]
+    ):
+        command = option(command)
+    return command
+
+
+def _fleet_read(
+    operation: Callable[[Any, bool], tuple[dict[str, Any], int]],
+    printer: Callable[[dict[str, Any]], None],
     playbook: str,
     inventory_path: Path,
     limit: tuple[str, ...],
     accept_new_host_keys: bool,
     as_json: bool,
 ) -> None:
-    """Per container: current release, server PID and health, last gate, lock holder."""
+    """One look at every selected container, printed as a table or one document."""
     from orchestrator import operations, report
 
     inputs = operations.load(playbook, inventory_path, list(limit), [])
-    document, code = operations.status(inputs, accept_new_host_keys)
-    report.print_json(document) if as_json else report.print_status(document)
+    document, code = operation(inputs, accept_new_host_keys)
+    report.print_json(document) if as_json else printer(document)
     sys.exit(code)
 
 
 @cli.command()
-@click.argument("playbook")
-@inventory_option
-@limit_option
-@accept_keys_option
-@json_option
-def releases(
-    playbook: str,
-    inventory_path: Path,
-    limit: tuple[str, ...],
-    accept_new_host_keys: bool,
-    as_json: bool,
-) -> None:
+@fleet_read_options
+def status(**options: Any) -> None:
+    """Per container: current release, server PID and health, last gate, lock holder."""
+    from orchestrator import operations, report
+
+    _fleet_read(operations.status, report.print_status, **options)
+
+
+@cli.command()
+@fleet_read_options
+def releases(**options: Any) -> None:
     """Per run, newest first: the release it left each container on, and whether that
     release is current, kept or pruned, as the containers record it (their audit logs)."""
     from orchestrator import operations, report
 
-    inputs = operations.load(playbook, inventory_path, list(limit), [])
-    document, code = operations.releases(inputs, accept_new_host_keys)
-    report.print_json(document) if as_json else report.print_releases(document)
-    sys.exit(code)
+    _fleet_read(operations.releases, report.print_releases, **options)
 
 
 @cli.command()
-@click.argument("playbook")
-@inventory_option
-@limit_option
-@accept_keys_option
-@json_option
-def unlock(
-    playbook: str,
-    inventory_path: Path,
-    limit: tuple[str, ...],
-    accept_new_host_keys: bool,
-    as_json: bool,
-) -> None:
+@fleet_read_options
+def unlock(**options: Any) -> None:
     """Remove a stale deploy lock, showing whose it was."""
     from orchestrator import operations, report
 
-    inputs = operations.load(playbook, inventory_path, list(limit), [])
-    document, code = operations.unlock(inputs, accept_new_host_keys)
-    report.print_json(document) if as_json else report.print_unlock(document)
-    sys.exit(code)
+    _fleet_read(operations.unlock, report.print_unlock, **options)
 
 
 @cli.command()
