@@ -5,6 +5,9 @@ the step timeout starts after the queue, and forwarded streams take no slot."""
 from __future__ import annotations
 
 import contextlib
+import re
+import socket
+import subprocess
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -132,3 +135,58 @@ def test_refusals_are_told_from_other_channel_failures(
         assert host._refused(lost)  # a live connection: the reason went to another open
         assert not host._refused(paramiko.ChannelException(1, "Administratively prohibited"))
         assert not host._refused(paramiko.SSHException("Timeout opening channel."))
+
+
+def test_an_exec_sshd_cannot_fork_is_tried_again_and_runs_once(
+    shared_lab: LabHandle, tmp_path: Path
+) -> None:
+    """A host's sshd short of file descriptors (24) cannot make the pipes of every
+    command: it answers their exec requests with a failure (`do_exec_no_pty: pipe err`),
+    which paramiko reports as "Channel closed.". Those commands never ran, so each is
+    tried again until it gets its pipes, and each runs exactly once."""
+    node = shared_lab.lab.nodes()[0]
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    config, log, pid_file = tmp_path / "sshd_config", tmp_path / "sshd.log", tmp_path / "sshd.pid"
+    config.write_text(
+        re.sub(
+            r"(?m)^PidFile .*$",
+            f"PidFile {pid_file}",
+            Path(node.config)
+            .read_text()
+            .replace(f"{node.address}:{node.port}", f"127.0.0.1:{port}"),
+        )
+    )
+    host_key = re.search(r"(?m)^HostKey (.*)$", config.read_text())
+    assert host_key
+    known_hosts = tmp_path / "known_hosts"
+    key_line = Path(host_key[1] + ".pub").read_text().split()[:2]
+    known_hosts.write_text(f"[127.0.0.1]:{port} {' '.join(key_line)}\n")
+    short = subprocess.Popen(
+        ["prlimit", "--nofile=24:24", *sshd.sshd_argv(config, log)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )  # prlimit sets the limit and execs sshd: one PID
+    try:
+        sshd.wait_listening("127.0.0.1", port, short.pid, log)
+        data = yaml.safe_load(shared_lab.inventory.read_text())
+        data["hosts"]["pve1"].update(address="127.0.0.1", port=port)
+        data["defaults"]["known_hosts"] = str(known_hosts)
+        edited = tmp_path / "inventory.yaml"
+        edited.write_text(yaml.safe_dump(data, sort_keys=False))
+        address, settings, label = load_inventory(edited).login("ct200")
+        marks = tmp_path / "ran"
+        command = ["/bin/sh", "-c", f"echo x >> {marks}; sleep 1; echo done"]
+        with contextlib.closing(SshTransport(label, address, settings)) as host:
+            outcomes = all_at_once(8, lambda: host.run(command))
+            use = host.sessions.use()
+    finally:
+        short.terminate()
+        short.wait(10)
+    assert [o.text if isinstance(o, Result) else repr(o) for o in outcomes] == ["done\n"] * 8
+    assert marks.read_text() == "x\n" * 8
+    refused_execs = log.read_text().count("do_exec_no_pty: pipe err")
+    assert refused_execs >= 1 and use.refused >= refused_execs

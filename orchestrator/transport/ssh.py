@@ -63,6 +63,10 @@ LOST_HINT = (
 )
 
 
+class ExecRefused(paramiko.SSHException):
+    """sshd answered an exec request with a failure: the command did not run."""
+
+
 class ConnectionLost(Exception):
     """The SSH connection died or stopped answering while a command ran."""
 
@@ -245,9 +249,8 @@ class SshTransport:
         try:
             with self.sessions.held():  # the timeout starts once a session slot is ours
                 transport = self._transport()
-                channel = self._open_session(transport, step, timeout)
+                channel = self._start(transport, command, step, timeout)
                 try:
-                    channel.exec_command(command)
                     stdout, stderr = _exchange(
                         channel, stdin or b"", timeout, lambda: self._answers(transport)
                     )
@@ -290,27 +293,53 @@ class SshTransport:
             and transport.is_active()
         )
 
-    def _open_session(
-        self, transport: paramiko.Transport, step: str, timeout: float | None
+    def _start(
+        self, transport: paramiko.Transport, command: str, step: str, timeout: float | None
     ) -> paramiko.Channel:
-        """A session channel; refusals are retried for a while: sshd frees a closed
-        session only after reading its close, and a host may allow fewer than the cap."""
+        """A session channel running `command`. What the command never reached is tried
+        again for a while: a refused open (sshd frees a closed session only after reading
+        its close, and a host may allow fewer than the cap), and a refused exec request
+        (sshd could not make the pipes or fork: session.c `do_exec`; paramiko says
+        "Channel closed.")."""
+
+        def attempt() -> paramiko.Channel:
+            channel = self._session(transport, timeout)
+            try:
+                channel.exec_command(command)
+            except paramiko.SSHException as exc:
+                channel.close()
+                if transport.is_active():
+                    raise ExecRefused(str(exc)) from None
+                raise
+            return channel
+
         retrying = tenacity.Retrying(
-            retry=tenacity.retry_if_exception(self._refused),
+            retry=tenacity.retry_if_exception(
+                lambda exc: isinstance(exc, ExecRefused) or self._refused(exc)
+            ),
             wait=tenacity.wait_exponential(multiplier=0.02, max=1.0),
             stop=tenacity.stop_after_delay(SESSION_REFUSED_PATIENCE),
             before_sleep=lambda _: self.sessions.refused(),
             reraise=True,
         )
+        patience = f"{SESSION_REFUSED_PATIENCE:.0f} s"
         try:
-            return retrying(lambda: self._session(transport, timeout))
+            return retrying(attempt)
+        except ExecRefused as exc:
+            raise TransportError(
+                self.label,
+                step,
+                f"the host could not start the command for {patience}: {exc}",
+                "its sshd could not create a process (process or file limits, memory): "
+                "check the host's load",
+            ) from None
         except paramiko.SSHException as exc:
             if not self._refused(exc):
                 raise
             raise TransportError(
                 self.label,
                 step,
-                f"the host refused a session channel for {SESSION_REFUSED_PATIENCE:.0f} s: {exc}",
+                f"the host refused a session channel for {patience}: {exc}",
                 f"its sshd allows fewer than {self.sessions.limit} sessions per connection "
                 "(MaxSessions): set max_sessions for this host in the inventory",
             ) from None
