@@ -71,7 +71,7 @@ def test_dripping_metrics_ends_the_gate_at_its_time_budget(lab: LabHandle) -> No
     )
     assert code == 1, entry["error"]
     assert entry["result"] == "rolled_back"
-    assert entry["gate"]["verdict"] == "inconclusive"
+    assert entry["gate"]["verdict"] == "inconclusive", entry["gate"]
     assert "could not measure" in entry["gate"]["reason"]
     assert entry["steps"]["gate"] < 8 + SLACK
     assert current(lab, "ct201") == Path("releases") / first["release"]
