@@ -107,12 +107,18 @@ def deploy(
 ) -> None:
     """Render, push, verify, restart, gate; roll back by itself when the gate fails."""
     from orchestrator import operations, report
+    from orchestrator.connections import ssh
 
     inputs = operations.load(playbook, inventory_path, list(limit), list(assignments))
     options = operations.new_options(force=force, dry_run=dry_run, diff=diff)
     with _stoppable(inputs, as_json) as (view, cancel):
         document, code = operations.deploy(
-            inputs, options, accept_new_host_keys, view, cancel, report.DiffPrinter(view, as_json)
+            inputs,
+            options,
+            ssh(accept_new_host_keys),
+            view,
+            cancel,
+            report.DiffPrinter(view, as_json),
         )
     report.print_json(document) if as_json else report.print_run(document)
     sys.exit(code)
@@ -162,12 +168,13 @@ def rollback(
     """Switch back to an earlier release, wait until ready, and gate it; with --to RUN_ID
     the whole fleet goes back to that run's state (containers it did not touch are skipped)."""
     from orchestrator import operations, report
+    from orchestrator.connections import ssh
 
     inputs = operations.load(playbook, inventory_path, list(limit), list(assignments))
     options = operations.new_options()
     with _stoppable(inputs, as_json) as (view, cancel):
         document, code = operations.rollback(
-            inputs, options, to_release, accept_new_host_keys, view, cancel
+            inputs, options, to_release, ssh(accept_new_host_keys), view, cancel
         )
     report.print_json(document) if as_json else report.print_run(document)
     sys.exit(code)
@@ -239,6 +246,7 @@ def verify_config(
     """Check drafter configs: on the containers (PLAYBOOK -i INVENTORY), or in local
     files (--drafter PATH --target PATH), optionally against a vLLM version."""
     from orchestrator import report
+    from orchestrator.connections import ssh
     from orchestrator.errors import InputError
 
     if playbook:
@@ -247,7 +255,7 @@ def verify_config(
         if not inventory_path:
             raise InputError("verify-config PLAYBOOK needs -i INVENTORY")
         inputs = operations.load(playbook, inventory_path, list(limit), list(assignments))
-        document, code = operations.verify_remote(inputs, accept_new_host_keys)
+        document, code = operations.verify_remote(inputs, ssh(accept_new_host_keys))
         report.print_json(document) if as_json else report.print_verify(document)
         sys.exit(code)
     if not (drafter and target):
@@ -280,7 +288,7 @@ def fleet_read_options(command: Callable[..., None]) -> Callable[..., None]:
 
 
 def _fleet_read(
-    operation: Callable[[Any, bool], tuple[dict[str, Any], int]],
+    operation: Callable[[Any, Any], tuple[dict[str, Any], int]],
     printer: Callable[[dict[str, Any]], None],
     playbook: str,
     inventory_path: Path,
@@ -290,9 +298,10 @@ def _fleet_read(
 ) -> None:
     """One look at every selected container, printed as a table or one document."""
     from orchestrator import operations, report
+    from orchestrator.connections import ssh
 
     inputs = operations.load(playbook, inventory_path, list(limit), [])
-    document, code = operation(inputs, accept_new_host_keys)
+    document, code = operation(inputs, ssh(accept_new_host_keys))
     report.print_json(document) if as_json else printer(document)
     sys.exit(code)
 
@@ -347,7 +356,7 @@ def logs(
     """The current release's server log on each container (named when there are several)."""
     from orchestrator import logs as server_logs
     from orchestrator import operations, report
-    from orchestrator.connections import Connections
+    from orchestrator.connections import ssh
     from orchestrator.documents import document, run_result
 
     if follow and as_json:
@@ -362,7 +371,7 @@ def logs(
     def warn(name: str, reason: str) -> None:
         click.echo(report.printable(f"{name}: {reason}"), err=True)
 
-    with Connections(inputs.inventory, accept_new_host_keys) as connections:
+    with ssh(accept_new_host_keys)(inputs.inventory, None) as connections:
         if follow:
             with _stop_on_signals() as stop:
                 server_logs.follow(connections, plans, lines, emit, warn, stop)
@@ -503,6 +512,7 @@ def doctor(
     """Read-only: is everything a deploy needs there? Logins, containers, GPUs, and with
     PLAYBOOK the server command, model dirs and disk; one line per check, with the fix."""
     from orchestrator import report
+    from orchestrator.connections import ssh
     from orchestrator.doctor import exit_code, run_doctor
 
     if playbook:
@@ -511,13 +521,13 @@ def doctor(
         inputs = operations.load(playbook, inventory_path, list(limit), list(assignments))
         names = [plan.container for plan in inputs.plans]
         checks = run_doctor(
-            inputs.inventory, names, accept_new_host_keys, inputs.playbook, inputs.plans
+            inputs.inventory, names, ssh(accept_new_host_keys), inputs.playbook, inputs.plans
         )
     else:
         from orchestrator.inventory import load_inventory
 
         inv = load_inventory(inventory_path)
-        checks = run_doctor(inv, inv.select(limit), accept_new_host_keys)
+        checks = run_doctor(inv, inv.select(limit), ssh(accept_new_host_keys))
     report.print_checks([c.to_dict() for c in checks], as_json)
     sys.exit(exit_code(checks))
 

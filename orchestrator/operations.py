@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import dataclasses
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from orchestrator import documents, preflight, release, runlog
 from orchestrator.cancel import Cancel
-from orchestrator.connections import Connections
+from orchestrator.connections import SSH, Connect, Pool
 from orchestrator.container import lock
 from orchestrator.container import release as store
 from orchestrator.container.journal import Journal
@@ -69,7 +70,7 @@ def load(playbook: str, inventory: Path, limit: list[str], assignments: list[str
 
 def _target_run(
     inputs: Inputs,
-    connections: Connections,
+    connections: Pool,
     plan: TargetPlan,
     options: Options,
     progress: Progress,
@@ -171,7 +172,7 @@ def _close_log(log: runlog.RunLog, document: dict[str, Any], code: int) -> None:
 def deploy(
     inputs: Inputs,
     options: Options,
-    accept_new_host_keys: bool,
+    connect: Connect,
     progress: Progress,
     cancel: Cancel,
     show_diff: ShowDiff = lambda *_: None,
@@ -182,7 +183,7 @@ def deploy(
     plans = {p.container: p for p in inputs.plans}
     log = _open_log("deploy", inputs, options)
     progress = log.recording(progress)
-    with Connections(inputs.inventory, accept_new_host_keys, log) as connections:
+    with connect(inputs.inventory, log) as connections:
 
         def one(name: str) -> Outcome:
             if cancel.requested:
@@ -218,7 +219,7 @@ def rollback(
     inputs: Inputs,
     options: Options,
     to: str | None,
-    accept_new_host_keys: bool,
+    connect: Connect,
     progress: Progress,
     cancel: Cancel,
 ) -> tuple[dict[str, Any], int]:
@@ -231,11 +232,11 @@ def rollback(
     plans = {p.container: p for p in inputs.plans}
     log = _open_log("rollback", inputs, options)
     progress = log.recording(progress)
-    with Connections(inputs.inventory, accept_new_host_keys, log) as connections:
+    with connect(inputs.inventory, log) as connections:
         unread: dict[str, OrchError] = {}
         resolution = None
         if to is not None:
-            records = _records(connections, plans)
+            records = read_each(connections, plans, _record)
             unread = records.failed
             resolution = resolve(to, records.succeeded.values())
         wanted: dict[str, str | None] = (
@@ -269,51 +270,91 @@ def rollback(
     return document, code
 
 
-def _records(connections: Connections, plans: dict[str, TargetPlan]) -> GroupResult[TargetRecord]:
-    """Every container's record of runs and releases, read side by side."""
+T = TypeVar("T")
+
+
+def read_each(
+    connections: Pool, plans: dict[str, TargetPlan], read: Callable[[Transport, TargetPlan], T]
+) -> GroupResult[T]:
+    """`read` on every container, side by side."""
     return fan_out(
-        list(plans),
-        lambda name: release.record(connections.container(name), plans[name].layout, name),
-        READ_PARALLEL,
+        list(plans), lambda name: read(connections.container(name), plans[name]), READ_PARALLEL
     )
 
 
-def releases(inputs: Inputs, accept_new_host_keys: bool) -> tuple[dict[str, Any], int]:
+@dataclass(frozen=True)
+class FleetRead(Generic[T]):
+    """What a read of every container found: per container, what `read` returned or
+    the error that stopped it."""
+
+    plans: dict[str, TargetPlan]
+    group: GroupResult[T]
+
+    def entries(
+        self,
+        found: Callable[[str, T], dict[str, Any]],
+        failed: Callable[[str, OrchError], dict[str, Any]],
+    ) -> list[dict[str, Any]]:
+        """One document entry per container, in the inventory's order, each `name` and
+        `host` first."""
+        return [
+            {"name": name, "host": plan.host}
+            | (
+                found(name, self.group.succeeded[name])
+                if name in self.group.succeeded
+                else failed(name, self.group.failed[name])
+            )
+            for name, plan in self.plans.items()
+        ]
+
+
+def fleet_read(
+    inputs: Inputs, connect: Connect, read: Callable[[Transport, TargetPlan], T]
+) -> FleetRead[T]:
+    """The read-only commands' skeleton: connect, read every container, close."""
+    plans = {p.container: p for p in inputs.plans}
+    with connect(inputs.inventory, None) as connections:
+        return FleetRead(plans, read_each(connections, plans, read))
+
+
+def _record(transport: Transport, plan: TargetPlan) -> TargetRecord:
+    return release.record(transport, plan.layout, plan.container)
+
+
+def _unreachable(name: str, exc: OrchError) -> dict[str, Any]:
+    return {"result": "unreachable", "error": exc.message_for(name)}
+
+
+def releases(inputs: Inputs, connect: Connect = SSH) -> tuple[dict[str, Any], int]:
     """Per run, newest first, the release it left each container on and whether that
     release is still kept and current; per container, its kept releases, including
     those no recorded run names."""
-    plans = {p.container: p for p in inputs.plans}
-    with Connections(inputs.inventory, accept_new_host_keys) as connections:
-        group = _records(connections, plans)
-    records = group.succeeded
+    read = fleet_read(inputs, connect, _record)
+    records = read.group.succeeded
     runs = fleet_runs(records.values())
     named = {(name, r.current) for run in runs for name, r in run.targets.items()}
-    targets = []
-    for name, plan in plans.items():
-        entry: dict[str, Any] = {"name": name, "host": plan.host}
-        if name in group.failed:
-            entry |= {"result": "unreachable", "error": group.failed[name].message_for(name)}
-        else:
-            record = records[name]
-            entry |= {
-                "result": "ok",
-                "current": record.current,
-                "kept": [
-                    {
-                        "release": k.release,
-                        "created": k.created,
-                        "made_by_run": k.run_id,
-                        "current": k.release == record.current,
-                        "named_by_a_run": (name, k.release) in named,
-                    }
-                    for k in reversed(record.kept)
-                ],
-            }
-        targets.append(entry)
+
+    def found(name: str, record: TargetRecord) -> dict[str, Any]:
+        return {
+            "result": "ok",
+            "current": record.current,
+            "kept": [
+                {
+                    "release": k.release,
+                    "created": k.created,
+                    "made_by_run": k.run_id,
+                    "current": k.release == record.current,
+                    "named_by_a_run": (name, k.release) in named,
+                }
+                for k in reversed(record.kept)
+            ],
+        }
+
+    code = 3 if read.group.failed else 0
     document = documents.document(
         "Releases",
         playbook=inputs.playbook.name,
-        result=documents.run_result(3 if group.failed else 0),
+        result=documents.run_result(code),
         runs=[
             {
                 "run_id": run.run_id,
@@ -332,9 +373,9 @@ def releases(inputs: Inputs, accept_new_host_keys: bool) -> tuple[dict[str, Any]
             }
             for run in runs
         ],
-        targets=targets,
+        targets=read.entries(found, _unreachable),
     )
-    return document, 3 if group.failed else 0
+    return document, code
 
 
 def _release_state(record: TargetRecord, release_id: str | None) -> str:
@@ -347,37 +388,26 @@ def _release_state(record: TargetRecord, release_id: str | None) -> str:
     return "kept" if release_id in record.kept_ids else "pruned"
 
 
-def verify_remote(inputs: Inputs, accept_new_host_keys: bool) -> tuple[dict[str, Any], int]:
+def verify_remote(inputs: Inputs, connect: Connect = SSH) -> tuple[dict[str, Any], int]:
     """Each container's current release against its own manifest (a hand edit:
     `changed_on_target`, exit 1), then the manifest against a fresh render of the
     playbook as it is now (`playbook_differs`: informational), plus the drafter
     checks on the files as they are on the container."""
-    plans = {p.container: p for p in inputs.plans}
-    with Connections(inputs.inventory, accept_new_host_keys) as connections:
 
-        def one(name: str) -> tuple[dict[str, Any], int]:
-            entry, code = _verify_one(connections.container(name), plans[name], inputs.playbook)
-            if entry.get("playbook_differs"):
-                entry["apply_with"] = inputs.apply_command(name)
-            return entry, code
+    def one(transport: Transport, plan: TargetPlan) -> tuple[dict[str, Any], int]:
+        entry, code = _verify_one(transport, plan, inputs.playbook)
+        if entry.get("playbook_differs"):
+            entry["apply_with"] = inputs.apply_command(plan.container)
+        return entry, code
 
-        group = fan_out(list(plans), one, READ_PARALLEL)
-    targets, code = [], 0
-    for name, plan in plans.items():
-        if name in group.failed:
-            failure = group.failed[name]
-            entry = {"name": name, "host": plan.host, "result": "unreachable"}
-            entry["error"] = failure.message_for(name)
-            entry_code = failure.exit_code
-        else:
-            entry, entry_code = group.succeeded[name]
-        targets.append(entry)
-        code = max(code, entry_code)
+    read = fleet_read(inputs, connect, one)
+    codes = [code for _, code in read.group.succeeded.values()]
+    code = max([*codes, *(e.exit_code for e in read.group.failed.values())], default=0)
     document = documents.document(
         "Verify",
         playbook=inputs.playbook.name,
         result=documents.run_result(code),
-        targets=targets,
+        targets=read.entries(lambda _, verified: verified[0], _unreachable),
     )
     return document, code
 
@@ -388,7 +418,7 @@ VERIFIED_NAMES = [release.MANIFEST, DRAFTER_CONFIG, LAUNCH_SCRIPT, VIEW_CONFIG]
 def _verify_one(
     transport: Transport, plan: TargetPlan, playbook: Playbook
 ) -> tuple[dict[str, Any], int]:
-    entry: dict[str, Any] = {"name": plan.container, "host": plan.host}
+    entry: dict[str, Any] = {}
     interrupted = Journal(transport, plan.layout).read()
     if interrupted:
         entry["interrupted"] = interrupted.describe()
@@ -479,23 +509,13 @@ def new_options(**kwargs: Any) -> Options:
     return Options(run_id=new_run_id(), **kwargs)
 
 
-def status(inputs: Inputs, accept_new_host_keys: bool) -> tuple[dict[str, Any], int]:
+def status(inputs: Inputs, connect: Connect = SSH) -> tuple[dict[str, Any], int]:
     """Where each container stands. Nothing deployed yet is a state, not a problem."""
-    plans = {p.container: p for p in inputs.plans}
-    with Connections(inputs.inventory, accept_new_host_keys) as connections:
-
-        def one(name: str) -> dict[str, Any]:
-            return _status_entry(connections.container(name), plans[name])
-
-        group = fan_out(list(plans), one, READ_PARALLEL)
-    targets = []
-    for name, plan in plans.items():
-        entry: dict[str, Any] = {"name": name, "host": plan.host}
-        if name in group.failed:
-            entry.update(state="unreachable", error=group.failed[name].message_for(name))
-        else:
-            entry.update(group.succeeded[name])
-        targets.append(entry)
+    read = fleet_read(inputs, connect, _status_entry)
+    targets = read.entries(
+        lambda _, entry: entry,
+        lambda name, exc: {"state": "unreachable", "error": exc.message_for(name)},
+    )
     states = [t["state"] for t in targets]
     code = 0 if set(states) <= {"serving", "nothing_deployed"} else 3
     return documents.document(
@@ -546,24 +566,14 @@ def _health(server: Server) -> int | None:
         return None
 
 
-def unlock(inputs: Inputs, accept_new_host_keys: bool) -> tuple[dict[str, Any], int]:
+def unlock(inputs: Inputs, connect: Connect = SSH) -> tuple[dict[str, Any], int]:
     """Every container's lock removed (saying whose it was), reachable or not."""
-    plans = {p.container: p for p in inputs.plans}
-    with Connections(inputs.inventory, accept_new_host_keys) as connections:
-        group = fan_out(
-            list(plans),
-            lambda name: lock.remove(connections.container(name), plans[name].layout),
-            READ_PARALLEL,
-        )
-    targets: list[dict[str, Any]] = []
-    for name, plan in plans.items():
-        entry: dict[str, Any] = {"name": name, "host": plan.host}
-        if name in group.failed:
-            entry.update(result="error", error=group.failed[name].message_for(name))
-        else:
-            entry.update(result="ok", removed_lock=lock_holder(group.succeeded[name]))
-        targets.append(entry)
-    code = max((e.exit_code for e in group.failed.values()), default=0)
+    read = fleet_read(inputs, connect, lambda transport, plan: lock.remove(transport, plan.layout))
+    targets = read.entries(
+        lambda _, owner: {"result": "ok", "removed_lock": lock_holder(owner)},
+        lambda name, exc: {"result": "error", "error": exc.message_for(name)},
+    )
+    code = max((e.exit_code for e in read.group.failed.values()), default=0)
     return documents.document(
         "Unlock", playbook=inputs.playbook.name, result=documents.run_result(code), targets=targets
     ), code

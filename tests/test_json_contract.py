@@ -68,8 +68,8 @@ def _cli(env: dict[str, str], *args: str) -> RunResult:
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
-    """`orch lab up --json`, status before anything was deployed, one deploy; `orch lab
-    down --json` at the end, its stopped PIDs checked gone."""
+    """`orch lab up --json`, one deploy; `orch lab down --json` at the end, its stopped
+    PIDs checked gone. (Nothing deployed yet as a state: tests/test_operations.py.)"""
     tmp = tmp_path_factory.mktemp("contract")
     env = {**os.environ, "ORCH_STATE_DIR": str(tmp / "state"), "NO_COLOR": "1"}
     lab_dir = tmp / "lab"
@@ -80,9 +80,6 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     assert up.code == 0, up.stderr
     fleet = Fleet(LabHandle(Lab(lab_dir), env), tmp, {"lab up": up})
     try:
-        fleet.runs["status before"] = fleet.pb("status", "--json")
-        fleet.runs["status before text"] = fleet.pb("status", columns=80)
-        fleet.runs["verify before"] = fleet.pb("verify-config", "--json")
         fleet.runs["deploy"] = fleet.pb("deploy", "--json", *FAST)
         yield fleet
     finally:
@@ -184,23 +181,6 @@ def test_every_command_prints_one_document_of_the_contract(fleet: Fleet) -> None
     for status in documents["Status"]["targets"]:
         assert (status["state"], status["server"], status["health"]) == ("serving", "running", 200)
         assert isinstance(status["pid"], int) and status["lock"] is None
-
-
-def test_nothing_deployed_yet_is_a_state_not_an_error(fleet: Fleet) -> None:
-    document = checked(fleet.runs["status before"], "Status", 0)
-    assert (document["result"], document["state"]) == ("ok", "nothing_deployed")
-    for target in document["targets"]:
-        assert (target["state"], target["release"], target["health"]) == (
-            "nothing_deployed",
-            None,
-            None,
-        )
-    shown = fleet.runs["status before text"]
-    assert shown.code == 0
-    assert "nothing deployed yet" in shown.stdout
-    assert not re.search(r"\bnull\b|\bNone\b", shown.stdout)
-    verified = checked(fleet.runs["verify before"], "Verify", 0)
-    assert [t["state"] for t in verified["targets"]] == ["nothing_deployed"] * 2
 
 
 def release_ids(fleet: Fleet) -> list[str]:

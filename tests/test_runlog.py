@@ -21,7 +21,7 @@ def lines_of(log: RunLog) -> list[str]:
 
 def test_a_command_is_recorded_with_the_run_id_on_every_line(tmp_path: Path) -> None:
     log = RunLog(RUN, tmp_path / "runs" / f"{RUN}.log")
-    inner = MemoryTransport("ct200").on("cat", reply("one\ntwo\n", 3, b"oops\n"))
+    inner = MemoryTransport("ct200").on("/bin/sh", reply("one\ntwo\n", 3, b"oops\n"))
     transport = RecordedTransport(inner, "ct200", log)
 
     result = transport.run(["/bin/sh", "-c", "cat a\ncat b"], stdin=b"12345")

@@ -29,7 +29,7 @@ from orchestrator.runs import (
     resolve,
 )
 from orchestrator.transport.base import Result
-from orchestrator.transport.memory import MemoryTransport
+from orchestrator.transport.memory import ANY, MemoryTransport
 
 ROOT = Path(__file__).resolve().parent.parent
 PLAYBOOK = ROOT / "playbooks" / "qwen-dflash.yaml"
@@ -211,7 +211,7 @@ def test_the_release_records_are_read_from_a_real_deployment(tmp_path: Path) -> 
         done = subprocess.run(list(argv), capture_output=True, timeout=30, check=False)
         return Result(tuple(argv), done.returncode, done.stdout, done.stderr)
 
-    record = release.record(MemoryTransport().on("", local), layout, "ct1")
+    record = release.record(MemoryTransport().on(ANY, local), layout, "ct1")
     assert record.current == "b1111111"
     assert record.kept == [
         KeptRelease("a1111111", manifest["created"], RUN_A),
@@ -220,7 +220,7 @@ def test_the_release_records_are_read_from_a_real_deployment(tmp_path: Path) -> 
     ]
     assert [r.run_id for r in record.records] == [RUN_A, RUN_B]
 
-    empty = release.record(MemoryTransport().on("", local), Layout(str(tmp_path / "x")), "ct2")
+    empty = release.record(MemoryTransport().on(ANY, local), Layout(str(tmp_path / "x")), "ct2")
     assert (empty.current, empty.kept, empty.records) == (None, [], [])
 
 

@@ -1,22 +1,20 @@
 """The transaction and the gate on an in-memory container: fast, no processes.
 
-`Container` keeps a tiny filesystem (files, links, the lock) in dicts and answers
-the scripts of `commands` the way a container would; its vLLM answers /health,
-/metrics (counters that grow with every scrape) and completions.
+`Container` is a scripted container (tests/scripted.py): the deployment in memory,
+answering each container command by concern; its vLLM answers /health, /metrics
+(counters that grow with every scrape) and completions.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
-import shlex
 import subprocess
 import threading
 import time
-from collections.abc import Sequence
 
 import pytest
+from scripted import ScriptedContainer, metrics, serving
 from test_plan import EXAMPLE, PLAYBOOK
 
 from orchestrator.cancel import Cancel
@@ -31,7 +29,7 @@ from orchestrator.playbook import Gate, Playbook, Probe, load_playbook
 from orchestrator.probes.context import ContextBucket
 from orchestrator.release import GateTarget
 from orchestrator.transport.base import Result
-from orchestrator.transport.memory import MemoryTransport, reply
+from orchestrator.transport.memory import MemoryTransport
 
 CAUSES = get_kind("dflash").failure_causes
 
@@ -40,43 +38,6 @@ FAST_GATE = Gate(
     probe=Probe(scrape_interval=0.02, concurrency=1, max_tokens=8, endpoints=["completions"]),
 )
 BUCKETS = [ContextBucket("short", 0, None, ("hello",))]
-
-
-def metrics(scrape: int) -> bytes:
-    """Counters after `scrape` intervals of 100 drafts of 4 tokens, 3.0 accepted each."""
-    drafts = 100 * scrape
-    per_pos = [int(drafts * r) for r in (0.9, 0.8, 0.7, 0.6)]
-    lines = []
-    for name, value in (
-        ("num_drafts", drafts),
-        ("num_draft_tokens", 4 * drafts),
-        ("num_accepted_tokens", sum(per_pos)),
-    ):
-        family = f"vllm:spec_decode_{name}"
-        lines += [f"# TYPE {family} counter", f"{family}_total {value}"]
-    lines.append("# TYPE vllm:spec_decode_num_accepted_tokens_per_pos counter")
-    lines += [
-        f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{position="{i}"}} {v}'
-        for i, v in enumerate(per_pos)
-    ]
-    return ("\n".join(lines) + "\n").encode()
-
-
-def serving(transport: MemoryTransport, served_name: str) -> list[str]:
-    """A vLLM that is ready at once; returns the model names its completions were asked for."""
-    asked: list[str] = []
-    scrapes = iter(range(1, 10_000))
-
-    def complete(body: bytes) -> tuple[int, bytes]:
-        model = json.loads(body)["model"]
-        asked.append(model)
-        time.sleep(0.01)  # a request takes a little while: the traffic outlasts a few scrapes
-        return (200, b"{}") if model == served_name else (404, b"no such model")
-
-    transport.on_http("GET", "/health", lambda _: (200, b""))
-    transport.on_http("GET", "/metrics", lambda _: (200, metrics(next(scrapes))))
-    transport.on_http("POST", "/v1/completions", complete)
-    return asked
 
 
 # -- the gate ------------------------------------------------------------------------------------
@@ -114,110 +75,18 @@ def test_a_stop_request_ends_the_gate_undecided() -> None:
 # -- the transaction -----------------------------------------------------------------------------
 
 
-class Container:
-    """The files, links and lock of one deployment, answering `commands` scripts."""
+class Container(ScriptedContainer):
+    """The deployment of `plan` in memory, its server running."""
 
     def __init__(self, plan: TargetPlan) -> None:
-        self.layout = plan.layout
-        self.files: dict[str, bytes] = {}
-        self.links: dict[str, str] = {}
-        self.journal_steps: list[str] = []
-        self.events: list[str] = []
-        self.transport = MemoryTransport(plan.container)
-        t = self.transport  # the newest matching rule answers: specific needles come last
-        t.on("mktemp", self._write)
-        t.on("rm -f --", self._remove)
-        t.on("rmdir", self._release)
-        t.on("if mkdir", self._acquire)
-        t.on("/takeover 2>/dev/null || {", self._take_over)
-        t.on(">> ", self._audit)
-        t.on("for p in", self._read_files)
-        t.on("readlink", lambda argv, _: reply(self.links.get(self._paths(argv)[0], ""))(argv, _))
-        t.on("ln -sfn", self._link)
-        t.on("stat -c %Y", self._list)
-        t.on("kill -s TERM", reply("stopped 4242"))
-        t.on("--query-gpu", reply(exit_code=9))  # no GPU facts: nothing to wait for
-        t.on("setsid", self._start)
-        t.on("frame server", self._watch)
-        t.on("}\nrecorded ", reply("running 4242"))  # commands.server_state
+        super().__init__(plan.container, plan.layout)
+        self.run_server()
 
-    @staticmethod
-    def _script(argv: Sequence[str]) -> str:
-        return argv[-1]
-
-    def _paths(self, argv: Sequence[str]) -> list[str]:
-        return [w for w in shlex.split(self._script(argv).replace(";", " ")) if w.startswith("/")]
-
-    def _acquire(self, argv: Sequence[str], _: bytes | None) -> Result:
-        owner = re.search(r"printf %s (.*) > ", self._script(argv))
-        assert owner
-        if self.layout.lock_owner in self.files:
-            return reply(self.files[self.layout.lock_owner], exit_code=1)(argv, None)
-        self.files[self.layout.lock_owner] = shlex.split(owner.group(1))[0].encode()
-        self.events.append("lock")
-        return reply()(argv, None)
-
-    def _take_over(self, argv: Sequence[str], _: bytes | None) -> Result:
-        stale, mine = re.findall(r"(?:= |printf %s )('(?:[^']|'\"'\"')*')", self._script(argv))
-        if self.files.get(self.layout.lock_owner, b"").decode() != shlex.split(stale)[0]:
-            return reply(exit_code=1)(argv, None)
-        self.files[self.layout.lock_owner] = shlex.split(mine)[0].encode()
-        self.events.append("take over")
-        return reply()(argv, None)
-
-    def _release(self, argv: Sequence[str], _: bytes | None) -> Result:
-        self.files.pop(self.layout.lock_owner, None)
-        self.events.append("unlock")
-        return reply()(argv, None)
-
-    def _read_files(self, argv: Sequence[str], _: bytes | None) -> Result:
-        out = b"".join(
-            f"{p} {len(self.files[p])}\n".encode() + self.files[p]
-            for p in self._paths(argv)
-            if p in self.files
-        )
-        return reply(out)(argv, None)
-
-    def _write(self, argv: Sequence[str], stdin: bytes | None) -> Result:
-        path = re.search(r'mv -f "\$tmp" (\S+);', self._script(argv))
-        assert path and stdin is not None
-        self.files[path.group(1)] = stdin
-        if path.group(1) == self.layout.journal:
-            self.journal_steps.append(json.loads(stdin)["step"])
-        return reply()(argv, None)
-
-    def _remove(self, argv: Sequence[str], _: bytes | None) -> Result:
-        self.files.pop(self._paths(argv)[0], None)
-        self.events.append("journal cleared")
-        return reply()(argv, None)
-
-    def _link(self, argv: Sequence[str], _: bytes | None) -> Result:
-        target, link = re.search(r"ln -sfn (\S+) (\S+)\.tmp;", self._script(argv)).groups()  # type: ignore[union-attr]
-        self.links[link] = target
-        return reply()(argv, None)
-
-    def _list(self, argv: Sequence[str], _: bytes | None) -> Result:
-        ids = sorted({p.split("/")[-2] for p in self.files if p.startswith(self.layout.releases)})
-        return reply("".join(f"{n} {rid}\n" for n, rid in enumerate(ids)))(argv, None)
-
-    def _start(self, argv: Sequence[str], _: bytes | None) -> Result:
-        self.events.append(f"start {self.links.get(self.layout.current)}")
-        return reply("4242 99 0")(argv, None)
-
-    def _watch(self, argv: Sequence[str], _: bytes | None) -> Result:
-        return reply(b"server 12\nrunning 4242tail 0\n")(argv, None)
-
-    def _audit(self, argv: Sequence[str], _: bytes | None) -> Result:
-        self.events.append("audit " + json.loads(shlex.split(self._script(argv))[2])["action"])
-        return reply()(argv, None)
-
-    def release(self, release_id: str, served_name: str) -> None:
+    def gated_release(self, release_id: str, served_name: str) -> None:
         """A release on the container whose manifest records its own gate settings."""
         gate = GateTarget(served_name, 8000, FAST_GATE)
         manifest = {"release_id": release_id, "gate_target": gate.to_dict()}
-        self.files[f"{self.layout.release(release_id)}/manifest.json"] = json.dumps(
-            manifest
-        ).encode()
+        self.release(release_id, {"manifest.json": json.dumps(manifest).encode()})
 
 
 def setup(served_name: str = "new-name") -> tuple[Playbook, TargetPlan, Container]:
@@ -245,8 +114,8 @@ def target_run(
 
 def test_rollback_regates_the_old_release_with_its_own_served_name() -> None:
     playbook, plan, container = setup(served_name="new-name")
-    container.release("aaaaaaaaaaaa", "old-name")
-    container.release("bbbbbbbbbbbb", "new-name")
+    container.gated_release("aaaaaaaaaaaa", "old-name")
+    container.gated_release("bbbbbbbbbbbb", "new-name")
     container.links[container.layout.current] = "releases/bbbbbbbbbbbb"
     container.links[container.layout.previous] = "releases/aaaaaaaaaaaa"
     asked = serving(container.transport, "old-name")
@@ -278,8 +147,8 @@ def test_rollback_regates_the_old_release_with_its_own_served_name() -> None:
 
 def test_a_stop_request_during_the_gate_goes_back_to_the_previous_release() -> None:
     playbook, plan, container = setup(served_name="old-name")
-    container.release("aaaaaaaaaaaa", "old-name")
-    container.release("bbbbbbbbbbbb", "old-name")
+    container.gated_release("aaaaaaaaaaaa", "old-name")
+    container.gated_release("bbbbbbbbbbbb", "old-name")
     container.links[container.layout.current] = "releases/aaaaaaaaaaaa"
     serving(container.transport, "old-name")
     container.transport.on_http("GET", "/metrics", lambda _: (200, metrics(1)))  # undecided
@@ -308,8 +177,8 @@ def dead_pid() -> int:
 
 def test_a_dead_runs_lock_is_taken_over_and_its_ungated_switch_undone() -> None:
     playbook, plan, container = setup(served_name="old-name")
-    container.release("aaaaaaaaaaaa", "old-name")
-    container.release("bbbbbbbbbbbb", "old-name")
+    container.gated_release("aaaaaaaaaaaa", "old-name")
+    container.gated_release("bbbbbbbbbbbb", "old-name")
     container.links[container.layout.current] = "releases/bbbbbbbbbbbb"
     dead = Owner("run-dead", "ops", os.uname().nodename, dead_pid(), time.time())
     container.files[container.layout.lock_owner] = dead.to_json().encode()
@@ -376,7 +245,7 @@ def test_an_expired_lease_is_taken_over() -> None:
 def test_the_wait_for_gpu_memory_says_what_each_short_gpu_has_free() -> None:
     looks = iter([b"0, GPU-a, 49140, 48000, 1140\n", b"0, GPU-a, 49140, 100, 49040\n"])
     transport = MemoryTransport().on(
-        "--query-gpu", lambda argv, _stdin: Result(tuple(argv), 0, next(looks), b"")
+        "gpu_query", lambda argv, _stdin: Result(tuple(argv), 0, next(looks), b"")
     )
     heard: list[str] = []
     wait_free(transport, "nvidia-smi", 1, 0.9, timeout=30, tick=heard.append)
