@@ -56,7 +56,7 @@ class Drafter(Schema):
     overrides: dict[str, Any] = {}
 
 
-class Server(Schema):
+class ServerSettings(Schema):
     template: str = "vllm/serve.sh.j2"
     vllm: str = "{{ vars.vllm }}"
     host: str = "0.0.0.0"
@@ -124,7 +124,7 @@ class Playbook(Schema):
     state_dir: str = "{{ vars.state_dir }}"
     target: TargetModel
     drafter: Drafter
-    server: Server = Server()
+    server: ServerSettings = ServerSettings()
     gate: Gate = Gate()
     rollout: Rollout = Rollout()
     releases_kept: Annotated[int, Field(ge=2, le=1000)] = 5

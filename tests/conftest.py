@@ -49,7 +49,7 @@ from labtools import FAST, LabHandle, changes, cli_env, lab_state, start_lab
 from shelltools import Processes
 
 from orchestrator.lab.cluster import Lab
-from orchestrator.lab.layout import pid_alive
+from orchestrator.lab.paths import pid_alive
 
 
 def stop(lab: Lab) -> None:

@@ -18,7 +18,7 @@ import yaml
 
 from orchestrator.lab import sshd
 from orchestrator.lab.cluster import SSH_PORT, Lab, LabSpec
-from orchestrator.lab.layout import ContainerPaths, server_records
+from orchestrator.lab.paths import ContainerPaths, server_records
 
 ROOT = Path(__file__).resolve().parent.parent
 LOAD_SECONDS = 0.3

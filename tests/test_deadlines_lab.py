@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from labtools import ROOT, LabHandle
 
-from orchestrator.lab.layout import ContainerPaths, pid_alive
+from orchestrator.lab.paths import ContainerPaths, pid_alive
 
 pytestmark = pytest.mark.lab
 

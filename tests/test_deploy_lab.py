@@ -10,7 +10,7 @@ import pytest
 import yaml
 from labtools import FAST, LabHandle
 
-from orchestrator.lab.layout import ContainerPaths, server_records
+from orchestrator.lab.paths import ContainerPaths, server_records
 
 pytestmark = pytest.mark.lab
 

@@ -16,7 +16,7 @@ from orchestrator.container.host import (
 )
 from orchestrator.doctor import Check, exit_code
 from orchestrator.errors import NeedsAttention
-from orchestrator.report import print_checks
+from orchestrator.report.tables import print_checks
 
 
 def test_commands() -> None:

@@ -27,7 +27,7 @@ from orchestrator.gate import (
     overall_verdict,
     run_gate,
 )
-from orchestrator.metrics.assess import GateCriteria, Outcome, Verdict
+from orchestrator.metrics.assess import GateCriteria, Verdict, VerdictOutcome
 from orchestrator.playbook import Gate, Probe
 from orchestrator.probes import load_passages, load_prompts
 from orchestrator.probes.context import ContextBucket, context_buckets
@@ -188,7 +188,9 @@ HEALTHY = (0.8, 0.64, 0.5, 0.38, 0.28)
 COLLAPSED = (0.55, 0.25, 0.08, 0.02, 0.0)
 
 
-def verdict(outcome: Outcome, mean: float, curve: tuple[float, ...], lower: float = 2.0) -> Verdict:
+def verdict(
+    outcome: VerdictOutcome, mean: float, curve: tuple[float, ...], lower: float = 2.0
+) -> Verdict:
     return Verdict(outcome, mean, lower, mean + 1, curve, 500, f"{outcome} over 500 drafts")
 
 

@@ -12,7 +12,7 @@ import pytest
 from labtools import ROOT, free_network
 
 from orchestrator.lab.cluster import Lab
-from orchestrator.lab.layout import pid_alive
+from orchestrator.lab.paths import pid_alive
 
 pytestmark = pytest.mark.lab
 

@@ -23,7 +23,7 @@ from labtools import ROOT, LabHandle, RunResult, free_network
 
 from orchestrator.documents import API_VERSION, Document
 from orchestrator.lab.cluster import Lab
-from orchestrator.lab.layout import pid_alive
+from orchestrator.lab.paths import pid_alive
 
 pytestmark = pytest.mark.lab
 

@@ -27,7 +27,7 @@ from orchestrator.container.server import Server
 from orchestrator.errors import HostKeyError, ServiceUnavailable, TransportError
 from orchestrator.inventory import Inventory, load_inventory
 from orchestrator.lab.cluster import SSH_PORT, Lab
-from orchestrator.lab.layout import pid_alive
+from orchestrator.lab.paths import pid_alive
 from orchestrator.plan import plan_target
 from orchestrator.playbook import find_playbook, load_playbook
 from orchestrator.transport import http

@@ -36,7 +36,7 @@ from orchestrator.lab.acceptance import (
     request_multiplier,
     sample_accepted,
 )
-from orchestrator.lab.layout import (
+from orchestrator.lab.paths import (
     ContainerPaths,
     HostPaths,
     write_container_launchers,

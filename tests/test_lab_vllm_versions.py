@@ -27,7 +27,7 @@ from test_lab_standins import (
     wait_until,
 )
 
-from orchestrator.lab.layout import VLLM_VERSION_ENV
+from orchestrator.lab.paths import VLLM_VERSION_ENV
 from orchestrator.lab.vllm_standin import load_drafting
 from orchestrator.serving.capabilities import capabilities_for, load_table, newest_version
 

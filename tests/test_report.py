@@ -7,7 +7,8 @@ from datetime import UTC, datetime
 import pytest
 from rich.console import Console
 
-from orchestrator import report
+from orchestrator.report import live, screen, tables
+from orchestrator.report import run as run_report
 
 DOCUMENT = {
     "playbook": "qwen-dflash",
@@ -48,7 +49,7 @@ def plain_wide_console(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_acceptance_bars_scale_to_the_width() -> None:
-    assert report.acceptance_bars([1.0, 0.5, 0.0], width=4) == (
+    assert run_report.acceptance_bars([1.0, 0.5, 0.0], width=4) == (
         "  pos  1 ████ 1.000\n  pos  2 ██░░ 0.500\n  pos  3 ░░░░ 0.000"
     )
 
@@ -60,7 +61,7 @@ def cells(out: str, first: str) -> list[str]:
 
 
 def test_run_report_shows_outcome_gate_reason_and_warnings(capsys: pytest.CaptureFixture) -> None:
-    report.print_run(DOCUMENT)
+    run_report.print_run(DOCUMENT)
     out = capsys.readouterr().out
     assert out.startswith("qwen-dflash run r1: not applied\n")
     assert cells(out, "ct200") == ["ct200", "rolled back", "new", "old", "fail", "1.11", "812"]
@@ -77,7 +78,7 @@ def test_history_lists_one_row_per_target_with_its_method(
     monkeypatch.setenv("COLUMNS", "260")
     second = {**DOCUMENT["targets"][0], "name": "ct201"}  # type: ignore[dict-item]
     run = {**DOCUMENT, "targets": [*DOCUMENT["targets"], second], "user": "alice"}  # type: ignore[list-item]
-    report.print_history({"runs": [{**run, "command": "deploy"}]})
+    tables.print_history({"runs": [{**run, "command": "deploy"}]})
     out = capsys.readouterr().out
     assert cells(out, "r1") == [
         "r1", "ct200", "rolled back", "new", "1.11", "0.08", "old", "2026-12-02T10:00:00+00:00",
@@ -87,10 +88,10 @@ def test_history_lists_one_row_per_target_with_its_method(
 
 
 COLUMNS = [
-    report.Column("ID", identifier=True),
-    report.Column("STATE"),
-    report.Column("NOTE", drop=2),
-    report.Column("WHERE", drop=1),
+    screen.Column("ID", identifier=True),
+    screen.Column("STATE"),
+    screen.Column("NOTE", drop=2),
+    screen.Column("WHERE", drop=1),
 ]
 ROWS = [["release-0123456789abcdef", "serving", "a fairly long note", "pve1"]]
 
@@ -112,7 +113,7 @@ def printed(renderable: object, width: int) -> str:
 def test_narrow_tables_leave_columns_out_but_never_cut_an_identifier(
     width: int, shown: list[str], left_out: str | None
 ) -> None:
-    out = printed(report.fitted_table(Console(width=width), COLUMNS, ROWS), width)
+    out = printed(screen.fitted_table(Console(width=width), COLUMNS, ROWS), width)
     assert out.splitlines()[0].split() == shown
     assert "release-0123456789abcdef" in out
     assert all(len(line) <= width for line in out.splitlines())
@@ -121,14 +122,14 @@ def test_narrow_tables_leave_columns_out_but_never_cut_an_identifier(
 
 
 def test_too_narrow_for_the_identifiers_side_by_side_gives_one_record_per_row() -> None:
-    out = printed(report.fitted_table(Console(width=20), COLUMNS, ROWS), 20)
+    out = printed(screen.fitted_table(Console(width=20), COLUMNS, ROWS), 20)
     assert "ID     release-0123456789abcdef" in out
     assert "NOTE   a fairly long\nnote" in out  # free text folds
 
 
 def test_empty_columns_are_left_out_without_a_note() -> None:
     rows = [["r1", "serving", "", ""]]
-    out = printed(report.fitted_table(Console(width=80), COLUMNS, rows), 80)
+    out = printed(screen.fitted_table(Console(width=80), COLUMNS, rows), 80)
     assert out.splitlines()[0].split() == ["ID", "STATE"]
     assert "narrow" not in out
 
@@ -136,15 +137,15 @@ def test_empty_columns_are_left_out_without_a_note() -> None:
 def test_lock_holders_and_server_state_in_words() -> None:
     since = datetime(2026, 12, 2, 10, 0, tzinfo=UTC).isoformat()
     lock = {"run_id": "r", "user": "root", "control_host": "ops1", "pid": 7, "since": since}
-    assert report.locked_by(lock).startswith("root@ops1 ")
-    assert report.ago(since, now=datetime(2026, 12, 2, 10, 3, 5, tzinfo=UTC).timestamp()) == (
+    assert tables.locked_by(lock).startswith("root@ops1 ")
+    assert screen.ago(since, now=datetime(2026, 12, 2, 10, 3, 5, tzinfo=UTC).timestamp()) == (
         "3m ago"
     )
-    assert report.locked_by({"text": "not json"}) == "not json"
-    assert report.locked_by(None) == ""
-    assert report.server_words({"server": "running", "pid": 12}) == "running pid 12"
-    assert report.server_words({"server": "none", "pid": None}) == "not started"
-    assert report.mean_length(4.23456789) == "4.23"
+    assert tables.locked_by({"text": "not json"}) == "not json"
+    assert tables.locked_by(None) == ""
+    assert tables.server_words({"server": "running", "pid": 12}) == "running pid 12"
+    assert tables.server_words({"server": "none", "pid": None}) == "not started"
+    assert screen.mean_length(4.23456789) == "4.23"
 
 
 HOSTILE = "alice [/] [bold red]x[/bold red] [link=http://e]y"
@@ -152,7 +153,7 @@ HOSTILE = "alice [/] [bold red]x[/bold red] [link=http://e]y"
 
 def test_remote_text_with_markup_is_printed_verbatim(capsys: pytest.CaptureFixture) -> None:
     target = {**DOCUMENT["targets"][0], "error": f"lock held by {HOSTILE}"}  # type: ignore[dict-item]
-    report.print_run({**DOCUMENT, "targets": [target], "warnings": [HOSTILE]})
+    run_report.print_run({**DOCUMENT, "targets": [target], "warnings": [HOSTILE]})
     out = capsys.readouterr().out
     assert f"ct200: lock held by {HOSTILE}" in out
     assert f"warning: {HOSTILE}" in out
@@ -168,7 +169,7 @@ def test_status_with_markup_and_terminal_escapes_is_shown_as_text(
         "lock": {"text": HOSTILE},
         "error": "a\x1b[2Jb\x9bc\x07",
     }
-    report.print_status({"playbook": "p", "state": "unreachable", "targets": [target]})
+    tables.print_status({"playbook": "p", "state": "unreachable", "targets": [target]})
     out = capsys.readouterr().out
     assert HOSTILE in out
     assert "ct200: error: a\\x1b[2Jb\\x9bc\\x07" in out
@@ -176,7 +177,7 @@ def test_status_with_markup_and_terminal_escapes_is_shown_as_text(
 
 
 def test_printable_keeps_newlines_and_tabs() -> None:
-    assert report.printable("a\tb\nc\rd\x00") == "a\tb\nc\\x0dd\\x00"
+    assert screen.printable("a\tb\nc\rd\x00") == "a\tb\nc\\x0dd\\x00"
 
 
 def test_wave_lines_summarise_each_wave() -> None:
@@ -200,11 +201,11 @@ def test_wave_lines_summarise_each_wave() -> None:
             },
         ]
     }
-    assert report.wave_lines(rollout) == [
+    assert run_report.wave_lines(rollout) == [
         "canary 1 of 2: 1 container(s), deployed 1, 3.4 s, then paused 5 s",
         "wave 2 of 2: 2 container(s), deployed 1, rolled_back 1, 7.0 s",
     ]
-    assert report.wave_lines(None) == []
+    assert run_report.wave_lines(None) == []
 
 
 def test_queue_lines_name_only_hosts_where_commands_waited() -> None:
@@ -212,7 +213,7 @@ def test_queue_lines_name_only_hosts_where_commands_waited() -> None:
         {"endpoint": "pve1", "max_sessions": 10, "peak_sessions": 10, "waited": 33, "refused": 2},
         {"endpoint": "pve2", "max_sessions": 10, "peak_sessions": 4, "waited": 0, "refused": 0},
     ]
-    assert report.queue_lines(connections) == [
+    assert run_report.queue_lines(connections) == [
         "pve1: 33 command(s) queued for a session on its one SSH connection "
         "(max_sessions 10, peak 10, 2 open(s) refused by sshd and tried again)"
     ]
@@ -235,7 +236,7 @@ def test_run_report_shows_each_phase_and_the_advice(capsys: pytest.CaptureFixtur
         "advice": {"text": "positions 11-15 accept under 2% of drafts"},
     }
     document = {**DOCUMENT, "targets": [{**DOCUMENT["targets"][0], "gate": gate}]}  # type: ignore[index]
-    report.print_run(document)
+    run_report.print_run(document)
     out = capsys.readouterr().out
     assert cells(out, "long") == [
         "long", "2048..", "/v1/chat/completions", '{"enable_thinking": false}', "fail", "1.90",
@@ -245,7 +246,7 @@ def test_run_report_shows_each_phase_and_the_advice(capsys: pytest.CaptureFixtur
 
 
 def test_a_wait_is_one_step_however_often_it_is_polled(capsys: pytest.CaptureFixture) -> None:
-    view = report.StepView(["ct200"])
+    view = live.StepView(["ct200"])
     view("ct200", "wait ready")
     began = view.steps["ct200"].since
     view("ct200", "wait ready (up to 600 s)", "server log: INFO loading")
@@ -281,7 +282,7 @@ def test_a_piped_report_keeps_every_line_whole_and_the_phases_a_table_at_80_colu
     target = DOCUMENT["targets"][0]  # type: ignore[index]
     gate = {**target["gate"], "reason": reason, "by_context": [phase]}
     log = f"/home/operator/.local/state/orch/runs/{run_id}.log"
-    report.print_run(
+    run_report.print_run(
         {**DOCUMENT, "run_id": run_id, "log": log, "targets": [{**target, "gate": gate}]}
     )
     lines = capsys.readouterr().out.splitlines()

@@ -10,7 +10,7 @@ import pytest
 from orchestrator.errors import NeedsAttention, OrchError
 from orchestrator.outcome import Outcome
 from orchestrator.playbook import Rollout
-from orchestrator.rollout import Plan, RolloutRun, run_rollout, share, waves
+from orchestrator.rollout import RolloutPlan, RolloutRun, run_rollout, share, waves
 
 NAMES = ["a", "b", "c", "d", "e", "f", "g"]
 
@@ -27,12 +27,12 @@ NAMES = ["a", "b", "c", "d", "e", "f", "g"]
     ],
 )
 def test_waves(canary: int, parallel: int, shape: list[list[str]]) -> None:
-    plan = Plan.of(Rollout(canary=canary, parallel=parallel), len(NAMES))
+    plan = RolloutPlan.of(Rollout(canary=canary, parallel=parallel), len(NAMES))
     assert waves(NAMES, plan) == shape
 
 
 def test_no_containers_no_waves() -> None:
-    assert waves([], Plan.of(Rollout(), 0)) == []
+    assert waves([], RolloutPlan.of(Rollout(), 0)) == []
 
 
 @pytest.mark.parametrize(
@@ -56,10 +56,10 @@ def test_share_rounds_percentages_down(
 
 
 def test_percentages_resolve_against_the_run() -> None:
-    plan = Plan.of(Rollout(canary="5%", parallel="25%", max_failures="10%", pause=2), 64)
-    assert plan == Plan(canary=3, parallel=16, max_failures=6, pause=2)
+    plan = RolloutPlan.of(Rollout(canary="5%", parallel="25%", max_failures="10%", pause=2), 64)
+    assert plan == RolloutPlan(canary=3, parallel=16, max_failures=6, pause=2)
     assert [len(wave) for wave in waves(list(range(64)), plan)] == [1, 1, 1, 16, 16, 16, 13]
-    assert Plan.of(Rollout(parallel="1%"), 7).parallel == 1  # never a wave of none
+    assert RolloutPlan.of(Rollout(parallel="1%"), 7).parallel == 1  # never a wave of none
 
 
 @pytest.mark.parametrize(

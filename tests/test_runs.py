@@ -13,15 +13,15 @@ from pathlib import Path
 import pytest
 
 from orchestrator import release
+from orchestrator.cli_commands import drift
 from orchestrator.container.audit import AuditRecord, audit_line, parse_audit
 from orchestrator.errors import InputError
 from orchestrator.inventory import load_inventory
 from orchestrator.layout import Layout
-from orchestrator.operations import drift
 from orchestrator.plan import DRAFTER_CONFIG, LAUNCH_SCRIPT, VIEW_CONFIG, plan_deploy
 from orchestrator.playbook import load_playbook
 from orchestrator.release import Applied, GateTarget
-from orchestrator.report import print_releases
+from orchestrator.report.tables import print_releases
 from orchestrator.runs import (
     KeptRelease,
     TargetRecord,

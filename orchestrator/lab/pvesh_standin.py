@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import NoReturn
 
-from orchestrator.lab.layout import HostPaths, LabPaths
+from orchestrator.lab.paths import HostPaths, LabPaths
 
 RESOURCE_TYPES = ("vm", "storage", "node", "sdn")
 MIB = 1024 * 1024

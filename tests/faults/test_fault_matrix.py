@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 from labtools import ROOT, LabHandle
 
-from orchestrator.lab.layout import ContainerPaths, server_records
+from orchestrator.lab.paths import ContainerPaths, server_records
 
 pytestmark = [pytest.mark.lab, pytest.mark.faults]
 

@@ -1,4 +1,4 @@
-"""Where runs are remembered on this machine: the local history (SQLite)."""
+"""Where runs are remembered on this machine: the local history (SQLite) and where it lives."""
 
 from __future__ import annotations
 

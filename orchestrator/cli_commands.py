@@ -1,7 +1,8 @@
-"""What each remote command does, from loaded inputs to one result document.
+"""The bodies of the CLI's commands that work on containers, from loaded inputs to
+one result document.
 
-The CLI parses and prints; these functions connect, act, and return
-`(document, exit_code)`. The document is what `--json` prints.
+The CLI parses and prints; these functions connect (through the `connect` they are
+given), act, and return `(document, exit_code)`. The document is what `--json` prints.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from orchestrator.drafters.findings import Finding, Severity
 from orchestrator.drafters.modelfiles import parse_json_document
 from orchestrator.errors import NeedsAttention, OrchError
 from orchestrator.fanout import READ_PARALLEL, GroupResult, fan_out
+from orchestrator.history import History, new_run_id
 from orchestrator.inventory import Inventory, load_inventory
 from orchestrator.layout import DRAFTER_CONFIG, LAUNCH_SCRIPT, VIEW_CONFIG
 from orchestrator.outcome import Outcome
@@ -36,9 +38,8 @@ from orchestrator.playbook import Playbook, find_playbook, load_playbook
 from orchestrator.probes import load_passages, load_prompts
 from orchestrator.probes.context import context_buckets
 from orchestrator.progress import Progress
-from orchestrator.rollout import Plan, run_rollout
+from orchestrator.rollout import RolloutPlan, run_rollout
 from orchestrator.runs import TargetRecord, fleet_runs, resolve
-from orchestrator.state import History, new_run_id
 from orchestrator.transport.base import Transport
 
 DEFAULT_NVIDIA_SMI = "/usr/bin/nvidia-smi"
@@ -249,7 +250,7 @@ def rollback(
             run = _target_run(inputs, connections, plans[name], options, progress, prompts, cancel)
             return run.rollback(wanted[name])
 
-        parallel = Plan.of(inputs.playbook.rollout, len(plans)).parallel
+        parallel = RolloutPlan.of(inputs.playbook.rollout, len(plans)).parallel
         group = fan_out(list(wanted), one, parallel)
     failed = {**unread, **group.failed}
     skipped = resolution.skipped if resolution else {}

@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 
 from orchestrator.errors import InputError, NeedsAttention
+from orchestrator.history import History, new_run_id, state_dir
 from orchestrator.probes import load_prompts
-from orchestrator.state import History, new_run_id, state_dir
 
 
 def document(run_id: str, started: str, result: str) -> dict:

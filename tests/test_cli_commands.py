@@ -14,7 +14,7 @@ import pytest
 from scripted import ScriptedContainer, Unreachable, serving
 from test_plan import EXAMPLE, PLAYBOOK
 
-from orchestrator import operations, release, report
+from orchestrator import cli_commands, release
 from orchestrator.cancel import Cancel
 from orchestrator.connections import Given
 from orchestrator.container.audit import audit_line
@@ -26,14 +26,15 @@ from orchestrator.lab.models import write_drafter_dir, write_target_dir
 from orchestrator.layout import DRAFTER_CONFIG, VIEW_CONFIG
 from orchestrator.progress import no_progress
 from orchestrator.release import GateTarget
+from orchestrator.report import tables
 from orchestrator.transport.base import Transport
 
 FAST = ["gate.min_drafts=50", "gate.probe.scrape_interval=0.02", "gate.probe.concurrency=1"]
 RUN_A, RUN_B = "20261201T100000Z-aaaaaa", "20261202T100000Z-bbbbbb"
 
 
-def inputs(*assignments: str) -> operations.Inputs:
-    return operations.load(str(PLAYBOOK), EXAMPLE, [], list(assignments))
+def inputs(*assignments: str) -> cli_commands.Inputs:
+    return cli_commands.load(str(PLAYBOOK), EXAMPLE, [], list(assignments))
 
 
 class Fleet:
@@ -95,7 +96,7 @@ def test_status_before_anything_is_deployed_is_a_state_not_an_error(
 ) -> None:
     fleet = Fleet()
 
-    document, code = operations.status(fleet.inputs, fleet.connect)
+    document, code = cli_commands.status(fleet.inputs, fleet.connect)
 
     assert code == 0
     checked(document, "Status")
@@ -109,7 +110,7 @@ def test_status_before_anything_is_deployed_is_a_state_not_an_error(
         )
     monkeypatch.setenv("NO_COLOR", "1")
     monkeypatch.setenv("COLUMNS", "80")
-    report.print_status(document)
+    tables.print_status(document)
     shown = capsys.readouterr().out
     assert "nothing deployed yet" in shown
     assert not re.search(r"\bnull\b|\bNone\b", shown)
@@ -125,7 +126,7 @@ def test_status_names_the_release_the_last_gate_the_lock_and_an_unreachable_host
     )
     fleet.transports["ct129"] = Unreachable("pve-kpro5")
 
-    document, code = operations.status(fleet.inputs, fleet.connect)
+    document, code = cli_commands.status(fleet.inputs, fleet.connect)
 
     assert code == 3
     checked(document, "Status")
@@ -172,7 +173,7 @@ def test_an_interrupted_switch_is_the_first_thing_status_says() -> None:
         }
     ).encode()
 
-    document, code = operations.status(fleet.inputs, fleet.connect)
+    document, code = cli_commands.status(fleet.inputs, fleet.connect)
 
     assert code == 3
     assert by_name(document)["ct129"]["state"] == "interrupted"
@@ -190,7 +191,7 @@ def test_unlock_removes_each_lock_and_says_whose_it_was() -> None:
     fleet.containers["ct200"].files[layout.lock_owner] = owner.to_json().encode()
     fleet.containers["ct129"].files[fleet.plans["ct129"].layout.lock_owner] = b"not json"
 
-    document, code = operations.unlock(fleet.inputs, fleet.connect)
+    document, code = cli_commands.unlock(fleet.inputs, fleet.connect)
 
     assert code == 0
     checked(document, "Unlock")
@@ -205,7 +206,7 @@ def test_unlock_of_an_unreachable_container_is_its_error_not_the_runs_end() -> N
     fleet = Fleet()
     fleet.transports["ct200"] = Unreachable("pve-train")
 
-    document, code = operations.unlock(fleet.inputs, fleet.connect)
+    document, code = cli_commands.unlock(fleet.inputs, fleet.connect)
 
     assert code == 3
     targets = by_name(document)
@@ -229,7 +230,7 @@ def test_releases_lists_runs_newest_first_with_the_release_each_left() -> None:
     fleet = Fleet()
     a, b = two_runs(fleet)
 
-    document, code = operations.releases(fleet.inputs, fleet.connect)
+    document, code = cli_commands.releases(fleet.inputs, fleet.connect)
 
     assert code == 0
     checked(document, "Releases")
@@ -254,9 +255,9 @@ def test_rollback_to_a_run_switches_each_container_back_and_gates_it() -> None:
     a, _ = two_runs(fleet)
     for container in fleet.containers.values():
         serving(container.transport, "qwen3.6-27b")
-    options = operations.Options(run_id="run-back", user="ops")
+    options = cli_commands.Options(run_id="run-back", user="ops")
 
-    document, code = operations.rollback(
+    document, code = cli_commands.rollback(
         fleet.inputs, options, RUN_A[:12], fleet.connect, no_progress, Cancel()
     )
 
@@ -278,9 +279,9 @@ def test_rollback_to_an_unknown_id_is_bad_input_with_nothing_touched() -> None:
     before = {name: dict(c.files) for name, c in fleet.containers.items()}
 
     with pytest.raises(InputError, match="no run or release has this id"):
-        operations.rollback(
+        cli_commands.rollback(
             fleet.inputs,
-            operations.Options(run_id="run-back", user="ops"),
+            cli_commands.Options(run_id="run-back", user="ops"),
             "zzz",
             fleet.connect,
             no_progress,
@@ -312,7 +313,7 @@ def with_models(fleet: Fleet, models: dict[str, Path]) -> None:
 def test_verify_config_before_the_first_deploy_says_nothing_deployed() -> None:
     fleet = Fleet()
 
-    document, code = operations.verify_remote(fleet.inputs, fleet.connect)
+    document, code = cli_commands.verify_remote(fleet.inputs, fleet.connect)
 
     assert code == 0
     checked(document, "Verify")
@@ -333,7 +334,7 @@ def test_verify_config_finds_a_hand_edit_since_the_run_that_applied_it(
     edited["target_layer_ids"] = [1, 17, 33, 49, 63]
     fleet.containers["ct200"].files[config] = json.dumps(edited).encode()
 
-    document, code = operations.verify_remote(fleet.inputs, fleet.connect)
+    document, code = cli_commands.verify_remote(fleet.inputs, fleet.connect)
 
     assert code == 1
     checked(document, "Verify")
@@ -356,7 +357,7 @@ def test_verify_config_shows_what_the_playbook_now_renders_differently(
     changed = Fleet("server.max_model_len=16384")
     changed.transports = fleet.transports
 
-    document, code = operations.verify_remote(changed.inputs, changed.connect)
+    document, code = cli_commands.verify_remote(changed.inputs, changed.connect)
 
     assert code == 0
     target = by_name(document)["ct200"]
