@@ -188,7 +188,7 @@ def rollback(
 @click.option(
     "--drafter",
     type=click.Path(path_type=Path),
-    help="Offline: drafter config.json or model directory.",
+    help="Offline: drafter config.json or model directory (none: the target's MTP layers).",
 )
 @click.option(
     "--target",
@@ -250,17 +250,20 @@ def verify_config(
         document, code = operations.verify_remote(inputs, accept_new_host_keys)
         report.print_json(document) if as_json else report.print_verify(document)
         sys.exit(code)
-    if not (drafter and target):
-        raise InputError("verify-config needs PLAYBOOK -i INVENTORY, or --drafter and --target")
+    if not target:
+        raise InputError(
+            "verify-config needs PLAYBOOK -i INVENTORY, or --target (with --drafter, "
+            "unless the target's own MTP layers draft)"
+        )
     from orchestrator.verify import server_launch, verify_local
 
     if (server_env or attention_backend) and not server_version:
         raise InputError("--server-env and --attention-backend need --server-version")
     launch = server_launch(server_env, attention_backend) if server_version else None
-    findings = verify_local(
+    findings, judged = verify_local(
         drafter, target, tokenizer, profile, num_speculative_tokens, server_version, launch
     )
-    report.print_findings(findings, as_json=as_json)
+    report.print_findings(findings, as_json=as_json, judged=judged)
     sys.exit(1 if report.has_errors(findings) else 0)
 
 

@@ -86,6 +86,7 @@ def test_verify_config_offline_passes_the_rendered_config(tmp_path: Path) -> Non
         "kind": "Findings",
         "api_version": "orch/v1",
         "result": "ok",
+        "judged_as": {"kind": "dflash", "format": None, "by": "recognised from the drafter config"},
         "findings": [],
     }
 
