@@ -174,6 +174,7 @@ def test_every_command_prints_one_document_of_the_contract(fleet: Fleet) -> None
     assert documents["RollbackRun"]["result"] == "bad_input"
     assert documents["Findings"]["result"] == "not_applied"
     assert "use_sliding_window" in {f["field"] for f in documents["Findings"]["findings"]}
+    assert documents["Findings"]["judged_as"]["kind"] == "dflash"
     run_ids = [run["run_id"] for run in documents["History"]["runs"]]
     assert documents["DeployRun"]["run_id"] in run_ids
     assert documents["Completion"]["script"].startswith("_orch_completion")
