@@ -11,8 +11,6 @@ accepted but mis-served an error, harmless a warning or nothing.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -30,7 +28,6 @@ from orchestrator.drafters.kinds.eagle3 import (
 from orchestrator.drafters.modelfiles import read_model_dir
 from orchestrator.drafters.profiles import Profile, get_profile
 
-ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).parent / "fixtures" / "drafters"
 QWEN3_8B = json.loads((FIXTURES / "Qwen3-8B.config.json").read_text())
 QWEN36 = json.loads((FIXTURES / "Qwen3.6-27B.config.json").read_text())
@@ -341,29 +338,3 @@ def test_the_labs_head_passes_with_its_weights(tmp_path: Path) -> None:
     config = write_eagle3_dir(tmp_path, profile)
     files = read_model_dir(tmp_path)
     assert check(config, profile=profile, tensors=files.tensors) == []
-
-
-def orch(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "orchestrator", *args],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=60,
-    )
-
-
-@pytest.mark.parametrize("form", ["speculators", "plain"])
-def test_verify_config_infers_eagle3_and_says_so(form: str) -> None:
-    drafter = FIXTURES / "eagle3" / f"{form}.config.json"
-    target = FIXTURES / "Qwen3-8B.config.json"
-    done = orch("verify-config", "--drafter", str(drafter), "--target", str(target), "--json")
-    document = json.loads(done.stdout)
-    assert document["judged_as"] == {
-        "kind": "eagle3",
-        "format": form,
-        "by": "recognised from the drafter config",
-    }
-    assert done.returncode == 0, document["findings"]
-    text = orch("verify-config", "--drafter", str(drafter), "--target", str(target))
-    assert text.stdout.startswith(f"judged as eagle3 ({form} format)")

@@ -8,10 +8,7 @@ the field, and Qwen3-8B, which has no MTP layers. Expected verdicts cite the vLL
 
 from __future__ import annotations
 
-import copy
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,7 +17,6 @@ from orchestrator.drafters.findings import Finding
 from orchestrator.drafters.kinds import CheckInputs, detect_kind, get_kind
 from orchestrator.drafters.kinds.mtp import FAMILIES, KEYS, mtp_layers
 
-ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).parent / "fixtures" / "drafters"
 QWEN36 = FIXTURES / "Qwen3.6-27B.config.json"
 REFERENCE_QWEN36 = FIXTURES / "reference_Qwen3.6-27B.config.json"
@@ -116,33 +112,3 @@ def test_an_mtp_target_config_is_recognised_as_no_drafter_config() -> None:
     assert detect_kind(target()).name == "mtp"
     assert detect_kind(target(layers=0)).name != "mtp"  # no MTP layers to draft with
     assert detect_kind(json.loads(QWEN3_8B.read_text())).name != "mtp"
-
-
-def orch(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "orchestrator", *args],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=60,
-    )
-
-
-def test_verify_config_judges_a_target_alone_or_as_its_own_drafter_as_mtp(
-    tmp_path: Path,
-) -> None:
-    copied = tmp_path / "config.json"
-    copied.write_text(json.dumps(copy.deepcopy(target())))
-    for drafter in ([], ["--drafter", str(QWEN36)], ["--drafter", str(copied)]):
-        done = orch("verify-config", *drafter, "--target", str(QWEN36), "--json")
-        document = json.loads(done.stdout)
-        assert (done.returncode, document["judged_as"]["kind"]) == (0, "mtp"), done.stdout
-    refused = orch(
-        "verify-config", "--target", str(QWEN36), "--num-speculative-tokens", "3", "--json"
-    )
-    assert refused.returncode == 0  # one layer: 3 is a multiple, vLLM only warns
-    layers2 = tmp_path / "two.json"
-    layers2.write_text(json.dumps(target(layers=2)))
-    done = orch("verify-config", "--target", str(layers2), "--num-speculative-tokens", "3")
-    assert done.returncode == 1
-    assert done.stdout.startswith("judged as mtp: no drafter config apart from the target's")
