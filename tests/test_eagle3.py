@@ -338,3 +338,10 @@ def test_the_labs_head_passes_with_its_weights(tmp_path: Path) -> None:
     config = write_eagle3_dir(tmp_path, profile)
     files = read_model_dir(tmp_path)
     assert check(config, profile=profile, tensors=files.tensors) == []
+
+
+def test_a_head_without_aux_hidden_states_captures_nothing() -> None:
+    # spec_decode/eagle/config.py:68-72, llama_eagle3.py:209: no fc, no capture
+    config = head("plain", eagle_config__use_aux_hidden_state=False, **{IDS: [2, 18, 99]})
+    tensors = {name: entry for name, entry in weights().items() if name != "fc.weight"}
+    assert check(config, tensors=tensors) == []

@@ -507,6 +507,8 @@ def _width_path(c: _Inputs, key: str) -> str:
 
 
 def _layer_ids(c: _Inputs) -> Iterator[Finding]:
+    if not uses_aux_hidden_states(c.head):
+        return  # the head reads only the target's last hidden state: nothing is captured
     ids, source = captured_layers(c.head, c.layers)
     field = c.path(source) if source else LAYER_IDS
     if ids is None:
@@ -516,8 +518,7 @@ def _layer_ids(c: _Inputs) -> Iterator[Finding]:
         return
     yield from _id_shape(c, ids, field)
     yield from _trained_ids(c, ids, source, field)
-    if uses_aux_hidden_states(c.head):
-        yield from _count(c, ids, source, field)
+    yield from _count(c, ids, source, field)
     if c.format == PLAIN:
         yield from _nested_ids(c, ids, source)
 
