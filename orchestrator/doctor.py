@@ -2,7 +2,8 @@
 
 Per SSH login: that it logs in (host key verified, sudo without a prompt when the
 login uses `become`) and, on a Proxmox host, the sshd session limit when
-`sshd -T` can be read. Per container: `pct` finds it running, `nvidia-smi`
+`sshd -T` can be read. Per container: `pct` finds it running (else says why: no such
+vmid, a template, stopped, or a login pct refuses as not root), `nvidia-smi`
 answers with the GPUs the inventory lists and, with a playbook, preflight's own
 read-only facts and findings: the server's vLLM version against the capability
 table, model dirs and weights, the drafter against the target, GPU memory, the

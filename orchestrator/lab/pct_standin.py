@@ -168,7 +168,7 @@ def pct_start(host: HostPaths, args: list[str]) -> int:
     found = container(host, "start", vmid)
     if is_running(found):
         raise PctError(f"CT {vmid} already running")
-    if is_template(parse(found.config.read_text()).current):
+    if found.config.exists() and is_template(parse(found.config.read_text()).current):
         raise PctError("you can't start a CT if it's a template")
     set_status(found, "running")
     return 0
