@@ -224,6 +224,20 @@ def test_names_from_the_cluster_cannot_add_yaml(tmp_path: Path) -> None:
     assert "injected" not in text and "# ct300 is in no known state" in text
 
 
+def test_stopped_and_dhcp_containers_get_their_own_comments(tmp_path: Path) -> None:
+    stopped = Guest(300, "pve-train", "lxc", "stopped", "cold")
+    dhcp = Guest(301, "pve-train", "lxc", "running", "leased")
+    cluster = Cluster("pve-train", "192.0.2.20", None, [
+        FoundContainer(stopped, GuestConfig("cold", None, "net0 has ip=dhcp", ())),
+        FoundContainer(dhcp, GuestConfig("leased", "192.0.2.77", "net0 has ip=dhcp", ())),
+    ], None)  # fmt: skip
+    text, inventory = written(tmp_path, cluster)
+    assert "# cold is stopped: start it with: pct start 300" in text
+    assert "# cold: net0 has ip=dhcp; its name stands in for the address" in text
+    assert "# leased: net0 has ip=dhcp; 192.0.2.77 is its live address" in text
+    assert inventory["containers"]["leased"]["address"] == "192.0.2.77"
+
+
 def test_write_new_never_replaces_without_force(tmp_path: Path) -> None:
     path = tmp_path / "inv.yaml"
     write_new(path, "a: 1\n")
