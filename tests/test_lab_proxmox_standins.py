@@ -24,6 +24,8 @@ from orchestrator.lab.layout import (
     write_pct_launcher,
 )
 
+pytestmark = pytest.mark.lab  # real processes (the stand-ins), though no sshd
+
 # What Proxmox writes after `pct set 200 --dev1 /dev/nvidia5 --delete dev2` on a running
 # container: a devN that exists is not hot-plugged (Config.pm vmconfig_hotplug_pending),
 # so both changes wait in [pve:pending] for the next start.
