@@ -8,20 +8,24 @@ import subprocess
 import pytest
 from labtools import LabHandle
 
-from orchestrator import commands
+from orchestrator.connections import Connections
+from orchestrator.container.host import (
+    container_status,
+    parse_container_status,
+    parse_sshd_limits,
+    sshd_limits,
+)
 from orchestrator.doctor import Check, Doctor, exit_code
 from orchestrator.errors import NeedsAttention
-from orchestrator.facts import parse_container_status, parse_sshd_limits
 from orchestrator.inventory import Inventory
 from orchestrator.report import print_checks
 from orchestrator.transport.memory import MemoryTransport, reply
 from orchestrator.transport.pct import PctTransport
-from orchestrator.transport.pool import Connections
 
 
 def test_commands() -> None:
-    assert commands.container_status("/usr/sbin/pct", 200) == ["/usr/sbin/pct", "status", "200"]
-    assert commands.sshd_limits() == [
+    assert container_status("/usr/sbin/pct", 200) == ["/usr/sbin/pct", "status", "200"]
+    assert sshd_limits() == [
         "/bin/sh",
         "-c",
         "/usr/sbin/sshd -T 2>/dev/null | grep -i -E '^(maxsessions|maxstartups) '",

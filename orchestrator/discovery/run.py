@@ -11,6 +11,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from orchestrator.container.shell import run_step
 from orchestrator.discovery import commands
 from orchestrator.discovery.facts import (
     Guest,
@@ -33,7 +34,6 @@ from orchestrator.discovery.writer import (
 from orchestrator.documents import document
 from orchestrator.errors import InputError, NeedsAttention, StepFailed
 from orchestrator.inventory import Host, SshSettings
-from orchestrator.remote import run_step
 from orchestrator.transport.base import Transport
 from orchestrator.transport.pct import NOT_ROOT
 from orchestrator.transport.ssh import SshTransport
