@@ -596,6 +596,31 @@ def inventory_discover(
 
 
 @cli.command()
+@click.argument("path", required=False)
+@click.option(
+    "--markdown",
+    is_flag=True,
+    help="Print the reference page of PATH (`playbook` or `inventory`), as in docs/.",
+)
+@json_option
+def explain(path: str | None, markdown: bool, as_json: bool) -> None:
+    """Every playbook and inventory field: its type, default and meaning
+    (e.g. `orch explain gate.min_drafts`, `orch explain inventory.hosts`)."""
+    from orchestrator import explain as fields
+
+    if markdown:
+        if path not in fields.ROOTS or as_json:
+            raise click.UsageError("--markdown takes `playbook` or `inventory`, without --json")
+        click.echo(fields.markdown(path), nl=False)
+    elif as_json:
+        from orchestrator.report import print_json
+
+        print_json(fields.document(path))
+    else:
+        click.echo(fields.text(path), nl=False)
+
+
+@cli.command()
 @click.argument("shell", type=click.Choice(["bash", "zsh", "fish"]))
 @json_option
 def completion(shell: str, as_json: bool) -> None:

@@ -29,6 +29,7 @@ Kind = Literal[
     "Doctor",
     "Inventory",
     "Completion",
+    "Explain",
     "LabUp",
     "LabDown",
     "LabStatus",

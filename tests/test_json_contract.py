@@ -149,6 +149,7 @@ def test_every_command_prints_one_document_of_the_contract(fleet: Fleet) -> None
         "Doctor": (fleet.pb("doctor", "--json"), 0),
         "Inventory": (fleet.orch(*discover, "--json"), 0),
         "Completion": (fleet.orch("completion", "bash", "--json"), 0),
+        "Explain": (fleet.orch("explain", "gate.min_drafts", "--json"), 0),
         "LabStatus": (fleet.orch("lab", "status", "--dir", str(lab.lab.root), "--json"), 0),
     }
     documents = {kind: checked(result, kind, code) for kind, (result, code) in expected.items()}
@@ -177,6 +178,7 @@ def test_every_command_prints_one_document_of_the_contract(fleet: Fleet) -> None
     run_ids = [run["run_id"] for run in documents["History"]["runs"]]
     assert documents["DeployRun"]["run_id"] in run_ids
     assert documents["Completion"]["script"].startswith("_orch_completion")
+    assert documents["Explain"]["field"]["default"] == "200"
     assert documents["LabUp"]["started"] is True
     for profile in documents["Profiles"]["profiles"]:
         assert list(profile)[:3] == ["name", "kind", "target"]
