@@ -596,6 +596,56 @@ def inventory_discover(
 
 
 @cli.command()
+@click.argument("playbook")
+@set_option
+@click.option(
+    "--format",
+    "output_format",
+    type=click.Choice(["prometheus"]),
+    default="prometheus",
+    show_default=True,
+    help="The rules' format.",
+)
+@click.option(
+    "--window", default="5m", show_default=True, help="The rates' sliding window (PromQL)."
+)
+@click.option(
+    "--for",
+    "hold",
+    default="15m",
+    show_default=True,
+    help="How long a server stays below a threshold before the alert fires.",
+)
+@json_option
+def alerts(
+    playbook: str,
+    assignments: tuple[str, ...],
+    output_format: str,
+    window: str,
+    hold: str,
+    as_json: bool,
+) -> None:
+    """Prometheus recording and alerting rules: the gate's acceptance thresholds,
+    watched on live traffic from vLLM's counters."""
+    import shlex
+
+    from orchestrator import alerts as rules
+    from orchestrator.playbook import find_playbook, load_playbook
+
+    book = load_playbook(find_playbook(playbook), list(assignments))
+    groups = rules.rule_groups(book, window, hold)
+    if as_json:
+        from orchestrator.documents import document
+        from orchestrator.report import print_json
+
+        print_json(document("Alerts", playbook=book.name, format=output_format, **groups))
+        return
+    sets = [arg for a in assignments for arg in ("--set", a)]
+    command = shlex.join(["orch", "alerts", playbook, *sets, "--window", window, "--for", hold])
+    click.echo(rules.rules_text(book, groups, command), nl=False)
+
+
+@cli.command()
 @click.argument("path", required=False)
 @click.option(
     "--markdown",

@@ -29,6 +29,7 @@ Kind = Literal[
     "Doctor",
     "Inventory",
     "Completion",
+    "Alerts",
     "Explain",
     "LabUp",
     "LabDown",

@@ -150,6 +150,7 @@ def test_every_command_prints_one_document_of_the_contract(fleet: Fleet) -> None
         "Inventory": (fleet.orch(*discover, "--json"), 0),
         "Completion": (fleet.orch("completion", "bash", "--json"), 0),
         "Explain": (fleet.orch("explain", "gate.min_drafts", "--json"), 0),
+        "Alerts": (fleet.orch("alerts", "qwen-dflash", "--json"), 0),
         "LabStatus": (fleet.orch("lab", "status", "--dir", str(lab.lab.root), "--json"), 0),
     }
     documents = {kind: checked(result, kind, code) for kind, (result, code) in expected.items()}
@@ -179,6 +180,7 @@ def test_every_command_prints_one_document_of_the_contract(fleet: Fleet) -> None
     assert documents["DeployRun"]["run_id"] in run_ids
     assert documents["Completion"]["script"].startswith("_orch_completion")
     assert documents["Explain"]["field"]["default"] == "200"
+    assert [g["name"] for g in documents["Alerts"]["groups"]][0] == "orch-qwen-dflash-recording"
     assert documents["LabUp"]["started"] is True
     for profile in documents["Profiles"]["profiles"]:
         assert list(profile)[:3] == ["name", "kind", "target"]
