@@ -524,7 +524,7 @@ def doctor(
 
 @cli.group()
 def inventory() -> None:
-    """Write inventories from what a cluster reports."""
+    """Write inventories from what a cluster reports, or from another tool's."""
 
 
 @inventory.command("discover")
@@ -668,6 +668,73 @@ def explain(path: str | None, markdown: bool, as_json: bool) -> None:
         print_json(fields.document(path))
     else:
         click.echo(fields.text(path), nl=False)
+
+
+@inventory.group("import")
+def inventory_import() -> None:
+    """Write an orch inventory from another tool's."""
+
+
+@inventory_import.command("ansible")
+@click.argument("source", metavar="FILE", type=click.Path(path_type=Path))
+@click.option(
+    "--format",
+    "source_format",
+    type=click.Choice(["ini", "yaml"]),
+    help="The file's format (default: by extension, else YAML when it is a mapping).",
+)
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(path_type=Path),
+    help="Inventory file to create (default: print it).",
+)
+@click.option("--force", is_flag=True, help="Replace the output file if it exists.")
+@json_option
+def inventory_import_ansible(
+    source: Path, source_format: str | None, output: Path | None, force: bool, as_json: bool
+) -> None:
+    """An Ansible inventory (YAML or INI) as an orch inventory: Proxmox nodes as hosts,
+    hosts with proxmox_vmid as containers, their groups; what does not map is said on
+    stderr (and in the file's header)."""
+    import shlex
+
+    from orchestrator.ansible.convert import convert, read
+    from orchestrator.discovery.run import write_new
+    from orchestrator.report import printable
+    from orchestrator.yamlsource import read_config_text
+
+    text, _ = read_config_text(source)
+    command = shlex.join(["orch", "inventory", "import", "ansible", str(source)])
+    imported = convert(read(str(source), text, source_format), command)
+    for note in imported.notes:
+        click.echo(printable(f"note: {note}"), err=True)
+    if output is not None:
+        write_new(output, imported.text, force)
+    if as_json:
+        from orchestrator.documents import document
+        from orchestrator.report import print_json
+
+        print_json(
+            document(
+                "InventoryImport",
+                result="ok",
+                source=str(source),
+                output=str(output) if output else None,
+                inventory=None if output else imported.text,
+                hosts=imported.hosts,
+                groups=imported.groups,
+                not_mapped=imported.notes,
+                targets=imported.containers,
+            )
+        )
+    elif output is None:
+        click.echo(imported.text, nl=False)
+    else:
+        click.echo(
+            f"wrote {output}: {len(imported.hosts)} host(s), "
+            f"{len(imported.containers)} container(s), {len(imported.notes)} note(s)"
+        )
 
 
 @cli.command()

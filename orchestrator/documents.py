@@ -28,6 +28,7 @@ Kind = Literal[
     "Render",
     "Doctor",
     "Inventory",
+    "InventoryImport",
     "Completion",
     "Alerts",
     "Explain",

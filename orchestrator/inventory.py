@@ -304,9 +304,13 @@ def _merge(first: SshSettings, fallback: SshSettings) -> SshSettings:
 
 def load_inventory(path: Path) -> Inventory:
     """Load and validate an inventory file; errors point at file:line:col."""
-    document = load_yaml_file(path)
+    return inventory_from_document(load_yaml_file(path))
+
+
+def inventory_from_document(document: YamlDocument) -> Inventory:
+    """Validate a parsed inventory: its schema, then the names it refers to."""
     inventory = validate_document(Inventory, document).model_copy(
-        update={"source": str(path), "identity_files": _identity_file_positions(document)}
+        update={"source": document.source, "identity_files": _identity_file_positions(document)}
     )
     _check_references(inventory, document)
     return inventory
