@@ -105,17 +105,31 @@ def deploy(
     accept_new_host_keys: bool,
     as_json: bool,
 ) -> None:
-    """Render, push, verify, restart, gate; roll back by itself when the gate fails."""
+    """Render, push, verify, restart, gate; roll back by itself when the gate fails.
+    The playbook's hooks run before and after (not with --dry-run)."""
     from orchestrator import operations, report
+    from orchestrator.hooks import Hooks
 
     inputs = operations.load(playbook, inventory_path, list(limit), list(assignments))
     options = operations.new_options(force=force, dry_run=dry_run, diff=diff)
+    hooks = None if dry_run else Hooks.for_run("deploy", inputs, options, _say)
+    if hooks:
+        hooks.before_deploy()
     with _stoppable(inputs, as_json) as (view, cancel):
         document, code = operations.deploy(
             inputs, options, accept_new_host_keys, view, cancel, report.DiffPrinter(view, as_json)
         )
+    if hooks:
+        hooks.after_run(document, code)
     report.print_json(document) if as_json else report.print_run(document)
     sys.exit(code)
+
+
+def _say(message: str) -> None:
+    """A line on stderr, from anywhere, shown as text."""
+    from orchestrator.report import printable
+
+    click.echo(printable(message), err=True)
 
 
 @contextmanager
@@ -162,6 +176,7 @@ def rollback(
     """Switch back to an earlier release, wait until ready, and gate it; with --to RUN_ID
     the whole fleet goes back to that run's state (containers it did not touch are skipped)."""
     from orchestrator import operations, report
+    from orchestrator.hooks import Hooks
 
     inputs = operations.load(playbook, inventory_path, list(limit), list(assignments))
     options = operations.new_options()
@@ -169,6 +184,7 @@ def rollback(
         document, code = operations.rollback(
             inputs, options, to_release, accept_new_host_keys, view, cancel
         )
+    Hooks.for_run("rollback", inputs, options, _say).after_run(document, code)
     report.print_json(document) if as_json else report.print_run(document)
     sys.exit(code)
 

@@ -276,6 +276,43 @@ class Rollout(Schema):
     )
 
 
+HookCommand = Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1)]
+
+
+class Hooks(Schema):
+    """Commands run on the control machine at points of a run, e.g. to notify a team
+    (orchestrator/hooks.py). Each is an argv list, run without a shell; a relative
+    program path is taken from the playbook's directory. The run's facts are in
+    `ORCH_*` environment variables, and the run's JSON document is on the standard
+    input of those after it. Not run by `--dry-run`."""
+
+    timeout: Seconds = Field(
+        default=60,
+        description="Seconds each hook may run; then it is killed (its whole process "
+        "group) and counts as failed.",
+    )
+    pre_deploy: HookCommand | None = Field(
+        default=None,
+        description="Before a deploy connects to anything: exiting non-zero stops the "
+        "run with nothing changed (exit 1).",
+    )
+    post_deploy: HookCommand | None = Field(
+        default=None,
+        description="After a deploy whose result is ok. Its failure is reported, never "
+        "the run's result.",
+    )
+    on_rollback: HookCommand | None = Field(
+        default=None,
+        description="After a deploy that rolled a container back, and after `orch "
+        "rollback`. Reported; never changes the result.",
+    )
+    on_failure: HookCommand | None = Field(
+        default=None,
+        description="After a deploy or rollback whose result is not ok (not applied, "
+        "needs attention, interrupted). Reported; never changes the result.",
+    )
+
+
 class Playbook(Schema):
     """What to deploy where, how to launch it, and how to judge it."""
 
@@ -308,6 +345,7 @@ class Playbook(Schema):
         "over. Unset: never by age; a lock whose run is provably gone (same control host, "
         "its PID dead) is taken over regardless, and `orch unlock` removes any other.",
     )
+    hooks: Hooks = Hooks()
     source: str = Field(default="", exclude=True)
     source_sha256: str = Field(default="", exclude=True)
     assignments: tuple[str, ...] = Field(
