@@ -543,6 +543,15 @@ def inventory() -> None:
     """Write inventories from what a cluster reports, or from another tool's."""
 
 
+inventory_output_option = click.option(
+    "-o",
+    "--output",
+    type=click.Path(path_type=Path),
+    help="Inventory file to create (default: print it).",
+)
+replace_option = click.option("--force", is_flag=True, help="Replace the output file if it exists.")
+
+
 @inventory.command("discover")
 @click.option("--address", required=True, help="A Proxmox VE host of the cluster.")
 @click.option("--port", type=int, help="Its SSH port (default: 22 or ~/.ssh/config).")
@@ -553,13 +562,8 @@ def inventory() -> None:
     type=click.Path(path_type=Path),
     help="known_hosts file (default: ~/.ssh/known_hosts).",
 )
-@click.option(
-    "-o",
-    "--output",
-    type=click.Path(path_type=Path),
-    help="Inventory file to create (default: print it).",
-)
-@click.option("--force", is_flag=True, help="Replace the output file if it exists.")
+@inventory_output_option
+@replace_option
 @click.option(
     "--become", type=click.Choice(["sudo"]), help="Run pvesh and pct through sudo -n (non-root)."
 )
@@ -699,13 +703,8 @@ def inventory_import() -> None:
     type=click.Choice(["ini", "yaml"]),
     help="The file's format (default: by extension, else YAML when it is a mapping).",
 )
-@click.option(
-    "-o",
-    "--output",
-    type=click.Path(path_type=Path),
-    help="Inventory file to create (default: print it).",
-)
-@click.option("--force", is_flag=True, help="Replace the output file if it exists.")
+@inventory_output_option
+@replace_option
 @json_option
 def inventory_import_ansible(
     source: Path, source_format: str | None, output: Path | None, force: bool, as_json: bool
