@@ -9,6 +9,7 @@ unit test fails when they differ from the schemas.
 from __future__ import annotations
 
 import difflib
+import functools
 import json
 import typing
 from collections.abc import Iterator
@@ -59,9 +60,11 @@ class Entry:
         }
 
 
-def entries(root: str) -> list[Entry]:
-    """Every field under a root, depth first, in the schema's order."""
-    return list(_walk(root, ROOTS[root], ""))
+@functools.cache
+def entries(root: str) -> tuple[Entry, ...]:
+    """Every field under a root, depth first, in the schema's order (the schemas are
+    fixed at import: read once)."""
+    return tuple(_walk(root, ROOTS[root], ""))
 
 
 def _walk(root: str, model: type[BaseModel], prefix: str) -> Iterator[Entry]:
