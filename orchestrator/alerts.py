@@ -45,19 +45,12 @@ def check_duration(value: str, option: str) -> str:
     return value
 
 
-def _selector(metric: str, model_name: str, **labels: str) -> str:
-    """`metric{model_name="..."}`; values quoted as PromQL strings (JSON's escapes)."""
-    matchers = {"model_name": model_name, **labels}
-    inside = ",".join(f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in matchers.items())
-    return f"{metric}{{{inside}}}"
-
-
-def _per_server(function: str, metric: str, model_name: str, window: str, **labels: str) -> str:
-    """`sum without (engine, ...) (function(metric{...}[window]))`: one series per server."""
-    dropped = ", ".join(["engine", *labels])
-    return (
-        f"sum without ({dropped}) ({function}({_selector(metric, model_name, **labels)}[{window}]))"
-    )
+def _per_server(function: str, metric: str, model_name: str, window: str) -> str:
+    """`sum without (engine) (function(metric{model_name="..."}[window]))`: one series per
+    server (per position, for the per-position counter). The name is quoted as a PromQL
+    string (JSON's escapes are Go's)."""
+    selector = f"{metric}{{model_name={json.dumps(model_name, ensure_ascii=False)}}}"
+    return f"sum without (engine) ({function}({selector}[{window}]))"
 
 
 def rule_groups(playbook: Playbook, window: str = "5m", hold: str = "15m") -> dict[str, Any]:
@@ -74,7 +67,7 @@ def rule_groups(playbook: Playbook, window: str = "5m", hold: str = "15m") -> di
     names = {
         "drafts": f"orch:spec_decode_drafts:increase{window}",
         "length": f"orch:spec_decode_mean_acceptance_length:rate{window}",
-        "position1": f"orch:spec_decode_position1_acceptance:rate{window}",
+        "curve": f"orch:spec_decode_acceptance_by_position:rate{window}",
     }
     own = {"playbook": playbook.name}
     mine = f'{{playbook="{playbook.name}"}}'
@@ -91,9 +84,11 @@ def rule_groups(playbook: Playbook, window: str = "5m", hold: str = "15m") -> di
             "labels": dict(own),
         },
         {
-            "record": names["position1"],
-            "expr": f"{_per_server('rate', ACCEPTED_PER_POS, model, window, position='0')}"
-            f" / {drafts_rate}",
+            # The share of drafts that accepted at least position+1 tokens: the curve
+            # the gate reports; position 0 is position-1 acceptance.
+            "record": names["curve"],
+            "expr": f"{_per_server('rate', ACCEPTED_PER_POS, model, window)}"
+            f" / ignoring (position) group_left {drafts_rate}",
             "labels": dict(own),
         },
     ]
@@ -117,7 +112,8 @@ def rule_groups(playbook: Playbook, window: str = "5m", hold: str = "15m") -> di
         alerts.append(
             _alert(
                 "OrchPosition1AcceptanceLow",
-                f"{names['position1']}{mine} < {gate.min_position1_acceptance:g} and {enough}",
+                f'{names["curve"]}{{playbook="{playbook.name}",position="0"}}'
+                f" < {gate.min_position1_acceptance:g} and ignoring (position) {enough}",
                 hold,
                 dict(own),
                 f"{INSTANCE}: position-1 acceptance {VALUE}"

@@ -25,6 +25,8 @@ needs_promtool = pytest.mark.skipif(
     reason="promtool not found (Debian: apt-get install prometheus; or set PROMTOOL)",
 )
 MODEL = "qwen3.6-27b"
+LENGTH = "orch:spec_decode_mean_acceptance_length:rate5m"
+CURVE = "orch:spec_decode_acceptance_by_position:rate5m"
 
 
 def rules(*assignments: str, window: str = "5m", hold: str = "15m") -> str:
@@ -50,7 +52,11 @@ def test_the_rules_carry_the_playbooks_thresholds_and_model() -> None:
     assert f">= {book.gate.min_drafts}" in low["expr"]
     assert low["for"] == "15m" and low["labels"] == {"severity": "warning", "playbook": book.name}
     position1 = found["OrchPosition1AcceptanceLow"]["expr"]
-    assert f"< {book.gate.min_position1_acceptance:g} and" in position1
+    minimum = book.gate.min_position1_acceptance
+    assert f'{CURVE}{{playbook="qwen-dflash",position="0"}} < {minimum:g} and ign' in position1
+    curve = found[CURVE]["expr"]
+    assert curve.startswith("sum without (engine) (rate(vllm:spec_decode_num_accepted_tokens_per")
+    assert "/ ignoring (position) group_left sum without (engine)" in curve
     length = found["orch:spec_decode_mean_acceptance_length:rate5m"]["expr"]
     assert length.startswith("1 + sum without (engine) (rate(")
     assert f'vllm:spec_decode_num_accepted_tokens_total{{model_name="{MODEL}"}}[5m]' in length
@@ -179,14 +185,24 @@ def test_prometheus_computes_the_gates_measure_and_alerts_on_the_bad_server(
                 ],
                 "promql_expr_test": [
                     {
-                        "expr": "orch:spec_decode_mean_acceptance_length:rate5m",
+                        "expr": LENGTH,
                         "eval_time": "30m",
                         "exp_samples": [
-                            {"labels": _labels("length", "ct200:8000", labels), "value": 4},
-                            {"labels": _labels("length", "ct201:8000", labels), "value": 1.5},
-                            {"labels": _labels("length", "ct202:8000", labels), "value": 1.5},
+                            {"labels": _labels(LENGTH, "ct200:8000", labels), "value": 4},
+                            {"labels": _labels(LENGTH, "ct201:8000", labels), "value": 1.5},
+                            {"labels": _labels(LENGTH, "ct202:8000", labels), "value": 1.5},
                         ],
-                    }
+                    },
+                    {
+                        "expr": f'{CURVE}{{instance="ct200:8000"}}',
+                        "eval_time": "30m",
+                        "exp_samples": [
+                            {
+                                "labels": _labels(CURVE, "ct200:8000", {**labels, "position": "0"}),
+                                "value": 0.8,
+                            }
+                        ],
+                    },
                 ],
                 "alert_rule_test": [
                     {"eval_time": "10m", "alertname": "OrchAcceptanceLengthLow", "exp_alerts": []},
@@ -198,7 +214,7 @@ def test_prometheus_computes_the_gates_measure_and_alerts_on_the_bad_server(
                     ),
                     fired(
                         "OrchPosition1AcceptanceLow",
-                        {"instance": "ct201:8000", **labels},
+                        {"instance": "ct201:8000", "position": "0", **labels},
                         "ct201:8000: position-1 acceptance 0.10 < 0.5"
                         " (playbook qwen-dflash's gate)",
                     ),
@@ -222,7 +238,6 @@ def test_prometheus_computes_the_gates_measure_and_alerts_on_the_bad_server(
     assert done.returncode == 0, done.stdout + done.stderr
 
 
-def _labels(name: str, instance: str, labels: dict[str, str]) -> str:
-    record = {"length": "orch:spec_decode_mean_acceptance_length:rate5m"}[name]
+def _labels(record: str, instance: str, labels: dict[str, str]) -> str:
     inside = ",".join(f'{k}="{v}"' for k, v in sorted({"instance": instance, **labels}.items()))
     return f"{record}{{{inside}}}"
