@@ -290,7 +290,7 @@ def run_gate(
         report.phases.append(phase)
         if not go_on:
             break
-    report.verdict = overall_verdict(report.phases, criteria)
+    report.verdict = overall_verdict(report.phases)
     report.requests = sum(phase.requests for phase in report.phases)
     report.request_errors = sum(phase.request_errors for phase in report.phases)
     report.explanation = explain_phases(report.phases, report.verdict, causes)
@@ -389,7 +389,7 @@ def _run_phase(
     return phase, go_on and phase.verdict.outcome != "fail"
 
 
-def overall_verdict(phases: Sequence[PhaseReport], criteria: GateCriteria) -> Verdict:
+def overall_verdict(phases: Sequence[PhaseReport]) -> Verdict:
     """Fail on any failed phase, pass when every phase passed, else undecided.
 
     Phases stop early only after a phase that did not pass, so passing phases
@@ -402,7 +402,6 @@ def overall_verdict(phases: Sequence[PhaseReport], criteria: GateCriteria) -> Ve
         verdict = deciding.verdict
         return dataclasses.replace(verdict, reason=f"{deciding.label}: {verdict.reason}")
     total = combine(batch for phase in phases for batch in phase.batches)
-    confidence = f"{criteria.confidence * 100:g}%"
     weakest = min(phases, key=lambda p: p.verdict.lower or 0.0).verdict
     return Verdict(
         outcome="pass",
@@ -411,15 +410,8 @@ def overall_verdict(phases: Sequence[PhaseReport], criteria: GateCriteria) -> Ve
         upper=weakest.upper,
         per_position_acceptance=total.per_position_acceptance or (),
         drafts=total.drafts,
-        reason=f"every phase passed ({confidence} lower bounds): "
-        + "; ".join(f"{p.label}: {_mean_and_lower(p.verdict)}" for p in phases),
+        reason="every phase passed: " + "; ".join(f"{p.label}: {p.verdict.reason}" for p in phases),
     )
-
-
-def _mean_and_lower(verdict: Verdict) -> str:
-    mean, lower = verdict.mean_acceptance_length, verdict.lower
-    bound = "" if lower is None else f" >= {lower:.2f}"
-    return f"mean acceptance length {mean:.2f}{bound}" if mean is not None else "no drafts"
 
 
 def explain_phases(

@@ -268,7 +268,8 @@ def test_a_piped_report_keeps_every_line_whole_and_the_phases_a_table_at_80_colu
     phase table drops a column rather than turning into records."""
     monkeypatch.setenv("COLUMNS", "80")
     run_id = "20261202T213333Z-ac274d"
-    reason = "every phase passed (95% lower bounds): " + "; ".join(["short context ok"] * 8)
+    reason = "every phase passed: " + "; ".join(["short context ok"] * 8)
+    said = "mean acceptance length 4.18 (95% lower bound 3.69) >= required 2.50 over 4691 drafts"
     phase = {
         "context": "long",
         "min_tokens": 2048,
@@ -278,14 +279,16 @@ def test_a_piped_report_keeps_every_line_whole_and_the_phases_a_table_at_80_colu
         "verdict": "pass",
         "mean_acceptance_length": 4.18,
         "drafts": 4691,
+        "reason": said,
     }
     target = DOCUMENT["targets"][0]  # type: ignore[index]
-    gate = {**target["gate"], "reason": reason, "by_context": [phase]}
+    gate = {**target["gate"], "verdict": "pass", "reason": reason, "by_context": [phase]}
     log = f"/home/operator/.local/state/orch/runs/{run_id}.log"
     run_report.print_run(
         {**DOCUMENT, "run_id": run_id, "log": log, "targets": [{**target, "gate": gate}]}
     )
     lines = capsys.readouterr().out.splitlines()
-    assert f"ct200 gate: {reason}" in lines
+    assert "ct200 gate: pass" in lines and reason not in "\n".join(lines)
+    assert f"ct200   long context via /v1/chat/completions: {said}" in lines  # one line a phase
     assert f"run log: {log} (orch history --show {run_id})" in lines
     assert cells("\n".join(lines), "long")[:3] == ["long", "2048..32768", "/v1/chat/completions"]

@@ -64,10 +64,8 @@ def print_run(doc: dict[str, Any]) -> None:
         for label, key in (("gate", "gate"), ("rollback gate", "rollback_gate")):
             gate = target.get(key)
             if gate:
-                out.print(
-                    text(target["name"], "bold") + text(f" {label}: {gate['reason']}"),
-                    highlight=False,
-                )
+                for line in gate_lines(label, gate):
+                    out.print(text(target["name"], "bold") + text(line), highlight=False)
                 if gate.get("explanation"):
                     out.print(text(f"  why: {gate['explanation']}"), highlight=False)
                 out.print(acceptance_bars(gate.get("per_position_acceptance") or []))
@@ -94,6 +92,19 @@ def print_run(doc: dict[str, Any]) -> None:
         out.print(text(f"warning: {warning}", "yellow"), highlight=False)
     if doc.get("log"):
         out.print(text(f"run log: {doc['log']} (orch history --show {doc['run_id']})"))
+
+
+def gate_lines(label: str, gate: dict[str, Any]) -> list[str]:
+    """` gate: pass`, then one line per phase with its figures against the requirement;
+    a gate that did not pass leads with its deciding reason."""
+    phases = gate.get("by_context") or []
+    if not phases:
+        return [f" {label}: {gate['reason']}"]
+    head = gate["verdict"] if gate["verdict"] == "pass" else gate["reason"]
+    return [f" {label}: {head}"] + [
+        f"   {p['context']} context via {p['endpoint']}: {p.get('reason') or p['verdict']}"
+        for p in phases
+    ]
 
 
 def wave_lines(rollout: dict[str, Any] | None) -> list[str]:
