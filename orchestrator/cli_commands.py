@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import shlex
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,8 +20,8 @@ from orchestrator.cancel import Cancel
 from orchestrator.connections import SSH, Connect, Pool
 from orchestrator.container import lock
 from orchestrator.container import release as store
-from orchestrator.container.journal import Journal
-from orchestrator.container.lock import lock_holder
+from orchestrator.container.journal import Journal, Transaction
+from orchestrator.container.lock import Owner, lock_holder
 from orchestrator.container.server import Server
 from orchestrator.container.status import read_status
 from orchestrator.deadline import now
@@ -511,14 +512,17 @@ def new_options(**kwargs: Any) -> Options:
 
 
 def status(inputs: Inputs, connect: Connect = SSH) -> tuple[dict[str, Any], int]:
-    """Where each container stands. Nothing deployed yet is a state, not a problem."""
-    read = fleet_read(inputs, connect, _status_entry)
+    """Where each container stands. Nothing deployed yet is a state, not a problem; a run
+    in progress is `deploying`, not a fault."""
+    read = fleet_read(
+        inputs, connect, lambda t, plan: _status_entry(t, plan, inputs.playbook.lock_lease)
+    )
     targets = read.entries(
         lambda _, entry: entry,
         lambda name, exc: {"state": "unreachable", "error": exc.message_for(name)},
     )
     states = [t["state"] for t in targets]
-    code = 0 if set(states) <= {"serving", "nothing_deployed"} else 3
+    code = 0 if set(states) <= {"serving", "nothing_deployed", "deploying"} else 3
     return documents.document(
         "Status",
         playbook=inputs.playbook.name,
@@ -528,7 +532,15 @@ def status(inputs: Inputs, connect: Connect = SSH) -> tuple[dict[str, Any], int]
     ), code
 
 
-_STATE_ORDER = ("interrupted", "unreachable", "stopped", "unhealthy", "serving", "nothing_deployed")
+_STATE_ORDER = (
+    "interrupted",
+    "unreachable",
+    "stopped",
+    "unhealthy",
+    "deploying",
+    "serving",
+    "nothing_deployed",
+)
 
 
 def _fleet_state(states: list[str]) -> str:
@@ -539,21 +551,38 @@ def _fleet_state(states: list[str]) -> str:
     return min(states, key=_STATE_ORDER.index, default="nothing_deployed")
 
 
-def _status_entry(transport: Transport, plan: TargetPlan) -> dict[str, Any]:
-    """The journal first: an interrupted transaction is the first thing to know."""
-    interrupted = Journal(transport, plan.layout).read()
+def _status_entry(transport: Transport, plan: TargetPlan, lease: float | None) -> dict[str, Any]:
+    """The journal first: a transaction whose run is provably gone is the first thing to
+    know; one whose run still holds the lock is that run at work."""
+    journal = Journal(transport, plan.layout).read()
     entry = read_status(transport, plan.layout)
+    owner = Owner.parse(entry["lock"] or "")
+    live = owner if owner and owner.gone(lease) is None else None
     entry["lock"] = lock_holder(str(entry["lock"] or ""))
-    entry["interrupted"] = interrupted.describe() if interrupted else None
+    entry["deploying"] = _deploying(live, journal) if live else None
+    entry["interrupted"] = journal.describe() if journal and not live else None
     server = Server(transport, plan.layout, plan.address, plan.port)
     entry["health"] = _health(server) if entry["server"] == "running" else None
     entry["state"] = _target_state(entry)
     return entry
 
 
+def _deploying(owner: Owner, journal: Transaction | None) -> dict[str, Any]:
+    """The run holding the lock: its id, the step its journal says (None before its
+    switch begins), who, and for how long."""
+    return {
+        "run_id": owner.run_id,
+        "step": journal.step if journal and journal.run_id == owner.run_id else None,
+        "owner": f"{owner.user}@{owner.control_host}",
+        "elapsed": round(max(0.0, time.time() - owner.since), 1),
+    }
+
+
 def _target_state(entry: dict[str, Any]) -> str:
     if entry["interrupted"]:
         return "interrupted"
+    if entry["deploying"]:
+        return "deploying"
     if entry["server"] != "running":
         return "nothing_deployed" if entry["release"] is None else "stopped"
     return "serving" if entry["health"] == 200 else "unhealthy"

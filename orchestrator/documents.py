@@ -56,7 +56,13 @@ TargetResult = Literal[
 """What happened on one container."""
 
 TargetState = Literal[
-    "serving", "nothing_deployed", "stopped", "unhealthy", "interrupted", "unreachable"
+    "serving",
+    "nothing_deployed",
+    "deploying",
+    "stopped",
+    "unhealthy",
+    "interrupted",
+    "unreachable",
 ]
 """Where one container stands (`orch status`)."""
 

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from orchestrator.container.audit import GATED
+from orchestrator.container.audit import STATUS_TAIL
 from orchestrator.container.shell import Command
 from orchestrator.errors import TransportError
 from orchestrator.layout import Layout
@@ -241,13 +241,11 @@ class ScriptedContainer:
 
     def _status_report(self, layout: Layout) -> str:
         audit = self.files.get(layout.audit_log, b"").decode().splitlines()
-        gated = [line for line in audit if GATED in line]
         return (
             f"current {self._readlink(layout.current).decode().strip()}\n"
             f"server {self._server_state()}\n"
             f"lock {self.files.get(layout.lock_owner, b'').decode()}\n"
-            f"audit {audit[-1] if audit else ''}\n"
-            f"gated {gated[-1] if gated else ''}\n"
+            + "".join(f"audit {line}\n" for line in audit[-STATUS_TAIL:])
         )
 
     def _read_model_dir(

@@ -5,6 +5,7 @@ no network: the lab keeps the end-to-end stories."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from pathlib import Path
@@ -132,7 +133,8 @@ def test_status_names_the_release_the_last_gate_the_lock_and_an_unreachable_host
     checked(document, "Status")
     targets = by_name(document)
     assert (document["result"], document["state"]) == ("needs_attention", "unreachable")
-    assert targets["ct200"] | {"last_run": None} == {
+    dynamic = {"last_run": None, "release_gate": None, "deploying": None}
+    assert targets["ct200"] | dynamic == {
         "name": "ct200",
         "host": "pve-train",
         "release": rid,
@@ -146,12 +148,15 @@ def test_status_names_the_release_the_last_gate_the_lock_and_an_unreachable_host
             "pid": 99,
             "since": "2023-11-14T22:13:20+00:00",
         },
+        "release_gate": None,
+        "deploying": None,
         "interrupted": None,
         "health": 200,
-        "state": "serving",
+        "state": "deploying",  # alice's run on another machine may be at work: not a fault
     }
     assert targets["ct200"]["last_run"]["run_id"] == RUN_A
-    assert targets["ct200"]["last_run"]["verdict"] == "pass"
+    assert targets["ct200"]["release_gate"]["result"] == "pass"
+    assert targets["ct200"]["deploying"]["owner"] == "alice@laptop"
     assert targets["ct129"]["state"] == "unreachable"
     assert targets["ct129"]["error"] == "pve-kpro5: connect: Connection refused"
 
@@ -179,6 +184,73 @@ def test_an_interrupted_switch_is_the_first_thing_status_says() -> None:
     assert by_name(document)["ct129"]["state"] == "interrupted"
     assert "run run-dead (deploy nothing -> abc" in by_name(document)["ct129"]["interrupted"]
     assert document["state"] == "interrupted"
+
+
+def journal_of(run_id: str, step: str) -> bytes:
+    return json.dumps(
+        {"run_id": run_id, "action": "deploy", "owner": "ops@ctl pid 1", "from_release": None,
+         "to_release": "abc", "step": step, "started": "t0", "updated": "t1"}
+    ).encode()  # fmt: skip
+
+
+def test_a_live_run_is_deploying_and_exits_0_a_dead_one_is_interrupted(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another user's deploy mid-switch is `deploying` (run, step, owner); the same
+    journal under a lock whose process on this machine is gone is `interrupted`."""
+    fleet = Fleet()
+    fleet.deployed("ct200")
+    layout, files = fleet.plans["ct200"].layout, fleet.containers["ct200"].files
+    serving(fleet.containers["ct200"].transport, "qwen3.6-27b")
+    files[layout.lock_owner] = Owner.me("run-live", "root").to_json().encode()
+    files[layout.journal] = journal_of("run-live", "wait ready")
+
+    document, code = cli_commands.status(fleet.inputs, fleet.connect)
+
+    assert (code, document["result"], document["state"]) == (0, "ok", "deploying")
+    checked(document, "Status")
+    target = by_name(document)["ct200"]
+    assert (target["state"], target["interrupted"]) == ("deploying", None)
+    assert target["deploying"]["run_id"] == "run-live"
+    assert target["deploying"]["step"] == "wait ready"
+    monkeypatch.setenv("COLUMNS", "200")
+    tables.print_status(document)
+    assert "ct200: deploying: run run-live by root@" in capsys.readouterr().out
+
+    here = Owner.me("run-live", "root")
+    dead = dataclasses.replace(here, pid=2**22 + 7)  # above Linux's pid_max: no such process
+    files[layout.lock_owner] = dead.to_json().encode()
+    document, code = cli_commands.status(fleet.inputs, fleet.connect)
+    assert (code, by_name(document)["ct200"]["state"]) == (3, "interrupted")
+
+
+def test_status_shows_the_gate_that_admitted_the_current_release_apart_from_the_last_run(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After a failed deploy rolled back: GATE is the re-gate that kept the release
+    (4.18), LAST RUN the rollback of the attempted one, whose gate said 1.11."""
+    fleet = Fleet()
+    kept = fleet.deployed("ct200")
+    tried = "536fae0d5d06"
+    fleet.containers["ct200"].audit(
+        audit_line(RUN_B, "ops", "deploy", {
+            "result": "rolled_back", "release": tried, "previous_release": kept,
+            "current": kept, "gate": {"verdict": "fail", "mean_acceptance_length": 1.11},
+            "rollback_gate": {"verdict": "pass", "mean_acceptance_length": 4.18}})
+    )  # fmt: skip
+    serving(fleet.containers["ct200"].transport, "qwen3.6-27b")
+
+    document, _ = cli_commands.status(fleet.inputs, fleet.connect)
+
+    target = by_name(document)["ct200"]
+    assert (target["release"], target["release_gate"]["run_id"]) == (kept, RUN_B)
+    assert target["release_gate"]["mean_acceptance_length"] == 4.18
+    assert (target["last_run"]["release"], target["last_run"]["result"]) == (tried, "rolled_back")
+    monkeypatch.setenv("COLUMNS", "250")
+    tables.print_status(document)
+    [row] = [line for line in capsys.readouterr().out.splitlines() if line.startswith("ct200")]
+    assert re.search(rf"{kept} +running pid 4242 +ok +pass +4\.18 +deploy rolled back {tried}", row)
+    assert "1.11" not in row
 
 
 # -- unlock ------------------------------------------------------------------------------------

@@ -34,40 +34,55 @@ def test_status_report_parses_into_a_status_row(
     (deployment / "server.pid").write_text(f"{server.pid} {start_time(server.pid)}\n")
     (deployment / "lock").mkdir()
     (deployment / "lock" / "owner.json").write_text('{"run_id": "r1", "user": "ops"}')
-    outcome = {
-        "result": "deployed",
-        "release": "0123456789ab",
-        "gate": {"verdict": "pass", "mean_acceptance_length": 4.1},
-    }
+    a, b = "0123456789ab", "ba9876543210"
+    passed = {"verdict": "pass", "mean_acceptance_length": 4.21}
+    regated = {"verdict": "pass", "mean_acceptance_length": 4.18}
+    failed = {"verdict": "fail", "mean_acceptance_length": 1.11}
     lines = [
         audit_line("r0", "ops", "deploy", {"result": "failed"}),
-        audit_line("r1", "ops", "deploy", outcome),
-        audit_line("r2", "ops", "deploy", {"result": "unchanged", "release": "0123456789ab"}),
-    ]
+        audit_line("r1", "ops", "deploy", {"result": "deployed", "release": a, "current": a,
+                                           "gate": passed}),
+        audit_line("r2", "ops", "deploy", {"result": "rolled_back", "release": b, "current": a,
+                                           "previous_release": a, "gate": failed,
+                                           "rollback_gate": regated}),
+    ]  # fmt: skip
     (deployment / "audit.log").write_text("".join(f"{line}\n" for line in lines))
 
     done = run(status_report(Layout(str(deployment))))
 
     parsed = parse_status_report(done.stdout.decode())
     assert parsed == {
-        "release": "0123456789ab",
+        "release": a,
         "server": "running",
         "pid": server.pid,
+        "release_gate": {  # the re-gate that kept `a`, not r2's failed gate of `b`
+            "run_id": "r2",
+            "time": parsed["release_gate"]["time"],
+            "result": "pass",
+            "mean_acceptance_length": 4.18,
+        },
         "last_run": {
             "run_id": "r2",
             "time": parsed["last_run"]["time"],
             "action": "deploy",
-            "result": "unchanged",
-            "verdict": "pass",  # the last gate: an unchanged release ran none
-            "mean_acceptance_length": 4.1,
+            "result": "rolled_back",
+            "release": b,
+            "current": a,
+            "verdict": "fail",
+            "mean_acceptance_length": 1.11,
         },
         "lock": '{"run_id": "r1", "user": "ops"}',
     }
+    (deployment / "current").unlink()  # a run killed after its switch: `b` never gated
+    (deployment / "current").symlink_to(f"releases/{b}")
+    killed = parse_status_report(run(status_report(Layout(str(deployment)))).stdout.decode())
+    assert (killed["release"], killed["release_gate"]) == (b, None)
     empty = run(status_report(Layout(str(tmp_path / "never deployed"))))
     assert parse_status_report(empty.stdout.decode()) == {
         "release": None,
         "server": "none",
         "pid": None,
+        "release_gate": None,
         "last_run": None,
         "lock": None,
     }
@@ -78,11 +93,19 @@ def test_status_report_as_a_row() -> None:
         "release": "0123456789ab",
         "server": "running",
         "pid": 31337,
+        "release_gate": {  # a line written before `current_gate` was recorded
+            "run_id": "20250101T110000-cd34",
+            "time": "2025-01-01T11:05:00+00:00",
+            "result": "pass",
+            "mean_acceptance_length": 4.12,
+        },
         "last_run": {
             "run_id": "20250101T110000-cd34",
             "time": "2025-01-01T11:05:00+00:00",
             "action": "deploy",
             "result": "deployed",
+            "release": "0123456789ab",
+            "current": "0123456789ab",
             "verdict": "pass",
             "mean_acceptance_length": 4.12,
         },
@@ -95,6 +118,7 @@ def test_status_report_of_a_container_never_deployed() -> None:
         "release": None,
         "server": "none",
         "pid": None,
+        "release_gate": None,
         "last_run": None,
         "lock": None,
     }

@@ -24,11 +24,10 @@ from orchestrator.transport.base import Transport
 AUDIT_TAIL = 5000
 """Audit lines read per container: runs older than this are not listed nor resolved."""
 
-GATED = '"verdict": "'
-"""What an audit line with a gate verdict holds: json.dumps writes a null verdict as
-`"verdict": null`."""
+STATUS_TAIL = 200
+"""Audit lines `orch status` reads to find the gate that admitted the current release."""
 
-SUMMARY_KEYS = ("run_id", "time", "action", "result")
+SUMMARY_KEYS = ("run_id", "time", "action", "result", "release", "current")
 GATE_KEYS = ("verdict", "mean_acceptance_length")
 
 
@@ -37,7 +36,9 @@ GATE_KEYS = ("verdict", "mean_acceptance_length")
 
 def audit_line(run_id: str, user: str, action: str, target: Mapping[str, Any]) -> str:
     """One JSON line for the container's audit.log: `release` is the release the run
-    dealt with, `current` the one it left the container on."""
+    dealt with, `current` the one it left the container on, `current_gate` the gate
+    that judged `current` in this run (the rollback gate after a rollback; None when
+    no gate ran on it)."""
     gate = target.get("gate") or {}
     return json.dumps(
         {
@@ -51,9 +52,22 @@ def audit_line(run_id: str, user: str, action: str, target: Mapping[str, Any]) -
             "current": target.get("current"),
             "verdict": gate.get("verdict"),
             "mean_acceptance_length": gate.get("mean_acceptance_length"),
+            "current_gate": _gate_of_current(target),
         },
         sort_keys=True,
     )
+
+
+def _gate_of_current(target: Mapping[str, Any]) -> dict[str, Any] | None:
+    current = target.get("current")
+    if not current:
+        return None
+    by_release = {
+        target.get("release"): target.get("gate"),
+        target.get("previous_release"): target.get("rollback_gate"),
+    }
+    gate = by_release.get(current)
+    return {key: gate.get(key) for key in GATE_KEYS} if gate else None
 
 
 def append(transport: Transport, audit_log: str, line: str) -> None:
@@ -64,13 +78,9 @@ def append(transport: Transport, audit_log: str, line: str) -> None:
 # --- find -------------------------------------------------------------------------------
 
 
-def last_lines(audit_log: str) -> str:
-    """sh that prints `audit LINE` (the last audit line) and `gated LINE` (the last with
-    a gate verdict: a run that found the release unchanged ran no gate)."""
-    return (
-        f'echo "audit $(tail -n 1 {q(audit_log)} 2>/dev/null)"\n'
-        f'echo "gated $(grep -F {q(GATED)} {q(audit_log)} 2>/dev/null | tail -n 1)"'
-    )
+def status_lines(audit_log: str) -> str:
+    """sh that prints `audit LINE` for each of the last STATUS_TAIL audit lines."""
+    return f"tail -n {STATUS_TAIL} {q(audit_log)} 2>/dev/null | sed 's/^/audit /'"
 
 
 def tail(audit_log: str, lines: int) -> str:
@@ -81,16 +91,51 @@ def tail(audit_log: str, lines: int) -> str:
 # --- parse ------------------------------------------------------------------------------
 
 
-def last_run(audit: str, gated: str) -> dict[str, Any] | None:
-    """The last run's summary from what last_lines printed (ValueError if not JSON):
-    its id, time, action and result, and the figures of the last gate that ran."""
-    last = json.loads(audit) if audit else {}
-    judged = json.loads(gated) if gated else last
-    if not last:
+def _lines(lines: list[str]) -> list[dict[str, Any]]:
+    """Audit lines as JSON objects; a torn or hand-edited line is left out."""
+    parsed = []
+    for line in lines:
+        try:
+            raw = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(raw, dict):
+            parsed.append(raw)
+    return parsed
+
+
+def last_run(lines: list[str]) -> dict[str, Any] | None:
+    """What the last run did: its id, time, action, result, the release it attempted,
+    the one it left current, and its own gate's verdict and mean (None: no gate ran)."""
+    parsed = _lines(lines)
+    if not parsed:
         return None
-    return {key: last.get(key) for key in SUMMARY_KEYS} | {
-        key: judged.get(key) for key in GATE_KEYS
-    }
+    last = parsed[-1]
+    return {key: last.get(key) for key in (*SUMMARY_KEYS, *GATE_KEYS)} | {"current": left_on(last)}
+
+
+def release_gate(lines: list[str], release: str | None) -> dict[str, Any] | None:
+    """The gate that admitted `release`: the last run that left it current after
+    gating it. None when no recorded run gated it (a switch cut short, a hand edit).
+    Lines from before `current_gate` was recorded count when the run's gate judged
+    the release it left current."""
+    if not release:
+        return None
+    for raw in reversed(_lines(lines)):
+        if left_on(raw) != release:
+            continue
+        if "current_gate" in raw:
+            gate = raw["current_gate"]
+        else:
+            gate = raw if raw.get("release") == release and raw.get("verdict") else None
+        if gate:
+            return {
+                "run_id": raw.get("run_id"),
+                "time": raw.get("time"),
+                "result": gate.get("verdict"),
+                "mean_acceptance_length": gate.get("mean_acceptance_length"),
+            }
+    return None
 
 
 @dataclass(frozen=True)
@@ -122,6 +167,14 @@ def _text(value: Any) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
+def left_on(raw: Mapping[str, Any]) -> str | None:
+    """The release an audit line's run left current (older lines: read from its outcome)."""
+    if "current" in raw:
+        return _text(raw["current"])
+    legacy = _LEGACY_LEFT_ON.get((_text(raw.get("action")) or "", _text(raw.get("result")) or ""))
+    return _text(raw.get(legacy)) if legacy else None
+
+
 def parse_audit(text: str) -> list[AuditRecord]:
     """The audit log's lines as records, oldest first; a line that is not a run's
     JSON object (a torn write, a hand edit) is left out."""
@@ -134,11 +187,7 @@ def parse_audit(text: str) -> list[AuditRecord]:
         if not isinstance(raw, dict) or not _text(raw.get("run_id")):
             continue
         action, result = _text(raw.get("action")) or "", _text(raw.get("result"))
-        if "current" in raw:
-            current = _text(raw["current"])
-        else:
-            legacy = _LEGACY_LEFT_ON.get((action, result or ""))
-            current = _text(raw.get(legacy)) if legacy else None
+        current = left_on(raw)
         records.append(
             AuditRecord(
                 run_id=raw["run_id"],

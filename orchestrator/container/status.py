@@ -16,27 +16,31 @@ TIMEOUT = 60.0
 
 @builder
 def status_report(layout: Layout) -> list[str]:
-    """`key value` lines: current release, server state, lock owner, last audit line, and
-    the last audit line with a gate verdict."""
+    """`key value` lines: current release, server state, lock owner, then the audit
+    log's last lines (`audit LINE` each)."""
     return script(
         PROCESS_FUNCTIONS
         + f'echo "current $(readlink {q(layout.current)} 2>/dev/null)"\n'
         + f'echo "server $(recorded {q(layout.server_pid)})"\n'
         + f'echo "lock $(cat {q(layout.lock_owner)} 2>/dev/null)"\n'
-        + audit.last_lines(layout.audit_log)
+        + audit.status_lines(layout.audit_log)
     )
 
 
 def parse_status_report(text: str) -> dict[str, Any]:
     """What status_report prints, as a status row."""
     with reading("the status report", text):
-        fields = dict(line.partition(" ")[::2] for line in text.splitlines())
+        pairs = [line.partition(" ")[::2] for line in text.splitlines()]
+        fields = {key: value for key, value in pairs if key != "audit"}
+        audit_lines = [value for key, value in pairs if key == "audit"]
         server = fields.get("server", "none").split()
+        release = release_id_of(fields.get("current", ""))
         return {
-            "release": release_id_of(fields.get("current", "")),
+            "release": release,
             "server": server[0],
             "pid": int(server[1]) if len(server) > 1 else None,
-            "last_run": audit.last_run(fields.get("audit", ""), fields.get("gated", "")),
+            "release_gate": audit.release_gate(audit_lines, release),
+            "last_run": audit.last_run(audit_lines),
             "lock": fields.get("lock") or None,
         }
 

@@ -326,9 +326,26 @@ STATUS_COLUMNS = [
     Column("HEALTH", drop=4),
     Column("GATE", drop=5),
     Column("MEAN LENGTH", drop=2, justify="right"),
+    Column("LAST RUN", drop=7, fold=True),
     Column("LOCKED BY", drop=1, fold=True),
     Column("HOST", drop=6),
 ]
+
+
+def last_run_words(last: dict[str, Any] | None) -> str:
+    """`deploy rolled back 536fae0d5d06 3m ago`: what the last run did, and to which
+    release, apart from where the container stands."""
+    if not last:
+        return ""
+    release = f" {last['release']}" if last.get("release") else ""
+    return f"{last['action']} {words(last['result'] or '')}{release} {ago(last['time'])}"
+
+
+def deploying_words(target: dict[str, Any]) -> str:
+    """`run R by root@vm, at 'gate', 12 s`: the run at work on a container."""
+    run = target["deploying"]
+    step = f", at '{run['step']}'" if run.get("step") else ""
+    return f"run {run['run_id']} by {run['owner']}{step}, {run['elapsed']:.0f} s"
 
 
 def server_words(target: dict[str, Any]) -> str:
@@ -352,8 +369,9 @@ def print_status(doc: dict[str, Any]) -> None:
     out = console()
     rows: list[list[Cell]] = []
     for t in doc["targets"]:
-        last = t.get("last_run") or {}
+        gate = t.get("release_gate") or {}
         health = t.get("health")
+        never_gated = "not gated" if t.get("release") and not gate else ""
         rows.append(
             [
                 text(t["name"]),
@@ -361,14 +379,17 @@ def print_status(doc: dict[str, Any]) -> None:
                 text(t.get("release") or ""),
                 text(server_words(t)),
                 text("" if health is None else ("ok" if health == 200 else f"{health}")),
-                text(last.get("verdict") or ""),
-                mean_length(last.get("mean_acceptance_length")),
+                text(gate.get("result") or never_gated),
+                mean_length(gate.get("mean_acceptance_length")),
+                text(last_run_words(t.get("last_run"))),
                 text(locked_by(t.get("lock"))),
                 text(t["host"]),
             ]
         )
     out.print(fitted_table(out, STATUS_COLUMNS, rows), crop=False)
     for t in doc["targets"]:
+        if t.get("deploying"):
+            out.print(text(f"{t['name']}: deploying: {deploying_words(t)}"), highlight=False)
         for key in ("interrupted", "error"):
             if t.get(key):
                 out.print(text(f"{t['name']}: {key}: {t[key]}", "red"), highlight=False)
