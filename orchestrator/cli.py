@@ -7,7 +7,7 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
@@ -20,16 +20,46 @@ or not applied, nothing broken); 2 bad input (nothing touched); 3 needs attentio
 
 
 class OrchGroup(click.Group):
-    """Turns project errors into their message and exit code, no traceback."""
+    """Turns project errors into their message and exit code, no traceback; with
+    `--json` (or `-o json`) also into one document on stdout."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        ctx.meta.setdefault(RAW_ARGS, list(args))
+        return super().parse_args(ctx, args)
 
     def invoke(self, ctx: click.Context) -> object:
         try:
             return super().invoke(ctx)
         except OrchError as exc:
-            from orchestrator.report.screen import printable
+            _fail(ctx, str(exc), exc.exit_code)
+        except click.UsageError as exc:
+            if not wants_json(ctx.meta.get(RAW_ARGS, [])):
+                raise
+            _fail(ctx, exc.format_message(), exc.exit_code)
 
-            click.echo(f"error: {printable(str(exc))}", err=True)
-            sys.exit(exc.exit_code)
+
+RAW_ARGS = "orch.args"
+OUTPUT = "orch.output"
+
+
+def wants_json(args: list[str]) -> bool:
+    """Whether the command line asks for JSON: `--json`, `-o json`, `-ojson`, `--output=json`."""
+    pairs = zip(args, [*args[1:], ""], strict=True)
+    return any(
+        a == "--json"
+        or a in ("-ojson", "--output=json")
+        or (a in ("-o", "--output") and b == "json")
+        for a, b in pairs
+    )
+
+
+def _fail(ctx: click.Context, message: str, exit_code: int) -> NoReturn:
+    from orchestrator.report.screen import error_document, print_json, printable
+
+    click.echo(f"error: {printable(message)}", err=True)
+    if wants_json(ctx.meta.get(RAW_ARGS, [])):
+        print_json(error_document(message, exit_code))
+    sys.exit(exit_code)
 
 
 @click.group(
@@ -56,6 +86,7 @@ inventory_option = click.option(
     help="Inventory YAML file (default: $ORCH_INVENTORY, then `inventory` in the config file).",
 )
 limit_option = click.option(
+    "-l",
     "--limit",
     multiple=True,
     metavar="PATTERN",
@@ -68,7 +99,34 @@ set_option = click.option(
     metavar="PATH=VALUE",
     help="Override a playbook field; VALUE is YAML.",
 )
-json_option = click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+
+
+def _remember_output(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
+    if value:
+        ctx.meta[OUTPUT] = value
+
+
+def json_option(command: Callable[..., None]) -> Callable[..., None]:
+    """`--json`, and `-o json|table` (kubectl's spelling) for the same choice."""
+    as_json = click.option(
+        "--json",
+        "as_json",
+        is_flag=True,
+        callback=lambda ctx, _p, value: bool(value) or ctx.meta.get(OUTPUT) == "json",
+        help="Print one JSON document (also on errors).",
+    )
+    output = click.option(
+        "-o",
+        "--output",
+        type=click.Choice(["json", "table"]),
+        expose_value=False,
+        is_eager=True,
+        callback=_remember_output,
+        help="json: as --json; table: for people (the default).",
+    )
+    return output(as_json(command))
+
+
 accept_keys_option = click.option(
     "--accept-new-host-keys",
     is_flag=True,
@@ -83,6 +141,9 @@ accept_keys_option = click.option(
 @set_option
 @click.option(
     "--dry-run",
+    "--check",
+    "-C",
+    "dry_run",
     is_flag=True,
     help="Connect and preflight, change nothing; exit 1 when preflight finds an error.",
 )
@@ -297,15 +358,14 @@ def verify_config(
 
 def fleet_read_options(command: Callable[..., None]) -> Callable[..., None]:
     """PLAYBOOK -i INVENTORY [--limit] [--accept-new-host-keys] [--json]."""
-    for option in reversed(
-        [
-            click.argument("playbook"),
-            inventory_option,
-            limit_option,
-            accept_keys_option,
-            json_option,
-        ]
-    ):
+    options: list[Callable[[Any], Any]] = [
+        click.argument("playbook"),
+        inventory_option,
+        limit_option,
+        accept_keys_option,
+        json_option,
+    ]
+    for option in reversed(options):
         command = option(command)
     return command
 

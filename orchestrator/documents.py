@@ -35,6 +35,7 @@ Kind = Literal[
     "LabUp",
     "LabDown",
     "LabStatus",
+    "Error",
 ]
 
 RunResult = Literal["ok", "not_applied", "bad_input", "needs_attention", "interrupted"]

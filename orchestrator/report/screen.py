@@ -9,6 +9,7 @@ shows control characters (a terminal escape in a lock owner) as escapes.
 from __future__ import annotations
 
 import json
+import re
 import sys
 import textwrap
 import time
@@ -23,6 +24,7 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
+from orchestrator.documents import document, run_result
 from orchestrator.drafters.findings import Finding, Severity
 
 if TYPE_CHECKING:
@@ -202,3 +204,36 @@ def words(value: str) -> str:
 def print_json(doc: dict[str, Any]) -> None:
     """One document of the contract (documents.py) on stdout."""
     print(json.dumps(doc, indent=2, default=str))
+
+
+_WHERE = re.compile(
+    r"^(?P<file>[^\s:][^:]*):(?P<line>\d+)(?::(?P<column>\d+))?: "
+    r"(?:(?P<field>[A-Za-z0-9_.\[\]-]+): )?(?P<message>.*)$"
+)
+_FILE = re.compile(r"^(?P<file>[^\s:]*[/.][^\s:]*): (?P<message>.*)$")
+
+
+def error_entries(message: str) -> list[dict[str, Any]]:
+    """An error's lines as `file`, `line`, `column`, `field`, `message` (None where a
+    line does not say): `inventory.yaml:12:5: containers.ct200.vmid: ...`."""
+    entries = []
+    for text_line in filter(None, message.splitlines()):
+        found = _WHERE.match(text_line) or _FILE.match(text_line)
+        parts = found.groupdict() if found else {"message": text_line}
+        entries.append(
+            {
+                "file": parts.get("file"),
+                "line": int(parts["line"]) if parts.get("line") else None,
+                "column": int(parts["column"]) if parts.get("column") else None,
+                "field": parts.get("field"),
+                "message": parts["message"],
+            }
+        )
+    return entries
+
+
+def error_document(message: str, exit_code: int) -> dict[str, Any]:
+    """The one document a `--json` command prints when it stops before its own."""
+    return document(
+        "Error", result=run_result(exit_code), message=message, errors=error_entries(message)
+    )
