@@ -25,6 +25,7 @@ DOCUMENT = {
             "result": "rolled_back",
             "release": "new",
             "previous_release": "old",
+            "current": "old",
             "gate": {
                 "verdict": "fail",
                 "mean_acceptance_length": 1.1078,
@@ -64,7 +65,11 @@ def test_run_report_shows_outcome_gate_reason_and_warnings(capsys: pytest.Captur
     run_report.print_run(DOCUMENT)
     out = capsys.readouterr().out
     assert out.startswith("qwen-dflash run r1: not applied\n")
-    assert cells(out, "ct200") == ["ct200", "rolled back", "new", "old", "fail", "1.11", "812"]
+    # RELEASE is where ct200 stands after the rollback; the release it tried has its column
+    assert cells(out, "ct200") == [
+        "ct200", "rolled back", "old", "new", "old", "fail", "1.11", "812"
+    ]  # fmt: skip
+    assert re.search(r"CONTAINER +RESULT +RELEASE +ATTEMPTED +PREVIOUS", out)
     assert "ct200 gate: mean acceptance length 1.11 < required 2.50" in out
     assert "  why: check dflash_config.target_layer_ids" in out
     assert "pos  1 ███░" in out

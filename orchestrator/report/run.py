@@ -37,6 +37,7 @@ def print_run(doc: dict[str, Any]) -> None:
         Column("CONTAINER", identifier=True),
         Column("RESULT"),
         Column("RELEASE", identifier=True),
+        Column("ATTEMPTED", identifier=True),
         Column("PREVIOUS", identifier=True, drop=3),
         Column("GATE", drop=2),
         Column("MEAN LENGTH", drop=1, justify="right"),
@@ -49,7 +50,8 @@ def print_run(doc: dict[str, Any]) -> None:
             [
                 text(target["name"]),
                 text(words(target["result"])),
-                text(target.get("release") or ""),
+                text(standing_on(target) or ""),
+                text(attempted(target) or ""),
                 text(target.get("previous_release") or ""),
                 text(gate.get("verdict") or ""),
                 mean_length_of(target),
@@ -92,6 +94,18 @@ def print_run(doc: dict[str, Any]) -> None:
         out.print(text(f"warning: {warning}", "yellow"), highlight=False)
     if doc.get("log"):
         out.print(text(f"run log: {doc['log']} (orch history --show {doc['run_id']})"))
+
+
+def standing_on(target: dict[str, Any]) -> str | None:
+    """The release the container is on after the run (a dry run: the one it would get)."""
+    return target.get("current") if "current" in target else target.get("release")
+
+
+def attempted(target: dict[str, Any]) -> str | None:
+    """The release the run tried, where the container is not on it (rolled back,
+    interrupted, failed); empty where it is."""
+    tried = target.get("release")
+    return tried if tried != standing_on(target) and target.get("result") != "dry_run" else None
 
 
 def gate_lines(label: str, gate: dict[str, Any]) -> list[str]:
