@@ -189,20 +189,28 @@ def deploy(
 
         def one(name: str) -> Outcome:
             if cancel.requested:
-                return not_started(name, "not started: the run was interrupted")
+                return not_started(name)
             run = _target_run(
                 inputs, connections, plans[name], options, progress, prompts, cancel, show_diff
             )
             return run.deploy()
 
-        def not_started(name: str, why: str) -> Outcome:
-            return Outcome(name, plans[name].host, result="skipped", exit_code=0, error=why)
+        def not_started(name: str) -> Outcome:
+            """Skipped: after an interrupt, or once the failure budget is spent."""
+            why = (
+                "the run was interrupted"
+                if cancel.requested
+                else "the rollout's failure budget was spent"
+            )
+            return Outcome(
+                name, plans[name].host, result="skipped", exit_code=0, error=f"not started: {why}"
+            )
 
         rollout = run_rollout(
             list(plans),
             inputs.playbook.rollout,
             one,
-            lambda name: not_started(name, "not started: the rollout's failure budget was spent"),
+            not_started,
             lambda name, exc: _unreached(plans[name], exc),
         )
         usage = connections.usage()
