@@ -31,7 +31,7 @@ from orchestrator.errors import InputError, NeedsAttention
 from orchestrator.inventory import SshSettings, load_inventory
 from orchestrator.lab.cluster import Lab, LabSpec
 
-FIXTURES = Path(__file__).parent / "fixtures" / "proxmox"
+FIXTURES = Path(__file__).parent.parent / "fixtures" / "proxmox"
 
 
 def fixture(name: str) -> str:

@@ -10,7 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from labtools import FAST, ROOT, LabHandle
+from labtools import FAST, LabHandle
+from orchrun import ROOT
 
 pytestmark = pytest.mark.lab
 

@@ -45,7 +45,7 @@ from orchestrator.lab.paths import (
 )
 from orchestrator.lab.vllm_standin import Drafting
 
-REFERENCE = Path(__file__).parent / "fixtures/drafters"  # the published configs
+REFERENCE = Path(__file__).parent.parent / "fixtures/drafters"  # the published configs
 PUBLISHED = get_profile("z-lab/Qwen3.6-27B-DFlash").config  # as orch renders it
 QWEN3_8B_DRAFTER = json.loads((REFERENCE / "z-lab_Qwen3-8B-DFlash-b16.config.json").read_text())
 DRAFTER_NAME = "Qwen3.6-27B-DFlash"

@@ -19,7 +19,8 @@ from typing import Any
 
 import pytest
 import yaml
-from labtools import ROOT, LabHandle, RunResult, free_network
+from labtools import LabHandle, free_network
+from orchrun import ROOT, RunResult, orch
 
 from orchestrator.documents import API_VERSION, Document
 from orchestrator.lab.cluster import Lab
@@ -28,7 +29,7 @@ from orchestrator.lab.paths import pid_alive
 pytestmark = pytest.mark.lab
 
 FAST = ["--set", "gate.probe.scrape_interval=0.25", "--set", "gate.ready_timeout=30"]
-DRAFTERS = Path(__file__).parent / "fixtures" / "drafters"
+DRAFTERS = Path(__file__).parent.parent / "fixtures" / "drafters"
 ENVELOPE = ["kind", "api_version"]
 
 
@@ -55,15 +56,7 @@ class Fleet:
 
 
 def _cli(env: dict[str, str], *args: str) -> RunResult:
-    done = subprocess.run(
-        [sys.executable, "-m", "orchestrator", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-        cwd=ROOT,
-    )
-    return RunResult(done.returncode, done.stdout, done.stderr)
+    return orch(*args, env=env)
 
 
 @pytest.fixture(scope="module")

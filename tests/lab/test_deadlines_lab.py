@@ -16,7 +16,8 @@ import time
 from pathlib import Path
 
 import pytest
-from labtools import ROOT, LabHandle
+from labtools import LabHandle
+from orchrun import ROOT
 
 from orchestrator.lab.paths import ContainerPaths, pid_alive
 

@@ -5,8 +5,6 @@ into hand edits and playbook changes."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -17,7 +15,6 @@ from orchestrator.cli_commands import drift
 from orchestrator.container.audit import AuditRecord, audit_line, parse_audit
 from orchestrator.errors import InputError
 from orchestrator.inventory import load_inventory
-from orchestrator.layout import Layout
 from orchestrator.plan import DRAFTER_CONFIG, LAUNCH_SCRIPT, VIEW_CONFIG, plan_deploy
 from orchestrator.playbook import load_playbook
 from orchestrator.release import Applied, GateTarget
@@ -28,10 +25,8 @@ from orchestrator.runs import (
     fleet_runs,
     resolve,
 )
-from orchestrator.transport.base import Result
-from orchestrator.transport.memory import ANY, MemoryTransport
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parent.parent.parent
 PLAYBOOK = ROOT / "playbooks" / "qwen-dflash.yaml"
 EXAMPLE = ROOT / "inventories" / "example.yaml"
 
@@ -192,36 +187,6 @@ def test_a_run_whose_release_was_pruned_is_refused_before_any_switch() -> None:
     records[0] = TargetRecord("ct1", "b1111111", [KeptRelease("b1111111")], records[0].records)
     with pytest.raises(InputError, match="ct1: a1111111 \\(kept: b1111111\\)"):
         resolve(RUN_A, records)
-
-
-def test_the_release_records_are_read_from_a_real_deployment(tmp_path: Path) -> None:
-    layout = Layout(str(tmp_path / "qwen-dflash"))
-    ages = {"b1111111": 2_000, "a1111111": 1_000, "c3333333": 3_000}
-    for name in ages:
-        Path(layout.release(name)).mkdir(parents=True)
-    manifest = {"run_id": RUN_A, "created": "2026-12-01T10:00:00+00:00"}
-    Path(layout.release("a1111111"), "manifest.json").write_text(json.dumps(manifest))
-    Path(layout.release("b1111111"), "manifest.json").write_text("{torn")
-    for name, mtime in ages.items():
-        os.utime(layout.release(name), (mtime, mtime))
-    Path(layout.current).symlink_to("releases/b1111111")
-    Path(layout.audit_log).write_text("\n".join(fleet_lines()) + "\n")
-
-    def local(argv: Sequence[str], stdin: bytes | None) -> Result:
-        done = subprocess.run(list(argv), capture_output=True, timeout=30, check=False)
-        return Result(tuple(argv), done.returncode, done.stdout, done.stderr)
-
-    record = release.record(MemoryTransport().on(ANY, local), layout, "ct1")
-    assert record.current == "b1111111"
-    assert record.kept == [
-        KeptRelease("a1111111", manifest["created"], RUN_A),
-        KeptRelease("b1111111"),
-        KeptRelease("c3333333"),
-    ]
-    assert [r.run_id for r in record.records] == [RUN_A, RUN_B]
-
-    empty = release.record(MemoryTransport().on(ANY, local), Layout(str(tmp_path / "x")), "ct2")
-    assert (empty.current, empty.kept, empty.records) == (None, [], [])
 
 
 def fleet_lines() -> list[str]:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parent.parent / "orchestrator"
+PACKAGE = Path(__file__).resolve().parent.parent.parent / "orchestrator"
 BASE = {"orchestrator.errors", "orchestrator.deadline", "orchestrator.layout"}
 ALLOWED = {
     "orchestrator.transport": (

@@ -11,7 +11,7 @@ from test_metrics_simulation import K, counters_of
 
 from orchestrator.metrics.scrape import MetricsFormatError, SpecDecodeCounters, parse_spec_decode
 
-FIXTURES = Path(__file__).parent / "fixtures" / "metrics"
+FIXTURES = Path(__file__).parent.parent / "fixtures" / "metrics"
 SAMPLE = re.compile(r"^(vllm:spec_decode_num_\w+_total)\{([^}]*)\} (\S+)$", re.MULTILINE)
 
 

@@ -9,7 +9,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from labtools import ROOT, free_network
+from labtools import free_network
+from orchrun import ROOT
 
 from orchestrator.lab.cluster import Lab
 from orchestrator.lab.paths import pid_alive

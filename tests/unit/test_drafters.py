@@ -24,7 +24,7 @@ from orchestrator.drafters.kinds.dflash import (
 from orchestrator.drafters.modelfiles import read_model_dir, write_safetensors_stub
 from orchestrator.drafters.profiles import Profile, get_profile, merge_overrides, target_files
 
-FIXTURES = Path(__file__).parent / "fixtures" / "drafters"
+FIXTURES = Path(__file__).parent.parent / "fixtures" / "drafters"
 QWEN36 = "z-lab/Qwen3.6-27B-DFlash"
 QWEN3 = "z-lab/Qwen3-8B-DFlash-b16"
 PUBLISHED = {

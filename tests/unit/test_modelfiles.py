@@ -23,7 +23,7 @@ from orchestrator.drafters.modelfiles import (
 )
 from orchestrator.errors import InputError
 
-FIXTURES = Path(__file__).parent / "fixtures" / "drafters"
+FIXTURES = Path(__file__).parent.parent / "fixtures" / "drafters"
 DRAFTER_CONFIG = FIXTURES / "z-lab_Qwen3.6-27B-DFlash.config.json"
 FC_AND_LAYERS = {
     "fc.weight": ("BF16", [5120, 25600]),

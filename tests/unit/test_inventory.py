@@ -7,8 +7,8 @@ import pytest
 from orchestrator.errors import InputError
 from orchestrator.inventory import load_inventory
 
-ROOT = Path(__file__).resolve().parent.parent
-FIXTURES = Path(__file__).parent / "fixtures" / "inventories"
+ROOT = Path(__file__).resolve().parent.parent.parent
+FIXTURES = Path(__file__).parent.parent / "fixtures" / "inventories"
 
 
 def load_error(name: str) -> str:

@@ -6,37 +6,27 @@ import json
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from orchrun import PLAIN, ROOT, RunResult
+from orchrun import orch as run_orch
 
 from orchestrator.drafters.profiles import get_profile
 
-ROOT = Path(__file__).resolve().parent.parent
-DRAFTERS = Path(__file__).parent / "fixtures" / "drafters"
+DRAFTERS = Path(__file__).parent.parent / "fixtures" / "drafters"
 EXAMPLE = ROOT / "inventories" / "example.yaml"
 
 
-def orch(*args: str, columns: int = 200) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "orchestrator", *args],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env={
-            "NO_COLOR": "1",
-            "COLUMNS": str(columns),
-            "PATH": "/usr/bin:/bin",
-            "XDG_CONFIG_HOME": "/nonexistent",
-        },
-        timeout=60,
+def orch(*args: str, columns: int = 200) -> RunResult:
+    return run_orch(
+        *args, env={**PLAIN, "COLUMNS": str(columns), "XDG_CONFIG_HOME": "/nonexistent"}
     )
 
 
 def test_help_lists_every_command_and_the_exit_codes() -> None:
     done = orch("--help")
-    assert done.returncode == 0
+    assert done.code == 0
     for command in (
         "deploy",
         "rollback",
@@ -81,7 +71,7 @@ def variant(tmp_path: Path, **changes: object) -> Path:
 
 def test_verify_config_offline_passes_the_rendered_config(tmp_path: Path) -> None:
     done = verify(variant(tmp_path), "--json")
-    assert done.returncode == 0, done.stdout
+    assert done.code == 0, done.stdout
     assert json.loads(done.stdout) == {
         "kind": "Findings",
         "api_version": "orch/v1",
@@ -92,7 +82,7 @@ def test_verify_config_offline_passes_the_rendered_config(tmp_path: Path) -> Non
 
 def test_verify_config_offline_stops_the_published_file_the_server_sees_no_window_in() -> None:
     done = verify(PUBLISHED_DRAFTER, "--json")
-    assert done.returncode == 1
+    assert done.code == 1
     [finding] = json.loads(done.stdout)["findings"]
     assert (finding["severity"], finding["field"]) == ("error", "use_sliding_window")
 
@@ -120,14 +110,14 @@ def test_verify_config_stops_an_override_of_a_key_vllm_reads(
     tmp_path: Path, key: str, value: object
 ) -> None:
     done = verify(variant(tmp_path, **{key: value}), "--json")
-    assert done.returncode == 1, done.stdout
+    assert done.code == 1, done.stdout
     errors = {f["field"] for f in json.loads(done.stdout)["findings"] if f["severity"] == "error"}
     assert key.replace("__", ".") in errors
 
 
 def test_verify_config_passes_bos_248044_with_a_warning_naming_it(tmp_path: Path) -> None:
     done = verify(variant(tmp_path, bos_token_id=248044))
-    assert done.returncode == 0, done.stdout
+    assert done.code == 0, done.stdout
     assert "bos_token_id" in done.stdout
     assert "no server reads it" in done.stdout.replace("\n", " ")
     assert done.stdout.splitlines()[-1] == "0 error(s), 1 warning(s)"
@@ -135,7 +125,7 @@ def test_verify_config_passes_bos_248044_with_a_warning_naming_it(tmp_path: Path
 
 def test_verify_config_names_a_misspelt_key_and_the_one_meant(tmp_path: Path) -> None:
     done = verify(variant(tmp_path, dflash_config__target_layer_idz=[1, 17, 33, 49, 63]), "--json")
-    assert done.returncode == 1
+    assert done.code == 1
     [finding] = json.loads(done.stdout)["findings"]
     assert finding["field"] == "dflash_config.target_layer_idz"
     assert "did you mean dflash_config.target_layer_ids?" in finding["message"]
@@ -148,7 +138,7 @@ def test_verify_config_offline_reports_the_field_guess(tmp_path: Path) -> None:
         dflash_config={"mask_token_id": 248070, "target_layer_ids": [1, 17, 33, 49, 63]},
     )
     done = verify(guessed, "--profile", "z-lab/Qwen3.6-27B-DFlash", "--json")
-    assert done.returncode == 1
+    assert done.code == 1
     document = json.loads(done.stdout)
     by_severity = {
         severity: {f["field"] for f in document["findings"] if f["severity"] == severity}
@@ -163,7 +153,7 @@ def test_verify_config_offline_reports_the_field_guess(tmp_path: Path) -> None:
 
 def test_verify_config_human_output_names_the_field_and_counts(tmp_path: Path) -> None:
     done = verify(variant(tmp_path, layer_types=["full_attention"] * 5))
-    assert done.returncode == 1
+    assert done.code == 1
     assert "layer_types" in done.stdout
     assert done.stdout.splitlines()[-1].startswith("1 error(s)")
 
@@ -171,7 +161,7 @@ def test_verify_config_human_output_names_the_field_and_counts(tmp_path: Path) -
 def test_truncated_config_is_a_finding_not_a_traceback(tmp_path: Path) -> None:
     (tmp_path / "config.json").write_bytes(PUBLISHED_DRAFTER.read_bytes()[:200])
     done = verify(tmp_path / "config.json", "--json")
-    assert done.returncode == 1
+    assert done.code == 1
     assert "Traceback" not in done.stderr
     assert "not valid JSON" in json.loads(done.stdout)["findings"][0]["message"]
 
@@ -180,20 +170,20 @@ def test_unusable_input_exits_2(tmp_path: Path) -> None:
     done = orch(
         "verify-config", "--drafter", str(tmp_path / "nope"), "--target", str(tmp_path / "nope")
     )
-    assert done.returncode == 2
+    assert done.code == 2
     assert done.stderr.startswith("error: ")
 
 
 def test_bad_inventory_exits_2_with_file_line_and_field() -> None:
-    bad = Path(__file__).parent / "fixtures" / "inventories" / "bad-vmid.yaml"
+    bad = Path(__file__).parent.parent / "fixtures" / "inventories" / "bad-vmid.yaml"
     done = orch("render", "qwen-dflash", "-i", str(bad))
-    assert done.returncode == 2
+    assert done.code == 2
     assert f"{bad}:14:5: containers.ct201.vmid: 42 is not a valid Proxmox VMID" in done.stderr
 
 
 def test_render_prints_config_and_launch_script_per_target() -> None:
     done = orch("render", "qwen-dflash", "-i", str(EXAMPLE), "--limit", "ct200")
-    assert done.returncode == 0, done.stderr
+    assert done.code == 0, done.stderr
     assert '"target_layer_ids"' in done.stdout
     assert "--speculative-config" in done.stdout
     assert "/dev/shm/models/Qwen3.6-27B" in done.stdout
@@ -211,19 +201,19 @@ def test_render_with_a_guess_shows_the_finding_and_exits_1() -> None:
         "--set",
         "drafter.overrides.dflash_config.mask_token_id=248064",
     )
-    assert done.returncode == 1
+    assert done.code == 1
     assert "dflash_config.mask_token_id" in done.stdout
 
 
 def test_unknown_set_path_exits_2() -> None:
     done = orch("render", "qwen-dflash", "-i", str(EXAMPLE), "--set", "server.prot=1")
-    assert done.returncode == 2
+    assert done.code == 2
     assert "unknown field 'server.prot'" in done.stderr
 
 
 def test_profiles_lists_the_published_drafters() -> None:
     done = orch("profiles")
-    assert done.returncode == 0
+    assert done.code == 0
     assert "z-lab/Qwen3.6-27B-DFlash" in done.stdout
     assert "z-lab/Qwen3-8B-DFlash-b16" in done.stdout
 
@@ -231,7 +221,7 @@ def test_profiles_lists_the_published_drafters() -> None:
 def test_render_prints_whole_lines_at_any_width() -> None:
     wide = orch("render", "qwen-dflash", "-i", str(EXAMPLE), "--limit", "ct200")
     narrow = orch("render", "qwen-dflash", "-i", str(EXAMPLE), "--limit", "ct200", columns=40)
-    assert narrow.returncode == wide.returncode == 0, narrow.stderr
+    assert narrow.code == wide.code == 0, narrow.stderr
     assert narrow.stdout == wide.stdout
     [spec] = [line for line in narrow.stdout.splitlines() if "--speculative-config" in line]
     assert spec.endswith('"num_speculative_tokens": 15}\' \\')
@@ -239,7 +229,7 @@ def test_render_prints_whole_lines_at_any_width() -> None:
 
 def test_render_output_writes_each_containers_files(tmp_path: Path) -> None:
     done = orch("render", "qwen-dflash", "-i", str(EXAMPLE), "--output", str(tmp_path / "out"))
-    assert done.returncode == 0, done.stderr
+    assert done.code == 0, done.stderr
     for name in ("ct129", "ct200"):
         script, config = (
             tmp_path / "out" / name / "serve.sh",
@@ -252,7 +242,7 @@ def test_render_output_writes_each_containers_files(tmp_path: Path) -> None:
         assert json.loads(config.read_text())["architectures"] == ["DFlashDraftModel"]
     (tmp_path / "file").write_text("")
     refused = orch("render", "qwen-dflash", "-i", str(EXAMPLE), "--output", str(tmp_path / "file"))
-    assert refused.returncode == 2
+    assert refused.code == 2
     assert "Traceback" not in refused.stderr and str(tmp_path / "file") in refused.stderr
 
 
@@ -269,7 +259,7 @@ def test_template_payload_in_set_runs_nothing(tmp_path: Path) -> None:
     marker = tmp_path / "pwned"
     payload = f'{{{{ cycler.__init__.__globals__.os.system("touch {marker}") }}}}'
     done = render("-i", str(EXAMPLE), "--set", f"target.path={json.dumps(payload)}")
-    assert done.returncode == 2
+    assert done.code == 2
     assert "target.path for ct129: not allowed in a template" in done.stderr
     assert not marker.exists()
 
@@ -285,7 +275,7 @@ def test_template_payload_in_a_playbook_file_runs_nothing(tmp_path: Path) -> Non
     assert hostile != playbook
     (tmp_path / "p.yaml").write_text(hostile)
     done = orch("render", str(tmp_path / "p.yaml"), "-i", str(EXAMPLE))
-    assert done.returncode == 2, done.stderr
+    assert done.code == 2, done.stderr
     assert "not allowed in a template" in done.stderr
     assert not marker.exists()
 
@@ -311,7 +301,7 @@ def test_hostile_yaml_inventory_exits_2_with_its_line(
     inventory = tmp_path / "inventory.yaml"
     inventory.write_text(text)
     done = render("-i", str(inventory))
-    assert done.returncode == 2
+    assert done.code == 2
     assert re.fullmatch(f"error: {re.escape(str(inventory))}{message}\n", done.stderr)
 
 
@@ -324,7 +314,7 @@ def test_devices_fifos_and_directories_are_not_inventories(tmp_path: Path) -> No
         (str(tmp_path), "a directory"),
     ):
         done = render("-i", path)
-        assert done.returncode == 2
+        assert done.code == 2
         assert done.stderr == f"error: {path}:1: not a regular file ({kind})\n"
 
 
@@ -339,7 +329,7 @@ def test_devices_fifos_and_directories_are_not_inventories(tmp_path: Path) -> No
 )
 def test_numbers_out_of_range_exit_2(assignment: str, message: str) -> None:
     done = render("-i", str(EXAMPLE), "--set", assignment)
-    assert done.returncode == 2
+    assert done.code == 2
     assert done.stderr.startswith(
         f"error: --set server.stop_timeout: server.stop_timeout: {message}"
     )
@@ -351,7 +341,7 @@ def test_a_wrongly_typed_var_is_a_schema_error(tmp_path: Path) -> None:
         EXAMPLE.read_text().replace("nvidia_smi: /usr/bin/nvidia-smi", "nvidia_smi: 42")
     )
     done = render("-i", str(inventory))
-    assert done.returncode == 2
+    assert done.code == 2
     assert re.fullmatch(
         rf"error: {re.escape(str(inventory))}:\d+:\d+: defaults.vars.nvidia_smi: "
         r"Input should be a valid string \(got 42\)\n",
@@ -361,31 +351,29 @@ def test_a_wrongly_typed_var_is_a_schema_error(tmp_path: Path) -> None:
 
 def test_lab_decode_speed_must_be_positive(tmp_path: Path) -> None:
     done = orch("lab", "up", "--dir", str(tmp_path / "lab"), "--tokens-per-second", "0")
-    assert done.returncode == 2
+    assert done.code == 2
     assert "'--tokens-per-second': 0.0 is not in the range x>0" in done.stderr
     assert not (tmp_path / "lab").exists()
 
 
 def test_probe_endpoints_are_checked_with_their_field() -> None:
     done = orch("render", "qwen-dflash", "-i", str(EXAMPLE), "--set", "gate.probe.endpoints=[grpc]")
-    assert done.returncode == 2
+    assert done.code == 2
     assert "gate.probe.endpoints" in done.stderr and "Traceback" not in done.stderr
 
 
 def test_history_show_of_an_unknown_or_malformed_run_exits_2(tmp_path: Path) -> None:
     for run_id, message in (("2026", "no run log for '2026'"), ("../x", "is not a run id")):
-        done = subprocess.run(
-            [sys.executable, "-m", "orchestrator", "history", "--show", run_id],
-            capture_output=True,
-            text=True,
-            cwd=ROOT,
+        done = run_orch(
+            "history",
+            "--show",
+            run_id,
             env={"PATH": "/usr/bin:/bin", "ORCH_STATE_DIR": str(tmp_path)},
-            timeout=60,
         )
-        assert done.returncode == 2 and message in done.stderr
+        assert done.code == 2 and message in done.stderr
         assert "Traceback" not in done.stderr
 
 
 def test_logs_cannot_follow_as_one_json_document() -> None:
     done = orch("logs", "qwen-dflash", "-i", str(EXAMPLE), "-f", "--json")
-    assert done.returncode == 2 and "--follow" in done.stderr
+    assert done.code == 2 and "--follow" in done.stderr

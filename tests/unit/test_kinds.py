@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import shlex
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -25,7 +23,7 @@ from orchestrator.lab.models import eagle3_head_config
 from orchestrator.plan import DRAFTER_CONFIG, LAUNCH_SCRIPT, TargetPlan, plan_deploy
 from orchestrator.playbook import PLAYBOOK_DIR, load_playbook
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parent.parent.parent
 EXAMPLE = ROOT / "inventories" / "example.yaml"
 EAGLE3 = "RedHatAI/Qwen3-8B-speculator.eagle3"
 MTP = "Qwen/Qwen3.6-27B:mtp"
@@ -255,25 +253,6 @@ def test_ngram_needs_nothing_and_finds_nothing() -> None:
 
 
 # the CLI
-
-
-def test_profiles_json_lists_each_profile_with_its_kind() -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "orchestrator", "profiles", "--json"],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=60,
-    )
-    assert done.returncode == 0, done.stderr
-    document = json.loads(done.stdout)
-    assert (document["kind"], document["api_version"]) == ("Profiles", "orch/v1")
-    by_name = {row["name"]: row for row in document["profiles"]}
-    assert by_name[EAGLE3]["kind"] == "eagle3"
-    assert by_name[MTP]["kind"] == "mtp"
-    assert by_name[MTP]["mtp_layers"] == 1
-    assert by_name["z-lab/Qwen3.6-27B-DFlash"]["num_target_layers"] == 64
-    assert by_name["z-lab/Qwen3.6-27B-DFlash"]["kind"] == "dflash"
 
 
 # the lab's acceptance model per kind

@@ -12,7 +12,8 @@ import time
 from pathlib import Path
 
 import pytest
-from labtools import ROOT, LabHandle
+from labtools import LabHandle
+from orchrun import ROOT
 from test_deploy_lab import deploy
 
 pytestmark = pytest.mark.lab

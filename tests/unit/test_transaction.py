@@ -8,8 +8,6 @@ answering each container command by concern; its vLLM answers /health, /metrics
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import threading
 import time
 
@@ -165,55 +163,6 @@ def test_a_stop_request_during_the_gate_goes_back_to_the_previous_release() -> N
     assert container.links[container.layout.current] == "releases/aaaaaaaaaaaa"
     assert "rollback gate" in container.journal_steps
     assert container.events[-3:] == ["audit rollback", "journal cleared", "unlock"]
-
-
-def dead_pid() -> int:
-    done = subprocess.run(["true"], check=True)
-    assert done.returncode == 0
-    process = subprocess.Popen(["true"])
-    process.wait()
-    return process.pid
-
-
-def test_a_dead_runs_lock_is_taken_over_and_its_ungated_switch_undone() -> None:
-    playbook, plan, container = setup(served_name="old-name")
-    container.gated_release("aaaaaaaaaaaa", "old-name")
-    container.gated_release("bbbbbbbbbbbb", "old-name")
-    container.links[container.layout.current] = "releases/bbbbbbbbbbbb"
-    dead = Owner("run-dead", "ops", os.uname().nodename, dead_pid(), time.time())
-    container.files[container.layout.lock_owner] = dead.to_json().encode()
-    container.files[container.layout.journal] = json.dumps(
-        {
-            "run_id": "run-dead",
-            "action": "deploy",
-            "owner": str(dead),
-            "from_release": "aaaaaaaaaaaa",
-            "to_release": "bbbbbbbbbbbb",
-            "step": "gate",
-            "started": "t0",
-            "updated": "t1",
-        }
-    ).encode()
-    serving(container.transport, "old-name")
-
-    outcome = target_run(playbook, plan, container).rollback("aaaaaaaaaaaa")
-
-    assert outcome.recovered is not None
-    assert (outcome.recovered["run_id"], outcome.recovered["back_on"]) == (
-        "run-dead",
-        "aaaaaaaaaaaa",
-    )
-    assert any("took over the deploy lock of run run-dead" in n for n in outcome.notes)
-    assert any("recovered interrupted run run-dead" in n for n in outcome.notes)
-    assert outcome.result == "unchanged"  # the recovery already put it back on aaaa...
-    assert container.events[:4] == [
-        "take over",
-        "start releases/aaaaaaaaaaaa",
-        "audit recover",
-        "journal cleared",
-    ]
-    assert container.events[4:] == ["audit rollback", "unlock"]  # ...and the run names it
-    assert container.layout.lock_owner not in container.files
 
 
 def test_a_live_owner_on_another_host_is_refused_with_its_name() -> None:

@@ -7,20 +7,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from orchrun import PLAIN, ROOT, RunResult
+from orchrun import orch as run_orch
 
-ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "inventories" / "example.yaml"
 
 
-def orch(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "orchestrator", *args],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env={"NO_COLOR": "1", "COLUMNS": "200", "PATH": "/usr/bin:/bin", **env},
-        timeout=60,
-    )
+def orch(*args: str, **env: str) -> RunResult:
+    return run_orch(*args, env={**PLAIN, **env})
 
 
 def config_home(tmp_path: Path, text: str) -> str:
@@ -30,7 +24,7 @@ def config_home(tmp_path: Path, text: str) -> str:
 
 
 def rendered_containers(done: subprocess.CompletedProcess[str]) -> list[str]:
-    assert done.returncode == 0, done.stderr
+    assert done.code == 0, done.stderr
     return [name for name in ("ct129", "ct200") if f"{name} on " in done.stdout]
 
 
@@ -58,7 +52,7 @@ def test_inventory_from_the_config_file_relative_to_it(tmp_path: Path) -> None:
 def test_flag_beats_environment_beats_config_file(tmp_path: Path) -> None:
     home = config_home(tmp_path, "inventory: /nowhere/config.yaml\n")
     from_env = orch("render", "qwen-dflash", XDG_CONFIG_HOME=home, ORCH_INVENTORY="/nowhere/env")
-    assert from_env.returncode == 2
+    assert from_env.code == 2
     assert "/nowhere/env" in from_env.stderr
     from_flag = orch(
         "render",
@@ -68,19 +62,19 @@ def test_flag_beats_environment_beats_config_file(tmp_path: Path) -> None:
         XDG_CONFIG_HOME=home,
         ORCH_INVENTORY="/nowhere/env",
     )
-    assert from_flag.returncode == 0, from_flag.stderr
+    assert from_flag.code == 0, from_flag.stderr
 
 
 def test_no_inventory_anywhere_is_a_usage_error(tmp_path: Path) -> None:
     done = orch("render", "qwen-dflash", XDG_CONFIG_HOME=str(tmp_path))
-    assert done.returncode == 2
+    assert done.code == 2
     assert "Missing option '-i'" in done.stderr
 
 
 def test_bad_config_file_names_its_line_and_field(tmp_path: Path) -> None:
     home = config_home(tmp_path, "# defaults\ninventry: x.yaml\n")
     done = orch("render", "qwen-dflash", XDG_CONFIG_HOME=home)
-    assert done.returncode == 2
+    assert done.code == 2
     assert f"{home}/orch/config.yaml:2:1: inventry:" in done.stderr
     assert "Traceback" not in done.stderr
 
@@ -88,7 +82,7 @@ def test_bad_config_file_names_its_line_and_field(tmp_path: Path) -> None:
 @pytest.mark.parametrize("shell", ["bash", "zsh", "fish"])
 def test_completion_scripts(shell: str) -> None:
     done = orch("completion", shell)
-    assert done.returncode == 0, done.stderr
+    assert done.code == 0, done.stderr
     assert "_ORCH_COMPLETE" in done.stdout
 
 

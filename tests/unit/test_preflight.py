@@ -28,8 +28,8 @@ from orchestrator.preflight import (
 )
 from orchestrator.serving.capabilities import newest_version
 
-ROOT = Path(__file__).resolve().parent.parent
-DRAFTERS = Path(__file__).parent / "fixtures" / "drafters"
+ROOT = Path(__file__).resolve().parent.parent.parent
+DRAFTERS = Path(__file__).parent.parent / "fixtures" / "drafters"
 QWEN36 = "z-lab/Qwen3.6-27B-DFlash"
 TARGET = "/opt/models/Qwen3.6-27B"
 DRAFTER = "/opt/models/Qwen3.6-27B-DFlash"

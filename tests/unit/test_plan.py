@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import jinja2
@@ -21,10 +19,12 @@ from orchestrator.plan import DRAFTER_CONFIG, LAUNCH_SCRIPT, TargetPlan, plan_de
 from orchestrator.playbook import load_playbook
 from orchestrator.render import TEMPLATE_DIR, environment
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parent.parent.parent
 PLAYBOOK = ROOT / "playbooks" / "qwen-dflash.yaml"
 EXAMPLE = ROOT / "inventories" / "example.yaml"
-PUBLISHED = Path(__file__).parent / "fixtures" / "drafters" / "z-lab_Qwen3.6-27B-DFlash.config.json"
+PUBLISHED = (
+    Path(__file__).parent.parent / "fixtures" / "drafters" / "z-lab_Qwen3.6-27B-DFlash.config.json"
+)
 QWEN36 = "z-lab/Qwen3.6-27B-DFlash"
 
 
@@ -172,57 +172,3 @@ def test_a_bad_field_is_an_input_error_naming_it(assignment: str, field: str, pr
     message = str(caught.value)
     assert message.startswith(f"{PLAYBOOK}: {field} for ct129: ")
     assert problem in message
-
-
-def test_the_launch_script_runs_vllm_with_exactly_the_planned_arguments(tmp_path: Path) -> None:
-    fake_vllm = tmp_path / "bin dir" / "vllm"
-    fake_vllm.parent.mkdir()
-    fake_vllm.write_text(
-        f"#!{sys.executable}\nimport json, os, sys\n"
-        'print(json.dumps({"argv": sys.argv[1:], "env": os.environ.get("ODD")}))\n'
-    )
-    fake_vllm.chmod(0o755)
-    target = "/models/it's a $(touch pwned) `dir`"
-    plan = plans(
-        f"server.vllm={json.dumps(str(fake_vllm))}",
-        f"target.path={json.dumps(target)}",
-        "server.env={ODD: \"a 'b' $(c) `d`\"}",
-        "server.extra_args=['--x=1 2']",
-    )["ct129"]
-    script = tmp_path / LAUNCH_SCRIPT
-    script.write_bytes(plan.files[LAUNCH_SCRIPT])
-    cwd = tmp_path / "cwd"
-    cwd.mkdir()
-
-    done = subprocess.run(
-        ["/bin/sh", str(script)], capture_output=True, cwd=cwd, timeout=30, check=False
-    )
-
-    assert done.returncode == 0, done.stderr
-    ran = json.loads(done.stdout)
-    assert ran["env"] == "a 'b' $(c) `d`"
-    argv = ran["argv"]
-    assert json.loads(argv[3]) == {
-        "method": "dflash",
-        "model": f"{plan.release_dir}/drafter",
-        "num_speculative_tokens": 15,
-    }
-    assert argv[:3] + argv[4:] == [
-        "serve",
-        target,
-        "--speculative-config",
-        "--served-model-name",
-        "qwen3.6-27b",
-        "--host",
-        "192.0.2.129",
-        "--port",
-        "8000",
-        "--max-model-len",
-        "32768",
-        "--attention-backend",
-        "flash_attn",
-        "--x=1 2",
-        "--tensor-parallel-size",
-        "2",
-    ]
-    assert list(cwd.iterdir()) == []

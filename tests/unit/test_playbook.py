@@ -7,8 +7,8 @@ import pytest
 from orchestrator.errors import InputError
 from orchestrator.playbook import find_playbook, load_playbook
 
-ROOT = Path(__file__).resolve().parent.parent
-FIXTURES = Path(__file__).parent / "fixtures" / "playbooks"
+ROOT = Path(__file__).resolve().parent.parent.parent
+FIXTURES = Path(__file__).parent.parent / "fixtures" / "playbooks"
 QWEN = ROOT / "playbooks" / "qwen-dflash.yaml"
 
 

@@ -18,7 +18,7 @@ from orchestrator.drafters.profiles import (
 )
 from orchestrator.errors import InputError
 
-FIXTURES = Path(__file__).parent / "fixtures" / "drafters"
+FIXTURES = Path(__file__).parent.parent / "fixtures" / "drafters"
 QWEN36 = "z-lab/Qwen3.6-27B-DFlash"
 QWEN3 = "z-lab/Qwen3-8B-DFlash-b16"
 

@@ -19,7 +19,7 @@ from orchestrator.probes.context import (
 )
 from orchestrator.probes.endpoints import Endpoint, probe_endpoints
 
-REFERENCE = Path(__file__).parent / "fixtures/drafters"
+REFERENCE = Path(__file__).parent.parent / "fixtures/drafters"
 PUBLISHED = json.loads((REFERENCE / "z-lab_Qwen3.6-27B-DFlash.config.json").read_text())
 ALL_FULL = {**PUBLISHED, "layer_types": ["full_attention"] * 5}
 SHORT_PROMPTS = load_prompts("builtin")
