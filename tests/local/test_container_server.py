@@ -33,13 +33,6 @@ from orchestrator.container.shell import (
 from orchestrator.layout import Layout
 
 
-@pytest.fixture
-def deployment(tmp_path: Path) -> Path:
-    directory = tmp_path / "deploy it's $(x)"
-    directory.mkdir()
-    return directory
-
-
 def start_release(deployment: Path, release: str) -> list[str]:
     """The argv that starts `releases/<release>/serve.sh`, its log in the release."""
     layout = Layout(str(deployment))

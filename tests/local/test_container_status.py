@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 from shelltools import (
     Processes,
     captured,
@@ -16,13 +15,6 @@ from shelltools import (
 from orchestrator.container.audit import audit_line
 from orchestrator.container.status import parse_status_report, status_report
 from orchestrator.layout import Layout
-
-
-@pytest.fixture
-def deployment(tmp_path: Path) -> Path:
-    directory = tmp_path / "deploy it's $(x)"
-    directory.mkdir()
-    return directory
 
 
 def test_status_report_parses_into_a_status_row(

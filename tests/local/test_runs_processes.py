@@ -9,7 +9,7 @@ import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
-from test_runs import fleet_lines
+from test_runs import RUN_A, RUN_B, fleet_lines
 
 from orchestrator import release
 from orchestrator.layout import Layout
@@ -18,14 +18,6 @@ from orchestrator.runs import (
 )
 from orchestrator.transport.base import Result
 from orchestrator.transport.memory import ANY, MemoryTransport
-
-ROOT = Path(__file__).resolve().parent.parent.parent
-PLAYBOOK = ROOT / "playbooks" / "qwen-dflash.yaml"
-EXAMPLE = ROOT / "inventories" / "example.yaml"
-
-RUN_A = "20261201T100000Z-aaaaaa"
-RUN_B = "20261201T110000Z-bbbbbb"
-RUN_C = "20261201T120000Z-cccccc"
 
 
 def test_the_release_records_are_read_from_a_real_deployment(tmp_path: Path) -> None:
