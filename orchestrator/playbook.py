@@ -91,7 +91,7 @@ class Drafter(Schema):
     )
 
 
-class ServerSettings(Schema):
+class Server(Schema):
     """How vLLM is launched on each container: the release's `serve.sh`."""
 
     template: str = Field(
@@ -331,7 +331,7 @@ class Playbook(Schema):
     )
     target: TargetModel
     drafter: Drafter
-    server: ServerSettings = ServerSettings()
+    server: Server = Server()
     gate: Gate = Gate()
     rollout: Rollout = Rollout()
     releases_kept: Annotated[int, Field(ge=2, le=1000)] = Field(

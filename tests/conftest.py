@@ -149,3 +149,11 @@ def processes() -> Iterator[Processes]:
         yield tracked
     finally:
         tracked.cleanup()
+
+
+@pytest.fixture
+def deployment(tmp_path: Path) -> Path:
+    """A deployment dir whose path a shell would misread unquoted (tests of the scripts)."""
+    directory = tmp_path / "deploy it's $(x)"
+    directory.mkdir()
+    return directory

@@ -25,7 +25,8 @@ import time
 from pathlib import Path
 
 import pytest
-from labtools import ROOT, LabHandle
+from labtools import LabHandle
+from orchrun import ROOT
 
 from orchestrator.lab.paths import ContainerPaths, server_records
 
