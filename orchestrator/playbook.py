@@ -70,6 +70,19 @@ class Server(Schema):
     stop_timeout: Seconds = 30
 
 
+class Sampling(Schema):
+    """How every probe request samples: sent with each one, so the server's own defaults
+    (a model's `generation_config.json`) never decide what the gate measures. Greedy by
+    default: published acceptance figures are greedy, and a wrong drafter config stands
+    out most there. Ranges as vLLM's SamplingParams checks them (0.19.1
+    `sampling_params.py:452-467`, 0.34.0 `:666-687`); top_k 0 considers every token."""
+
+    temperature: Annotated[float, Field(ge=0, le=10)] = 0.0
+    top_p: Annotated[float, Field(gt=0, le=1)] = 1.0
+    top_k: Annotated[int, Field(ge=0, le=MAX_COUNT)] = 0
+    seed: Annotated[int, Field(ge=0, le=2**63 - 1)] | None = None
+
+
 class Probe(Schema):
     prompts: str = "builtin"
     max_tokens: Positive = 256
@@ -81,6 +94,7 @@ class Probe(Schema):
         "chat",
     ]
     chat_template_kwargs: dict[str, Any] = {}
+    sampling: Sampling = Sampling()
 
 
 class Gate(Schema):

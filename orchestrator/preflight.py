@@ -34,6 +34,13 @@ from orchestrator.facts import (
     release_id_of,
 )
 from orchestrator.plan import LAUNCH_SCRIPT, TargetPlan
+from orchestrator.playbook import Sampling
+from orchestrator.probes.sampling import (
+    GENERATION_CONFIG_FILE,
+    GREEDY,
+    sampling_findings,
+    server_defaults,
+)
 from orchestrator.remote import run_step
 from orchestrator.serving.judge import judge_server, read_launch
 from orchestrator.transport.base import Transport
@@ -68,7 +75,7 @@ class Facts:
 
 
 def read_model_dir(transport: Transport, path: str) -> ModelDir:
-    names = [CONFIG_FILE, TOKENIZER_CONFIG_FILE, INDEX_FILE]
+    names = [CONFIG_FILE, TOKENIZER_CONFIG_FILE, INDEX_FILE, GENERATION_CONFIG_FILE]
     result = transport.run(
         commands.read_model_dir(path, names, SAFETENSORS_HEADER_LIMIT), timeout=120
     )
@@ -124,11 +131,21 @@ def gather(transport: Transport, plan: TargetPlan, nvidia_smi: str) -> Facts:
 
 
 def judge(
-    facts: Facts, plan: TargetPlan, tensor_parallel_size: int, num_speculative_tokens: int
+    facts: Facts,
+    plan: TargetPlan,
+    tensor_parallel_size: int,
+    num_speculative_tokens: int,
+    sampling: Sampling = GREEDY,
 ) -> list[Finding]:
-    """Every finding the facts support, errors and warnings, in a stable order."""
+    """Every finding the facts support, errors and warnings, in a stable order.
+    `sampling` is the gate's: the server's own defaults are judged against it."""
     findings = drafter_findings(facts.target, facts.drafter, plan, num_speculative_tokens)
     findings += server_findings(facts, plan)
+    defaults = server_defaults(
+        facts.target.frames.get(GENERATION_CONFIG_FILE),
+        plan.files[LAUNCH_SCRIPT].decode("utf-8", "replace"),
+    )
+    findings += sampling_findings(defaults, sampling)
     findings += _gpu_findings(facts, tensor_parallel_size)
     if facts.port_taken:
         findings.append(

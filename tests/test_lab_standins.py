@@ -304,9 +304,10 @@ def start_vllm(
     drafter: Path | None = None,
     load_seconds: float = 0.3,
     faults: dict | None = None,
-    env: dict[str, str] | None = None,
+    env: dict[str, str | None] | None = None,
 ) -> Server:
-    """`vllm serve` through the container's launcher, output to a log file."""
+    """`vllm serve` through the container's launcher, output to a log file (an `env`
+    value None unsets the variable)."""
     port = free_port()
     argv = [str(container.vllm), "serve", str(target_dir(container))]
     if drafter is not None:
@@ -314,6 +315,7 @@ def start_vllm(
     argv += ["--host", "127.0.0.1", "--port", str(port), "--load-seconds", str(load_seconds)]
     # The playbook's launch environment: today's vLLM serves mixed drafters on the V2 runner.
     environment = {**os.environ, "VLLM_USE_V2_MODEL_RUNNER": "1", **(env or {})}
+    environment = {name: value for name, value in environment.items() if value is not None}
     if faults is not None:
         environment["ORCH_LAB_FAULTS"] = json.dumps(faults)
     log = container.root / f"vllm-{port}.log"
@@ -368,13 +370,13 @@ def samples(port: int) -> dict[tuple[str, str], float]:
     }
 
 
-def complete(port: int, max_tokens: int) -> dict:
-    status, body, _ = request(
-        port,
-        "POST",
-        "/v1/completions",
-        {"prompt": "Explain speculative decoding", "max_tokens": max_tokens},
-    )
+GREEDY = {"temperature": 0}
+"""What the gate's probes send by default."""
+
+
+def complete(port: int, max_tokens: int, sampling: dict = GREEDY) -> dict:
+    body = {"prompt": "Explain speculative decoding", "max_tokens": max_tokens, **sampling}
+    status, body, _ = request(port, "POST", "/v1/completions", body)
     assert status == 200, body
     return json.loads(body)
 
@@ -386,11 +388,13 @@ class Acceptance:
     per_position: list[float]
 
 
-def measure(port: int, requests: int, max_tokens: int = 256) -> Acceptance:
+def measure(
+    port: int, requests: int, max_tokens: int = 256, sampling: dict = GREEDY
+) -> Acceptance:
     """Drive completions and read the spec-decode counter deltas, as the gate does."""
     before = samples(port)
     with ThreadPoolExecutor(8) as pool:
-        list(pool.map(lambda _: complete(port, max_tokens), range(requests)))
+        list(pool.map(lambda _: complete(port, max_tokens, sampling), range(requests)))
     after = samples(port)
 
     def delta(name: str, position: str = "") -> float:
