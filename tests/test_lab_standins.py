@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from orchestrator.drafters.kinds.dflash import KEYS, weight_layout
+from orchestrator.drafters.kinds.dflash import weight_layout
 from orchestrator.drafters.modelfiles import write_safetensors_stub
 from orchestrator.drafters.profiles import get_profile
 from orchestrator.lab.acceptance import (
@@ -35,6 +35,7 @@ from orchestrator.lab.acceptance import (
     expected_acceptance_length,
     request_multiplier,
     sample_accepted,
+    sampling_factor,
 )
 from orchestrator.lab.layout import (
     ContainerPaths,
@@ -137,8 +138,11 @@ def test_keys_vllm_reads_for_the_model_or_its_layers_misalign_it(key: str) -> No
     assert profile[0] == pytest.approx(0.08, abs=0.01)
 
 
-@pytest.mark.parametrize("key", sorted(p for p, k in KEYS.keys.items() if not k.read))
+@pytest.mark.parametrize(
+    "key", ["bos_token_id", "block_size", "num_target_layers", "dflash_config.block_size"]
+)
 def test_keys_no_server_reads_change_nothing(key: str) -> None:
+    """Keys vLLM's qwen3_dflash.py never reads (the lab's own list, dflash_reading.py)."""
     deployed = copy.deepcopy(PUBLISHED)
     *parents, leaf = key.split(".")
     node = deployed
@@ -388,9 +392,7 @@ class Acceptance:
     per_position: list[float]
 
 
-def measure(
-    port: int, requests: int, max_tokens: int = 256, sampling: dict = GREEDY
-) -> Acceptance:
+def measure(port: int, requests: int, max_tokens: int = 256, sampling: dict = GREEDY) -> Acceptance:
     """Drive completions and read the spec-decode counter deltas, as the gate does."""
     before = samples(port)
     with ThreadPoolExecutor(8) as pool:
@@ -687,14 +689,22 @@ def test_hang_while_loading_from_faults_file(
 
 
 def test_crash_after_ready(container: ContainerPaths, drafter: Path, processes: list) -> None:
+    """As the real 0.32.0 server did when its engine died: the error and traceback in the
+    log, /health 503 and requests 500 until the watchdog stops it, then exit 0."""
     server = start_vllm(
         processes, container, drafter=drafter, faults={"crash_after_ready_seconds": 0.5}
     )
     wait_ready(server)
+    wait_until(lambda: request(server.port, "GET", "/health")[0] == 503)
+    status, body, _ = request(server.port, "POST", "/v1/completions", {"prompt": "x"})
+    assert status == 500 and b"EngineCore encountered an issue" in body
     server.process.wait(timeout=10)
-    assert server.process.returncode == 1
+    assert server.process.returncode == 0
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", server.port), timeout=1).close()
     assert "EngineCore encountered a fatal error" in server.output()
     assert "Traceback" in server.output()
+    assert "EngineDeadError" in server.output()
 
 
 def test_ignore_sigterm(container: ContainerPaths, drafter: Path, processes: list) -> None:
@@ -906,3 +916,33 @@ def test_dripping_routes_answer_one_byte_at_a_time(
     )
     assert len(body) == length
     assert len(chunks) > 20  # byte by byte; a busy reader may find a few waiting at once
+
+
+# --- vllm: sampling ------------------------------------------------------------------------
+
+
+def test_sampling_keeps_greedy_acceptance_and_loses_it_as_temperature_rises() -> None:
+    """Calibrated on the lab's tiny target: top-1 probability 0.657 at 0.7, 0.541 at 1.0."""
+    assert sampling_factor(0.0) == 1.0
+    assert sampling_factor(0.7) == pytest.approx(0.657, abs=0.005)
+    assert sampling_factor(1.0) == pytest.approx(0.541, abs=0.005)
+    factors = [sampling_factor(t / 10) for t in range(0, 21)]
+    assert factors == sorted(factors, reverse=True)
+
+
+def test_requests_without_sampling_get_the_servers_default_temperature(
+    container: ContainerPaths, drafter: Path, processes: list
+) -> None:
+    """vLLM samples an unset temperature at the target's generation_config.json default,
+    else 1.0; the same drafter accepts less there than greedily."""
+    half = ("--gpu-memory-utilization", "0.4")  # two servers side by side
+    server = wait_ready(start_vllm(processes, container, *half, drafter=drafter))
+    greedy = measure(server.port, requests=8)
+    unset = measure(server.port, requests=8, sampling={})
+    assert greedy.per_position[0] == pytest.approx(0.8, abs=0.04)
+    assert unset.per_position[0] == pytest.approx(0.8 * sampling_factor(1.0), abs=0.04)
+
+    (target_dir(container) / "generation_config.json").write_text('{"temperature": 0.7}')
+    configured = wait_ready(start_vllm(processes, container, *half, drafter=drafter))
+    unset = measure(configured.port, requests=8, sampling={})
+    assert unset.per_position[0] == pytest.approx(0.8 * sampling_factor(0.7), abs=0.04)

@@ -44,6 +44,7 @@ import uuid
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge
 from prometheus_client.exposition import choose_encoder
@@ -191,7 +192,40 @@ def read_faults(container: ContainerPaths) -> Faults:
 
 
 class SpeculativeConfigError(ValueError):
-    """Raised with pydantic's wording, as vLLM's own config validation reads."""
+    """Raised with pydantic's wording and name, as vLLM's own config validation reads:
+    the traceback's last line is `pydantic_core._pydantic_core.ValidationError: ...`."""
+
+
+SpeculativeConfigError.__module__, SpeculativeConfigError.__qualname__ = (
+    "pydantic_core._pydantic_core",
+    "ValidationError",
+)
+NO_MODEL_CONFIG = (
+    "Invalid repository ID or local directory specified: '{model}'.\n"
+    "Please verify the following requirements:\n"
+    "1. Provide a valid Hugging Face repository ID.\n"
+    "2. Specify a local directory that contains a recognized configuration file.\n"
+    "   - For Hugging Face models: ensure the presence of a 'config.json'.\n"
+    "   - For Mistral models: ensure the presence of a 'params.json'.\n"
+)
+"""A drafter dir without config.json (0.32.0 `transformers_utils/config.py:847-860`)."""
+PYDANTIC_ERRORS = "https://errors.pydantic.dev/2.14/v/"
+"""pydantic's link under each error (2.14: the real 0.32.0 server's venv here)."""
+
+
+def validation_error(errors: list[tuple[str, str, str, Any]]) -> SpeculativeConfigError:
+    """pydantic's text for (field, message, type, input) errors of SpeculativeConfig; a
+    model-level error has no field line."""
+    lines = [
+        f"{len(errors)} validation error{'s' if len(errors) > 1 else ''} for SpeculativeConfig"
+    ]
+    for field_name, message, kind, value in errors:
+        lines += [
+            *([field_name] if field_name else []),
+            f"  {message} [type={kind}, input_value={value!r}, input_type={type(value).__name__}]",
+            f"    For further information visit {PYDANTIC_ERRORS}{kind}",
+        ]
+    return SpeculativeConfigError("\n".join(lines))
 
 
 @dataclass(frozen=True)
@@ -255,25 +289,30 @@ def runner_env(claimed: Release) -> bool | None:
 
 
 def parse_speculative_config(config: dict, claimed: Release) -> dict:
+    """SpeculativeConfig's validation as the release runs it: required fields, no key it
+    lacks, a method it knows; then the methods the lab simulates."""
     needed: tuple[str, ...] = ("method", "num_speculative_tokens")
     if config.get("method") in DRAFTER_DIR_METHODS:
         needed += ("model",)
-    missing = [key for key in needed if key not in config]
-    if missing:
-        errors = "\n".join(
-            f"{key}\n  Field required [type=missing, input_value={config!r}, input_type=dict]"
-            for key in missing
-        )
-        plural = "s" if len(missing) > 1 else ""
-        raise SpeculativeConfigError(
-            f"{len(missing)} validation error{plural} for SpeculativeConfig\n{errors}"
-        )
-    method = config["method"]
-    if method not in claimed.methods:
+    errors: list[tuple[str, str, str, Any]] = [
+        (key, "Field required", "missing", config) for key in needed if key not in config
+    ]
+    fields = claimed.fact("speculative_config_fields").value
+    errors += [
+        (key, "Unexpected keyword argument", "unexpected_keyword_argument", value)
+        for key, value in config.items()
+        if key not in fields
+    ]
+    method = config.get("method")
+    if "method" in config and method not in claimed.methods:
         known = ", ".join(repr(m) for m in claimed.methods[:-1]) + f" or {claimed.methods[-1]!r}"
-        raise SpeculativeConfigError(
-            f"1 validation error for SpeculativeConfig\nmethod\n  Input should be {known} "
-            f"[type=literal_error, input_value={method!r}, input_type=str]"
+        errors.append(("method", f"Input should be {known}", "literal_error", method))
+    if errors:
+        raise validation_error(errors)
+    model = config.get("model")
+    if model is not None and not (Path(model) / "config.json").is_file():
+        raise validation_error(
+            [("", f"Value error, {NO_MODEL_CONFIG.format(model=model)}", "value_error", config)]
         )
     if method not in METHODS:
         known = ", ".join(sorted(METHODS))
