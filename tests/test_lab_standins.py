@@ -38,6 +38,9 @@ from orchestrator.lab.acceptance import (
     sampling_factor,
 )
 from orchestrator.lab.layout import (
+    VLLM_VERSION_ENV as VERSION_ENV,
+)
+from orchestrator.lab.layout import (
     ContainerPaths,
     HostPaths,
     write_container_launchers,
@@ -635,9 +638,78 @@ def test_missing_target_config_fails_with_a_traceback(
 
 
 def test_unknown_flag_is_a_usage_error(container: ContainerPaths, processes: list) -> None:
-    server = broken_start(container, processes, None, "--no-such-flag")
+    """As the real 0.32.0 `vllm serve M --bogus-flag 1`: exit 2 and argparse's line."""
+    server = broken_start(container, processes, None, "--bogus-flag", "1")
     assert server.process.returncode == 2
-    assert "unrecognized arguments: --no-such-flag" in server.output()
+    assert server.output().splitlines()[-1] == "vllm: error: unrecognized arguments: --bogus-flag 1"
+
+
+def bad_launch(container: ContainerPaths, processes: list, speculative: str) -> tuple[int, str]:
+    """Exit code and the error's lines from the first one naming an error, as the real
+    0.32.0 server printed them for the same --speculative-config."""
+    env = {VERSION_ENV: "0.32.0"}
+    server = start_vllm(processes, container, "--speculative-config", speculative, env=env)
+    code = server.process.wait(timeout=10)
+    lines = server.output().splitlines()
+    first = next(
+        i for i, line in enumerate(lines) if re.match(r"(\S+Error|vllm serve: error)", line)
+    )
+    return code, "\n".join(lines[first:])
+
+
+def test_invalid_json_is_a_usage_error_as_vllm_words_it(
+    container: ContainerPaths, processes: list
+) -> None:
+    code, error = bad_launch(container, processes, "{bad")
+    assert code == 2
+    assert re.fullmatch(
+        r"vllm serve: error: argument --speculative-config/-sc: Value \{bad cannot be "
+        r"converted to <function loads at 0x[0-9a-f]+>\.",
+        error,
+    ), error
+
+
+def test_an_unknown_speculative_key_is_pydantics_unexpected_keyword_argument(
+    container: ContainerPaths, drafter: Path, processes: list
+) -> None:
+    config = {"method": "dflash", "model": str(drafter), "num_speculative_tokens": 3}
+    code, error = bad_launch(container, processes, json.dumps({**config, "bogus_key": 1}))
+    assert code == 1
+    assert error.splitlines()[:3] == [
+        "pydantic_core._pydantic_core.ValidationError: 1 validation error for SpeculativeConfig",
+        "bogus_key",
+        "  Unexpected keyword argument [type=unexpected_keyword_argument, input_value=1, "
+        "input_type=int]",
+    ]
+
+
+def test_an_unknown_method_lists_the_releases_methods(
+    container: ContainerPaths, processes: list
+) -> None:
+    code, error = bad_launch(container, processes, '{"method":"nope","num_speculative_tokens":3}')
+    assert code == 1
+    assert error.splitlines()[1] == "method"
+    assert error.splitlines()[2].startswith(
+        "  Input should be 'ngram', 'medusa', 'mlp_speculator', 'draft_model', 'suffix', "
+        "'custom_class', 'eagle', 'eagle3', 'extract_hidden_states', 'deepseek_mtp', "
+    )
+    assert error.splitlines()[2].endswith(
+        "'glm5_next_mtp', 'dflash', 'ngram_gpu' or 'dspark' "
+        "[type=literal_error, input_value='nope', input_type=str]"
+    )
+
+
+def test_a_drafter_dir_without_config_is_pydantics_value_error(
+    container: ContainerPaths, processes: list
+) -> None:
+    missing = container.rootfs / "models/missing"
+    config = {"method": "dflash", "model": str(missing), "num_speculative_tokens": 3}
+    code, error = bad_launch(container, processes, json.dumps(config))
+    assert code == 1
+    assert error.splitlines()[:2] == [
+        "pydantic_core._pydantic_core.ValidationError: 1 validation error for SpeculativeConfig",
+        f"  Value error, Invalid repository ID or local directory specified: '{missing}'.",
+    ]
 
 
 def test_decode_speed_must_be_positive(container: ContainerPaths, processes: list) -> None:
