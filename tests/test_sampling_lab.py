@@ -36,7 +36,7 @@ def test_greedy_probes_pass_and_production_temperature_fails_the_same_drafter(
     assert entry["result"] == "rolled_back"
     assert entry["gate"]["verdict"] == "fail"
     assert entry["gate"]["sampling"] == {"temperature": 1.0, "top_p": 1.0, "top_k": 0, "seed": 7}
-    assert 0.35 < entry["gate"]["per_position_acceptance"][0] < 0.5
+    assert 0.4 < entry["gate"]["per_position_acceptance"][0] < 0.55
     assert entry["rollback_gate"]["sampling"] == GREEDY  # the previous release's own gate
 
     history = lab.orch("history", "--json").json["runs"]

@@ -53,6 +53,7 @@ from orchestrator.lab import dflash_reading
 from orchestrator.lab.acceptance import (
     acceptance_profile,
     collapsed_past_window,
+    draft_model_profile,
     eagle3_profile,
     mtp_profile,
     ngram_profile,
@@ -255,7 +256,7 @@ def read_json(path: Path) -> dict:
 
 
 V2_RUNNER_ENV = "VLLM_USE_V2_MODEL_RUNNER"
-DRAFTER_DIR_METHODS = ("dflash", "eagle3")
+DRAFTER_DIR_METHODS = ("dflash", "eagle3", "draft_model")
 METHODS = (*DRAFTER_DIR_METHODS, "mtp", "ngram")
 """The methods the lab drafts with; the first ones load a drafter dir (`model`)."""
 
@@ -332,16 +333,29 @@ def fc_in_features(weights: Path) -> int | None:
     return None
 
 
+def same_weights(speculative: dict, target_dir: Path | None) -> bool:
+    """The drafter's weights file is the target's own (a release links to it)."""
+    drafter, weights = Path(speculative["model"]) / "model.safetensors", "model.safetensors"
+    try:
+        return target_dir is not None and drafter.samefile(target_dir / weights)
+    except OSError:
+        return False
+
+
 def load_drafting(
     speculative: dict,
     container: ContainerPaths,
     claimed: Release,
     target: dict,
     forced_swa_as_full_attention: bool = False,
+    target_dir: Path | None = None,
 ) -> Drafting:
-    """The acceptance model of the method: DFlash and EAGLE-3 read their drafter dir.
-    `forced_swa_as_full_attention` is the lab's fault knob."""
+    """The acceptance model of the method: DFlash and EAGLE-3 read their drafter dir, a
+    draft model is compared with the target's weights. `forced_swa_as_full_attention` is
+    the lab's fault knob."""
     steps = int(speculative["num_speculative_tokens"])
+    if speculative["method"] == "draft_model":
+        return Drafting(steps, draft_model_profile(same_weights(speculative, target_dir), steps))
     if speculative["method"] == "mtp":
         return Drafting(steps, mtp_profile(target, steps))
     if speculative["method"] == "ngram":
@@ -820,7 +834,12 @@ def build_app(
     if args.speculative_config is not None:
         speculative = parse_speculative_config(args.speculative_config, claimed)
         drafting = load_drafting(
-            speculative, container, claimed, config, faults.swa_as_full_attention
+            speculative,
+            container,
+            claimed,
+            config,
+            faults.swa_as_full_attention,
+            Path(args.model_tag),
         )
     else:
         runner_env(claimed)
