@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 from labtools import FAST, LabHandle
 
@@ -52,3 +55,32 @@ def test_the_run_report_says_what_the_gate_sampled_at(lab: LabHandle) -> None:
     code, _, text = deploy(lab)
     assert code == 0
     assert "probed at temperature 0 (greedy)" in text
+
+
+def test_preflight_warns_when_the_targets_generation_config_samples_otherwise(
+    lab: LabHandle,
+) -> None:
+    """A Qwen3 generation_config.json on the container: the dry run names its defaults
+    beside the probes' greedy sampling, as a warning (the dry run still passes)."""
+    models = Path(lab.container_vars("ct200")["models_dir"])
+    qwen3 = {"do_sample": True, "temperature": 0.6, "top_k": 20, "top_p": 0.95}
+    (models / "Qwen3.6-27B" / "generation_config.json").write_text(json.dumps(qwen3))
+    code, document, _ = deploy(lab, "--json", "--dry-run")
+    assert code == 0, document
+    [entry] = document["targets"]
+    [finding] = [f for f in entry["findings"] if f["field"] == "gate.probe.sampling"]
+    assert finding["severity"] == "warning"
+    assert finding["actual"] == {"temperature": 0.6, "top_p": 0.95, "top_k": 20}
+    assert "the gate probes at temperature 0 (greedy)" in finding["message"]
+
+    code, document, _ = deploy(
+        lab,
+        "--json",
+        "--dry-run",
+        "--set",
+        "gate.probe.sampling={temperature: 0.6, top_p: 0.95, top_k: 20}",
+    )
+    assert code == 0
+    assert not [
+        f for f in document["targets"][0]["findings"] if f["field"] == "gate.probe.sampling"
+    ]
