@@ -6,25 +6,27 @@ knobs -> bind the port -> read the target, speculative and drafter configs
 (any problem raises: a Python traceback and exit 1, as vLLM does) -> take GPU
 memory, recorded in `lab/servers/<pid>.json` -> "load weights" for
 `--load-seconds` with the port bound but not listening (connections refused)
--> listen and serve the OpenAI routes, `/health` and `/metrics` -> on SIGTERM
-stop serving, drop the record, exit 0.
+-> listen and serve the OpenAI routes, `/health` (200) and `/metrics` -> on SIGTERM
+stop serving, drop the record, exit 0. When the engine dies (the crash fault),
+/health answers 503 and requests 500 until the next watchdog tick, then exit 0.
 
 Drafts are accepted according to `acceptance.py`: the deployed drafter config
 is compared with the published one in `lab/truth/` and with its `fc.weight`,
-and, when sliding layers run as full attention, with the request's context.
+and, when sliding layers run as full attention, with the request's context;
+a request sampling at a temperature above 0 keeps less (its temperature, else
+the target's generation_config.json default, else 1.0).
 Each engine step (one draft and its verification, or one token without a
 drafter) takes 1 / `--tokens-per-second` seconds: the target's decode speed
 per stream without speculation.
 
-The server behaves like the vLLM version it claims (`ORCH_LAB_VLLM_VERSION`,
-default the newest row of the capability table, `serving/vllm.yaml`): a method
-the version lacks is refused, a drafter mixing sliding and full attention layers
-is refused, needs the V2 runner's variable, or has its sliding layers run as
-full attention, as that version's row says (the `swa_as_full_attention` fault
-knob forces the last on any version); a zero lm_head leaves a
-`*ForConditionalGeneration` target near-zero acceptance; `/health` answers 503
-for a short warm-up once listening. Imports stay light: an idle server must
-stay small.
+The server behaves like the vLLM release it claims (`ORCH_LAB_VLLM_VERSION`,
+default the newest the lab knows), from the lab's own data read from the
+release's wheel (`releases.py`, `vllm_releases.yaml`), never from orch's tables:
+its methods and SpeculativeConfig fields, pydantic's errors for others, how it
+reads VLLM_USE_V2_MODEL_RUNNER, what it does with a DFlash drafter mixing
+sliding and full layers or lacking a window, the zero lm_head of its V2 runner,
+its flags (the `swa_as_full_attention` fault knob runs sliding layers as full
+attention on any release). Imports stay light: an idle server must stay small.
 """
 
 from __future__ import annotations
