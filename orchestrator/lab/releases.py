@@ -22,9 +22,13 @@ class UnknownRelease(ValueError):
     """A version the lab has no facts for."""
 
 
+LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+"""libyaml's safe loader where PyYAML has it: every stand-in start reads the file."""
+
+
 @cache
 def _data() -> dict[str, Any]:
-    data: dict[str, Any] = yaml.safe_load(DATA.read_text())
+    data: dict[str, Any] = yaml.load(DATA.read_text(), Loader=LOADER)
     return data
 
 
