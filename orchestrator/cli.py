@@ -106,6 +106,12 @@ def _remember_output(ctx: click.Context, _param: click.Parameter, value: str | N
         ctx.meta[OUTPUT] = value
 
 
+file_json_option = click.option(
+    "--json", "as_json", is_flag=True, help="Print one JSON document (also on errors)."
+)
+"""`--json` alone, for the commands whose `-o` names a file to write."""
+
+
 def json_option(command: Callable[..., None]) -> Callable[..., None]:
     """`--json`, and `-o json|table` (kubectl's spelling) for the same choice."""
     as_json = click.option(
@@ -552,7 +558,7 @@ def profiles(as_json: bool) -> None:
     type=click.Path(path_type=Path, file_okay=False),
     help="Write DIR/<container>/config.json and serve.sh as a deploy would, instead.",
 )
-@json_option
+@file_json_option
 def render(
     playbook: str,
     inventory_path: Path,
@@ -652,7 +658,7 @@ replace_option = click.option("--force", is_flag=True, help="Replace the output 
 )
 @click.option("--jump", metavar="[USER@]HOST[:PORT]", help="Reach the host through this one.")
 @accept_keys_option
-@json_option
+@file_json_option
 def inventory_discover(
     address: str,
     port: int | None,
@@ -788,7 +794,7 @@ def inventory_import() -> None:
 )
 @inventory_output_option
 @replace_option
-@json_option
+@file_json_option
 def inventory_import_ansible(
     source: Path, source_format: str | None, output: Path | None, force: bool, as_json: bool
 ) -> None:
@@ -897,8 +903,8 @@ lab_dir_option = click.option(
 @click.option(
     "--vllm-version",
     metavar="VERSION",
-    help="The vLLM version the stand-ins claim and behave as (default: the newest the "
-    "capability table knows).",
+    help="The vLLM release the stand-ins claim and behave as (default: the newest the "
+    "lab's own release data knows, orchestrator/lab/vllm_releases.yaml).",
 )
 @click.option(
     "--direct-ssh/--all-pct",
@@ -940,7 +946,7 @@ def lab_up(
 ) -> None:
     """Build and start the lab, and write its inventory."""
     from orchestrator.lab.cluster import Lab, LabSpec, default_lab_dir
-    from orchestrator.serving.capabilities import newest_version
+    from orchestrator.lab.releases import default_release
 
     the_lab = Lab(lab_dir or default_lab_dir())
     spec = LabSpec(
@@ -948,7 +954,7 @@ def lab_up(
         containers_per_host,
         load_seconds,
         network,
-        vllm_version or newest_version(),
+        vllm_version or default_release(),
         direct_ssh,
         max_sessions,
         max_startups,

@@ -10,6 +10,7 @@ from rich.console import Console, Group, RenderableType
 from rich.text import Text
 
 from orchestrator.drafters.findings import Finding
+from orchestrator.probes.sampling import describe
 from orchestrator.report.screen import (
     Cell,
     Column,
@@ -68,6 +69,8 @@ def print_run(doc: dict[str, Any]) -> None:
             if gate:
                 for line in gate_lines(label, gate):
                     out.print(text(target["name"], "bold") + text(line), highlight=False)
+                if gate.get("sampling"):
+                    out.print(text(f"  probed at {describe(gate['sampling'])}"), highlight=False)
                 if gate.get("explanation"):
                     out.print(text(f"  why: {gate['explanation']}"), highlight=False)
                 out.print(acceptance_bars(gate.get("per_position_acceptance") or []))

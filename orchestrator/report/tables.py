@@ -12,6 +12,7 @@ from rich.text import Text
 from orchestrator.documents import document
 from orchestrator.drafters.findings import Finding, Severity
 from orchestrator.drafters.kinds import get_kind
+from orchestrator.probes.sampling import describe
 from orchestrator.report.screen import (
     Cell,
     Column,
@@ -277,6 +278,7 @@ HISTORY_COLUMNS = [
     Column("RELEASE", identifier=True),
     Column("MEAN LENGTH", drop=2, justify="right"),
     Column("POS-1", drop=6, justify="right"),
+    Column("SAMPLING", drop=11),
     Column("PREVIOUS", identifier=True, drop=5),
     Column("STARTED", drop=3),
     Column("COMMAND", drop=1),
@@ -286,6 +288,12 @@ HISTORY_COLUMNS = [
     Column("METHOD", drop=8),
     Column("DRAFTER", drop=10),
 ]
+
+
+def _sampling(target: dict[str, Any]) -> str:
+    """What the target's gate probes sampled at (empty: no gate, or before orch recorded it)."""
+    sampling = (target.get("gate") or {}).get("sampling")
+    return describe(sampling) if sampling else ""
 
 
 def print_history(doc: dict[str, Any]) -> None:
@@ -306,6 +314,7 @@ def print_history(doc: dict[str, Any]) -> None:
                     text(target.get("release") or ""),
                     mean_length_of(target),
                     _position1(target),
+                    _sampling(target),
                     text(target.get("previous_release") or ""),
                     *own,
                 ]
