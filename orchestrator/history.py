@@ -1,0 +1,100 @@
+"""Where runs are remembered on this machine: the local history (SQLite) and where it lives."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from contextlib import closing
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from orchestrator.deadline import now
+from orchestrator.documents import document
+from orchestrator.errors import NeedsAttention
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    run_id TEXT PRIMARY KEY,
+    started TEXT NOT NULL,
+    user TEXT NOT NULL,
+    command TEXT NOT NULL,
+    playbook TEXT NOT NULL,
+    result TEXT NOT NULL,
+    document TEXT NOT NULL
+)
+"""
+
+
+def state_dir() -> Path:
+    """$ORCH_STATE_DIR, else $XDG_STATE_HOME/orch, else ~/.local/state/orch."""
+    if explicit := os.environ.get("ORCH_STATE_DIR"):
+        return Path(explicit)
+    base = os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state"
+    return Path(base) / "orch"
+
+
+def new_run_id() -> str:
+    return datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + os.urandom(3).hex()
+
+
+class History:
+    def __init__(self, path: Path | None = None) -> None:
+        self.path = path or state_dir() / "history.sqlite"
+
+    def _connect(self) -> sqlite3.Connection:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        connection = sqlite3.connect(self.path)
+        connection.execute(SCHEMA)
+        return connection
+
+    def record(self, document: dict[str, Any], command: str, user: str) -> None:
+        try:
+            self._insert(document, command, user)
+        except (sqlite3.Error, OSError) as exc:
+            raise NeedsAttention(f"could not record the run in {self.path}: {exc}") from None
+
+    def _insert(self, document: dict[str, Any], command: str, user: str) -> None:
+        with closing(self._connect()) as db, db:
+            db.execute(
+                "INSERT OR REPLACE INTO runs VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (
+                    document["run_id"],
+                    document.get("started", now()),
+                    user,
+                    command,
+                    document["playbook"],
+                    document["result"],
+                    json.dumps(document),
+                ),
+            )
+
+    def last(self, limit: int) -> list[dict[str, Any]]:
+        """The newest runs first, each as recorded plus who ran what."""
+        if not self.path.exists():
+            return []
+        with closing(self._connect()) as db:
+            rows = db.execute(
+                "SELECT user, command, document FROM runs ORDER BY started DESC, rowid DESC "
+                "LIMIT ?",
+                (limit,),
+            ).fetchall()
+        return [
+            {**json.loads(doc), "user": user, "command": command} for user, command, doc in rows
+        ]
+
+
+def history_document(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """`orch history --json`: the runs, newest first, each as it was recorded (its own
+    envelope dropped; result words of older records in today's vocabulary)."""
+    return document(
+        "History",
+        runs=[
+            {
+                **{k: v for k, v in run.items() if k not in ("kind", "api_version")},
+                "result": run["result"].replace(" ", "_"),
+            }
+            for run in runs
+        ],
+    )
