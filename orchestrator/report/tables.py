@@ -271,6 +271,12 @@ def _position1(target: dict[str, Any]) -> str:
     return f"{positions[0]:.2f}" if positions else "-"
 
 
+def _sampling(target: dict[str, Any]) -> str:
+    """What the target's gate probes sampled at (empty: no gate, or before orch recorded it)."""
+    sampling = (target.get("gate") or {}).get("sampling")
+    return describe(sampling) if sampling else ""
+
+
 HISTORY_COLUMNS = [
     Column("RUN", identifier=True),
     Column("CONTAINER", identifier=True),
@@ -288,12 +294,6 @@ HISTORY_COLUMNS = [
     Column("METHOD", drop=8),
     Column("DRAFTER", drop=10),
 ]
-
-
-def _sampling(target: dict[str, Any]) -> str:
-    """What the target's gate probes sampled at (empty: no gate, or before orch recorded it)."""
-    sampling = (target.get("gate") or {}).get("sampling")
-    return describe(sampling) if sampling else ""
 
 
 def print_history(doc: dict[str, Any]) -> None:
