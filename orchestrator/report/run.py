@@ -112,12 +112,13 @@ def attempted(target: dict[str, Any]) -> str | None:
 
 
 def gate_lines(label: str, gate: dict[str, Any]) -> list[str]:
-    """` gate: pass`, then one line per phase with its figures against the requirement;
-    a gate that did not pass leads with its deciding reason."""
+    """` gate: pass` (or `fail`), then one line per phase with its figures against the
+    requirement; a reason no phase gives (no speculative decoding at all) leads."""
     phases = gate.get("by_context") or []
     if not phases:
         return [f" {label}: {gate['reason']}"]
-    head = gate["verdict"] if gate["verdict"] == "pass" else gate["reason"]
+    said = any(p.get("reason") and p["reason"] in gate["reason"] for p in phases)
+    head = gate["verdict"] if gate["verdict"] == "pass" or said else gate["reason"]
     return [f" {label}: {head}"] + [
         f"   {p['context']} context via {p['endpoint']}: {p.get('reason') or p['verdict']}"
         for p in phases
