@@ -76,10 +76,21 @@ def cli(ctx: click.Context) -> None:
         ctx.default_map = {name: {"inventory_path": inventory} for name in cli.commands}
 
 
+class InventoryOption(click.Option):
+    """-i: a missing inventory names the other two places it can come from."""
+
+    def get_error_hint(self, ctx: click.Context | None) -> str:
+        return (
+            f"{super().get_error_hint(ctx)} (or set ORCH_INVENTORY, or `inventory:` in "
+            "$XDG_CONFIG_HOME/orch/config.yaml)"
+        )
+
+
 inventory_option = click.option(
     "-i",
     "--inventory",
     "inventory_path",
+    cls=InventoryOption,
     required=True,
     envvar="ORCH_INVENTORY",
     type=click.Path(path_type=Path),

@@ -83,6 +83,12 @@ def test_without_json_an_error_prints_nothing_on_stdout(typo: Path) -> None:
     assert err.startswith("error: ")
 
 
+def test_a_missing_inventory_names_where_else_it_can_come_from() -> None:
+    code, _, err = run("status", "qwen-dflash")
+    assert code == 2
+    assert "'-i' / '--inventory' (or set ORCH_INVENTORY, or `inventory:` in" in err
+
+
 def test_ansible_and_kubectl_spellings_are_accepted() -> None:
     _, out, _ = run("deploy", "--help")
     for spelling in ("-C, --dry-run, --check", "-l, --limit", "-o, --output [json|table]"):
