@@ -65,6 +65,9 @@ class Server(Schema):
     max_model_len: Annotated[int, Field(ge=1, le=1 << 24)] | None = None
     num_speculative_tokens: Annotated[int, Field(ge=1, le=256)] = 15
     attention_backend: str | None = None
+    speculative_config: dict[str, Any] = {}
+    """More keys of `--speculative-config` (the drafter's `attention_backend`, ...);
+    `method`, `model` and `num_speculative_tokens` come from the drafter and above."""
     extra_args: list[str] = []
     env: dict[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")], str] = {}
     stop_timeout: Seconds = 30

@@ -33,9 +33,10 @@ from orchestrator.facts import (
     parse_vllm_version,
     release_id_of,
 )
-from orchestrator.plan import LAUNCH_SCRIPT, TargetPlan
+from orchestrator.plan import DRAFTER_CONFIG, LAUNCH_SCRIPT, TargetPlan
 from orchestrator.remote import run_step
-from orchestrator.serving.judge import judge_server, read_launch
+from orchestrator.serving import server_check
+from orchestrator.serving.judge import Launch, judge_server, read_launch
 from orchestrator.transport.base import Transport
 
 INDEX_FILE = "model.safetensors.index.json"
@@ -65,6 +66,7 @@ class Facts:
     gpu_error: str = ""
     server_version: str | None = None
     server_version_error: str = ""
+    server_check: server_check.ServerCheck | None = None
 
 
 def read_model_dir(transport: Transport, path: str) -> ModelDir:
@@ -108,6 +110,7 @@ def gather(transport: Transport, plan: TargetPlan, nvidia_smi: str) -> Facts:
             port_taken = True
         except ServiceUnavailable:
             port_taken = False
+    launch = read_launch(plan.files[LAUNCH_SCRIPT].decode("utf-8", "replace"))
     return Facts(
         target=target,
         drafter=drafter,
@@ -120,6 +123,18 @@ def gather(transport: Transport, plan: TargetPlan, nvidia_smi: str) -> Facts:
         gpu_error="" if gpus_ok else small["gpus"].decode("utf-8", "replace")[:300],
         server_version=version,
         server_version_error=version_error,
+        server_check=ask_server(transport, plan, launch) if launch.executable else None,
+    )
+
+
+def ask_server(transport: Transport, plan: TargetPlan, launch: Launch) -> server_check.ServerCheck:
+    """The target's own vLLM over the exact launch; the release's rendered drafter
+    config is staged where the launch names it (the release is not written yet)."""
+    stage = {}
+    if plan.drafter_config is not None and plan.drafter_dir == plan.drafter_view:
+        stage[plan.drafter_view] = {CONFIG_FILE: plan.files[DRAFTER_CONFIG].decode()}
+    return server_check.check(
+        transport, launch.executable or plan.vllm, server_check.request(launch, stage)
     )
 
 
@@ -189,7 +204,8 @@ def server_findings(facts: Facts, plan: TargetPlan) -> list[Finding]:
     launch = read_launch(plan.files[LAUNCH_SCRIPT].decode("utf-8", "replace"))
     target = facts.target.files.config if facts.target.files else None
     shipped = facts.drafter.files.config if facts.drafter and facts.drafter.files else None
-    return judge_server(
+    checked = server_check.findings(facts.server_check, launch) if facts.server_check else []
+    return checked + judge_server(
         facts.server_version,
         launch,
         plan.drafter_config if plan.drafter_config is not None else shipped,

@@ -33,23 +33,33 @@ SLIDING, FULL = "sliding_attention", "full_attention"
 
 @dataclass(frozen=True)
 class Launch:
-    """What a launch script sets that the server's behaviour depends on."""
+    """What a launch script sets that the server's behaviour depends on; `executable`
+    and `argv` (its words from `serve` on) when the script ends in `exec VLLM serve`."""
 
     env: dict[str, str] = field(default_factory=dict)
     attention_backend: str | None = None
     method: str | None = None
+    speculative_config: dict | None = field(default=None, compare=False)
+    executable: str | None = field(default=None, compare=False)
+    argv: tuple[str, ...] = field(default=(), compare=False)
 
 
 def read_launch(script: str) -> Launch:
-    """`export NAME=VALUE` lines, `--attention-backend` and the speculative method of a
-    rendered launch script (as the shell would split it). Unreadable parts are skipped:
-    they are then judged as not set."""
+    """`export NAME=VALUE` lines, `--attention-backend`, the speculative config and the
+    `exec VLLM serve ...` words of a rendered launch script (as the shell would split
+    it). Unreadable parts are skipped: they are then judged as not set."""
     try:
         words = shlex.split(script, comments=True)
     except ValueError:
         return Launch()
     env: dict[str, str] = {}
-    backend = method = None
+    backend = method = speculative = None
+    executable: str | None = None
+    argv: tuple[str, ...] = ()
+    if "exec" in words and words.index("exec") + 2 < len(words):
+        start = words.index("exec")
+        if words[start + 2] == "serve":
+            executable, argv = words[start + 1], tuple(words[start + 2 :])
     for i, word in enumerate(words):
         following = words[i + 1] if i + 1 < len(words) else None
         if word == "export" and following and "=" in following:
@@ -60,17 +70,18 @@ def read_launch(script: str) -> Launch:
         elif word.startswith("--attention-backend="):
             backend = word.partition("=")[2]
         elif word == "--speculative-config" and following:
-            method = _method(following)
-    return Launch(env, backend, method)
+            speculative = _json_object(following)
+            found = speculative.get("method") if speculative else None
+            method = found if isinstance(found, str) else None
+    return Launch(env, backend, method, speculative, executable, argv)
 
 
-def _method(speculative_config: str) -> str | None:
+def _json_object(text: str) -> dict | None:
     try:
-        config = json.loads(speculative_config)
+        value = json.loads(text)
     except ValueError:
         return None
-    method = config.get("method") if isinstance(config, dict) else None
-    return method if isinstance(method, str) else None
+    return value if isinstance(value, dict) else None
 
 
 def judge_server(
