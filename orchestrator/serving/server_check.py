@@ -12,7 +12,6 @@ installed now.
 from __future__ import annotations
 
 import json
-import posixpath
 from dataclasses import dataclass
 from importlib import resources
 from typing import Annotated, Literal
@@ -90,9 +89,17 @@ def program() -> bytes:
     return (resources.files(__package__) / PROGRAM_FILE).read_bytes()
 
 
-def python_beside(vllm: str) -> str:
-    """The interpreter of the venv `vllm` lives in (as the version fallback assumes)."""
-    return posixpath.join(posixpath.dirname(vllm), "python")
+FIND_PYTHON = """\
+vllm=$1; shift
+read -r first < "$vllm" 2>/dev/null || first=
+case $first in
+  '#!/'*python*) python=${first#??}; python=${python%% *} ;;
+  *) python=${vllm%/*}/python ;;
+esac
+exec "$python" - "$@"
+"""
+"""The interpreter `vllm` runs on: its shebang's Python when it is a console script,
+else the `python` beside it (a venv)."""
 
 
 def request(launch: Launch, stage: dict[str, dict[str, str]]) -> dict:
@@ -103,7 +110,7 @@ def request(launch: Launch, stage: dict[str, dict[str, str]]) -> dict:
 
 def command(vllm: str, payload: dict) -> list[str]:
     """`PYTHON - REQUEST`: the program comes on stdin, the request as one argument."""
-    return [python_beside(vllm), "-", json.dumps(payload, sort_keys=True)]
+    return ["/bin/sh", "-c", FIND_PYTHON, "sh", vllm, json.dumps(payload, sort_keys=True)]
 
 
 def parse(stdout: bytes) -> Reply:
@@ -132,7 +139,7 @@ def check(transport: Transport, vllm: str, payload: dict, timeout: float = TIMEO
         return ServerCheck(unavailable=str(exc)[:300])
     if not result.ok:
         detail = (result.error_text or result.text).strip()[-300:]
-        return ServerCheck(unavailable=f"{python_beside(vllm)} exit {result.exit_code}: {detail}")
+        return ServerCheck(unavailable=f"the Python of {vllm}: exit {result.exit_code}: {detail}")
     try:
         return ServerCheck(parse(result.stdout))
     except ValueError as exc:

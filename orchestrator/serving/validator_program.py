@@ -164,7 +164,7 @@ def optional(module, name):
 def parser(request, state):
     serve = optional("vllm.entrypoints.cli.serve", "ServeSubcommand")
     argument_parser = optional("vllm.utils.argparse_utils", "FlexibleArgumentParser")
-    top = argument_parser(description="vLLM CLI")
+    top = argument_parser(prog="vllm", description="vLLM CLI")
     subparsers = top.add_subparsers(required=False, dest="subparser")
     command = serve()
     command.subparser_init(subparsers)
