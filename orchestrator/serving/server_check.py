@@ -124,7 +124,7 @@ def parse(stdout: bytes) -> Reply:
     try:
         if isinstance(data, dict) and "failed" in data:
             raise ValueError("the program failed: " + Failed.model_validate(data).failed[-600:])
-        return Reply.model_validate(data)
+        return Reply.model_validate_json(stdout)  # strict, JSON arrays as tuples
     except ValidationError as exc:
         raise ValueError(
             f"the reply has an unexpected shape ({exc.error_count()} problems)"
