@@ -20,6 +20,7 @@ from orchestrator.facts import parse_container_status, parse_gpus, parse_sshd_li
 from orchestrator.inventory import Inventory
 from orchestrator.plan import TargetPlan
 from orchestrator.playbook import Playbook
+from orchestrator.serving import server_check
 from orchestrator.transport.base import Transport
 from orchestrator.transport.pct import PctTransport
 from orchestrator.transport.pool import Connections
@@ -172,6 +173,10 @@ class Doctor:
             return [*checks, _failed(name, "preflight", exc)]
         if facts.server_version:
             checks.append(Check(name, "server", OK, f"{plan.vllm}: vLLM {facts.server_version}"))
+        if facts.server_check:
+            asked = facts.server_check.reply is not None
+            summary = server_check.summary(facts.server_check)
+            checks.append(Check(name, "server check", OK if asked else INFO, summary))
         server = self.playbook.server
         findings = preflight.judge(
             facts, plan, server.tensor_parallel_size, server.num_speculative_tokens

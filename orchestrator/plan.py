@@ -93,7 +93,8 @@ def _speculative_config(
     taken = sorted(set(config) & set(playbook.server.speculative_config))
     if taken:
         raise InputError(
-            f"{where}: {', '.join(taken)} is set by orch (drafter and server.num_speculative_tokens)"
+            f"{where}: {', '.join(taken)} is set by orch "
+            "(from the drafter and server.num_speculative_tokens)"
         )
     return {**config, **playbook.server.speculative_config}
 

@@ -127,6 +127,18 @@ def gather(transport: Transport, plan: TargetPlan, nvidia_smi: str) -> Facts:
     )
 
 
+def server_check_of_release(
+    transport: Transport, plan: TargetPlan, script: bytes | None
+) -> list[Finding]:
+    """The target's vLLM over the launch script of a release already on the container
+    (`verify-config PLAYBOOK`): its files are where the script names them."""
+    launch = read_launch((script or b"").decode("utf-8", "replace"))
+    if not launch.executable:
+        return []
+    found = server_check.check(transport, plan.vllm, server_check.request(launch, {}))
+    return server_check.findings(found, launch)
+
+
 def ask_server(transport: Transport, plan: TargetPlan, launch: Launch) -> server_check.ServerCheck:
     """The target's own vLLM over the exact launch; the release's rendered drafter
     config is staged where the launch names it (the release is not written yet)."""
