@@ -3,20 +3,13 @@ judges before any restart, and what the server does when forced anyway."""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
 from labtools import LabHandle
-from test_deploy_lab import FAST, deploy, serving_pid, target
+from test_deploy_lab import deploy, serving_pid, target
 
 pytestmark = pytest.mark.lab
 
-V2_ERROR = (
-    "NotImplementedError: DFlash drafters with mixed sliding/full attention require the V2 "
-    "model runner; relaunch with VLLM_USE_V2_MODEL_RUNNER=1."
-)
-NO_ENV = "server.env={}"
+RUNNER_OFF = 'server.env.VLLM_USE_V2_MODEL_RUNNER="0"'
 
 
 def releases(lab: LabHandle, name: str) -> set[str]:
@@ -24,51 +17,30 @@ def releases(lab: LabHandle, name: str) -> set[str]:
 
 
 @pytest.mark.parametrize("lab", [{"vllm_version": "0.27.1"}], indirect=True)
-def test_on_vllm_0_27_the_v2_runner_is_checked_before_the_restart(lab: LabHandle) -> None:
+def test_on_vllm_0_27_the_runner_variable_is_checked_before_the_restart(lab: LabHandle) -> None:
+    """0.26 - 0.28 choose the V2 runner by themselves for a mixed drafter; `0` forces V1,
+    which refuses it (vllm/config/vllm.py:599, qwen3_dflash.py:125 in 0.27.0)."""
     code, first = deploy(lab)
     assert code == 0, first
     for name in ("ct200", "ct201"):
         entry = target(first, name)
         assert entry["result"] == "deployed", entry
         assert entry["server_version"] == "0.27.1"
-        assert not [f for f in entry["findings"] if f["field"].startswith("server.")]
+        assert not [f for f in entry["findings"] if f["severity"] == "error"]
     good = target(first, "ct200")["release"]
     pid = serving_pid(lab, "ct200")
 
-    # Without the runner's variable preflight stops it: nothing written, nothing restarted.
-    code, refused = deploy(lab, "--limit", "ct200", "--set", NO_ENV)
+    # With the runner forced off preflight stops it: nothing written, nothing restarted.
+    code, refused = deploy(lab, "--limit", "ct200", "--set", RUNNER_OFF)
     assert code == 1
     entry = target(refused, "ct200")
     assert entry["result"] == "failed" and "preflight" in entry["error"]
     [finding] = [f for f in entry["findings"] if f["severity"] == "error"]
     assert finding["field"] == "server.env.VLLM_USE_V2_MODEL_RUNNER"
-    assert 'set server.env VLLM_USE_V2_MODEL_RUNNER: "1"' in finding["message"]
+    assert "forces V1" in finding["message"] and finding["message"].endswith("unset it")
     assert "vLLM 0.27.1" in finding["message"]
     assert releases(lab, "ct200") == {good}
     assert serving_pid(lab, "ct200") == pid
-
-    # Forced, the server dies at start with vLLM's own error, the output shows it, and the
-    # previous release comes back.
-    forced = lab.orch(
-        "deploy",
-        "qwen-dflash",
-        "-i",
-        str(lab.inventory),
-        "--limit",
-        "ct200",
-        "--force",
-        "--set",
-        NO_ENV,
-        *FAST,
-    )
-    assert forced.code == 1, forced.stdout + forced.stderr
-    assert "did not become ready" in forced.stdout
-    assert V2_ERROR in " ".join(forced.stdout.split())
-    assert "Preflight had found: server.env.VLLM_USE_V2_MODEL_RUNNER" in forced.stdout
-    audit = json.loads((lab.deployment_dir("ct200") / "audit.log").read_text().splitlines()[-1])
-    assert audit["result"] == "rolled_back"
-    assert (lab.deployment_dir("ct200") / "current").readlink() == Path("releases") / good
-    assert serving_pid(lab, "ct200") != pid
 
 
 @pytest.mark.parametrize("lab", [{"vllm_version": "0.19.1"}], indirect=True)
@@ -80,8 +52,6 @@ def test_on_vllm_0_19_preflight_names_the_version_and_the_upgrade(lab: LabHandle
     [finding] = [f for f in entry["findings"] if f["severity"] == "error"]
     assert finding["field"] == "server.version"
     assert finding["message"].startswith("vLLM 0.19.1 has no speculative method 'dflash'")
-    assert finding["message"].endswith(
-        'upgrade to >= 0.26.0 with server.env VLLM_USE_V2_MODEL_RUNNER: "1"'
-    )
+    assert finding["message"].endswith("upgrade to >= 0.26.0")
     assert not (lab.deployment_dir("ct201") / "releases").exists()
     assert not (lab.deployment_dir("ct201") / "server.pid").exists()

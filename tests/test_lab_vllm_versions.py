@@ -33,10 +33,6 @@ from orchestrator.serving.capabilities import capabilities_for, load_table, newe
 
 __all__ = ["processes"]  # the fixture, shared with test_lab_standins
 
-V2_ERROR = (
-    "NotImplementedError: DFlash drafters with mixed sliding/full attention require the V2 "
-    "model runner; relaunch with VLLM_USE_V2_MODEL_RUNNER=1."
-)
 REFUSED_ERROR = (
     "NotImplementedError: DFlash does not yet support mixed sliding/full attention via "
     "layer_types; see https://github.com/vllm-project/vllm/issues/40898."
@@ -79,19 +75,6 @@ def started_and_died(processes: list, container: ContainerPaths, drafter: Path, 
     assert server.process.wait(timeout=20) == 1
     assert not list(container.servers_dir.glob("*.json"))
     return server.output()
-
-
-def test_v2_runner_versions_refuse_a_mixed_drafter_without_the_runner(
-    container: ContainerPaths, drafter: Path, processes: list
-) -> None:
-    output = started_and_died(
-        processes,
-        container,
-        drafter,
-        **{VLLM_VERSION_ENV: "0.27.1", "VLLM_USE_V2_MODEL_RUNNER": "0"},
-    )
-    assert "Traceback (most recent call last)" in output
-    assert output.rstrip().endswith(V2_ERROR)
 
 
 def test_refusing_versions_refuse_a_mixed_drafter_even_on_the_v2_runner(
@@ -171,12 +154,12 @@ def health_codes_from_listening(container: ContainerPaths, processes: list, vers
     return codes
 
 
-def test_health_answers_503_while_warming_up_where_the_version_does(
+def test_health_never_answers_503_while_warming_up(
     container: ContainerPaths, processes: list
 ) -> None:
-    warming = health_codes_from_listening(container, processes, "0.27.1")
-    assert warming[0] == 503 and warming[-1] == 200
-    assert health_codes_from_listening(container, processes, "0.24.0") == [200]
+    """health.py:33 answers 503 only for EngineDeadError, in every release 0.19.1 - 0.34.0."""
+    for version in ("0.24.0", "0.27.1"):
+        assert health_codes_from_listening(container, processes, version) == [200]
 
 
 def test_metrics_follow_the_accept_header(
