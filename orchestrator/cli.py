@@ -347,8 +347,8 @@ def logs(
     """The current release's server log on each container (named when there are several)."""
     from orchestrator import logs as server_logs
     from orchestrator import operations, report
+    from orchestrator.connections import Connections
     from orchestrator.documents import document, run_result
-    from orchestrator.transport.pool import Connections
 
     if follow and as_json:
         raise click.UsageError("--json prints one document: it cannot --follow")

@@ -13,17 +13,23 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from orchestrator import commands, preflight
+from orchestrator import preflight
+from orchestrator.connections import Connections
+from orchestrator.container.gpu import gpu_query, parse_gpus
+from orchestrator.container.host import (
+    container_status,
+    parse_container_status,
+    parse_sshd_limits,
+    sshd_limits,
+)
 from orchestrator.drafters.findings import Severity
 from orchestrator.errors import HostKeyError, OrchError, TransportError
-from orchestrator.facts import parse_container_status, parse_gpus, parse_sshd_limits
 from orchestrator.inventory import Inventory
 from orchestrator.plan import TargetPlan
 from orchestrator.playbook import Playbook
 from orchestrator.serving import server_check
 from orchestrator.transport.base import Transport
 from orchestrator.transport.pct import PctTransport
-from orchestrator.transport.pool import Connections
 
 DEFAULT_NVIDIA_SMI = "/usr/bin/nvidia-smi"
 OK, FAIL, INFO = "ok", "fail", "info"
@@ -115,7 +121,7 @@ class Doctor:
 
     def _sshd_limits(self, label: str, ssh: Transport) -> Check:
         try:
-            limits = parse_sshd_limits(ssh.run(commands.sshd_limits(), timeout=60).text)
+            limits = parse_sshd_limits(ssh.run(sshd_limits(), timeout=60).text)
         except OrchError as exc:
             limits, reason = {}, str(exc)
         else:
@@ -130,7 +136,7 @@ class Doctor:
     def _pct_status(self, name: str, transport: PctTransport) -> Check:
         host, vmid, pct = transport.host.label, transport.vmid, transport.pct_path
         try:
-            result = transport.host.run(commands.container_status(pct, vmid), timeout=60)
+            result = transport.host.run(container_status(pct, vmid), timeout=60)
             if result.exit_code in (126, 127):
                 return Check(
                     name,
@@ -205,7 +211,7 @@ class Doctor:
     def _gpus(self, name: str, transport: Transport, nvidia_smi: str, listed: int) -> Check:
         fix = "check the GPU passthrough (devN: /dev/nvidiaN in pct config) and vars.nvidia_smi"
         try:
-            result = transport.run(commands.gpu_query(nvidia_smi), timeout=60)
+            result = transport.run(gpu_query(nvidia_smi), timeout=60)
             if not result.ok:
                 detail = result.error_text[-200:] or f"exit {result.exit_code}"
                 return Check(name, "nvidia-smi", FAIL, detail, fix)

@@ -12,6 +12,7 @@ import pytest
 import yaml
 from labtools import LabHandle, free_network
 
+from orchestrator.container.shell import parse_csv_rows
 from orchestrator.discovery import commands
 from orchestrator.discovery.facts import (
     Guest,
@@ -27,7 +28,6 @@ from orchestrator.discovery.facts import (
 from orchestrator.discovery.run import write_new
 from orchestrator.discovery.writer import Cluster, FoundContainer, inventory_text
 from orchestrator.errors import InputError, NeedsAttention
-from orchestrator.facts import parse_csv_rows
 from orchestrator.inventory import SshSettings, load_inventory
 from orchestrator.lab.cluster import Lab, LabSpec
 

@@ -8,16 +8,20 @@ import subprocess
 import pytest
 from labtools import LabHandle
 
-from orchestrator import commands
+from orchestrator.container.host import (
+    container_status,
+    parse_container_status,
+    parse_sshd_limits,
+    sshd_limits,
+)
 from orchestrator.doctor import Check, exit_code
 from orchestrator.errors import NeedsAttention
-from orchestrator.facts import parse_container_status, parse_sshd_limits
 from orchestrator.report import print_checks
 
 
 def test_commands() -> None:
-    assert commands.container_status("/usr/sbin/pct", 200) == ["/usr/sbin/pct", "status", "200"]
-    assert commands.sshd_limits() == [
+    assert container_status("/usr/sbin/pct", 200) == ["/usr/sbin/pct", "status", "200"]
+    assert sshd_limits() == [
         "/bin/sh",
         "-c",
         "/usr/sbin/sshd -T 2>/dev/null | grep -i -E '^(maxsessions|maxstartups) '",

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.container import validator
 from orchestrator.drafters.findings import Severity
 from orchestrator.serving import server_check
 from orchestrator.serving.judge import read_launch
@@ -35,7 +36,7 @@ def test_the_launch_reads_as_the_argv_and_env_the_script_execs() -> None:
     assert LAUNCH.executable == "/opt/vllm/bin/vllm"
     assert LAUNCH.argv[:2] == ("serve", "/m") and LAUNCH.argv[-2:] == ("--port", "8000")
     assert LAUNCH.env == {"VLLM_USE_V2_MODEL_RUNNER": "true"}
-    payload = server_check.request(LAUNCH, {"/r/drafter": {"config.json": "{}"}})
+    payload = validator.request(LAUNCH.argv, LAUNCH.env, {"/r/drafter": {"config.json": "{}"}})
     assert payload == {
         "argv": list(LAUNCH.argv),
         "env": {"VLLM_USE_V2_MODEL_RUNNER": "true"},
@@ -58,7 +59,7 @@ def test_the_python_is_the_console_scripts_shebang_else_the_one_beside_it(
     """Run under a real /bin/sh: `exec` is replaced by a stand-in that prints what ran."""
     vllm = tmp_path / "vllm"
     vllm.write_text(first_line + "\n")
-    argv = server_check.command(str(vllm), {"argv": ["serve"]})
+    argv = validator.command(str(vllm), {"argv": ["serve"]})
     script = argv[2].replace('exec "$python" - "$@"', 'printf "%s\\n" "$python"')
     done = subprocess.run(
         [argv[0], "-c", script, *argv[3:]], capture_output=True, text=True, check=True
@@ -67,7 +68,7 @@ def test_the_python_is_the_console_scripts_shebang_else_the_one_beside_it(
 
 
 def test_a_missing_vllm_means_the_python_beside_it(tmp_path: Path) -> None:
-    argv = server_check.command(str(tmp_path / "vllm"), {})
+    argv = validator.command(str(tmp_path / "vllm"), {})
     done = subprocess.run(argv, capture_output=True, text=True, check=False)
     assert done.returncode == 127 and f"{tmp_path}/python" in done.stderr
 
@@ -83,19 +84,19 @@ def test_a_missing_vllm_means_the_python_beside_it(tmp_path: Path) -> None:
         (document(stage("rm -rf /")), "unexpected shape"),
         (document(stage("parser", "weird")), "unexpected shape"),
         (document(stage("parser", detail="x" * 5000)), "unexpected shape"),
-        (b" " * (server_check.MAX_REPLY + 1), "more than"),
+        (b" " * (validator.MAX_REPLY + 1), "more than"),
         (b'{"failed": "Traceback: boom"}', "the program failed: Traceback: boom"),
     ],
 )
 def test_a_reply_of_any_other_shape_is_refused(stdout: bytes, problem: str) -> None:
     with pytest.raises(ValueError, match=problem):
-        server_check.parse(stdout)
+        validator.parse(stdout)
 
 
 def test_markup_and_escapes_in_a_reply_stay_text() -> None:
     hostile = "[bold red]x[/] \x1b[2J $(reboot)"
-    found = server_check.parse(document(stage("parser", "error", hostile)))
-    [finding] = server_check.findings(server_check.ServerCheck(found), LAUNCH)
+    found = validator.parse(document(stage("parser", "error", hostile)))
+    [finding] = server_check.findings(validator.ServerCheck(found), LAUNCH)
     assert finding.message.endswith(hostile)
 
 
@@ -104,8 +105,8 @@ def test_vllms_refusal_of_a_variable_is_an_error_naming_it() -> None:
         "ValueError: VLLM_USE_V2_MODEL_RUNNER=true is no longer supported: "
         "Model Runner V1 has been removed. Unset this variable."
     )
-    reply_ = server_check.parse(document(stage("parser"), stage("environment", "error", words)))
-    [finding] = server_check.findings(server_check.ServerCheck(reply_), LAUNCH)
+    reply_ = validator.parse(document(stage("parser"), stage("environment", "error", words)))
+    [finding] = server_check.findings(validator.ServerCheck(reply_), LAUNCH)
     assert finding.severity == Severity.ERROR
     assert finding.field == "server.env.VLLM_USE_V2_MODEL_RUNNER"
     assert finding.message == (
@@ -115,7 +116,7 @@ def test_vllms_refusal_of_a_variable_is_an_error_naming_it() -> None:
 
 def test_an_unknown_speculative_key_is_an_error_naming_the_key() -> None:
     words = "ValidationError: 1 validation error for SpeculativeConfig\nbogus\n  Unexpected"
-    reply_ = server_check.parse(
+    reply_ = validator.parse(
         document(
             stage("parser"),
             stage("environment"),
@@ -124,7 +125,7 @@ def test_an_unknown_speculative_key_is_an_error_naming_the_key() -> None:
             stage("speculative_config", "error", words, keys=["bogus"]),
         )
     )
-    [finding] = server_check.findings(server_check.ServerCheck(reply_), LAUNCH)
+    [finding] = server_check.findings(validator.ServerCheck(reply_), LAUNCH)
     assert finding.field == "server.speculative_config.bogus"
     assert "SpeculativeConfig" in finding.message
 
@@ -132,13 +133,13 @@ def test_an_unknown_speculative_key_is_an_error_naming_the_key() -> None:
 def test_an_unknown_flag_is_an_error_naming_the_flag() -> None:
     launch = read_launch("exec /v/vllm serve /m --bogus-flag 3\n")
     words = "vllm serve: error: unrecognized arguments: --bogus-flag 3"
-    reply_ = server_check.parse(document(stage("parser", "error", words)))
-    [finding] = server_check.findings(server_check.ServerCheck(reply_), launch)
+    reply_ = validator.parse(document(stage("parser", "error", words)))
+    [finding] = server_check.findings(validator.ServerCheck(reply_), launch)
     assert finding.field == "server.args --bogus-flag"
 
 
 def test_what_this_vllm_lacks_is_one_warning_saying_the_table_judges_it() -> None:
-    reply_ = server_check.parse(
+    reply_ = validator.parse(
         document(
             stage("parser"),
             stage("environment", absent="validate_environ"),
@@ -148,7 +149,7 @@ def test_what_this_vllm_lacks_is_one_warning_saying_the_table_judges_it() -> Non
             stage("drafter_layers", "absent", "qwen3_dflash has no _resolve_layer_attention"),
         )
     )
-    found = server_check.findings(server_check.ServerCheck(reply_), LAUNCH)
+    found = server_check.findings(validator.ServerCheck(reply_), LAUNCH)
     assert [(f.severity, f.field) for f in found] == [
         (Severity.WARNING, "server.speculative_config"),
         (Severity.WARNING, "server.check"),
@@ -162,9 +163,9 @@ def test_what_this_vllm_lacks_is_one_warning_saying_the_table_judges_it() -> Non
 
 def test_a_target_that_cannot_run_the_program_is_a_warning_not_a_failure() -> None:
     transport = MemoryTransport().on("/bin/sh", reply(b"", 127, b"python: not found"))
-    found = server_check.check(transport, "/opt/vllm/bin/vllm", {})
+    found = validator.check(transport, "/opt/vllm/bin/vllm", {})
     assert found.reply is None and "exit 127: python: not found" in found.unavailable
     [finding] = server_check.findings(found, LAUNCH)
     assert finding.severity == Severity.WARNING and "not checked by the server" in finding.message
     [call] = transport.calls
-    assert call.stdin == server_check.program()
+    assert call.stdin == validator.program()

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.container import validator
 from orchestrator.drafters.findings import Severity
 from orchestrator.drafters.profiles import get_profile
 from orchestrator.inventory import load_inventory
@@ -52,7 +53,7 @@ def local(argv: Sequence[str], stdin: bytes | None) -> Result:
 
 def ask(
     venv: Path, tmp_path: Path, name: str, *assignments: str
-) -> tuple[server_check.ServerCheck, list, Launch, TargetPlan]:
+) -> tuple[validator.ServerCheck, list, Launch, TargetPlan]:
     """A shipped playbook rendered for a container whose vllm is `venv`'s, checked by it.
     The model dirs hold config.json only (the check loads no weights)."""
     playbook = load_playbook(ROOT / "playbooks" / f"{name}.yaml", [CPU, *assignments])
@@ -97,7 +98,7 @@ def ask(
     return found, server_check.findings(found, launch), launch, plan
 
 
-def statuses(found: server_check.ServerCheck) -> dict[str, str]:
+def statuses(found: validator.ServerCheck) -> dict[str, str]:
     assert found.reply is not None
     return {s.name: s.status for s in found.reply.stages}
 
@@ -108,7 +109,7 @@ def statuses(found: server_check.ServerCheck) -> dict[str, str]:
 @needs_032
 def test_a_shipped_dflash_launch_passes_every_stage_of_the_real_server(tmp_path: Path) -> None:
     found, findings, _, _ = ask(VENV, tmp_path, "qwen3-8b-dflash")
-    assert statuses(found) == dict.fromkeys(server_check.STAGES, "ok")
+    assert statuses(found) == dict.fromkeys(validator.STAGES, "ok")
     assert found.reply is not None and found.reply.version == "0.32.0"
     layers = found.reply.stages[-1].layers
     assert layers == [(None, False)] * get_profile("z-lab/Qwen3-8B-DFlash-b16").num_hidden_layers
@@ -171,7 +172,7 @@ def test_every_shipped_launch_is_accepted_by_0_34_and_orch_agrees(
         )
     found, findings, launch, plan = ask(VENV_034, tmp_path, name)
     assert found.reply is not None and found.reply.version == "0.34.0"
-    assert statuses(found) == dict.fromkeys(server_check.STAGES, "ok"), found.reply.stages
+    assert statuses(found) == dict.fromkeys(validator.STAGES, "ok"), found.reply.stages
     assert not [f for f in findings if f.severity == Severity.ERROR], findings
     target = json.loads((Path(plan.target_dir) / "config.json").read_text())
     orch = judge_server("0.34.0", launch, plan.drafter_config, target)

@@ -6,7 +6,7 @@ Proxmox cluster").
 
 from __future__ import annotations
 
-from orchestrator.commands import script
+from orchestrator.container.shell import script
 
 TOOLS = ("pvesh", "pct", "nvidia-smi")
 

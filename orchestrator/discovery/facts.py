@@ -12,7 +12,7 @@ import json
 import re
 from dataclasses import dataclass
 
-from orchestrator.facts import parse_csv_rows, reading
+from orchestrator.container.shell import parse_csv_rows, reading
 
 NVIDIA_DEVICE = re.compile(r"/dev/nvidia(\d+)")
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from orchestrator.container.shell import run_step
 from orchestrator.discovery import commands
 from orchestrator.discovery.facts import (
     NodeInfo,
@@ -29,7 +30,6 @@ from orchestrator.discovery.writer import (
 from orchestrator.documents import document
 from orchestrator.errors import InputError, NeedsAttention
 from orchestrator.inventory import Host, SshSettings
-from orchestrator.remote import run_step
 from orchestrator.transport.ssh import SshTransport
 
 

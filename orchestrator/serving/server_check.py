@@ -1,41 +1,17 @@
-"""The server's own dry run: vLLM on the target judges the exact launch.
+"""The server's own dry run judged: what the target's vLLM said, as findings.
 
-`request` builds what the on-container program (`validator_program.py`, shipped
-beside this module) needs from a rendered launch script; `command` is the argv
-that runs it with the Python beside the target's `vllm`; `parse` reads its reply
-strictly (one JSON document of a fixed shape, text only: a hostile reply can
-neither run code nor carry markup); `findings` turns the reply into findings.
-`check` runs it over a transport. Nothing is cached: every check asks the vLLM
-installed now.
+`container/validator.py` runs vLLM's start-up checks on the container; here its
+reply becomes findings: a refusal is an error in vLLM's own words naming the
+flag, variable or key; a stage this vLLM lacks is one warning saying the
+capability table judges it.
 """
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass
-from importlib import resources
-from typing import Annotated, Literal
-
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
-
+from orchestrator.container.validator import ServerCheck, Stage
 from orchestrator.drafters.findings import Finding
-from orchestrator.errors import OrchError
 from orchestrator.serving.judge import Launch
-from orchestrator.transport.base import Transport
 
-PROGRAM_FILE = "validator_program.py"
-TIMEOUT = 300.0
-"""vLLM's import alone takes seconds (10 - 20 s on a busy 2-core machine), and
-building the model configs inspects each architecture in a subprocess."""
-MAX_REPLY = 256 * 1024
-STAGES = (
-    "parser",
-    "environment",
-    "engine_args",
-    "model_config",
-    "speculative_config",
-    "drafter_layers",
-)
 WHAT = {
     "parser": "the `vllm serve` parser",
     "environment": "its environment check",
@@ -46,104 +22,6 @@ WHAT = {
 }
 REPORTED_WARNINGS = ("environment", "speculative_config", "drafter_layers")
 """Stages whose vLLM warnings are about the launch (the others log import noise)."""
-
-Text = Annotated[str, Field(max_length=4000)]
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
-
-
-class Stage(_Strict):
-    name: Literal[STAGES]  # type: ignore[valid-type]
-    status: Literal["ok", "error", "absent"]
-    detail: Text
-    warnings: Annotated[list[Text], Field(max_length=20)] = []
-    keys: Annotated[list[Text], Field(max_length=20)] = []
-    layers: Annotated[list[tuple[int | None, bool]], Field(max_length=1024)] = []
-    runner: Text = ""
-    absent: Text = ""
-    seconds: float
-
-
-class Reply(_Strict):
-    version: Text
-    stages: Annotated[list[Stage], Field(max_length=len(STAGES))]
-    seconds: float
-
-
-class Failed(_Strict):
-    failed: Text
-
-
-@dataclass(frozen=True)
-class ServerCheck:
-    """What the target's vLLM said (`reply`), or why it could not be asked (`unavailable`)."""
-
-    reply: Reply | None = None
-    unavailable: str = ""
-
-
-def program() -> bytes:
-    """The on-container program, sent on stdin."""
-    return (resources.files(__package__) / PROGRAM_FILE).read_bytes()
-
-
-FIND_PYTHON = """\
-vllm=$1; shift
-read -r first < "$vllm" 2>/dev/null || first=
-case $first in
-  '#!/'*python*) python=${first#??}; python=${python%% *} ;;
-  *) python=${vllm%/*}/python ;;
-esac
-exec "$python" - "$@"
-"""
-"""The interpreter `vllm` runs on: its shebang's Python when it is a console script,
-else the `python` beside it (a venv)."""
-
-
-def request(launch: Launch, stage: dict[str, dict[str, str]]) -> dict:
-    """The program's input: the launch's argv from `serve` on, its exports, and the
-    directories to stage (dir -> {file name: text}) that do not exist on the target yet."""
-    return {"argv": list(launch.argv), "env": dict(launch.env), "stage": stage}
-
-
-def command(vllm: str, payload: dict) -> list[str]:
-    """`PYTHON - REQUEST`: the program comes on stdin, the request as one argument."""
-    return ["/bin/sh", "-c", FIND_PYTHON, "sh", vllm, json.dumps(payload, sort_keys=True)]
-
-
-def parse(stdout: bytes) -> Reply:
-    """The program's one JSON document; anything else raises ValueError."""
-    if len(stdout) > MAX_REPLY:
-        raise ValueError(f"the reply is {len(stdout)} bytes, more than {MAX_REPLY}")
-    try:
-        data = json.loads(stdout.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise ValueError(f"the reply is not one JSON document ({exc})") from None
-    try:
-        if isinstance(data, dict) and "failed" in data:
-            raise ValueError("the program failed: " + Failed.model_validate(data).failed[-600:])
-        return Reply.model_validate_json(stdout)  # strict, JSON arrays as tuples
-    except ValidationError as exc:
-        raise ValueError(
-            f"the reply has an unexpected shape ({exc.error_count()} problems)"
-        ) from None
-
-
-def check(transport: Transport, vllm: str, payload: dict, timeout: float = TIMEOUT) -> ServerCheck:
-    """Run the program on the target; a failure to run it is `unavailable`, never raised."""
-    try:
-        result = transport.run(command(vllm, payload), program(), timeout)
-    except OrchError as exc:
-        return ServerCheck(unavailable=str(exc)[:300])
-    if not result.ok:
-        detail = (result.error_text or result.text).strip()[-300:]
-        return ServerCheck(unavailable=f"the Python of {vllm}: exit {result.exit_code}: {detail}")
-    try:
-        return ServerCheck(parse(result.stdout))
-    except ValueError as exc:
-        return ServerCheck(unavailable=str(exc)[:600])
 
 
 def findings(found: ServerCheck, launch: Launch) -> list[Finding]:
