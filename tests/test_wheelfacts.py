@@ -11,8 +11,8 @@ from pathlib import Path
 
 from realvllm import VENV, needs_032
 
-from orchestrator.serving.capabilities import capabilities_for
-from orchestrator.serving.wheelfacts import ROW_FIELDS, Release, facts, rows
+from orchestrator.serving.capabilities import FACT_FIELDS, capabilities_for
+from orchestrator.serving.wheelfacts import Release, facts, rows
 
 SITE = next(iter(sorted(VENV.glob("lib/python3*/site-packages"))), VENV / "missing")
 
@@ -41,7 +41,7 @@ def test_the_installed_release_reads_as_its_row_of_the_table() -> None:
         "health_503_while_warming": row.health_503_while_warming,
         "per_request_spec_decode_metrics": row.per_request_spec_decode_metrics,
     }
-    assert {k: read[k] for k in ROW_FIELDS} == recorded
+    assert {k: read[k] for k in FACT_FIELDS} == recorded
     # Every fact names a file of the release, with its line where the fact is a line.
     for name, source in read["sources"].items():
         path = source.split(":")[0].split(" ")[0]

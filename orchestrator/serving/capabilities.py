@@ -200,9 +200,7 @@ def _row(reader: _Reader, data: Any, loc: tuple[str | int, ...]) -> Row:
     )
 
 
-ROW_FIELDS = (
-    "range",
-    "releases",
+FACT_FIELDS = (
     "methods",
     "mixed_attention_drafters",
     "error",
@@ -212,8 +210,9 @@ ROW_FIELDS = (
     "attention_backend_env_read",
     "health_503_while_warming",
     "per_request_spec_decode_metrics",
-    "sources",
 )
+"""The facts of a row, as `wheelfacts` reads them out of a release."""
+ROW_FIELDS = ("range", "releases", *FACT_FIELDS, "sources")
 
 
 class _Reader:

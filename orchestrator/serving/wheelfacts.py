@@ -20,6 +20,8 @@ import zipfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from orchestrator.serving.capabilities import FACT_FIELDS
+
 SPECULATIVE = "vllm/config/speculative.py"
 VLLM_CONFIG = "vllm/config/vllm.py"
 ENVS = "vllm/envs.py"
@@ -259,19 +261,6 @@ def facts(release: Release) -> list[Fact]:
     ]
 
 
-ROW_FIELDS = (
-    "methods",
-    "mixed_attention_drafters",
-    "error",
-    "runner_values",
-    "lm_head_zero_for_conditional_generation",
-    "drafter_attention_backend",
-    "attention_backend_env_read",
-    "health_503_while_warming",
-    "per_request_spec_decode_metrics",
-)
-
-
 def rows(found: dict[str, list[Fact]]) -> list[dict]:
     """Consecutive releases with the same facts as one row of vllm.yaml (sources cited
     in the row's first release)."""
@@ -279,12 +268,12 @@ def rows(found: dict[str, list[Fact]]) -> list[dict]:
     for version, listed in found.items():
         values = {f.name: f.value for f in listed}
         values.setdefault("error", None)
-        if grouped and all(grouped[-1][k] == values[k] for k in ROW_FIELDS):
+        if grouped and all(grouped[-1][k] == values[k] for k in FACT_FIELDS):
             grouped[-1]["releases"].append(version)
             continue
         sources = {f.name: f"{f.source} in {version}" for f in listed}
         grouped.append(
-            {**{k: values[k] for k in ROW_FIELDS}, "releases": [version], "sources": sources}
+            {**{k: values[k] for k in FACT_FIELDS}, "releases": [version], "sources": sources}
         )
     return grouped
 
