@@ -442,6 +442,7 @@ def _verify_one(
     entry["applied"] = applied.to_dict() if applied else None
     entry["changed_on_target"], entry["playbook_differs"] = drift(plan, current, applied, actual)
     findings = _remote_findings(transport, plan, playbook, actual.get(DRAFTER_CONFIG))
+    findings += preflight.server_check_of_release(transport, plan, actual.get(LAUNCH_SCRIPT))
     entry["findings"] = [f.to_dict() for f in findings]
     bad = entry["changed_on_target"] or any(f.severity == Severity.ERROR for f in findings)
     entry["result"] = "drift" if bad else "ok"

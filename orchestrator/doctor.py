@@ -30,6 +30,7 @@ from orchestrator.errors import HostKeyError, OrchError, TransportError
 from orchestrator.inventory import Inventory
 from orchestrator.plan import TargetPlan
 from orchestrator.playbook import Playbook
+from orchestrator.serving import server_check
 from orchestrator.transport.base import Transport
 from orchestrator.transport.pct import PctTransport, pct_refusal
 
@@ -197,6 +198,10 @@ class Doctor:
             return [*checks, _failed(name, "preflight", exc)]
         if facts.server_version:
             checks.append(Check(name, "server", OK, f"{plan.vllm}: vLLM {facts.server_version}"))
+        if facts.server_check:
+            asked = facts.server_check.reply is not None
+            summary = server_check.summary(facts.server_check)
+            checks.append(Check(name, "server check", OK if asked else INFO, summary))
         server = self.playbook.server
         findings = preflight.judge(
             facts,

@@ -81,6 +81,20 @@ def field_context(inventory: Inventory, container_name: str) -> dict[str, Any]:
     }
 
 
+def _speculative_config(
+    kind: DrafterKind, drafter_dir: str | None, playbook: Playbook, where: str
+) -> dict[str, Any]:
+    """The kind's launch keys, then the playbook's further keys (never over the kind's)."""
+    config = kind.speculative_config(drafter_dir, playbook.server.num_speculative_tokens)
+    taken = sorted(set(config) & set(playbook.server.speculative_config))
+    if taken:
+        raise InputError(
+            f"{where}: {', '.join(taken)} is set by orch "
+            "(from the drafter and server.num_speculative_tokens)"
+        )
+    return {**config, **playbook.server.speculative_config}
+
+
 def plan_target(playbook: Playbook, inventory: Inventory, container_name: str) -> TargetPlan:
     context = field_context(inventory, container_name)
 
@@ -137,8 +151,8 @@ def plan_target(playbook: Playbook, inventory: Inventory, container_name: str) -
             "env": server.env,
             "vllm": paths["vllm"],
             "target": paths["target_dir"],
-            "speculative_config": kind.speculative_config(
-                drafter_dir, server.num_speculative_tokens
+            "speculative_config": _speculative_config(
+                kind, drafter_dir, playbook, f"{playbook.source}: server.speculative_config"
             ),
             "served_name": playbook.target.served_name,
             "host": paths["host"],

@@ -133,7 +133,14 @@ class Server(Schema):
     )
     attention_backend: str | None = Field(
         default=None,
-        description="vLLM's `--attention-backend`, passed when set (e.g. `flash_attn`).",
+        description="vLLM's `--attention-backend`, passed when set (e.g. `flash_attn`): the "
+        "target's backend. A DFlash drafter takes its own from `speculative_config`.",
+    )
+    speculative_config: dict[str, Any] = Field(
+        default={},
+        description="More keys of `--speculative-config` (e.g. the DFlash drafter's "
+        "`attention_backend`); `method`, `model` and `num_speculative_tokens` are orch's, "
+        "from the drafter and `num_speculative_tokens`. vLLM refuses a key it does not know.",
     )
     extra_args: list[str] = Field(
         default=[],
@@ -143,7 +150,7 @@ class Server(Schema):
     env: dict[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")], str] = Field(
         default={},
         description="Environment variables the launch script exports before starting vLLM "
-        '(e.g. `VLLM_USE_V2_MODEL_RUNNER: "1"`); values are shell-quoted.',
+        "(e.g. `VLLM_HOST_IP`); values are shell-quoted.",
     )
     stop_timeout: Seconds = Field(
         default=30,

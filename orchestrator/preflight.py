@@ -10,7 +10,7 @@ import json
 import struct
 from dataclasses import dataclass
 
-from orchestrator.container import probe
+from orchestrator.container import probe, validator
 from orchestrator.container.gpu import Gpu, GpuApp, parse_gpu_apps, parse_gpus
 from orchestrator.container.release import release_id_of
 from orchestrator.container.server import ServerState, parse_server_state
@@ -25,7 +25,7 @@ from orchestrator.drafters.modelfiles import (
     model_files_from_bytes,
 )
 from orchestrator.errors import ServiceUnavailable, StepFailed
-from orchestrator.layout import LAUNCH_SCRIPT
+from orchestrator.layout import DRAFTER_CONFIG, LAUNCH_SCRIPT
 from orchestrator.plan import TargetPlan
 from orchestrator.playbook import Sampling
 from orchestrator.probes.sampling import (
@@ -34,7 +34,8 @@ from orchestrator.probes.sampling import (
     sampling_findings,
     server_defaults,
 )
-from orchestrator.serving.judge import judge_server, read_launch
+from orchestrator.serving import server_check
+from orchestrator.serving.judge import Launch, judge_server, read_launch
 from orchestrator.transport.base import Transport
 
 INDEX_FILE = "model.safetensors.index.json"
@@ -64,6 +65,7 @@ class Facts:
     gpu_error: str = ""
     server_version: str | None = None
     server_version_error: str = ""
+    server_check: validator.ServerCheck | None = None
 
 
 def read_model_dir(transport: Transport, path: str) -> ModelDir:
@@ -105,6 +107,7 @@ def gather(transport: Transport, plan: TargetPlan, nvidia_smi: str) -> Facts:
             port_taken = True
         except ServiceUnavailable:
             port_taken = False
+    launch = read_launch(plan.files[LAUNCH_SCRIPT].decode("utf-8", "replace"))
     return Facts(
         target=target,
         drafter=drafter,
@@ -117,6 +120,30 @@ def gather(transport: Transport, plan: TargetPlan, nvidia_smi: str) -> Facts:
         gpu_error="" if gpus_ok else small["gpus"].decode("utf-8", "replace")[:300],
         server_version=version,
         server_version_error=version_error,
+        server_check=ask_server(transport, plan, launch) if launch.executable else None,
+    )
+
+
+def server_check_of_release(
+    transport: Transport, plan: TargetPlan, script: bytes | None
+) -> list[Finding]:
+    """The target's vLLM over the launch script of a release already on the container
+    (`verify-config PLAYBOOK`): its files are where the script names them."""
+    launch = read_launch((script or b"").decode("utf-8", "replace"))
+    if not launch.executable:
+        return []
+    found = validator.check(transport, plan.vllm, validator.request(launch.argv, launch.env, {}))
+    return server_check.findings(found, launch)
+
+
+def ask_server(transport: Transport, plan: TargetPlan, launch: Launch) -> validator.ServerCheck:
+    """The target's own vLLM over the exact launch; the release's rendered drafter
+    config is staged where the launch names it (the release is not written yet)."""
+    stage = {}
+    if plan.drafter_config is not None and plan.drafter_dir == plan.drafter_view:
+        stage[plan.drafter_view] = {CONFIG_FILE: plan.files[DRAFTER_CONFIG].decode()}
+    return validator.check(
+        transport, launch.executable or plan.vllm, validator.request(launch.argv, launch.env, stage)
     )
 
 
@@ -196,7 +223,8 @@ def server_findings(facts: Facts, plan: TargetPlan) -> list[Finding]:
     launch = read_launch(plan.files[LAUNCH_SCRIPT].decode("utf-8", "replace"))
     target = facts.target.files.config if facts.target.files else None
     shipped = facts.drafter.files.config if facts.drafter and facts.drafter.files else None
-    return judge_server(
+    checked = server_check.findings(facts.server_check, launch) if facts.server_check else []
+    return checked + judge_server(
         facts.server_version,
         launch,
         plan.drafter_config if plan.drafter_config is not None else shipped,

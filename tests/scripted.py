@@ -137,6 +137,8 @@ class ScriptedContainer:
                 [("server", f"{self._server_state()}\n".encode()), ("tail", b"")]
             ),
             "gpu_query": lambda nvidia_smi: (9, "no GPU here"),
+            # No vLLM to ask here: the server's own dry run finds no Python to run it with.
+            "validate_launch": lambda vllm, payload, stdin: (127, f"{vllm}: python: not found"),
             "status_report": self._status_report,
             "read_model_dir": self._read_model_dir,
         }

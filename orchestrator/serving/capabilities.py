@@ -1,7 +1,8 @@
 """vLLM's capability table (`vllm.yaml`, data beside this module): one row per version range.
 
-Preflight, `verify-config` and the lab's vLLM stand-in all read the table here, so
-the facts live in one place. Loading is strict (a missing or mistyped key is an
+Each row was read out of vLLM's own release files (`wheelfacts.py`); preflight and
+`verify-config` judge a launch with it where the target's own vLLM cannot
+(`server_check.py`). Loading is strict (a missing or mistyped key is an
 `InputError` naming the file, line and field) and imports stay light: the lab's
 stand-in loads this module at every start.
 """
@@ -22,15 +23,27 @@ from orchestrator.errors import InputError
 from orchestrator.yamlsource import YamlDocument, load_yaml_file
 
 TABLE_FILE = "vllm.yaml"
-METHODS = ("dflash", "eagle3", "mtp", "draft_model", "ngram")
+RUNNER_VARIABLE = "VLLM_USE_V2_MODEL_RUNNER"
 
 FULL_ATTENTION = "full_attention"
-"""Sliding layers of a mixed drafter run as full attention, silently."""
+"""A mixed drafter's sliding layers run as full attention, silently."""
 REFUSED = "refused"
-"""A mixed drafter is refused at start (NotImplementedError)."""
+"""A mixed drafter is refused at start (NotImplementedError), whatever the runner."""
+V2_SELECTED = "v2_selected"
+"""Served on the V2 model runner, which vLLM selects by itself for such a drafter."""
+V2_DEFAULT = "v2_default"
+"""Served on the V2 model runner, the default for every model."""
+SERVED = "served"
+"""Served: the V1 model runner is removed."""
 V2_RUNNER = "v2_runner"
-"""A mixed drafter is served on the V2 model runner only (`runner_env` turns it on)."""
-MIXED_MODES = (FULL_ATTENTION, REFUSED, V2_RUNNER)
+"""Served on the V2 runner only when the variable turns it on. No release read from
+source does this (the lab's stand-in still names it)."""
+MIXED_MODES = (FULL_ATTENTION, REFUSED, V2_SELECTED, V2_DEFAULT, SERVED, V2_RUNNER)
+RUNNER_OFF_REFUSED = (V2_SELECTED, V2_DEFAULT)
+"""Modes where `VLLM_USE_V2_MODEL_RUNNER=0` forces the V1 runner, which raises `error`."""
+INTEGER, ONLY_1 = "integer", "only_1"
+RUNNER_VALUES = (INTEGER, ONLY_1)
+BACKEND_SOURCES = ("target", "speculative_config")
 
 
 class UnknownVersion(ValueError):
@@ -42,18 +55,25 @@ class Row:
     """What one range of vLLM releases does; see the column notes in vllm.yaml."""
 
     range: SpecifierSet
-    methods: dict[str, bool | None]
+    releases: tuple[str, ...]
+    methods: tuple[str, ...]
     mixed_attention_drafters: str | None
     error: str | None
-    runner_env: str | None
+    runner_values: str | None
     lm_head_zero_for_conditional_generation: bool
+    drafter_attention_backend: str
+    attention_backend_env_read: bool
     health_503_while_warming: bool
-    sources: tuple[str, ...]
-    unconfirmed: tuple[str, ...]
+    per_request_spec_decode_metrics: bool
+    sources: dict[str, str]
 
-    def serves(self, method: str) -> bool | None:
-        """True or False as recorded; None when the table does not say."""
-        return self.methods.get(method)
+    @property
+    def runner_env(self) -> str | None:
+        """The variable that chooses the model runner, when the release reads one."""
+        return RUNNER_VARIABLE if self.runner_values else None
+
+    def serves(self, method: str) -> bool:
+        return method in self.methods
 
 
 @dataclass(frozen=True)
@@ -147,50 +167,52 @@ def _table(document: YamlDocument) -> Table:
 def _row(reader: _Reader, data: Any, loc: tuple[str | int, ...]) -> Row:
     if not isinstance(data, dict):
         raise reader.error(loc, "expected a mapping")
-    known = {
-        "range",
-        "methods",
-        "mixed_attention_drafters",
-        "error",
-        "runner_env",
-        "lm_head_zero_for_conditional_generation",
-        "health_503_while_warming",
-        "sources",
-        "unconfirmed",
-    }
     for key in data:
-        if key not in known:
+        if key not in ROW_FIELDS:
             raise reader.error((*loc, key), "unknown field")
     text = reader.get(data, (*loc, "range"), str)
     try:
         versions = SpecifierSet(text)
     except InvalidSpecifier:
         raise reader.error((*loc, "range"), f"{text!r} is not a version specifier") from None
-    methods = reader.get(data, (*loc, "methods"), dict)
-    for name, value in methods.items():
-        if name not in METHODS or not (value is None or isinstance(value, bool)):
-            raise reader.error(
-                (*loc, "methods", name), f"expected one of {METHODS} with true, false or null"
-            )
-    mixed = reader.get(data, (*loc, "mixed_attention_drafters"), str, optional=True)
-    if mixed is not None and mixed not in MIXED_MODES:
-        raise reader.error((*loc, "mixed_attention_drafters"), f"expected one of {MIXED_MODES}")
-    runner_env = reader.get(data, (*loc, "runner_env"), str, optional=True)
-    if mixed == V2_RUNNER and not runner_env:
-        raise reader.error((*loc, "runner_env"), "v2_runner needs the variable that turns it on")
+    methods = reader.get(data, (*loc, "methods"), list)
+    if not all(isinstance(m, str) for m in methods):
+        raise reader.error((*loc, "methods"), "expected a list of method names")
     return Row(
         range=versions,
-        methods={name: methods.get(name) for name in METHODS},
-        mixed_attention_drafters=mixed,
+        releases=tuple(str(r) for r in reader.get(data, (*loc, "releases"), list)),
+        methods=tuple(methods),
+        mixed_attention_drafters=reader.choice(
+            data, (*loc, "mixed_attention_drafters"), MIXED_MODES
+        ),
         error=reader.get(data, (*loc, "error"), str, optional=True),
-        runner_env=runner_env,
+        runner_values=reader.choice(data, (*loc, "runner_values"), RUNNER_VALUES),
         lm_head_zero_for_conditional_generation=reader.get(
             data, (*loc, "lm_head_zero_for_conditional_generation"), bool
         ),
+        drafter_attention_backend=reader.get(data, (*loc, "drafter_attention_backend"), str),
+        attention_backend_env_read=reader.get(data, (*loc, "attention_backend_env_read"), bool),
         health_503_while_warming=reader.get(data, (*loc, "health_503_while_warming"), bool),
-        sources=tuple(reader.get(data, (*loc, "sources"), list)),
-        unconfirmed=tuple(reader.get(data, (*loc, "unconfirmed"), list, optional=True) or ()),
+        per_request_spec_decode_metrics=reader.get(
+            data, (*loc, "per_request_spec_decode_metrics"), bool
+        ),
+        sources=reader.get(data, (*loc, "sources"), dict),
     )
+
+
+FACT_FIELDS = (
+    "methods",
+    "mixed_attention_drafters",
+    "error",
+    "runner_values",
+    "lm_head_zero_for_conditional_generation",
+    "drafter_attention_backend",
+    "attention_backend_env_read",
+    "health_503_while_warming",
+    "per_request_spec_decode_metrics",
+)
+"""The facts of a row, as `wheelfacts` reads them out of a release."""
+ROW_FIELDS = ("range", "releases", *FACT_FIELDS, "sources")
 
 
 class _Reader:
@@ -202,6 +224,15 @@ class _Reader:
     def error(self, loc: tuple[str | int, ...], message: str) -> InputError:
         field = ".".join(str(p) for p in loc)
         return InputError(f"{self.document.where(loc)}: {field}: {message}")
+
+    def choice(
+        self, data: dict, loc: tuple[str | int, ...], allowed: tuple[str, ...]
+    ) -> str | None:
+        """An optional field holding one of `allowed`."""
+        value = self.get(data, loc, str, optional=True)
+        if value is not None and value not in allowed:
+            raise self.error(loc, f"expected one of {allowed}")
+        return value
 
     def get(
         self, data: dict, loc: tuple[str | int, ...], kind: type, optional: bool = False

@@ -14,8 +14,12 @@ from dataclasses import dataclass, field
 from orchestrator.drafters.findings import Finding
 from orchestrator.serving.capabilities import (
     FULL_ATTENTION,
+    INTEGER,
+    ONLY_1,
     REFUSED,
-    V2_RUNNER,
+    RUNNER_OFF_REFUSED,
+    RUNNER_VARIABLE,
+    SERVED,
     Capabilities,
     Row,
     Table,
@@ -26,30 +30,38 @@ from orchestrator.serving.capabilities import (
 )
 
 ATTENTION_BACKEND_ENV = "VLLM_ATTENTION_BACKEND"
-DOCUMENTED_BACKEND = "flash_attn"
-"""z-lab/dflash README: `vllm serve ... --attention-backend flash_attn`."""
 SLIDING, FULL = "sliding_attention", "full_attention"
 
 
 @dataclass(frozen=True)
 class Launch:
-    """What a launch script sets that the server's behaviour depends on."""
+    """What a launch script sets that the server's behaviour depends on; `executable`
+    and `argv` (its words from `serve` on) when the script ends in `exec VLLM serve`."""
 
     env: dict[str, str] = field(default_factory=dict)
     attention_backend: str | None = None
     method: str | None = None
+    speculative_config: dict | None = field(default=None, compare=False)
+    executable: str | None = field(default=None, compare=False)
+    argv: tuple[str, ...] = field(default=(), compare=False)
 
 
 def read_launch(script: str) -> Launch:
-    """`export NAME=VALUE` lines, `--attention-backend` and the speculative method of a
-    rendered launch script (as the shell would split it). Unreadable parts are skipped:
-    they are then judged as not set."""
-    try:
-        words = shlex.split(script, comments=True)
+    """`export NAME=VALUE` lines, `--attention-backend`, the speculative config and the
+    `exec VLLM serve ...` words of a rendered launch script (as the shell would split
+    it). Unreadable parts are skipped: they are then judged as not set."""
+    try:  # the shell drops a backslash-newline before it splits words
+        words = shlex.split(script.replace("\\\n", ""), comments=True)
     except ValueError:
         return Launch()
     env: dict[str, str] = {}
-    backend = method = None
+    backend = method = speculative = None
+    executable: str | None = None
+    argv: tuple[str, ...] = ()
+    if "exec" in words and words.index("exec") + 2 < len(words):
+        start = words.index("exec")
+        if words[start + 2] == "serve":
+            executable, argv = words[start + 1], tuple(words[start + 2 :])
     for i, word in enumerate(words):
         following = words[i + 1] if i + 1 < len(words) else None
         if word == "export" and following and "=" in following:
@@ -60,17 +72,18 @@ def read_launch(script: str) -> Launch:
         elif word.startswith("--attention-backend="):
             backend = word.partition("=")[2]
         elif word == "--speculative-config" and following:
-            method = _method(following)
-    return Launch(env, backend, method)
+            speculative = _json_object(following)
+            found = speculative.get("method") if speculative else None
+            method = found if isinstance(found, str) else None
+    return Launch(env, backend, method, speculative, executable, argv)
 
 
-def _method(speculative_config: str) -> str | None:
+def _json_object(text: str) -> dict | None:
     try:
-        config = json.loads(speculative_config)
+        value = json.loads(text)
     except ValueError:
         return None
-    method = config.get("method") if isinstance(config, dict) else None
-    return method if isinstance(method, str) else None
+    return value if isinstance(value, dict) else None
 
 
 def judge_server(
@@ -115,26 +128,65 @@ def judge_server(
                 actual=str(found.version),
             )
         )
+    findings += _environment_findings(found, launch)
     if launch.method is None:
         return findings
     return findings + _method_findings(found, launch, drafter or {}, target or {}, table)
+
+
+def _environment_findings(found: Capabilities, launch: Launch) -> list[Finding]:
+    """The runner variable as this release reads it, and a backend variable it never reads."""
+    row, name, findings = found.row, f"vLLM {found.version}", []
+    value = launch.env.get(RUNNER_VARIABLE)
+    where = row.sources.get("runner_values", "")
+    if value is not None and row.runner_values == ONLY_1 and value != "1":
+        findings.append(
+            Finding.error(
+                f"server.env.{RUNNER_VARIABLE}",
+                f"{name} refuses {RUNNER_VARIABLE}={value} at start: the V1 model runner is "
+                f"removed and only 1 (redundant) is accepted ({where}); unset it",
+                expected="unset",
+                actual=value,
+            )
+        )
+    elif value is not None and row.runner_values == INTEGER and _integer(value) is None:
+        findings.append(
+            Finding.error(
+                f"server.env.{RUNNER_VARIABLE}",
+                f"{name} reads {RUNNER_VARIABLE} as bool(int(value)) ({where}): {value!r} is "
+                "a ValueError at start; unset it (vLLM then chooses the runner)",
+                expected="unset",
+                actual=value,
+            )
+        )
+    if ATTENTION_BACKEND_ENV in launch.env and not row.attention_backend_env_read:
+        findings.append(
+            Finding.warning(
+                f"server.env.{ATTENTION_BACKEND_ENV}",
+                f"{name} never reads {ATTENTION_BACKEND_ENV} "
+                f"({row.sources.get('attention_backend_env_read', '')}): it changes nothing; "
+                "remove it (--attention-backend sets the target's backend)",
+                actual=launch.env[ATTENTION_BACKEND_ENV],
+            )
+        )
+    return findings
 
 
 def _method_findings(
     found: Capabilities, launch: Launch, drafter: dict, target: dict, table: Table
 ) -> list[Finding]:
     row, method, name = found.row, launch.method or "", f"vLLM {found.version}"
-    if row.serves(method) is False:
+    if not row.serves(method):
         first = first_release_where(lambda r: r.serves(method), found.version, table)
         needed = first_release_where(
             lambda r: serves_cleanly(r, method, drafter, target), found.version, table
         )
-        hint = _runner_hint(table) if method == "dflash" and is_mixed(drafter) else ""
         return [
             Finding.error(
                 "server.version",
-                f"{name} has no speculative method {method!r} (first in {first}): the server "
-                f"refuses the launch; upgrade to >= {needed}{hint}",
+                f"{name} has no speculative method {method!r} "
+                f"({row.sources.get('methods', '')}; first in {first}): the server refuses "
+                f"the launch; upgrade to >= {needed}",
                 expected=f">= {needed}",
                 actual=str(found.version),
             )
@@ -149,23 +201,28 @@ def _method_findings(
         findings.append(
             Finding.error(
                 "server.version",
-                f"{name} keeps the drafter's zero-initialised lm_head for a {arch} target "
-                f"(fixed in vllm-project/vllm PR #47914): acceptance is near zero whatever "
-                f"the config; upgrade to >= {fixed}",
+                f"{name} keeps the drafter's zero-initialised lm_head for a {arch} target on "
+                f"the V2 DFlash path ({row.sources.get('lm_head_zero_for_conditional_generation')}"
+                f"): acceptance is near zero whatever the config; upgrade to >= {fixed}",
                 expected=f">= {fixed}",
                 actual=str(found.version),
             )
         )
-    backend = launch.attention_backend or launch.env.get(ATTENTION_BACKEND_ENV)
-    if method == "dflash" and not backend:
+    speculative = launch.speculative_config or {}
+    if (
+        method == "dflash"
+        and launch.attention_backend
+        and row.drafter_attention_backend == "speculative_config"
+        and "attention_backend" not in speculative
+    ):
         findings.append(
             Finding.warning(
                 "server.attention_backend",
-                "no attention backend is set: the DFlash drafter needs non-causal attention "
-                "and vLLM's automatic choice has failed on some GPUs; set "
-                f"server.attention_backend: {DOCUMENTED_BACKEND} (z-lab's documented command)",
-                expected=DOCUMENTED_BACKEND,
-                actual=None,
+                f"--attention-backend sets the target's backend only: {name} gives the DFlash "
+                "drafter the `attention_backend` of --speculative-config "
+                f"({row.sources.get('drafter_attention_backend', '')}), unset here (vLLM "
+                "picks one); set server.speculative_config.attention_backend for the drafter",
+                actual=launch.attention_backend,
             )
         )
     return findings
@@ -177,16 +234,16 @@ def _mixed_findings(
     row, name = found.row, f"vLLM {found.version}"
     window = sliding_window(drafter)
     served = first_release_where(
-        lambda r: r.mixed_attention_drafters == V2_RUNNER, found.version, table
+        lambda r: r.mixed_attention_drafters in (*RUNNER_OFF_REFUSED, SERVED), found.version, table
     )
-    upgrade = f"upgrade to >= {served}" + _runner_hint(table)
+    where = row.sources.get("mixed_attention_drafters", "")
     if row.mixed_attention_drafters == FULL_ATTENTION:
         return [
             Finding.error(
                 "server.version",
-                f"{name} runs this drafter's sliding layers as full attention: acceptance "
-                f"passes a short-prompt gate and collapses once the context passes the "
-                f"{window}-token window; {upgrade}",
+                f"{name} runs this drafter's sliding layers as full attention ({where}): "
+                f"acceptance passes a short-prompt gate and collapses once the context passes "
+                f"the {window}-token window; upgrade to >= {served}",
                 expected=f">= {served}",
                 actual=str(found.version),
             )
@@ -196,38 +253,38 @@ def _mixed_findings(
             Finding.error(
                 "server.version",
                 f"{name} refuses drafters that mix sliding and full attention layers; the "
-                f"server exits at start with {row.error!r}; {upgrade}",
+                f"server exits at start with {row.error!r} ({where}); upgrade to >= {served}",
                 expected=f">= {served}",
                 actual=str(found.version),
             )
         ]
-    if row.mixed_attention_drafters == V2_RUNNER and row.runner_env:
-        value = launch.env.get(row.runner_env)
-        if not runner_enabled(value):
-            return [
-                Finding.error(
-                    f"server.env.{row.runner_env}",
-                    f"{name} serves drafters that mix sliding and full attention layers only "
-                    f"on the V2 model runner; without it the server exits at start with "
-                    f'{row.error!r}; set server.env {row.runner_env}: "1"',
-                    expected="1",
-                    actual=value,
-                )
-            ]
+    value = launch.env.get(RUNNER_VARIABLE)
+    if row.mixed_attention_drafters in RUNNER_OFF_REFUSED and _integer(value) == 0:
+        return [
+            Finding.error(
+                f"server.env.{RUNNER_VARIABLE}",
+                f"{name} serves drafters that mix sliding and full attention layers on the V2 "
+                f"model runner ({where}); {RUNNER_VARIABLE}={value} forces V1, and the server "
+                f"exits at start with {row.error!r}; unset it",
+                expected="unset",
+                actual=value,
+            )
+        ]
     return []
 
 
-def _runner_hint(table: Table) -> str:
-    rows = [r for r in table.rows if r.mixed_attention_drafters == V2_RUNNER]
-    runner = rows[0].runner_env if rows else None
-    return f' with server.env {runner}: "1"' if runner else ""
+def _integer(value: str | None) -> int | None:
+    """As vLLM's maybe_convert_bool reads a variable: int(value), else nothing."""
+    try:
+        return None if value is None else int(value)
+    except ValueError:
+        return None
 
 
 def serves_cleanly(row: Row, method: str, drafter: dict, target: dict) -> bool:
-    """The row serves this method, drafter and target as trained (given the runner's
-    variable where the row needs it)."""
+    """The row serves this method, drafter and target as trained."""
     mixed_ok = not (method == "dflash" and is_mixed(drafter)) or (
-        row.mixed_attention_drafters == V2_RUNNER
+        row.mixed_attention_drafters in (*RUNNER_OFF_REFUSED, SERVED)
     )
     head_ok = not (row.lm_head_zero_for_conditional_generation and conditional_generation(target))
     return bool(row.serves(method)) and mixed_ok and head_ok
@@ -235,10 +292,7 @@ def serves_cleanly(row: Row, method: str, drafter: dict, target: dict) -> bool:
 
 def runner_enabled(value: str | None) -> bool:
     """As vLLM reads a boolean variable (vllm/envs.py maybe_convert_bool: bool(int(value)))."""
-    try:
-        return value is not None and bool(int(value))
-    except ValueError:
-        return False
+    return bool(_integer(value))
 
 
 def is_mixed(drafter: dict) -> bool:

@@ -25,14 +25,16 @@ def releases(lab: LabHandle, name: str) -> set[str]:
 
 
 @pytest.mark.parametrize("lab", [{"vllm_version": "0.27.1"}], indirect=True)
-def test_on_vllm_0_27_the_v2_runner_is_checked_before_the_restart(lab: LabHandle) -> None:
+def test_on_vllm_0_27_the_runner_variable_is_checked_before_the_restart(lab: LabHandle) -> None:
+    """0.26 - 0.28 choose the V2 runner by themselves for a mixed drafter; `0` forces V1,
+    which refuses it (vllm/config/vllm.py:599, qwen3_dflash.py:125 in 0.27.0)."""
     code, first = deploy(lab)
     assert code == 0, first
     for name in ("ct200", "ct201"):
         entry = target(first, name)
         assert entry["result"] == "deployed", entry
         assert entry["server_version"] == "0.27.1"
-        assert not [f for f in entry["findings"] if f["field"].startswith("server.")]
+        assert not [f for f in entry["findings"] if f["severity"] == "error"]
     good = target(first, "ct200")["release"]
     pid = serving_pid(lab, "ct200")
 
@@ -43,7 +45,7 @@ def test_on_vllm_0_27_the_v2_runner_is_checked_before_the_restart(lab: LabHandle
     assert entry["result"] == "failed" and "preflight" in entry["error"]
     [finding] = [f for f in entry["findings"] if f["severity"] == "error"]
     assert finding["field"] == "server.env.VLLM_USE_V2_MODEL_RUNNER"
-    assert 'set server.env VLLM_USE_V2_MODEL_RUNNER: "1"' in finding["message"]
+    assert "forces V1" in finding["message"] and finding["message"].endswith("unset it")
     assert "vLLM 0.27.1" in finding["message"]
     assert releases(lab, "ct200") == {good}
     assert serving_pid(lab, "ct200") == pid
@@ -81,8 +83,6 @@ def test_on_vllm_0_19_preflight_names_the_version_and_the_upgrade(lab: LabHandle
     [finding] = [f for f in entry["findings"] if f["severity"] == "error"]
     assert finding["field"] == "server.version"
     assert finding["message"].startswith("vLLM 0.19.1 has no speculative method 'dflash'")
-    assert finding["message"].endswith(
-        'upgrade to >= 0.26.0 with server.env VLLM_USE_V2_MODEL_RUNNER: "1"'
-    )
+    assert finding["message"].endswith("upgrade to >= 0.26.0")
     assert not (lab.deployment_dir("ct201") / "releases").exists()
     assert not (lab.deployment_dir("ct201") / "server.pid").exists()

@@ -11,6 +11,7 @@ from pathlib import Path
 from test_plan import plans
 
 from orchestrator.plan import LAUNCH_SCRIPT
+from orchestrator.serving.judge import read_launch
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 PLAYBOOK = ROOT / "playbooks" / "qwen-dflash.yaml"
@@ -66,10 +67,12 @@ def test_the_launch_script_runs_vllm_with_exactly_the_planned_arguments(tmp_path
         "8000",
         "--max-model-len",
         "32768",
-        "--attention-backend",
-        "flash_attn",
         "--x=1 2",
         "--tensor-parallel-size",
         "2",
     ]
     assert list(cwd.iterdir()) == []
+    # What the server's dry run reads from the script is what the shell ran.
+    launch = read_launch(plan.files[LAUNCH_SCRIPT].decode())
+    assert (launch.executable, list(launch.argv)) == (str(fake_vllm), argv)
+    assert launch.env == {"ODD": ran["env"]}

@@ -11,14 +11,12 @@ from pathlib import Path
 import pytest
 
 from orchestrator.drafters.profiles import get_profile, target_files
-from orchestrator.serving.judge import Launch
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "drafters"
 DRAFTER = get_profile("z-lab/Qwen3.6-27B-DFlash").config
 TARGET = json.loads(target_files("z-lab/Qwen3.6-27B-DFlash")["config.json"])
-PLAYBOOK_LAUNCH = Launch({"VLLM_USE_V2_MODEL_RUNNER": "1"}, "flash_attn", "dflash")
-BARE_LAUNCH = Launch({}, "flash_attn", "dflash")
+RUNNER = "VLLM_USE_V2_MODEL_RUNNER"
 
 
 # --- the table -------------------------------------------------------------------------------
@@ -44,26 +42,24 @@ def verify(drafter: Path, *args: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.fixture
+def rendered(tmp_path: Path) -> Path:
+    """The drafter config as orch renders it (the profile's)."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(DRAFTER))
+    return path
+
+
 def test_verify_config_judges_the_pair_against_a_server_version(rendered: Path) -> None:
-    done = verify(rendered, "--server-version", "0.27.1")
-    assert done.returncode == 1, done.stderr
-    fields = {f["field"] for f in json.loads(done.stdout)["findings"]}
-    assert "server.env.VLLM_USE_V2_MODEL_RUNNER" in fields
-
-    done = verify(
-        rendered,
-        "--server-version",
-        "0.27.1",
-        "--server-env",
-        "VLLM_USE_V2_MODEL_RUNNER=1",
-        "--attention-backend",
-        "flash_attn",
-    )
+    done = verify(rendered, "--server-version", "0.34.0")
     assert done.returncode == 0, done.stdout + done.stderr
+    for value in ("0", "true"):
+        done = verify(rendered, "--server-version", "0.34.0", "--server-env", f"{RUNNER}={value}")
+        assert done.returncode == 1, done.stdout
+        fields = {f["field"] for f in json.loads(done.stdout)["findings"]}
+        assert f"server.env.{RUNNER}" in fields
 
-    done = verify(
-        rendered, "--server-version", "0.24.0", "--server-env", "VLLM_USE_V2_MODEL_RUNNER=1"
-    )
+    done = verify(rendered, "--server-version", "0.24.0")
     assert done.returncode == 1
     messages = [f["message"] for f in json.loads(done.stdout)["findings"]]
     assert any(m.startswith("vLLM 0.24.0 runs this drafter's sliding layers") for m in messages)

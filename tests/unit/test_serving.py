@@ -19,7 +19,9 @@ from orchestrator.playbook import load_playbook
 from orchestrator.serving.capabilities import (
     FULL_ATTENTION,
     REFUSED,
-    V2_RUNNER,
+    SERVED,
+    V2_DEFAULT,
+    V2_SELECTED,
     UnknownVersion,
     capabilities_for,
     first_release_where,
@@ -32,61 +34,90 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "drafters"
 DRAFTER = get_profile("z-lab/Qwen3.6-27B-DFlash").config
 TARGET = json.loads(target_files("z-lab/Qwen3.6-27B-DFlash")["config.json"])
-PLAYBOOK_LAUNCH = Launch({"VLLM_USE_V2_MODEL_RUNNER": "1"}, "flash_attn", "dflash")
-BARE_LAUNCH = Launch({}, "flash_attn", "dflash")
+PLAYBOOK_LAUNCH = Launch({}, None, "dflash")
+RUNNER = "VLLM_USE_V2_MODEL_RUNNER"
+
+
+def launch_with(**env: str) -> Launch:
+    return Launch(env, None, "dflash")
 
 
 # --- the table -------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
-    ("version", "mixed", "lm_head_bug", "dflash"),
+    ("version", "mixed", "lm_head_bug", "runner_values", "per_request"),
     [
-        ("0.11.0", None, False, False),
-        ("0.19.1", None, False, False),
-        ("0.20.0", FULL_ATTENTION, True, True),
-        ("0.24.0", FULL_ATTENTION, True, True),
-        ("0.25.0", REFUSED, True, True),
-        ("0.25.1", REFUSED, True, True),
-        ("0.26.0", V2_RUNNER, False, True),
-        ("0.26.0rc1", V2_RUNNER, False, True),  # judged by its release
-        ("v0.27.1+cu129", V2_RUNNER, False, True),
+        ("0.11.0", None, False, None, False),
+        ("0.19.1", None, False, None, False),
+        ("0.20.0", FULL_ATTENTION, False, None, False),
+        ("0.22.1", FULL_ATTENTION, False, "integer", False),
+        ("0.24.0", FULL_ATTENTION, True, "integer", False),
+        ("0.25.1", REFUSED, True, "integer", False),
+        ("0.26.0", V2_SELECTED, False, "integer", False),
+        ("0.26.0rc1", V2_SELECTED, False, "integer", False),  # judged by its release
+        ("v0.27.1+cu129", V2_SELECTED, False, "integer", False),
+        ("0.28.0", V2_SELECTED, False, "integer", False),
+        ("0.29.0", V2_DEFAULT, False, "integer", True),
+        ("0.33.0", V2_DEFAULT, False, "integer", True),
+        ("0.34.0", SERVED, False, "only_1", True),
     ],
 )
-def test_rows_by_version(version: str, mixed: str | None, lm_head_bug: bool, dflash: bool) -> None:
-    found = capabilities_for(version)
-    assert not found.assumed
-    assert found.row.mixed_attention_drafters == mixed
-    assert found.row.lm_head_zero_for_conditional_generation is lm_head_bug
-    assert found.row.serves("dflash") is dflash
-    assert found.row.sources  # every row cites where its facts come from
+def test_rows_by_version(
+    version: str, mixed: str | None, lm_head_bug: bool, runner_values: str | None, per_request: bool
+) -> None:
+    """The rows as read from each release's files (python -m orchestrator.serving.wheelfacts)."""
+    row = capabilities_for(version).row
+    assert not capabilities_for(version).assumed
+    assert row.mixed_attention_drafters == mixed
+    assert row.lm_head_zero_for_conditional_generation is lm_head_bug
+    assert row.runner_values == runner_values
+    assert row.per_request_spec_decode_metrics is per_request
+    assert row.serves("dflash") is (mixed is not None)
+    assert not row.attention_backend_env_read and not row.health_503_while_warming
+    assert set(row.sources) >= {"methods", "mixed_attention_drafters", "runner_values"}
 
 
-def test_every_method_has_a_column_and_rows_do_not_overlap() -> None:
+def test_methods_are_every_one_the_release_accepts() -> None:
+    newest = capabilities_for("0.34.0").row
+    for method in (
+        "ngram", "draft_model", "suffix", "eagle", "eagle3", "extract_hidden_states", "mtp",
+        "qwen3_5_mtp", "dflash", "ngram_gpu", "dspark",
+    ):  # fmt: skip
+        assert newest.serves(method), method
+    assert not newest.serves("dflash2")  # an architecture served under method dflash
+    assert not newest.serves("custom_class") and capabilities_for("0.33.0").row.serves(
+        "custom_class"
+    )
+    assert not capabilities_for("0.33.0").row.serves("medusa")
+    assert capabilities_for("0.32.0").row.serves("medusa")
+
+
+def test_rows_do_not_overlap_and_ascend() -> None:
     table = load_table()
-    for row in table.rows:
-        assert set(row.methods) == {"dflash", "eagle3", "mtp", "draft_model", "ngram"}
-    probes = [f"0.{minor}.{patch}" for minor in range(10, 30) for patch in range(3)]
+    probes = [f"0.{minor}.{patch}" for minor in range(10, 36) for patch in range(3)]
     for probe in probes:
         covering = [row for row in table.rows if row.range.contains(probe)]
         assert len(covering) <= 1, probe
 
 
 def test_a_newer_release_is_judged_as_the_newest_row_and_marked_assumed() -> None:
-    found = capabilities_for("0.31.2")
+    found = capabilities_for("0.35.2")
     assert found.assumed
     assert found.row == load_table().rows[-1]
-    assert newest_version() == "0.27.1"
+    assert newest_version() == "0.34.0"
     assert not capabilities_for(newest_version()).assumed
 
 
 def test_upgrade_targets_come_from_the_rows() -> None:
     after = capabilities_for("0.21.1").version
-    assert first_release_where(lambda r: r.mixed_attention_drafters == V2_RUNNER, after) == "0.26.0"
+    assert first_release_where(lambda r: r.mixed_attention_drafters == V2_SELECTED, after) == (
+        "0.26.0"
+    )
     assert first_release_where(lambda r: r.serves("dflash"), capabilities_for("0.9").version) == (
         "0.20.0"
     )
-    assert first_release_where(lambda r: r.serves("dflash") is False, after) is None
+    assert first_release_where(lambda r: not r.serves("dflash"), after) is None
 
 
 @pytest.mark.parametrize("text", ["", "latest", "0.27.1 (git sha)", "\x00", "x" * 500])
@@ -103,11 +134,17 @@ def test_no_version_string_is_a_traceback(text: str) -> None:
 
 ROW = """\
   - range: ">=0.1"
-    methods: {dflash: true}
+    releases: [0.1.0]
+    methods: [dflash]
     mixed_attention_drafters: null
+    error: null
+    runner_values: null
     lm_head_zero_for_conditional_generation: false
+    drafter_attention_backend: target
+    attention_backend_env_read: false
     health_503_while_warming: false
-    sources: [here]
+    per_request_spec_decode_metrics: false
+    sources: {methods: here}
 """
 
 
@@ -117,7 +154,7 @@ ROW = """\
         ("rows: []\nnewest_release: '1'\n", ":1:1: rows", "has no rows"),
         (f"rows:\n{ROW}", ":1:1: newest_release", "required field is missing"),
         (
-            f"newest_release: '1.0'\nrows:\n{ROW.replace('    sources: [here]', '')}",
+            f"newest_release: '1.0'\nrows:\n{ROW.replace('    sources: {methods: here}', '')}",
             ":3:5: rows.0.sources",
             "required field is missing",
         ),
@@ -127,18 +164,18 @@ ROW = """\
             "not a version specifier",
         ),
         (
-            f"newest_release: '1.0'\nrows:\n{ROW.replace('dflash: true', 'dflsh: true')}",
-            ":4:15: rows.0.methods.dflsh",
+            f"newest_release: '1.0'\nrows:\n{ROW.replace('[dflash]', '[1]')}",
+            ":5:5: rows.0.methods",
+            "expected a list of method names",
+        ),
+        (
+            f"newest_release: '1.0'\nrows:\n{ROW.replace('drafters: null', 'drafters: maybe')}",
+            ":6:5: rows.0.mixed_attention_drafters",
             "expected one of",
         ),
         (
-            f"newest_release: '1.0'\nrows:\n{ROW.replace('null', 'v2_runner')}",
-            ":3:5: rows.0.runner_env",
-            "needs the variable",
-        ),
-        (
             f"newest_release: '1.0'\nrows:\n{ROW}    colour: red\n",
-            ":9:5: rows.0.colour",
+            ":15:5: rows.0.colour",
             "unknown field",
         ),
         (f"newest_release: '0.0.1'\nrows:\n{ROW}", ":1:1: newest_release", "last row's range"),
@@ -195,32 +232,43 @@ def errors(findings: list[Finding]) -> list[Finding]:
     return [f for f in findings if f.severity == Severity.ERROR]
 
 
-def test_the_playbook_launch_on_the_newest_version_has_no_findings() -> None:
-    assert judge_server(newest_version(), PLAYBOOK_LAUNCH, DRAFTER, TARGET) == []
+def test_the_playbook_launch_on_every_version_that_serves_the_pair_has_no_findings() -> None:
+    for version in ("0.26.0", "0.27.1", "0.28.0", "0.29.0", "0.32.0", "0.33.0", "0.34.0"):
+        assert judge_server(version, PLAYBOOK_LAUNCH, DRAFTER, TARGET) == [], version
+        assert judge_server(version, launch_with(**{RUNNER: "1"}), DRAFTER, TARGET) == []
 
 
-def test_without_the_runner_variable_the_fix_is_named() -> None:
-    [finding] = judge_server("0.27.1", BARE_LAUNCH, DRAFTER, TARGET)
-    assert finding.severity == Severity.ERROR
-    assert finding.field == "server.env.VLLM_USE_V2_MODEL_RUNNER"
-    assert finding.message.endswith('set server.env VLLM_USE_V2_MODEL_RUNNER: "1"')
-    assert "require the V2 model runner" in finding.message
-    off = Launch({"VLLM_USE_V2_MODEL_RUNNER": "0"}, "flash_attn", "dflash")
-    assert errors(judge_server("0.26.0", off, DRAFTER, TARGET))[0].actual == "0"
+@pytest.mark.parametrize("value", ["0", "true", "2", "01", ""])
+def test_on_0_34_every_runner_value_but_1_is_refused(value: str) -> None:
+    [finding] = judge_server("0.34.0", launch_with(**{RUNNER: value}), DRAFTER, TARGET)
+    assert (finding.severity, finding.field, finding.actual) == (
+        Severity.ERROR,
+        f"server.env.{RUNNER}",
+        value,
+    )
+    assert "vllm/platforms/interface.py:1481 in 0.34.0" in finding.message
+    assert finding.message.endswith("unset it")
 
 
-def test_a_drafter_without_sliding_layers_needs_no_runner() -> None:
+def test_before_0_34_the_variable_is_an_integer_and_0_refuses_a_mixed_drafter() -> None:
+    [word] = judge_server("0.27.1", launch_with(**{RUNNER: "true"}), DRAFTER, TARGET)
+    assert word.field == f"server.env.{RUNNER}" and "bool(int(value))" in word.message
+    [off] = judge_server("0.29.0", launch_with(**{RUNNER: "0"}), DRAFTER, TARGET)
+    assert off.field == f"server.env.{RUNNER}" and "forces V1" in off.message
+    assert "require the V2 model runner" in off.message
+    assert judge_server("0.29.0", launch_with(**{RUNNER: "2"}), DRAFTER, TARGET) == []
     full = {**DRAFTER, "layer_types": ["full_attention"] * 5}
-    assert judge_server("0.27.1", BARE_LAUNCH, full, TARGET) == []
-    assert judge_server("0.25.1", BARE_LAUNCH, full, {"architectures": ["Qwen3ForCausalLM"]}) == []
+    assert judge_server("0.29.0", launch_with(**{RUNNER: "0"}), full, TARGET) == []
 
 
 def test_old_versions_name_the_version_and_the_upgrade() -> None:
     [window, head] = errors(judge_server("0.24.0", PLAYBOOK_LAUNCH, DRAFTER, TARGET))
     assert window.message.startswith("vLLM 0.24.0 runs this drafter's sliding layers as full")
+    assert "never reads layer_types" in window.message
     assert "2048-token window" in window.message
-    assert "upgrade to >= 0.26.0" in window.message
+    assert window.message.endswith("upgrade to >= 0.26.0")
     assert "Qwen3_5ForConditionalGeneration" in head.message
+    assert "dflash/utils.py:60 in 0.24.0" in head.message
     assert head.message.endswith("upgrade to >= 0.26.0")
     [refused, _] = errors(judge_server("0.25.1", PLAYBOOK_LAUNCH, DRAFTER, TARGET))
     assert "does not yet support mixed sliding/full attention" in refused.message
@@ -228,34 +276,34 @@ def test_old_versions_name_the_version_and_the_upgrade() -> None:
 
 def test_the_window_named_is_the_one_the_server_sees() -> None:
     overridden = {**DRAFTER, "dflash_config": {**DRAFTER["dflash_config"], "swa_window_size": 512}}
-    [window, _] = errors(judge_server("0.20.0", PLAYBOOK_LAUNCH, overridden, TARGET))
+    [window] = errors(judge_server("0.20.0", PLAYBOOK_LAUNCH, overridden, TARGET))
     assert "512-token window" in window.message
 
 
 def test_a_version_without_the_method_names_the_release_that_serves_the_drafter() -> None:
     [finding] = judge_server("0.19.1", PLAYBOOK_LAUNCH, DRAFTER, TARGET)
     assert finding.severity == Severity.ERROR
-    assert "vLLM 0.19.1 has no speculative method 'dflash' (first in 0.20.0)" in finding.message
+    assert "vLLM 0.19.1 has no speculative method 'dflash'" in finding.message
+    assert "first in 0.20.0" in finding.message
     # 0.20 - 0.25 would not serve this mixed drafter and Qwen3.6 target as trained.
-    assert finding.message.endswith(
-        'upgrade to >= 0.26.0 with server.env VLLM_USE_V2_MODEL_RUNNER: "1"'
-    )
+    assert finding.message.endswith("upgrade to >= 0.26.0")
     full = {**DRAFTER, "layer_types": ["full_attention"] * 5}
     causal = {"architectures": ["Qwen3ForCausalLM"]}
     [plain] = judge_server("0.11.0", PLAYBOOK_LAUNCH, full, causal)
     assert plain.message.endswith("upgrade to >= 0.20.0")
 
 
-def test_no_attention_backend_is_a_warning_naming_the_documented_one() -> None:
-    unset = Launch({"VLLM_USE_V2_MODEL_RUNNER": "1"}, None, "dflash")
-    [finding] = judge_server("0.27.1", unset, DRAFTER, TARGET)
-    assert (finding.severity, finding.field, finding.expected) == (
-        Severity.WARNING,
-        "server.attention_backend",
-        "flash_attn",
-    )
-    legacy = Launch({"VLLM_USE_V2_MODEL_RUNNER": "1", "VLLM_ATTENTION_BACKEND": "FLASH_ATTN"})
-    assert judge_server("0.27.1", Launch(legacy.env, None, "dflash"), DRAFTER, TARGET) == []
+def test_the_attention_backend_is_judged_where_it_reaches_the_drafter() -> None:
+    target_only = Launch({}, "flash_attn", "dflash", {"method": "dflash"})
+    [finding] = judge_server("0.34.0", target_only, DRAFTER, TARGET)
+    assert (finding.severity, finding.field) == (Severity.WARNING, "server.attention_backend")
+    assert "dflash/utils.py:32 in 0.34.0" in finding.message
+    assert "speculative_config.attention_backend" in finding.message
+    pinned = Launch({}, "flash_attn", "dflash", {"attention_backend": "FLASH_ATTN"})
+    assert judge_server("0.34.0", pinned, DRAFTER, TARGET) == []
+    assert judge_server("0.24.0", target_only, {}, {}) == []  # the target's reaches it there
+    [unread] = judge_server("0.34.0", launch_with(VLLM_ATTENTION_BACKEND="FLASH_ATTN"), {}, {})
+    assert unread.severity == Severity.WARNING and "never reads" in unread.message
 
 
 def test_unknown_and_newer_versions_are_warnings_that_say_what_was_assumed() -> None:
@@ -263,9 +311,9 @@ def test_unknown_and_newer_versions_are_warnings_that_say_what_was_assumed() -> 
     assert unread.severity == Severity.WARNING and "exit 127" in unread.message
     [garbage] = judge_server("nightly", PLAYBOOK_LAUNCH, DRAFTER, TARGET)
     assert garbage.severity == Severity.WARNING and "'nightly' is not a version" in garbage.message
-    [newer] = judge_server("0.30.0", PLAYBOOK_LAUNCH, DRAFTER, TARGET)
+    [newer] = judge_server("0.35.0", PLAYBOOK_LAUNCH, DRAFTER, TARGET)
     assert newer.severity == Severity.WARNING
-    assert "vLLM 0.30.0 is newer than the capability table" in newer.message
+    assert "vLLM 0.35.0 is newer than the capability table" in newer.message
     assert "assumed it behaves like" in newer.message
 
 
@@ -273,14 +321,3 @@ def test_unknown_and_newer_versions_are_warnings_that_say_what_was_assumed() -> 
 def test_odd_configs_are_judged_without_a_traceback(drafter: dict) -> None:
     judge_server("0.19.1", PLAYBOOK_LAUNCH, drafter, {"architectures": "x"})
     judge_server("0.19.1", PLAYBOOK_LAUNCH, None, None)
-
-
-# --- verify-config --server-version ------------------------------------------------------------
-
-
-@pytest.fixture
-def rendered(tmp_path: Path) -> Path:
-    """The drafter config as orch renders it (the profile's)."""
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps(DRAFTER))
-    return path

