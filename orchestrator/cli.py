@@ -23,8 +23,12 @@ class OrchGroup(click.Group):
     """Turns project errors into their message and exit code, no traceback."""
 
     def invoke(self, ctx: click.Context) -> object:
+        """Everything printed passes `secrets.mask`."""
+        from orchestrator.secrets import masked_output
+
         try:
-            return super().invoke(ctx)
+            with masked_output():
+                return super().invoke(ctx)
         except OrchError as exc:
             from orchestrator.report import printable
 
@@ -110,7 +114,7 @@ def deploy(
     from orchestrator import operations, report
     from orchestrator.hooks import Hooks
 
-    inputs = operations.load(playbook, inventory_path, list(limit), list(assignments))
+    inputs = operations.load(playbook, inventory_path, list(limit), list(assignments), True)
     options = operations.new_options(force=force, dry_run=dry_run, diff=diff)
     hooks = None if dry_run else Hooks.for_run("deploy", inputs, options, _say)
     if hooks:
@@ -262,7 +266,7 @@ def verify_config(
 
         if not inventory_path:
             raise InputError("verify-config PLAYBOOK needs -i INVENTORY")
-        inputs = operations.load(playbook, inventory_path, list(limit), list(assignments))
+        inputs = operations.load(playbook, inventory_path, list(limit), list(assignments), True)
         document, code = operations.verify_remote(inputs, accept_new_host_keys)
         report.print_json(document) if as_json else report.print_verify(document)
         sys.exit(code)
@@ -489,9 +493,10 @@ def render(
     from orchestrator.inventory import load_inventory
     from orchestrator.plan import plan_deploy
     from orchestrator.playbook import find_playbook, load_playbook
+    from orchestrator.secrets import resolve
 
     book = load_playbook(find_playbook(playbook), list(assignments))
-    plans = plan_deploy(book, load_inventory(inventory_path), list(limit))
+    plans = plan_deploy(book, load_inventory(inventory_path), list(limit), resolve(book))
     written = (
         {p.container: [str(f) for f in release.write_local(p, output)] for p in plans}
         if output

@@ -29,6 +29,7 @@ from orchestrator.documents import document
 from orchestrator.drafters.findings import Finding, Severity
 from orchestrator.drafters.kinds import get_kind
 from orchestrator.probes.sampling import describe
+from orchestrator.secrets import mask_document
 
 if TYPE_CHECKING:
     from orchestrator.drafters.profiles import Profile
@@ -589,8 +590,9 @@ def acceptance_bars(rates: list[float], width: int = 40) -> str:
 
 
 def print_json(doc: dict[str, Any]) -> None:
-    """One document of the contract (documents.py) on stdout."""
-    print(json.dumps(doc, indent=2, default=str))
+    """One document of the contract (documents.py) on stdout, secrets masked in its
+    strings (before JSON escapes them)."""
+    print(json.dumps(mask_document(doc), indent=2, default=str))
 
 
 def print_verify(doc: dict[str, Any]) -> None:
