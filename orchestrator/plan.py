@@ -164,7 +164,7 @@ def plan_target(
             "attention_backend": server.attention_backend,
             "extra_args": server.extra_args,
             "secrets_file": f"{release_dir}/{SECRETS_FILE}" if server.secrets else None,
-            "secret_names": list(server.secrets),
+            "secret_names": ", ".join(server.secrets),
         },
     )
     known = drafter_config if kind.needs_drafter_dir else {}  # a shipped one is read later

@@ -73,7 +73,7 @@ def test_launch_script_quotes_every_value() -> None:
         "attention_backend": None,
         "extra_args": ["--enforce-eager"],
         "secrets_file": "/r/it's $(x)/secrets.env",
-        "secret_names": ["VLLM_API_KEY"],
+        "secret_names": "VLLM_API_KEY",
     }
     script = render_template("vllm/serve.sh.j2", context)
     sourced = [line for line in script.splitlines() if line.startswith(". ")]
