@@ -27,9 +27,11 @@ def deploy(lab: LabHandle, *args: str) -> tuple[int, dict]:
 
 
 def files_holding(root: Path, value: str) -> list[Path]:
+    """Every regular file under `root` holding `value`, but the models' sparse weights
+    (gigabytes of holes; orch never writes there)."""
     found = []
     for path in root.rglob("*"):
-        if path.is_file() and not path.is_symlink():
+        if path.is_file() and not path.is_symlink() and path.suffix != ".safetensors":
             try:
                 if value.encode() in path.read_bytes():
                     found.append(path)
