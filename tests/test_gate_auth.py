@@ -22,7 +22,7 @@ from test_lab_standins import (
     wait_ready,
 )
 
-from orchestrator.gate import run_gate
+from orchestrator.gate import GateReport, run_gate
 from orchestrator.secrets import ProbeKey
 
 KEY = "lab-key-0123456789"
@@ -72,30 +72,19 @@ def test_the_stand_in_guards_vllms_prefixes_with_its_401(keyed: dict) -> None:
     assert get(port, "/v2/anything", {"Authorization": "Bearer " + KEY})[0] == 404
 
 
-def test_probes_with_the_key_pass_and_without_it_fail_naming_the_key(keyed: dict) -> None:
-    the_gate = gate()
-    key = ProbeKey(KEY, "secret VLLM_API_KEY (server.secrets)")
-    passed = run_gate(
-        LoopbackTransport(),
-        "127.0.0.1",
-        keyed["port"],
-        keyed["model"],
-        the_gate,
-        buckets(),
-        CAUSES,
-        key=key,
+def probe(keyed: dict, key: ProbeKey | None) -> GateReport:
+    transport = LoopbackTransport()
+    return run_gate(
+        transport, "127.0.0.1", keyed["port"], keyed["model"], gate(), buckets(), CAUSES, key=key
     )
+
+
+def test_probes_with_the_key_pass_and_without_it_fail_naming_the_key(keyed: dict) -> None:
+    key = ProbeKey(KEY, "secret VLLM_API_KEY (server.secrets)")
+    passed = probe(keyed, key)
     assert passed.verdict.outcome == "pass", passed.verdict.reason
 
-    refused = run_gate(
-        LoopbackTransport(),
-        "127.0.0.1",
-        keyed["port"],
-        keyed["model"],
-        the_gate,
-        buckets(),
-        CAUSES,
-    )
+    refused = probe(keyed, None)
     assert refused.verdict.outcome == "fail"
     assert "HTTP 401" in refused.verdict.reason
     assert "orch sent no key: give the server's key as server.secrets.VLLM_API_KEY" in (
@@ -104,16 +93,7 @@ def test_probes_with_the_key_pass_and_without_it_fail_naming_the_key(keyed: dict
     assert refused.explanation == refused.phases[0].refused  # not an acceptance diagnosis
     assert len(refused.phases) == 1
 
-    wrong = run_gate(
-        LoopbackTransport(),
-        "127.0.0.1",
-        keyed["port"],
-        keyed["model"],
-        the_gate,
-        buckets(),
-        CAUSES,
-        key=ProbeKey("old-key", "secret VLLM_API_KEY (server.secrets)"),
-    )
+    wrong = probe(keyed, ProbeKey("old-key", "secret VLLM_API_KEY (server.secrets)"))
     assert "the key from secret VLLM_API_KEY (server.secrets) is not one the server accepts" in (
         wrong.verdict.reason
     )
