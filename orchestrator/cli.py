@@ -28,14 +28,18 @@ class OrchGroup(click.Group):
         return super().parse_args(ctx, args)
 
     def invoke(self, ctx: click.Context) -> object:
-        try:
-            return super().invoke(ctx)
-        except OrchError as exc:
-            _fail(ctx, str(exc), exc.exit_code)
-        except click.UsageError as exc:
-            if not wants_json(ctx.meta.get(RAW_ARGS, [])):
-                raise
-            _fail(ctx, exc.format_message(), exc.exit_code)
+        """Everything printed passes `secrets.mask`, the error and its JSON document too."""
+        from orchestrator.secrets import masked_output
+
+        with masked_output():
+            try:
+                return super().invoke(ctx)
+            except OrchError as exc:
+                _fail(ctx, str(exc), exc.exit_code)
+            except click.UsageError as exc:
+                if not wants_json(ctx.meta.get(RAW_ARGS, [])):
+                    raise
+                _fail(ctx, exc.format_message(), exc.exit_code)
 
 
 RAW_ARGS = "orch.args"
@@ -191,7 +195,7 @@ def deploy(
     from orchestrator.report import live, screen
     from orchestrator.report import run as run_report
 
-    inputs = cli_commands.load(playbook, inventory_path, list(limit), list(assignments))
+    inputs = cli_commands.load(playbook, inventory_path, list(limit), list(assignments), True)
     options = cli_commands.new_options(force=force, dry_run=dry_run, diff=diff)
     hooks = None if dry_run else Hooks.for_run("deploy", inputs, options, _say)
     if hooks:
@@ -352,7 +356,7 @@ def verify_config(
 
         if not inventory_path:
             raise InputError("verify-config PLAYBOOK needs -i INVENTORY")
-        inputs = cli_commands.load(playbook, inventory_path, list(limit), list(assignments))
+        inputs = cli_commands.load(playbook, inventory_path, list(limit), list(assignments), True)
         document, code = cli_commands.verify_remote(inputs, ssh(accept_new_host_keys))
         screen.print_json(document) if as_json else tables.print_verify(document)
         sys.exit(code)
@@ -585,9 +589,10 @@ def render(
     from orchestrator.plan import plan_deploy
     from orchestrator.playbook import find_playbook, load_playbook
     from orchestrator.report import screen, tables
+    from orchestrator.secrets import resolve
 
     book = load_playbook(find_playbook(playbook), list(assignments))
-    plans = plan_deploy(book, load_inventory(inventory_path), list(limit))
+    plans = plan_deploy(book, load_inventory(inventory_path), list(limit), resolve(book))
     written = (
         {p.container: [str(f) for f in release.write_local(p, output)] for p in plans}
         if output

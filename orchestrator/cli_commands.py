@@ -32,7 +32,7 @@ from orchestrator.errors import NeedsAttention, OrchError
 from orchestrator.fanout import READ_PARALLEL, GroupResult, fan_out
 from orchestrator.history import History, new_run_id
 from orchestrator.inventory import Inventory, load_inventory
-from orchestrator.layout import DRAFTER_CONFIG, LAUNCH_SCRIPT, VIEW_CONFIG
+from orchestrator.layout import DRAFTER_CONFIG, LAUNCH_SCRIPT, SECRETS_FILE, VIEW_CONFIG
 from orchestrator.outcome import Outcome
 from orchestrator.plan import TargetPlan, plan_deploy
 from orchestrator.playbook import Playbook, find_playbook, load_playbook
@@ -41,6 +41,8 @@ from orchestrator.probes.context import context_buckets
 from orchestrator.progress import Progress
 from orchestrator.rollout import RolloutPlan, run_rollout
 from orchestrator.runs import TargetRecord, fleet_runs, resolve
+from orchestrator.secrets import digest, parse_exports
+from orchestrator.secrets import resolve as resolve_secrets
 from orchestrator.transport.base import Transport
 
 DEFAULT_NVIDIA_SMI = "/usr/bin/nvidia-smi"
@@ -64,10 +66,19 @@ class Inputs:
         )
 
 
-def load(playbook: str, inventory: Path, limit: list[str], assignments: list[str]) -> Inputs:
+def load(
+    playbook: str,
+    inventory: Path,
+    limit: list[str],
+    assignments: list[str],
+    with_secrets: bool = False,
+) -> Inputs:
+    """`with_secrets` reads the playbook's secrets now (a command that writes or compares
+    releases needs them; one that only reads the containers does not)."""
     book = load_playbook(find_playbook(playbook), assignments)
     inv = load_inventory(inventory)
-    return Inputs(book, inv, plan_deploy(book, inv, limit), playbook, inventory)
+    values = resolve_secrets(book) if with_secrets else None
+    return Inputs(book, inv, plan_deploy(book, inv, limit, values), playbook, inventory)
 
 
 def _target_run(
@@ -441,6 +452,9 @@ def _verify_one(
     applied = release.Applied.parse(actual.pop(release.MANIFEST, None))
     entry["applied"] = applied.to_dict() if applied else None
     entry["changed_on_target"], entry["playbook_differs"] = drift(plan, current, applied, actual)
+    if applied is not None:
+        on_target = release.read_secrets(transport, plan.layout.release(current))
+        entry["changed_on_target"] += _secrets_changed(plan, applied, on_target)
     findings = _remote_findings(transport, plan, playbook, actual.get(DRAFTER_CONFIG))
     findings += preflight.server_check_of_release(transport, plan, actual.get(LAUNCH_SCRIPT))
     entry["findings"] = [f.to_dict() for f in findings]
@@ -488,12 +502,36 @@ def drift(
             f"{name}: the playbook now differs from what {since} applied ({what})"
             + (f"\n{diff}" if diff else "")
         )
+    differs += [
+        f"secret {name}: the source now gives digest {plan.secrets.get(name, '-')[:12]}, "
+        f"{since} applied {applied.secrets.get(name, '-')[:12]} (rotated, not deployed)"
+        for name in sorted(plan.secrets.keys() | applied.secrets.keys())
+        if plan.secrets.get(name) != applied.secrets.get(name)
+    ]
     if not differs:
         differs.append(
             f"the playbook now makes release {plan.release_id}, not {current} that {since} "
             "applied (the same files, other inputs)"
         )
     return changed, differs
+
+
+def _secrets_changed(
+    plan: TargetPlan, applied: release.Applied, on_target: bytes | None
+) -> list[str]:
+    """The release's secrets file against the digests its manifest recorded."""
+    if not applied.secrets:
+        return []
+    since = f"run {applied.run_id}"
+    if on_target is None:
+        return [f"changed on the target since {since}: {SECRETS_FILE}: missing on the target"]
+    values = parse_exports(on_target)
+    return [
+        f"changed on the target since {since}: {SECRETS_FILE}: secret {name} differs "
+        "from what was applied"
+        for name, recorded in sorted(applied.secrets.items())
+        if name not in values or digest(values[name], plan.playbook, name) != recorded
+    ]
 
 
 def _remote_findings(

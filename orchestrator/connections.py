@@ -14,6 +14,7 @@ from typing import Protocol
 from orchestrator.errors import InputError
 from orchestrator.inventory import Inventory, SshSettings
 from orchestrator.runlog import RunLog
+from orchestrator.secrets import output_hidden
 from orchestrator.transport.base import Result, Stream, Transport
 from orchestrator.transport.pct import PctTransport
 from orchestrator.transport.ssh import SshTransport
@@ -170,7 +171,8 @@ class RecordedTransport:
             self.log.command(self.container, argv, stdin, time.monotonic() - started, exc)
             raise
         outcome = (result.exit_code, result.stdout, result.stderr)
-        self.log.command(self.container, argv, stdin, time.monotonic() - started, outcome)
+        seconds = time.monotonic() - started
+        self.log.command(self.container, argv, stdin, seconds, outcome, output_hidden())
         return result
 
     def open_stream(self, address: str, port: int, timeout: float = 10.0) -> Stream:

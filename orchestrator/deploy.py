@@ -32,6 +32,7 @@ from orchestrator.container.server import Server
 from orchestrator.drafters.findings import Finding, Severity
 from orchestrator.errors import Interrupted, NeedsAttention, OrchError, ServerFailed
 from orchestrator.gate import GateReport, run_gate
+from orchestrator.layout import LAUNCH_SCRIPT
 from orchestrator.metrics.assess import Verdict
 from orchestrator.outcome import Outcome
 from orchestrator.plan import TargetPlan
@@ -39,6 +40,7 @@ from orchestrator.playbook import Playbook
 from orchestrator.probes.context import ContextBucket
 from orchestrator.progress import Progress, no_progress
 from orchestrator.release import GateTarget
+from orchestrator.secrets import ProbeKey, plain_findings, probe_key
 from orchestrator.transport.base import Transport
 
 ShowDiff = Callable[[str, str], None]  # (container, its release's diff), before the switch
@@ -237,6 +239,7 @@ class TargetRun:
         stop = self.cancel.event if cancellable else None
         server = Server(self.transport, self.layout, self.plan.address, target.port)
         try:
+            key = self._probe_key(release_id)  # first: its values are masked from here on
             self._start(server, release_id, prefix, stop)
         except ServerFailed as exc:
             return GateReport(
@@ -255,7 +258,15 @@ class TargetRun:
                 self.buckets,
                 self.plan.kind.failure_causes,
                 stop,
+                key,
             )
+
+    def _probe_key(self, release_id: str) -> ProbeKey | None:
+        """The key the release's server requires: the new release's from the plan, an
+        earlier one's from its own files on the target."""
+        if release_id == self.plan.release_id:
+            return probe_key(self.plan.files[LAUNCH_SCRIPT], self.plan.secrets_file)
+        return release.release_key(self.transport, self.layout.release(release_id))
 
     def _start(
         self, server: Server, release_id: str, prefix: str, stop: threading.Event | None
@@ -330,7 +341,7 @@ class TargetRun:
             server.tensor_parallel_size,
             server.num_speculative_tokens,
             self.playbook.gate.probe.sampling,
-        )
+        ) + plain_findings(server)
         self.outcome.previous_release = self.outcome.current = facts.current_release
         self.outcome.server_version = facts.server_version
         return facts
@@ -435,16 +446,20 @@ class TargetRun:
         if not self.options.diff:
             return
         old = (
-            store.read_back(self.transport, self.layout.release(current), list(release.RENDERED))
+            store.read_back(
+                self.transport, self.layout.release(current), [*release.RENDERED, release.MANIFEST]
+            )
             if current
             else {}
         )
+        applied = release.Applied.parse(old.pop(release.MANIFEST, None))
         self.outcome.diff = release.changes(
             self.plan.container,
             self.layout.release(current) if current else None,
             old,
             self.plan.release_dir,
             self.plan.files,
+            (applied.secrets if applied else {}, self.plan.secrets),
         )
         self.show_diff(self.plan.container, self.outcome.diff)
 

@@ -45,6 +45,7 @@ from orchestrator.playbook import Gate
 from orchestrator.probes.context import LONG, SHORT, ContextBucket
 from orchestrator.probes.endpoints import Endpoint, probe_endpoints
 from orchestrator.probes.sampling import request_fields
+from orchestrator.secrets import API_KEY, ProbeKey
 from orchestrator.transport import http
 from orchestrator.transport.base import Transport
 
@@ -75,6 +76,8 @@ class PhaseReport:
     prompt_tokens: tuple[int, int] | None = None
     seconds: float = 0.0
     batches: list[Measurement] = field(default_factory=list)
+    refused: str | None = None
+    """The server refused the probes' key (HTTP 401): not measured, and said why."""
 
     @property
     def label(self) -> str:
@@ -158,6 +161,20 @@ class _Target:
     address: str
     port: int
     served_name: str
+    key: ProbeKey | None = None
+    """Sent as `Authorization: Bearer` with every probe request (never with /metrics,
+    which vLLM leaves open)."""
+
+
+def refused_reason(key: ProbeKey | None, body: bytes) -> str:
+    """A 401 to a probe: the key is wrong or missing, which says nothing on acceptance."""
+    answer = body.decode("utf-8", "replace").strip()[:200]
+    sent = (
+        f"the key from {key.source} is not one the server accepts"
+        if key
+        else f"orch sent no key: give the server's key as server.secrets.{API_KEY}"
+    )
+    return f"the server refused the probe requests (HTTP 401 {answer}): {sent}"
 
 
 class _Probe:
@@ -182,6 +199,8 @@ class _Probe:
         self.stop = threading.Event()
         self.sent = self.errors = 0
         self.prompt_tokens: tuple[int, int] | None = None
+        self.refused: str | None = None
+        """Why the server refused a probe request (HTTP 401), if it did."""
 
     def _next_prompt(self) -> str | None:
         with self._lock:
@@ -206,12 +225,16 @@ class _Probe:
                     self.endpoint.path,
                     payload,
                     timeout=self.deadline.limit(REQUEST_SECONDS),
+                    headers=target.key.header() if target.key else None,
                 )
             except OrchError:
                 response = None
             if response is not None and response.status == 200:
                 self._count_prompt_tokens(response)
                 continue
+            if response is not None and response.status == 401:
+                self.refused = refused_reason(target.key, response.body)
+                self.stop.set()
             with self._lock:
                 self.errors += 1
             self.deadline.pause(0.2)
@@ -272,6 +295,7 @@ def run_gate(
     buckets: Sequence[ContextBucket],
     causes: FailureCauses,
     stop: threading.Event | None = None,
+    key: ProbeKey | None = None,
 ) -> GateReport:
     """Probe every context bucket on every endpoint, one phase each, within the budgets.
 
@@ -280,7 +304,8 @@ def run_gate(
     of what is left of `time_budget` (a quick phase leaves more to the later
     ones) and sends at most `probe.max_requests`. The first failed phase
     decides the gate; every phase must pass for the gate to pass. A set `stop` ends
-    the gate inconclusive: a gate that was interrupted did not pass.
+    the gate inconclusive: a gate that was interrupted did not pass. Probe requests
+    carry `key`; a 401 fails the gate saying so, with no word on acceptance.
     """
     stop = stop or threading.Event()
     criteria = GateCriteria(
@@ -293,7 +318,7 @@ def run_gate(
     phases = [(bucket, endpoint) for bucket in buckets for endpoint in endpoints]
     report = GateReport(assess([], criteria), sampling=request_fields(gate.probe.sampling))
     started = time.monotonic()
-    target = _Target(transport, address, port, served_name)
+    target = _Target(transport, address, port, served_name, key)
     for index, (bucket, endpoint) in enumerate(phases):
         left = len(phases) - index
         seconds = (gate.time_budget - (time.monotonic() - started)) / left
@@ -305,7 +330,8 @@ def run_gate(
     report.verdict = overall_verdict(report.phases)
     report.requests = sum(phase.requests for phase in report.phases)
     report.request_errors = sum(phase.request_errors for phase in report.phases)
-    report.explanation = explain_phases(report.phases, report.verdict, causes)
+    refused = next((p.refused for p in report.phases if p.refused), None)
+    report.explanation = refused or explain_phases(report.phases, report.verdict, causes)
     if report.verdict.outcome == "pass":  # a failed drafter needs fixing, not tuning
         report.advice = speculative_tokens_advice(report.verdict.per_position_acceptance)
     report.seconds = time.monotonic() - started
@@ -349,6 +375,8 @@ def _run_phase(
         no_series = consecutive_failures = 0
         while True:
             deadline.pause(gate.probe.scrape_interval)
+            if probe.refused:
+                break
             if deadline.cancel.is_set():
                 phase.verdict = _inconclusive(phase.verdict, "interrupted before it decided")
                 go_on = False
@@ -404,6 +432,9 @@ def _run_phase(
                 worker.join(timeout=deadline.limit(REQUEST_SECONDS))
     phase.requests, phase.request_errors = probe.sent, probe.errors
     phase.prompt_tokens = probe.prompt_tokens
+    if probe.refused:
+        phase.refused = probe.refused
+        phase.verdict = dataclasses.replace(phase.verdict, outcome="fail", reason=probe.refused)
     return phase, go_on and phase.verdict.outcome != "fail"
 
 

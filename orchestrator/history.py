@@ -13,6 +13,7 @@ from typing import Any
 from orchestrator.deadline import now
 from orchestrator.documents import document
 from orchestrator.errors import NeedsAttention
+from orchestrator.secrets import mask_document
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -66,7 +67,7 @@ class History:
                     command,
                     document["playbook"],
                     document["result"],
-                    json.dumps(document),
+                    json.dumps(mask_document(document)),
                 ),
             )
 

@@ -2,6 +2,7 @@
 
 <state_dir>/<playbook>/
   releases/<id>/     rendered files, manifest.json, drafter/ (the release),
+                     secrets.env (mode 0600, with server.secrets),
                      server.log (the output of every start of this release)
   current, previous  links to releases/<id>
   lock/owner.json    who holds the deploy lock (mkdir is the lock)
@@ -23,6 +24,8 @@ RELEASE_LINK = "releases"
 SERVER_LOG = "server.log"
 DRAFTER_CONFIG = "config.json"
 LAUNCH_SCRIPT = "serve.sh"
+SECRETS_FILE = "secrets.env"
+"""A release's secret values (mode 0600), read by its serve.sh; only with server.secrets."""
 VIEW_CONFIG = f"drafter/{DRAFTER_CONFIG}"
 """A release's rendered drafter config, launch script, and the drafter view's config."""
 

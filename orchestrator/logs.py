@@ -20,6 +20,7 @@ from orchestrator.errors import OrchError, TransportError
 from orchestrator.fanout import READ_PARALLEL, fan_out
 from orchestrator.layout import Layout
 from orchestrator.plan import TargetPlan
+from orchestrator.release import read_secrets
 from orchestrator.transport.base import Transport
 
 READ_LIMIT = 256 * 1024
@@ -65,10 +66,15 @@ class Cursor:
 
 
 def read_once(transport: Transport, layout: Layout, cursor: Cursor, lines: int) -> LogRead:
+    """The next part of the log; on a new log, the current release's secret values are
+    read first (unrecorded) so that a server printing one shows `***`."""
     argv = read_log(layout.server_log, lines, READ_LIMIT, cursor.identity, cursor.offset)
-    return parse_log_read(
+    read = parse_log_read(
         run_step(transport, argv, "read the server log", timeout=READ_TIMEOUT).stdout
     )
+    if read.mode == "tail":
+        read_secrets(transport, layout.current)
+    return read
 
 
 @dataclass

@@ -17,9 +17,10 @@ from orchestrator.drafters.kinds import CheckInputs, DrafterKind, get_kind
 from orchestrator.drafters.profiles import Profile, get_profile, merge_overrides, target_files
 from orchestrator.errors import InputError
 from orchestrator.inventory import Inventory
-from orchestrator.layout import DRAFTER_CONFIG, LAUNCH_SCRIPT, VIEW_CONFIG, Layout
+from orchestrator.layout import DRAFTER_CONFIG, LAUNCH_SCRIPT, SECRETS_FILE, VIEW_CONFIG, Layout
 from orchestrator.playbook import Playbook
 from orchestrator.render import render_field, render_template, template_source
+from orchestrator.secrets import digests, secrets_file
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,11 @@ class TargetPlan:
     kind: DrafterKind
     profile: Profile | None
     findings: list[Finding] = field(default_factory=list)
+    secrets: dict[str, str] = field(default_factory=dict)
+    """Each secret's digest (secrets.UNRESOLVED when the command read no values)."""
+    secrets_file: bytes | None = field(default=None, repr=False)
+    """The release's secrets file (values!); None without secrets or values. Never in
+    `files`, which render, diffs and the manifest's plain hashes show."""
 
     @property
     def layout(self) -> Layout:
@@ -95,7 +101,15 @@ def _speculative_config(
     return {**config, **playbook.server.speculative_config}
 
 
-def plan_target(playbook: Playbook, inventory: Inventory, container_name: str) -> TargetPlan:
+def plan_target(
+    playbook: Playbook,
+    inventory: Inventory,
+    container_name: str,
+    secret_values: dict[str, str] | None = None,
+) -> TargetPlan:
+    """`secret_values` (secrets.resolve) make the release's secrets file; without them a
+    playbook with secrets gets a plan whose release id no release has (for commands
+    that only read: status, logs, rollback)."""
     context = field_context(inventory, container_name)
 
     def resolve(text: str, where: str) -> str:
@@ -130,10 +144,12 @@ def plan_target(playbook: Playbook, inventory: Inventory, container_name: str) -
         "host": resolve(server.host, "server.host"),
         "deployment_dir": f"{resolve(playbook.state_dir, 'state_dir').rstrip('/')}/{playbook.name}",
     }
+    secret_digests = digests(playbook, secret_values)
     fingerprint_inputs = {
         "templates": [template_source(n) for n in (template, server.template) if n],
         "config": drafter_config,
-        "server": server.model_dump(),
+        "server": server.model_dump(exclude={"secrets"}),
+        **({"secrets": secret_digests} if secret_digests else {}),
         "paths": {**paths, "drafter_weights": drafter_weights},
         "served_name": playbook.target.served_name,
     }
@@ -161,6 +177,8 @@ def plan_target(playbook: Playbook, inventory: Inventory, container_name: str) -
             "max_model_len": server.max_model_len,
             "attention_backend": server.attention_backend,
             "extra_args": server.extra_args,
+            "secrets_file": f"{release_dir}/{SECRETS_FILE}" if server.secrets else None,
+            "secret_names": ", ".join(server.secrets),
         },
     )
     known = drafter_config if kind.needs_drafter_dir else {}  # a shipped one is read later
@@ -192,6 +210,8 @@ def plan_target(playbook: Playbook, inventory: Inventory, container_name: str) -
         kind=kind,
         profile=profile,
         findings=findings,
+        secrets=secret_digests,
+        secrets_file=secrets_file(secret_values) if secret_values else None,
     )
 
 
@@ -247,7 +267,10 @@ def _drafter_config(
 
 
 def plan_deploy(
-    playbook: Playbook, inventory: Inventory, limit: list[str] | None = None
+    playbook: Playbook,
+    inventory: Inventory,
+    limit: list[str] | None = None,
+    secret_values: dict[str, str] | None = None,
 ) -> list[TargetPlan]:
     names = inventory.select(playbook.targets)
     if limit:
@@ -255,4 +278,4 @@ def plan_deploy(
         names = [n for n in names if n in chosen]
         if not names:
             raise InputError(f"--limit {' '.join(limit)}: no container of the playbook's targets")
-    return [plan_target(playbook, inventory, name) for name in names]
+    return [plan_target(playbook, inventory, name, secret_values) for name in names]

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import AfterValidator, BaseModel, Field
+from pydantic import AfterValidator, BaseModel, Field, model_validator
 
 from orchestrator.drafters.kinds import DEFAULT_KIND, get_kind
 from orchestrator.errors import InputError
@@ -91,6 +91,46 @@ class Drafter(Schema):
     )
 
 
+EnvName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+
+
+class SecretSource(Schema):
+    """Where orch reads a secret's value on the machine running it (never the value
+    itself): exactly one of `env`, `file` or `command`."""
+
+    env: EnvName | None = Field(
+        default=None, description="An environment variable of orch's own process."
+    )
+    file: str | None = Field(
+        default=None,
+        description="A file on the control machine (`~` expanded); its one line, the line "
+        "break at its end left out.",
+    )
+    command: Annotated[list[str], Field(min_length=1)] | None = Field(
+        default=None,
+        description="A command run without a shell (a password manager, e.g. `[pass, show, "
+        "vllm/api-key]`); its output, the line break at its end left out.",
+    )
+
+    @model_validator(mode="after")
+    def _one_source(self) -> SecretSource:
+        given = [name for name in ("env", "file", "command") if getattr(self, name) is not None]
+        if len(given) != 1:
+            raise ValueError(
+                "give exactly one of env, file or command"
+                + (f" (got {', '.join(given)})" if given else "")
+            )
+        return self
+
+    def describe(self) -> str:
+        """The source in words, for errors: never the value."""
+        if self.env is not None:
+            return f"environment variable {self.env}"
+        if self.file is not None:
+            return f"file {self.file}"
+        return f"command {' '.join(self.command or [])}"
+
+
 class Server(Schema):
     """How vLLM is launched on each container: the release's `serve.sh`."""
 
@@ -147,16 +187,34 @@ class Server(Schema):
         description="More arguments for `vllm serve`, each passed as one word (shell-quoted), "
         "after orch's own.",
     )
-    env: dict[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")], str] = Field(
+    env: dict[EnvName, str] = Field(
         default={},
         description="Environment variables the launch script exports before starting vLLM "
-        "(e.g. `VLLM_HOST_IP`); values are shell-quoted.",
+        "(e.g. `VLLM_HOST_IP`); values are shell-quoted. Never a secret: they are written "
+        "in the world-readable launch script (see `secrets`).",
+    )
+    secrets: dict[EnvName, SecretSource] = Field(
+        default={},
+        description="Environment variables whose values are secrets (e.g. `VLLM_API_KEY: "
+        "{env: K}`), each read at run time from its source on the control machine. They "
+        "reach the container only in the release's own file (mode 0600), which the launch "
+        "script reads; manifests, diffs, logs and output name them and show `***`. "
+        "`VLLM_API_KEY` is the key the gate's probes send.",
     )
     stop_timeout: Seconds = Field(
         default=30,
         description="Seconds the old server gets to exit after SIGTERM (sent to its "
         "recorded PID) before it is sent SIGKILL.",
     )
+
+    @model_validator(mode="after")
+    def _secrets_apart(self) -> Server:
+        both = sorted(set(self.env) & set(self.secrets))
+        if both:
+            raise ValueError(
+                f"{', '.join(both)} is in both env and secrets: keep it in secrets only"
+            )
+        return self
 
 
 class Sampling(Schema):

@@ -24,15 +24,16 @@ from pydantic import ValidationError
 from orchestrator.container import release as store
 from orchestrator.drafters.findings import Finding
 from orchestrator.errors import InputError
-from orchestrator.layout import DRAFTER_CONFIG, LAUNCH_SCRIPT, VIEW_CONFIG, Layout
+from orchestrator.layout import DRAFTER_CONFIG, LAUNCH_SCRIPT, SECRETS_FILE, VIEW_CONFIG, Layout
 from orchestrator.plan import TargetPlan
 from orchestrator.playbook import Gate, Playbook
 from orchestrator.runs import TargetRecord, parse_manifest_summary
+from orchestrator.secrets import ProbeKey, no_log, parse_exports, probe_key, register
 from orchestrator.transport.base import Transport
 
 MANIFEST = "manifest.json"
 RENDERED = (DRAFTER_CONFIG, LAUNCH_SCRIPT)  # the files a release may hold that --diff shows
-MODES = {LAUNCH_SCRIPT: "0755"}
+MODES = {LAUNCH_SCRIPT: "0755", SECRETS_FILE: "0600"}
 
 
 def sha256(data: bytes) -> str:
@@ -81,6 +82,7 @@ def manifest(
         "target": plan.target_dir,
         "drafter_weights": plan.drafter_weights,
         "files": {name: sha256(data) for name, data in plan.files.items()},
+        "secrets": plan.secrets,
         "forced_findings": [f.to_dict() for f in forced],
         "gate_target": gate.to_dict(),
     }
@@ -88,8 +90,12 @@ def manifest(
 
 
 def write(transport: Transport, plan: TargetPlan, files: Mapping[str, bytes]) -> None:
-    """Each file streamed through stdin to a temp file, fsynced, renamed; then the view."""
+    """Each file streamed through stdin to a temp file, fsynced, renamed (the secrets
+    file too, by the same write: mode 0600 from its creation, owned by the user that
+    starts the server); then the view."""
     store.write(transport, plan.release_dir, files, MODES)
+    if plan.secrets_file is not None:
+        store.write(transport, plan.release_dir, {SECRETS_FILE: plan.secrets_file}, MODES)
     if DRAFTER_CONFIG in files and plan.drafter_weights:
         store.link_drafter_view(transport, plan.drafter_weights, plan.drafter_view)
 
@@ -149,6 +155,8 @@ class Applied:
     playbook_path: str | None
     playbook_sha256: str | None
     assignments: list[str]
+    secrets: dict[str, str]
+    """Each secret's digest (secrets.digest), by name."""
 
     @classmethod
     def parse(cls, raw: bytes | None) -> Applied | None:
@@ -158,6 +166,7 @@ class Applied:
             files = {str(name): str(digest) for name, digest in manifest["files"].items()}
             assignments = [str(a) for a in manifest.get("assignments") or []]
             run_id = str(manifest["run_id"])
+            secrets = {str(n): str(d) for n, d in (manifest.get("secrets") or {}).items()}
         except (ValueError, TypeError, KeyError, AttributeError):
             return None
         if DRAFTER_CONFIG in files:
@@ -169,6 +178,7 @@ class Applied:
             path if isinstance(path, str) else None,
             digest if isinstance(digest, str) else None,
             assignments,
+            secrets,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -177,6 +187,7 @@ class Applied:
             "playbook_path": self.playbook_path,
             "playbook_sha256": self.playbook_sha256,
             "assignments": self.assignments,
+            "secrets": self.secrets,
         }
 
 
@@ -263,16 +274,18 @@ def changes(
     current: Mapping[str, bytes],
     new_dir: str,
     new: Mapping[str, bytes],
+    secrets: tuple[Mapping[str, str], Mapping[str, str]] = ({}, {}),
 ) -> str:
     """What a deploy changes, as `diff -u -N` per file: `---` the file of the current
     release on the target, `+++` the one the new release holds, each named
     `container:path`, and /dev/null for the side that lacks it. Unchanged files give
-    nothing, as with diff."""
+    nothing, as with diff. The secrets file is shown by name only, from the digests
+    (`secrets`: current, new): `<secret NAME changed>`."""
 
     def label(directory: str | None, files: Mapping[str, bytes], name: str, which: str) -> str:
         return f"{container}:{directory}/{name} ({which})" if name in files else "/dev/null"
 
-    return "".join(
+    files = "".join(
         unified_diff(
             current.get(name, b""),
             new.get(name, b""),
@@ -281,12 +294,60 @@ def changes(
         )
         for name in dict.fromkeys([*new, *current])
     )
+    was, now = secrets
+    changed = secret_changes(was, now)
+    if not changed:
+        return files
+    old = f"{container}:{current_dir}/{SECRETS_FILE} (current)" if was else "/dev/null"
+    made = f"{container}:{new_dir}/{SECRETS_FILE} (new)" if now else "/dev/null"
+    return files + f"--- {old}\n+++ {made}\n" + "".join(f"{line}\n" for line in changed)
 
 
 def verify(transport: Transport, plan: TargetPlan, written: Mapping[str, bytes]) -> list[Mismatch]:
-    """Cat-verify: read every written file back whole, plus the view's config."""
+    """Cat-verify: read every written file back whole, plus the view's config, and the
+    secrets file's values (compared in memory, never shown)."""
     expected = (
         {**written, VIEW_CONFIG: written[DRAFTER_CONFIG]} if DRAFTER_CONFIG in written else written
     )
     actual = store.read_back(transport, plan.release_dir, list(expected))
-    return compare(expected, actual, plan.kind.key_fields)
+    return compare(expected, actual, plan.kind.key_fields) + _verify_secrets(transport, plan)
+
+
+def _verify_secrets(transport: Transport, plan: TargetPlan) -> list[Mismatch]:
+    if plan.secrets_file is None:
+        return []
+    actual = read_secrets(transport, plan.release_dir)
+    if actual is None:
+        return [Mismatch(SECRETS_FILE, "missing on the target")]
+    want, got = parse_exports(plan.secrets_file), parse_exports(actual)
+    differ = sorted(name for name in want.keys() | got.keys() if want.get(name) != got.get(name))
+    return [Mismatch(SECRETS_FILE, f"secret {name} differs as read back") for name in differ]
+
+
+def read_secrets(transport: Transport, release_dir: str) -> bytes | None:
+    """A release's secrets file, read without recording its bytes; its values are
+    masked from then on. None when the release has none."""
+    with no_log():
+        raw = store.read_back(transport, release_dir, [SECRETS_FILE]).get(SECRETS_FILE)
+    if raw is not None:
+        register(parse_exports(raw).values())
+    return raw
+
+
+def release_key(transport: Transport, release_dir: str) -> ProbeKey | None:
+    """The API key a release's server requires (see secrets.probe_key), from its files."""
+    launch = store.read_back(transport, release_dir, [LAUNCH_SCRIPT]).get(LAUNCH_SCRIPT, b"")
+    return probe_key(launch, read_secrets(transport, release_dir))
+
+
+def secret_changes(applied: Mapping[str, str], now: Mapping[str, str]) -> list[str]:
+    """`<secret NAME changed>` (added, removed) between two releases' digests."""
+    lines = []
+    for name in sorted(applied.keys() | now.keys()):
+        if name not in applied:
+            lines.append(f"<secret {name} added>")
+        elif name not in now:
+            lines.append(f"<secret {name} removed>")
+        elif applied[name] != now[name]:
+            lines.append(f"<secret {name} changed>")
+    return lines

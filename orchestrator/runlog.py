@@ -26,6 +26,7 @@ from pathlib import Path
 from orchestrator.errors import InputError, NeedsAttention
 from orchestrator.history import state_dir
 from orchestrator.progress import Progress
+from orchestrator.secrets import mask
 
 RUNS_DIR = "runs"
 SUFFIX = ".log"
@@ -79,9 +80,11 @@ class RunLog:
         self._last_step: dict[str, str] = {}
 
     def _append(self, text: str) -> None:
-        """Under the lock. The first failure becomes the run's one warning and ends the log."""
+        """Under the lock. The first failure becomes the run's one warning and ends the log.
+        Secret values are masked (`secrets.mask`)."""
         if self.warning is not None:
             return
+        text = mask(text)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             descriptor = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
@@ -131,9 +134,11 @@ class RunLog:
         stdin: bytes | None,
         seconds: float,
         outcome: tuple[int, bytes, bytes] | BaseException,
+        hidden: bool = False,
     ) -> None:
         """One remote command: what ran and what came back (exit status and output,
-        or the error that ended it)."""
+        or the error that ended it); a `hidden` command's output only by its size
+        (it holds secrets: `secrets.no_log`)."""
         fields = [("run", bounded(shlex.join(argv).encode()))]
         sent = f", {len(stdin)} bytes on stdin" if stdin else ""
         if isinstance(outcome, BaseException):
@@ -142,7 +147,7 @@ class RunLog:
             exit_code, stdout, stderr = outcome
             fields.append(("exit", f"{exit_code} after {seconds:.2f} s{sent}"))
             fields += [
-                (name, bounded(data))
+                (name, f"{len(data)} bytes, not recorded (secrets)" if hidden else bounded(data))
                 for name, data in (("stdout", stdout), ("stderr", stderr))
                 if data
             ]

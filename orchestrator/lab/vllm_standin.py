@@ -32,6 +32,8 @@ attention on any release). Imports stay light: an idle server must stay small.
 from __future__ import annotations
 
 import argparse
+import hashlib
+import hmac
 import ipaddress
 import json
 import os
@@ -149,6 +151,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     serve.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction)
     serve.add_argument("--generation-config", default="auto")
     serve.add_argument("--override-generation-config")
+    serve.add_argument("--api-key", nargs="+")
     if release(claimed_version()).per_request_spec_decode_metrics:
         serve.add_argument(
             "--per-request-spec-decode-metrics",
@@ -647,6 +650,8 @@ class App:
     """Sampling for fields a request leaves unset (the target's generation_config.json)."""
     engine_dead: bool = False
     """Set when the engine died: /health answers 503, requests 500, until the watchdog stops."""
+    api_tokens: list[bytes] = field(default_factory=list)
+    """SHA-256 of each key a request under GUARDED_PREFIX must present (none: open)."""
 
 
 def count_tokens(value: object) -> int:
@@ -717,14 +722,53 @@ def completion_body(app: App, request: dict, chat: bool) -> dict:
 GARBAGE_METRICS = b'vllm:spec_decode_num_drafts_total{model_name="\n\x00 not } prometheus {{\n'
 
 
+GUARDED_PREFIX = ("/v1", "/v2", "/inference", "/cohere")
+"""Paths vLLM's key guards (0.34.0 `entrypoints/serve/middleware/authenticate.py:11`);
+/health and /metrics stay open."""
+SENSITIVE_ARGS = frozenset({"api_key", "hf_token", "watermark_config"})
+"""Logged as *** in "non-default args" (0.32.0 `entrypoints/serve/utils/api_utils.py:271-281`)."""
+
+
+def api_tokens(args: argparse.Namespace) -> list[bytes]:
+    """`--api-key` first, else VLLM_API_KEY; empty ones dropped (0.34.0
+    `entrypoints/serve/middleware/register.py:32-36`); kept as SHA-256 as vLLM does
+    (`authenticate.py:28`)."""
+    keys = args.api_key or [os.environ.get("VLLM_API_KEY")]
+    return [hashlib.sha256(key.encode()).digest() for key in keys if key]
+
+
+def authorized(tokens: list[bytes], authorization: str | None) -> bool:
+    """`Authorization: Bearer KEY` with one of the keys (0.34.0 `authenticate.py:30-45`)."""
+    if not authorization:
+        return False
+    scheme, _, param = authorization.partition(" ")
+    if scheme.lower() != "bearer":
+        return False
+    digest = hashlib.sha256(param.encode()).digest()
+    return any(hmac.compare_digest(digest, token) for token in tokens)
+
+
 class Handler(BaseHTTPRequestHandler):
     """vLLM's routes; keep-alive HTTP/1.1 with a length on every response."""
 
     protocol_version = "HTTP/1.1"
     server: LabHTTPServer
 
+    def _refused(self) -> bool:
+        """A guarded path without a valid key gets vLLM's 401 (`authenticate.py:59-61`)."""
+        tokens = self.server.app.api_tokens
+        path = self.path.split("?", 1)[0]
+        if not tokens or not path.startswith(GUARDED_PREFIX):
+            return False
+        if authorized(tokens, self.headers.get("Authorization")):
+            return False
+        self._send(401, b'{"error":"Unauthorized"}', "application/json")
+        return True
+
     def do_GET(self) -> None:
         app = self.server.app
+        if self._refused():
+            return
         if self.path == "/health":
             status = 503 if app.engine_dead else 200
             self._send(status, b"", "application/json", app.faults.drip_health_seconds)
@@ -754,6 +798,8 @@ class Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         routes = {"/v1/completions": False, "/v1/chat/completions": True}
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        if self._refused():
+            return
         if self.path not in routes:
             self._send_json(404, {"detail": "Not Found"})
             return
@@ -852,7 +898,15 @@ def build_app(
     text = dflash_reading.text_config(config)
     max_model_len = args.max_model_len or text.get("max_position_embeddings")
     defaults = default_sampling(Path(args.model_tag), args)
-    return App(model_name, args.model_tag, max_model_len, engine, faults, defaults)
+    return App(
+        model_name,
+        args.model_tag,
+        max_model_len,
+        engine,
+        faults,
+        defaults,
+        api_tokens=api_tokens(args),
+    )
 
 
 def default_sampling(target: Path, args: argparse.Namespace) -> dict:
@@ -886,7 +940,11 @@ def serve(args: argparse.Namespace, container: ContainerPaths, stop: threading.E
     claimed = release(claimed_version())
     log("INFO", "api_server.py:1839", f"vLLM API server version {claimed.version}")
     defaults = vars(parse_args(["serve", args.model_tag]))
-    changed = {name: value for name, value in vars(args).items() if defaults[name] != value}
+    changed = {
+        name: "***" if name in SENSITIVE_ARGS else value
+        for name, value in vars(args).items()
+        if defaults[name] != value
+    }
     log("INFO", "utils.py:233", f"non-default args: {changed}")
     require_loopback(args.host)
     httpd = LabHTTPServer((args.host, args.port), Handler, bind_and_activate=False)

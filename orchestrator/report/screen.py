@@ -26,6 +26,7 @@ from rich.text import Text
 
 from orchestrator.documents import document, run_result
 from orchestrator.drafters.findings import Finding, Severity
+from orchestrator.secrets import mask_document
 
 if TYPE_CHECKING:
     pass
@@ -202,8 +203,9 @@ def words(value: str) -> str:
 
 
 def print_json(doc: dict[str, Any]) -> None:
-    """One document of the contract (documents.py) on stdout."""
-    print(json.dumps(doc, indent=2, default=str))
+    """One document of the contract (documents.py) on stdout, secrets masked in its
+    strings (before JSON escapes them)."""
+    print(json.dumps(mask_document(doc), indent=2, default=str))
 
 
 _WHERE = re.compile(

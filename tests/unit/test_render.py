@@ -62,8 +62,12 @@ def test_launch_script_quotes_every_value() -> None:
         "max_model_len": 4096,
         "attention_backend": None,
         "extra_args": ["--enforce-eager"],
+        "secrets_file": "/r/it's $(x)/secrets.env",
+        "secret_names": "VLLM_API_KEY",
     }
     script = render_template("vllm/serve.sh.j2", context)
+    sourced = [line for line in script.splitlines() if line.startswith(". ")]
+    assert [shlex.split(line) for line in sourced] == [[".", "/r/it's $(x)/secrets.env"]]
     exec_line = script[script.index("exec ") :].replace("\\\n", " ")
     argv = shlex.split(exec_line)
     assert argv[:4] == ["exec", "/opt/v llm/vllm", "serve", "/m/$(touch z)"]

@@ -1,0 +1,299 @@
+"""Secrets: values a release needs that nothing may show (an API key).
+
+A playbook names where each value is on the control machine (`server.secrets`:
+`{env: VAR}`, `{file: PATH}`, `{command: ARGV}`); `resolve` reads them at run time
+and keeps them in memory. On a container a release holds them in its own file
+(mode 0600, written by the user the server runs as) that `serve.sh` reads into the
+environment, never the command line. What is recorded about a value is a salted,
+slow hash (`digest`): enough to tell that it changed, nothing to recover it.
+
+Whatever orch prints or records passes `mask`: every value resolved here, or read
+back from a release's file, shows as `***` (as Ansible's `no_log` and GitHub
+Actions' masks do). A command whose output holds values runs under `no_log()`, so
+the run log keeps its size and not its bytes.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+import hashlib
+import io
+import os
+import shlex
+import subprocess
+import threading
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from orchestrator.drafters.findings import Finding
+from orchestrator.errors import InputError
+from orchestrator.playbook import Playbook, SecretSource, Server
+
+MASK = "***"
+API_KEY = "VLLM_API_KEY"
+"""vLLM's key when `--api-key` is absent
+(0.34.0 `entrypoints/serve/middleware/register.py:32-33`)."""
+API_KEY_FLAG = "--api-key"
+COMMAND_SECONDS = 30.0
+UNRESOLVED = "unresolved"
+"""The digest of a secret a command did not resolve (status, logs, rollback need none)."""
+SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL")
+
+
+# --- resolving ------------------------------------------------------------------------
+
+
+def resolve(playbook: Playbook) -> dict[str, str]:
+    """Every `server.secrets` value, read from its source now; each is registered for
+    masking. A missing or empty one is an InputError naming the secret and its source."""
+    values = {}
+    for name, source in playbook.server.secrets.items():
+        where = f"{playbook.source}: server.secrets.{name}"
+        value = _read(source, where)
+        if not value:
+            raise InputError(f"{where}: {source.describe()} is empty")
+        if any(c in value for c in "\n\r\0"):
+            raise InputError(f"{where}: {source.describe()}: a secret is one line (no line break)")
+        values[name] = value
+    register(values.values())
+    return values
+
+
+def _read(source: SecretSource, where: str) -> str:
+    if source.env is not None:
+        value = os.environ.get(source.env)
+        if value is None:
+            raise InputError(f"{where}: environment variable {source.env} is not set")
+        return value
+    if source.file is not None:
+        path = Path(source.file).expanduser()
+        try:
+            return _one_line(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError) as exc:
+            reason = getattr(exc, "strerror", None) or type(exc).__name__
+            raise InputError(f"{where}: cannot read file {path}: {reason}") from None
+    argv = source.command or []
+    try:
+        done = subprocess.run(
+            argv, capture_output=True, timeout=COMMAND_SECONDS, stdin=subprocess.DEVNULL
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise InputError(f"{where}: {source.describe()}: {exc}") from None
+    if done.returncode != 0:
+        # stderr only: stdout may hold the value or part of it
+        said = done.stderr.decode("utf-8", "replace").strip().splitlines()[-1:]
+        raise InputError(
+            f"{where}: {source.describe()} exited {done.returncode}"
+            + (f": {said[0][:300]}" if said else "")
+        )
+    return _one_line(done.stdout.decode("utf-8", "replace"))
+
+
+def _one_line(text: str) -> str:
+    return text.removesuffix("\n").removesuffix("\r")
+
+
+@functools.lru_cache(maxsize=256)
+def digest(value: str, playbook: str, name: str) -> str:
+    """scrypt of the value, salted with the deployment and the secret's name: the same
+    value gives the same digest (a rotation is a change, drift is seen), and a guess
+    costs scrypt's work (n=2^14, r=8) per deployment and name."""
+    salt = f"orch secret {playbook} {name}".encode()
+    return hashlib.scrypt(value.encode(), salt=salt, n=1 << 14, r=8, p=1, dklen=16).hex()
+
+
+def digests(playbook: Playbook, values: Mapping[str, str] | None) -> dict[str, str]:
+    """Each secret's digest; UNRESOLVED for all when the values were not read."""
+    return {
+        name: digest(values[name], playbook.name, name) if values is not None else UNRESOLVED
+        for name in playbook.server.secrets
+    }
+
+
+# --- the release's file -----------------------------------------------------------------
+
+
+def secrets_file(values: Mapping[str, str]) -> bytes:
+    """`export NAME='value'` lines for serve.sh to read. A random first line makes the
+    file's bytes (and so any plain hash of them, as the write's check prints) say
+    nothing about the values."""
+    lines = [f"# read by serve.sh; nonce {os.urandom(16).hex()}"]
+    lines += [f"export {name}={shlex.quote(value)}" for name, value in values.items()]
+    return ("\n".join(lines) + "\n").encode()
+
+
+def parse_exports(text: bytes) -> dict[str, str]:
+    """NAME -> value of the `export NAME=VALUE` lines of a launch script or a secrets
+    file (as rendered: one export a line, shell-quoted)."""
+    found = {}
+    for line in text.decode("utf-8", "replace").splitlines():
+        if not line.startswith("export "):
+            continue
+        try:
+            words = shlex.split(line)
+        except ValueError:
+            continue
+        for word in words[1:]:
+            name, sep, value = word.partition("=")
+            if sep and name.isidentifier():
+                found[name] = value
+    return found
+
+
+@dataclass(frozen=True)
+class ProbeKey:
+    """The API key the server checks, and where it comes from (for messages)."""
+
+    value: str = field(repr=False)
+    source: str
+
+    def header(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.value}"}
+
+
+def probe_key(launch: bytes, secrets_env: bytes | None) -> ProbeKey | None:
+    """The key a release's server requires, as vLLM picks it: `--api-key` first, else
+    VLLM_API_KEY from its environment (0.34.0 `entrypoints/serve/middleware/register.py:33`);
+    the release's secrets file is read after the launch script's own exports."""
+    flag = _api_key_argument(launch)
+    if flag is not None:
+        return ProbeKey(flag, f"{API_KEY_FLAG} in the launch command")
+    from_file = parse_exports(secrets_env or b"").get(API_KEY)
+    if from_file:
+        register([from_file])
+        return ProbeKey(from_file, f"secret {API_KEY} (server.secrets)")
+    exported = parse_exports(launch).get(API_KEY)
+    if exported:
+        return ProbeKey(exported, f"{API_KEY} in server.env")
+    return None
+
+
+def _api_key_argument(launch: bytes) -> str | None:
+    text = launch.decode("utf-8", "replace").replace("\\\n", " ")
+    for line in text.splitlines():
+        try:
+            words = shlex.split(line, comments=True)
+        except ValueError:
+            continue
+        for index, word in enumerate(words):
+            if word == API_KEY_FLAG and index + 1 < len(words):
+                return words[index + 1]
+            if word.startswith(API_KEY_FLAG + "="):
+                return word.partition("=")[2]
+    return None
+
+
+def plain_findings(server: Server) -> list[Finding]:
+    """A secret written in the open: in `server.env` (world-readable serve.sh) or as
+    `--api-key` (every user's `/proc/PID/cmdline`)."""
+    findings = [
+        Finding.warning(
+            f"server.env.{name}",
+            f"{name} looks like a secret and server.env writes it into the world-readable "
+            f"serve.sh and manifest: give it as server.secrets.{name} "
+            "({env: VAR}, {file: PATH} or {command: [ARGV]}) instead",
+        )
+        for name in server.env
+        if name == API_KEY or any(word in name.upper() for word in SECRET_WORDS)
+    ]
+    if any(a == API_KEY_FLAG or a.startswith(API_KEY_FLAG + "=") for a in server.extra_args):
+        findings.append(
+            Finding.warning(
+                "server.extra_args",
+                f"{API_KEY_FLAG} puts the key in serve.sh and the server's command line, "
+                f"readable by every user of the container: give it as "
+                f"server.secrets.{API_KEY} instead (vLLM reads it when {API_KEY_FLAG} is absent)",
+            )
+        )
+    return findings
+
+
+# --- masking ----------------------------------------------------------------------------
+
+_values: set[str] = set()
+_values_lock = threading.Lock()
+
+
+def register(values: Any) -> None:
+    """Values that every later `mask` hides."""
+    with _values_lock:
+        _values.update(v for v in values if v)
+
+
+def mask(text: str) -> str:
+    """`text` with every registered value shown as `***` (longest first)."""
+    with _values_lock:
+        values = sorted(_values, key=len, reverse=True)
+    for value in values:
+        if value in text:
+            text = text.replace(value, MASK)
+    return text
+
+
+def mask_document(data: Any) -> Any:
+    """A JSON-able document with `mask` applied to every string in it."""
+    if isinstance(data, str):
+        return mask(data)
+    if isinstance(data, dict):
+        return {mask_document(k): mask_document(v) for k, v in data.items()}
+    if isinstance(data, list | tuple):
+        return [mask_document(v) for v in data]
+    return data
+
+
+class MaskedStream(io.TextIOBase):
+    """A text stream that masks what is written before passing it on."""
+
+    def __init__(self, inner: TextIO) -> None:
+        self.inner = inner
+
+    def write(self, text: str) -> int:
+        self.inner.write(mask(text))
+        return len(text)
+
+    def flush(self) -> None:
+        self.inner.flush()
+
+    def isatty(self) -> bool:
+        return self.inner.isatty()
+
+    def fileno(self) -> int:
+        return self.inner.fileno()
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return getattr(self.inner, "encoding", "utf-8")
+
+
+@contextmanager
+def masked_output() -> Iterator[None]:
+    """stdout and stderr masked for the duration (a command's whole run)."""
+    import sys
+
+    saved = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = MaskedStream(saved[0]), MaskedStream(saved[1])
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = saved
+
+
+_hidden: contextvars.ContextVar[bool] = contextvars.ContextVar("orch_no_log", default=False)
+
+
+@contextmanager
+def no_log() -> Iterator[None]:
+    """Commands run inside it are recorded without their output (it holds secrets)."""
+    token = _hidden.set(True)
+    try:
+        yield
+    finally:
+        _hidden.reset(token)
+
+
+def output_hidden() -> bool:
+    return _hidden.get()

@@ -1,0 +1,77 @@
+"""Secrets as pure units: the sources' rules, digests, the release's
+file, the key vLLM would check, masking, and the warnings for keys in the open."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from orchestrator import secrets
+from orchestrator.errors import InputError
+from orchestrator.playbook import Server, load_playbook
+
+
+def book(tmp_path: Path, sources: str) -> object:
+    path = tmp_path / "p.yaml"
+    path.write_text(
+        "name: p\ntargets: [all]\ntarget: {path: /m, served_name: m}\n"
+        "drafter: {kind: ngram}\n"
+        f"server: {{secrets: {sources}}}\n"
+    )
+    return load_playbook(path, [])
+
+
+def test_a_source_is_exactly_one_of_env_file_command(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="give exactly one of env, file or command"):
+        book(tmp_path, "{A: {env: K, file: /x}}")
+    with pytest.raises(ValidationError, match="A is in both env and secrets"):
+        Server.model_validate({"env": {"A": "1"}, "secrets": {"A": {"env": "K"}}})
+
+
+def test_digests_tell_values_apart_and_depend_on_the_deployment() -> None:
+    one = secrets.digest("value", "p", "A")
+    assert one == secrets.digest("value", "p", "A")
+    assert one != secrets.digest("other", "p", "A")
+    assert one != secrets.digest("value", "q", "A")
+    assert "value" not in one and len(one) == 32
+
+
+def test_the_file_round_trips_any_value_and_hides_it_behind_a_nonce() -> None:
+    values = {"VLLM_API_KEY": 'it\'s $(rm -rf /) `x` "q"', "B": "plain"}
+    first, second = secrets.secrets_file(values), secrets.secrets_file(values)
+    assert first != second  # the nonce: no plain hash of the file says anything
+    assert secrets.parse_exports(first) == values
+
+
+def test_the_probe_key_is_the_one_vllm_would_check() -> None:
+    launch = b"#!/bin/sh\nexport VLLM_API_KEY=plain\nexec vllm serve /m \\\n  --port 8000\n"
+    with_file = secrets.secrets_file({"VLLM_API_KEY": "secret"})
+    plain = secrets.probe_key(launch, None)
+    assert plain is not None and plain.value == "plain" and "server.env" in plain.source
+    key = secrets.probe_key(launch, with_file)
+    assert key is not None and key.value == "secret" and "server.secrets" in key.source
+    flagged = launch.replace(b"--port 8000", b"--api-key 'from flag' other \\\n  --port 8000")
+    key = secrets.probe_key(flagged, with_file)
+    assert key is not None and key.value == "from flag" and "--api-key" in key.source
+    assert secrets.probe_key(b"exec vllm serve /m --api-key=eq\n", None).value == "eq"  # type: ignore[union-attr]
+    assert secrets.probe_key(b"exec vllm serve /m\n", None) is None
+    assert "secret" not in repr(key)
+
+
+def test_registered_values_are_masked_everywhere_in_a_document() -> None:
+    secrets.register(["s3cr3t-value"])
+    assert secrets.mask("a s3cr3t-value b") == "a *** b"
+    document = {"x": ['s3cr3t-value"', {"s3cr3t-value": 1}], "n": 2}
+    assert secrets.mask_document(document) == {"x": ['***"', {"***": 1}], "n": 2}
+
+
+def test_keys_in_the_open_are_warnings_naming_the_secrets_form() -> None:
+    server = Server.model_validate(
+        {"env": {"HF_TOKEN": "x", "OTHER": "y"}, "extra_args": ["--api-key", "k"]}
+    )
+    findings = secrets.plain_findings(server)
+    assert [f.field for f in findings] == ["server.env.HF_TOKEN", "server.extra_args"]
+    assert "server.secrets.HF_TOKEN" in findings[0].message
+    assert "server.secrets.VLLM_API_KEY" in findings[1].message
