@@ -208,5 +208,12 @@ def mtp_profile(target: dict, steps: int) -> list[float]:
     return [MTP_FIRST] + [MTP_RERUN] * (steps - 1)
 
 
+def draft_model_profile(drafts_with_target_weights: bool, steps: int) -> list[float]:
+    """A target drafting for itself agrees with itself at every position (the real server,
+    greedy: mean acceptance length exactly k + 1); another model as the lab has them
+    (random weights) draws like an unaligned drafter."""
+    return [1.0] * steps if drafts_with_target_weights else _unaligned(steps)
+
+
 def ngram_profile(steps: int) -> list[float]:
     return [NGRAM[0]] + [NGRAM[1]] * (steps - 1)

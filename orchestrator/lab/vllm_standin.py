@@ -55,6 +55,7 @@ from orchestrator.drafters.window import served_window
 from orchestrator.lab.acceptance import (
     acceptance_profile,
     collapsed_past_window,
+    draft_model_profile,
     eagle3_profile,
     mtp_profile,
     ngram_profile,
@@ -205,7 +206,7 @@ def read_json(path: Path) -> dict:
     return json.loads(path.read_text())
 
 
-DRAFTER_DIR_METHODS = ("dflash", "eagle3")
+DRAFTER_DIR_METHODS = ("dflash", "eagle3", "draft_model")
 METHODS = (*DRAFTER_DIR_METHODS, "mtp", "ngram")
 """The methods the lab drafts with; the first ones load a drafter dir (`model`)."""
 
@@ -249,16 +250,29 @@ def fc_in_features(weights: Path) -> int | None:
     return None
 
 
+def same_weights(speculative: dict, target_dir: Path | None) -> bool:
+    """The drafter's weights file is the target's own (a release links to it)."""
+    drafter, weights = Path(speculative["model"]) / "model.safetensors", "model.safetensors"
+    try:
+        return target_dir is not None and drafter.samefile(target_dir / weights)
+    except OSError:
+        return False
+
+
 def load_drafting(
     speculative: dict,
     container: ContainerPaths,
     capabilities: Capabilities,
     target: dict,
     forced_swa_as_full_attention: bool = False,
+    target_dir: Path | None = None,
 ) -> Drafting:
-    """The acceptance model of the method: DFlash and EAGLE-3 read their drafter dir.
-    `forced_swa_as_full_attention` is the lab's fault knob."""
+    """The acceptance model of the method: DFlash and EAGLE-3 read their drafter dir, a
+    draft model is compared with the target's weights. `forced_swa_as_full_attention` is
+    the lab's fault knob."""
     steps = int(speculative["num_speculative_tokens"])
+    if speculative["method"] == "draft_model":
+        return Drafting(steps, draft_model_profile(same_weights(speculative, target_dir), steps))
     if speculative["method"] == "mtp":
         return Drafting(steps, mtp_profile(target, steps))
     if speculative["method"] == "ngram":
@@ -721,7 +735,12 @@ def build_app(
     if args.speculative_config is not None:
         speculative = parse_speculative_config(args.speculative_config, capabilities)
         drafting = load_drafting(
-            speculative, container, capabilities, config, faults.swa_as_full_attention
+            speculative,
+            container,
+            capabilities,
+            config,
+            faults.swa_as_full_attention,
+            Path(args.model_tag),
         )
     model_name = (args.served_model_name or [args.model_tag])[0]
     metrics = Metrics(model_name, drafting, not faults.drop_spec_decode)
