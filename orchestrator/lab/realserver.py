@@ -7,7 +7,7 @@ is a launcher that runs it with what a CPU-only, offline lab needs:
 
 - `--dtype float32 --enforce-eager` and a 128 MiB KV cache (2 GB RSS a server);
 - `VLLM_HOST_IP=127.0.0.1`: without it vLLM UDP-connects to 8.8.8.8 to guess
-  its own address (`vllm/utils/network_utils.py`, `get_ip`);
+  its own address (`vllm/utils/network_utils.py:52-70` in 0.32.0, `get_ip`);
 - `HF_HUB_OFFLINE=1` and no usage reports: nothing leaves the machine;
 - `VLLM_CACHE_ROOT`, `HF_HOME` and `TMPDIR` inside the container's `lab/`:
   vLLM names its torch.distributed store `{tempfile.gettempdir()}/vllm_dist_*`
