@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from labtools import LabHandle, start_lab
+from labtools import LabHandle, metrics_text, spec_decode_totals, start_lab
 
 from orchestrator.lab.cluster import Lab
 from orchestrator.lab.layout import ContainerPaths
@@ -175,14 +175,6 @@ def post(address: str, port: int, path: str, body: dict) -> dict:
         return json.loads(response.read())
 
 
-def metrics_text(address: str, port: int) -> str:
-    request = urllib.request.Request(
-        f"http://{address}:{port}/metrics", headers={"Accept": "text/plain; version=0.0.4"}
-    )
-    with urllib.request.urlopen(request, timeout=30) as response:
-        return response.read().decode()
-
-
 def shape(value: object) -> object:
     """A JSON value's structure: keys and value types, lists by their first item."""
     if isinstance(value, dict):
@@ -201,15 +193,6 @@ def spec_decode_series(text: str) -> dict[str, set[str]]:
             labels = {pair.split("=")[0] for pair in (found[2] or "").split(",") if pair}
             series.setdefault(found[1], set()).update(labels)
     return series
-
-
-def counter_values(text: str) -> dict[str, float]:
-    totals: dict[str, float] = {}
-    for line in text.splitlines():
-        found = re.match(r"^vllm:spec_decode_(\w+)_total(?:\{[^}]*\})? (\S+)$", line)
-        if found:
-            totals[found[1]] = totals.get(found[1], 0.0) + float(found[2])
-    return totals
 
 
 def engine_core(pgid: int) -> int | None:
@@ -452,7 +435,7 @@ def test_per_position_counters_sum_to_the_accepted_total(
             r"^vllm:spec_decode_num_accepted_tokens_per_pos_total\{[^}]*\} (\S+)$", text, re.M
         )
     ]
-    counters = counter_values(text)
+    counters = spec_decode_totals(text)
     assert len(positions) == K
     assert counters["num_drafts"] > 0
     assert sum(positions) == counters["num_accepted_tokens"]

@@ -15,11 +15,10 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
-from labtools import ROOT, LabHandle
+from labtools import ROOT, LabHandle, metrics_text, spec_decode_totals
 
 from orchestrator.lab.layout import ContainerPaths, pid_alive, server_records
 
@@ -50,21 +49,6 @@ def status(handle: LabHandle, playbook: str = "lab-draft-model") -> dict:
 
 def container(handle: LabHandle) -> ContainerPaths:
     return ContainerPaths(Path(handle.lab.containers()[0].root))
-
-
-def spec_decode_counters(address: str, port: int) -> dict[str, float]:
-    """The spec-decode counters of the server's own /metrics, summed over labels."""
-    request = urllib.request.Request(
-        f"http://{address}:{port}/metrics", headers={"Accept": "text/plain; version=0.0.4"}
-    )
-    with urllib.request.urlopen(request, timeout=30) as response:
-        text = response.read().decode()
-    totals: dict[str, float] = {}
-    for line in text.splitlines():
-        found = re.match(r"^vllm:spec_decode_(\w+)_total(?:\{[^}]*\})? (\S+)$", line)
-        if found:
-            totals[found[1]] = totals.get(found[1], 0.0) + float(found[2])
-    return totals
 
 
 def served_pid(handle: LabHandle) -> int:
@@ -100,7 +84,7 @@ def test_the_target_drafting_for_itself_passes_its_gate_at_k_plus_one(
     assert gate["mean_acceptance_length"] == pytest.approx(K + 1, rel=0.01)
     # The server's own counters, read here: the gate measured the real thing.
     address = real_lab.lab.containers()[0].address
-    counters = spec_decode_counters(address, 8000)
+    counters = spec_decode_totals(metrics_text(address, 8000))
     assert counters["num_drafts"] >= gate["drafts"]
     assert 1 + counters["num_accepted_tokens"] / counters["num_drafts"] == pytest.approx(
         K + 1, rel=0.01
