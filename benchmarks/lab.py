@@ -25,7 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from orchestrator import commands
+from orchestrator.container.release import make_drafter_view
+from orchestrator.container.shell import SH
 from orchestrator.inventory import load_inventory
 from orchestrator.lab.cluster import SERVER_PORT, SSH_PORT, Lab, stop_pids
 from orchestrator.lab.layout import pid_alive
@@ -95,7 +96,7 @@ def write_release(plan: TargetPlan) -> Path:
     release.mkdir(parents=True)
     for name, data in plan.files.items():
         (release / name).write_bytes(data)
-    view = commands.make_drafter_view(plan.drafter_weights, plan.drafter_view)
+    view = make_drafter_view(plan.drafter_weights, plan.drafter_view)
     subprocess.run(view, check=True)
     return release
 
@@ -104,7 +105,7 @@ def start_server(release: Path) -> subprocess.Popen:
     """The launch script execs the container's `vllm`: the PID is the server's."""
     with (release / "server.log").open("ab") as log:
         return subprocess.Popen(
-            [commands.SH, str(release / "serve.sh")],
+            [SH, str(release / "serve.sh")],
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,

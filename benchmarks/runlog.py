@@ -18,12 +18,12 @@ import threading
 import time
 from pathlib import Path
 
-from orchestrator import commands
+from orchestrator.container.status import status_report
 from orchestrator.layout import Layout
 from orchestrator.runlog import RunLog
 
 RUN = "20261202T200633Z-0dff02"
-SCRIPT = commands.status_report(Layout("/var/lib/orch/qwen-dflash"))
+SCRIPT = status_report(Layout("/var/lib/orch/qwen-dflash"))
 SMALL = (0, b"current releases/6bcc34a9fda6\nserver running 4242\n" * 6, b"")
 LARGE = (0, b"x" * 65536, b"")
 

@@ -347,8 +347,8 @@ def logs(
     """The current release's server log on each container (named when there are several)."""
     from orchestrator import logs as server_logs
     from orchestrator import operations, report
+    from orchestrator.connections import Connections
     from orchestrator.documents import document, run_result
-    from orchestrator.transport.pool import Connections
 
     if follow and as_json:
         raise click.UsageError("--json prints one document: it cannot --follow")
@@ -686,6 +686,11 @@ lab_dir_option = click.option(
     metavar="START:RATE:FULL",
     help="Raise every sshd's MaxStartups (default: OpenSSH's 10:30:100).",
 )
+@click.option(
+    "--standalone",
+    is_flag=True,
+    help="One node that is in no cluster (pvesh's cluster status has no cluster entry).",
+)
 @json_option
 def lab_up(
     lab_dir: Path | None,
@@ -699,6 +704,7 @@ def lab_up(
     max_sessions: int | None,
     max_startups: str | None,
     tokens_per_second: float,
+    standalone: bool,
     as_json: bool,
 ) -> None:
     """Build and start the lab, and write its inventory."""
@@ -718,6 +724,7 @@ def lab_up(
         max_sessions,
         max_startups,
         tokens_per_second=tokens_per_second,
+        standalone=standalone,
         server=server,
     )
     started = the_lab.up(spec)

@@ -1,4 +1,5 @@
-"""Deadlines: the one notion of "how long" for a step and every call inside it.
+"""Deadlines: the one notion of "how long" for a step and every call inside it (and
+`now()`, the one notion of "when" that records write).
 
 A step's budget (`ready_timeout`, the gate's `time_budget`, a step timeout)
 becomes a `Deadline`; each remote command or HTTP request made for the step is
@@ -12,6 +13,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 MIN_CALL_SECONDS = 5.0
 """A call started just before the deadline still gets this long, so that the last look
@@ -47,3 +49,8 @@ class Deadline:
     def pause(self, seconds: float) -> None:
         """Sleep `seconds`, never past the deadline, and no longer once cancelled."""
         self.cancel.wait(min(seconds, self.remaining()))
+
+
+def now() -> str:
+    """The time as every record writes it (UTC, ISO 8601, seconds)."""
+    return datetime.now(UTC).isoformat(timespec="seconds")

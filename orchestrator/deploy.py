@@ -19,37 +19,27 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
-from orchestrator import commands, preflight, release
+from orchestrator import preflight, release
 from orchestrator.cancel import Cancel
+from orchestrator.container import audit
+from orchestrator.container import release as store
+from orchestrator.container.gpu import wait_free
+from orchestrator.container.journal import GATE_PASSED, Journal, Transaction
+from orchestrator.container.lock import DeployLock, Owner
+from orchestrator.container.server import Server
 from orchestrator.drafters.findings import Finding, Severity
 from orchestrator.errors import Interrupted, NeedsAttention, OrchError, ServerFailed
 from orchestrator.gate import GateReport, run_gate
-from orchestrator.journal import GATE_PASSED, Journal, Transaction
-from orchestrator.layout import Layout
-from orchestrator.lock import DeployLock, Owner
 from orchestrator.metrics.assess import Verdict
+from orchestrator.outcome import Outcome
 from orchestrator.plan import TargetPlan
 from orchestrator.playbook import Playbook
 from orchestrator.probes.context import ContextBucket
+from orchestrator.progress import Progress, no_progress
 from orchestrator.release import GateTarget
-from orchestrator.remote import run_step
-from orchestrator.server import Server
-from orchestrator.state import audit_line
 from orchestrator.transport.base import Transport
-
-
-class Progress(Protocol):
-    """Hears each container's steps; `detail` is what a long wait last saw, in words
-    (`server log: ...`, `GPU 0: 812 of 49140 MiB free`)."""
-
-    def __call__(self, name: str, step: str, detail: str = "") -> None: ...
-
-
-def no_progress(name: str, step: str, detail: str = "") -> None:
-    """Progress nobody watches."""
-
 
 ShowDiff = Callable[[str, str], None]  # (container, its release's diff), before the switch
 GPU_RELEASE_TIMEOUT = 120.0
@@ -62,47 +52,6 @@ class Options:
     dry_run: bool = False
     diff: bool = False
     user: str = field(default_factory=getpass.getuser)
-
-
-@dataclass
-class Outcome:
-    """What happened on one container; `result` is the contract of --json."""
-
-    name: str
-    host: str
-    result: str = "failed"
-    release: str | None = None
-    previous_release: str | None = None
-    server_version: str | None = None
-    gate: GateReport | None = None
-    rollback_gate: GateReport | None = None
-    findings: list[Finding] = field(default_factory=list)
-    error: str | None = None
-    exit_code: int = 0
-    diff: str | None = None  # with --diff: `diff -u` of current vs new ("" = no change)
-    steps: dict[str, float] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)
-    recovered: dict[str, Any] | None = None
-    current: str | None = None  # the release `current` points at when the run ends
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "host": self.host,
-            "result": self.result,
-            "release": self.release,
-            "previous_release": self.previous_release,
-            "server_version": self.server_version,
-            "gate": self.gate.to_dict() if self.gate else None,
-            "rollback_gate": self.rollback_gate.to_dict() if self.rollback_gate else None,
-            "findings": [f.to_dict() for f in self.findings],
-            "error": self.error,
-            "steps": {k: round(v, 3) for k, v in self.steps.items()},
-            "notes": self.notes,
-            "recovered": self.recovered,
-            "current": self.current,
-            **({"diff": self.diff} if self.diff is not None else {}),
-        }
 
 
 class TargetRun:
@@ -160,12 +109,12 @@ class TargetRun:
 
     def _rollback(self, to: str | None) -> None:
         with self._locked():
-            current = release.linked(self.transport, self.layout.current)
+            current = store.linked(self.transport, self.layout.current)
             self.outcome.current = current
-            target = to or release.linked(self.transport, self.layout.previous)
+            target = to or store.linked(self.transport, self.layout.previous)
             if not target:
                 raise _Stop(2, "no previous release to roll back to (give --to RELEASE_ID)")
-            on_target = release.kept(self.transport, self.layout)
+            on_target = store.kept(self.transport, self.layout)
             if target not in on_target:
                 raise _Stop(
                     2, f"release {target!r} is not on the target (kept: {', '.join(on_target)})"
@@ -202,7 +151,7 @@ class TargetRun:
                 filter(None, [out.gate.explanation, f"Preflight had found: {cited}"])
             )
         if previous == new:  # redeployed the current one: go further back
-            previous = release.linked(self.transport, self.layout.previous)
+            previous = store.linked(self.transport, self.layout.previous)
         back = previous if previous != new else None
         out.rollback_gate = self._go_back(back)
         out.current = back
@@ -313,7 +262,8 @@ class TargetRun:
     ) -> None:
         with self._step(f"{prefix}stop server"):
             server.stop(self.playbook.server.stop_timeout)
-            server.wait_gpu_free(
+            wait_free(
+                self.transport,
                 self.nvidia_smi,
                 self.playbook.server.tensor_parallel_size,
                 preflight.MIN_FREE_GPU_SHARE,
@@ -325,11 +275,7 @@ class TargetRun:
         if stop and stop.is_set():  # the old server is down: straight to the way back
             raise ServerFailed("interrupted before the switch of current")
         with self._step(f"{prefix}switch current"):
-            run_step(
-                self.transport,
-                commands.point_link(self.layout.current, Layout.link_target(release_id)),
-                "switch current",
-            )
+            store.point(self.transport, self.layout.current, release_id, "switch current")
         with self._step(f"{prefix}start server"):
             pid = server.start(release_id)
         with self._step(f"{prefix}wait ready"):
@@ -432,17 +378,13 @@ class TargetRun:
 
     def _record_previous(self, previous: str | None, current: str) -> None:
         if previous and previous != current:
-            run_step(
-                self.transport,
-                commands.point_link(self.layout.previous, Layout.link_target(previous)),
-                "record previous",
-            )
+            store.point(self.transport, self.layout.previous, previous, "record previous")
 
     def _prune(self, keep: set[str]) -> None:
-        ordered = release.kept(self.transport, self.layout)
+        ordered = store.kept(self.transport, self.layout)
         old = [r for r in ordered[: -self.playbook.releases_kept] if r not in keep]
         if old:
-            run_step(self.transport, commands.remove_releases(self.layout.releases, old), "prune")
+            store.prune(self.transport, self.layout, old)
 
     def _audit(self, action: str) -> None:
         self._append_audit(action, self.outcome.to_dict())
@@ -463,8 +405,8 @@ class TargetRun:
         )
 
     def _append_audit(self, action: str, target: dict[str, Any]) -> None:
-        line = audit_line(self.options.run_id, self.options.user, action, target)
-        self.transport.run(commands.append_line(self.layout.audit_log, line), timeout=60)
+        line = audit.audit_line(self.options.run_id, self.options.user, action, target)
+        audit.append(self.transport, self.layout.audit_log, line)
 
     def _dry_run(self) -> None:
         """Preflight and, with --diff, the diff; an error finding fails the dry run as
@@ -489,7 +431,7 @@ class TargetRun:
         if not self.options.diff:
             return
         old = (
-            release.read_back(self.transport, self.layout.release(current), list(release.RENDERED))
+            store.read_back(self.transport, self.layout.release(current), list(release.RENDERED))
             if current
             else {}
         )

@@ -17,6 +17,7 @@ from pydantic import AfterValidator, ConfigDict, Field
 
 from orchestrator.errors import InputError
 from orchestrator.schema import Name, Port, Schema, validate_document
+from orchestrator.transport.login import JUMP
 from orchestrator.yamlsource import YamlDocument, load_yaml_file
 
 VMID_RANGE = (100, 999_999_999)
@@ -43,24 +44,11 @@ def _path(value: str) -> str:
     return value
 
 
-JUMP = re.compile(
-    r"^(?:([A-Za-z0-9._][A-Za-z0-9._-]*)@)?(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9][A-Za-z0-9._-]*)(?::(\d+))?$"
-)
-
-
 def _jump(value: str) -> str:
     found = JUMP.match(value)
     if not found or not 1 <= int(found.group(3) or 22) <= 65535:
         raise ValueError(f"{value!r} is not a jump host: expected [user@]host[:port]")
     return value
-
-
-def parse_jump(value: str) -> tuple[str | None, str, int | None]:
-    """`user@host:port` (user and port optional, `[v6]` in brackets) -> (user, host, port)."""
-    found = JUMP.match(value)
-    assert found is not None  # checked when the inventory was loaded
-    user, host, port = found.groups()
-    return user, host.strip("[]"), int(port) if port else None
 
 
 Address = Annotated[str, AfterValidator(_address)]

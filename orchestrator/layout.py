@@ -21,6 +21,10 @@ from dataclasses import dataclass
 
 RELEASE_LINK = "releases"
 SERVER_LOG = "server.log"
+DRAFTER_CONFIG = "config.json"
+LAUNCH_SCRIPT = "serve.sh"
+VIEW_CONFIG = f"drafter/{DRAFTER_CONFIG}"
+"""A release's rendered drafter config, launch script, and the drafter view's config."""
 
 
 @dataclass(frozen=True)
@@ -68,6 +72,9 @@ class Layout:
         """The current server's log, for every read: a link to the release's log (or,
         in a deployment from before per-release logs, the one log file)."""
         return f"{self.root}/{SERVER_LOG}"
+
+    def launch_script(self, release_id: str) -> str:
+        return f"{self.release(release_id)}/{LAUNCH_SCRIPT}"
 
     def release_log(self, release_id: str) -> str:
         """Where the release's server writes: pruned with the release."""

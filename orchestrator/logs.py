@@ -1,6 +1,6 @@
 """`orch logs`: the current server log of each container, its last lines or followed.
 
-Following is a bounded read per container every second (commands.read_log), each
+Following is a bounded read per container every second (container/server.py read_log), each
 command starting and ending on its own: nothing is left running on a target when
 the follow stops, whatever stopped it. A log that changes under the reader (the
 next deploy started a server with its own log) is picked up by its last lines.
@@ -13,15 +13,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator import commands
+from orchestrator.connections import Connections
+from orchestrator.container.server import LogRead, parse_log_read, read_log
+from orchestrator.container.shell import run_step
 from orchestrator.errors import OrchError, TransportError
-from orchestrator.facts import LogRead, parse_log_read
 from orchestrator.fanout import READ_PARALLEL, fan_out
 from orchestrator.layout import Layout
 from orchestrator.plan import TargetPlan
-from orchestrator.remote import run_step
 from orchestrator.transport.base import Transport
-from orchestrator.transport.pool import Connections
 
 READ_LIMIT = 256 * 1024
 """Bytes of log one read brings at most; a follow that falls behind reads again at once."""
@@ -66,7 +65,7 @@ class Cursor:
 
 
 def read_once(transport: Transport, layout: Layout, cursor: Cursor, lines: int) -> LogRead:
-    argv = commands.read_log(layout.server_log, lines, READ_LIMIT, cursor.identity, cursor.offset)
+    argv = read_log(layout.server_log, lines, READ_LIMIT, cursor.identity, cursor.offset)
     return parse_log_read(
         run_step(transport, argv, "read the server log", timeout=READ_TIMEOUT).stdout
     )

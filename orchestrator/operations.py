@@ -12,27 +12,33 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from orchestrator import commands, documents, lock, preflight, release, runlog
+from orchestrator import documents, preflight, release, runlog
 from orchestrator.cancel import Cancel
-from orchestrator.deploy import Options, Outcome, Progress, ShowDiff, TargetRun
+from orchestrator.connections import Connections
+from orchestrator.container import lock
+from orchestrator.container import release as store
+from orchestrator.container.journal import Journal
+from orchestrator.container.lock import lock_holder
+from orchestrator.container.server import Server
+from orchestrator.container.status import read_status
+from orchestrator.deadline import now
+from orchestrator.deploy import Options, ShowDiff, TargetRun
 from orchestrator.drafters.findings import Finding, Severity
 from orchestrator.drafters.modelfiles import parse_json_document
 from orchestrator.errors import NeedsAttention, OrchError
-from orchestrator.facts import parse_status_report
 from orchestrator.fanout import READ_PARALLEL, GroupResult, fan_out
 from orchestrator.inventory import Inventory, load_inventory
-from orchestrator.journal import Journal
-from orchestrator.lock import lock_holder
-from orchestrator.plan import DRAFTER_CONFIG, LAUNCH_SCRIPT, VIEW_CONFIG, TargetPlan, plan_deploy
+from orchestrator.layout import DRAFTER_CONFIG, LAUNCH_SCRIPT, VIEW_CONFIG
+from orchestrator.outcome import Outcome
+from orchestrator.plan import TargetPlan, plan_deploy
 from orchestrator.playbook import Playbook, find_playbook, load_playbook
 from orchestrator.probes import load_passages, load_prompts
 from orchestrator.probes.context import context_buckets
+from orchestrator.progress import Progress
 from orchestrator.rollout import Plan, run_rollout
 from orchestrator.runs import TargetRecord, fleet_runs, resolve
-from orchestrator.server import Server
-from orchestrator.state import History, new_run_id, now
+from orchestrator.state import History, new_run_id
 from orchestrator.transport.base import Transport
-from orchestrator.transport.pool import Connections
 
 DEFAULT_NVIDIA_SMI = "/usr/bin/nvidia-smi"
 
@@ -386,12 +392,12 @@ def _verify_one(
     interrupted = Journal(transport, plan.layout).read()
     if interrupted:
         entry["interrupted"] = interrupted.describe()
-    current = release.linked(transport, plan.layout.current)
+    current = store.linked(transport, plan.layout.current)
     entry["release"] = current or None
     if not current:  # a state, as in `status`: nothing deployed has nothing drifted
         entry |= {"result": "ok", "state": "nothing_deployed"}
         return entry, 3 if interrupted else 0
-    actual = release.read_back(transport, plan.layout.release(current), VERIFIED_NAMES)
+    actual = store.read_back(transport, plan.layout.release(current), VERIFIED_NAMES)
     applied = release.Applied.parse(actual.pop(release.MANIFEST, None))
     entry["applied"] = applied.to_dict() if applied else None
     entry["changed_on_target"], entry["playbook_differs"] = drift(plan, current, applied, actual)
@@ -515,8 +521,7 @@ def _fleet_state(states: list[str]) -> str:
 def _status_entry(transport: Transport, plan: TargetPlan) -> dict[str, Any]:
     """The journal first: an interrupted transaction is the first thing to know."""
     interrupted = Journal(transport, plan.layout).read()
-    result = transport.run(commands.status_report(plan.layout), timeout=60)
-    entry = parse_status_report(result.text)
+    entry = read_status(transport, plan.layout)
     entry["lock"] = lock_holder(str(entry["lock"] or ""))
     entry["interrupted"] = interrupted.describe() if interrupted else None
     server = Server(transport, plan.layout, plan.address, plan.port)

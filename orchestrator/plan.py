@@ -17,13 +17,9 @@ from orchestrator.drafters.kinds import CheckInputs, DrafterKind, get_kind
 from orchestrator.drafters.profiles import Profile, get_profile, merge_overrides, target_files
 from orchestrator.errors import InputError
 from orchestrator.inventory import Inventory
-from orchestrator.layout import Layout
+from orchestrator.layout import DRAFTER_CONFIG, LAUNCH_SCRIPT, VIEW_CONFIG, Layout
 from orchestrator.playbook import Playbook
 from orchestrator.render import render_field, render_template, template_source
-
-DRAFTER_CONFIG = "config.json"
-LAUNCH_SCRIPT = "serve.sh"
-VIEW_CONFIG = f"drafter/{DRAFTER_CONFIG}"
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,11 @@ import json
 import struct
 from dataclasses import dataclass
 
-from orchestrator import commands
+from orchestrator.container import probe
+from orchestrator.container.gpu import Gpu, GpuApp, parse_gpu_apps, parse_gpus
+from orchestrator.container.release import release_id_of
+from orchestrator.container.server import ServerState, parse_server_state
+from orchestrator.container.shell import parse_frames, parse_listing, run_step
 from orchestrator.drafters.findings import Finding
 from orchestrator.drafters.kinds import CheckInputs
 from orchestrator.drafters.modelfiles import (
@@ -21,20 +25,8 @@ from orchestrator.drafters.modelfiles import (
     model_files_from_bytes,
 )
 from orchestrator.errors import ServiceUnavailable, StepFailed
-from orchestrator.facts import (
-    Gpu,
-    GpuApp,
-    ServerState,
-    parse_frames,
-    parse_gpu_apps,
-    parse_gpus,
-    parse_listing,
-    parse_server_state,
-    parse_vllm_version,
-    release_id_of,
-)
-from orchestrator.plan import LAUNCH_SCRIPT, TargetPlan
-from orchestrator.remote import run_step
+from orchestrator.layout import LAUNCH_SCRIPT
+from orchestrator.plan import TargetPlan
 from orchestrator.serving.judge import judge_server, read_launch
 from orchestrator.transport.base import Transport
 
@@ -69,9 +61,7 @@ class Facts:
 
 def read_model_dir(transport: Transport, path: str) -> ModelDir:
     names = [CONFIG_FILE, TOKENIZER_CONFIG_FILE, INDEX_FILE]
-    result = transport.run(
-        commands.read_model_dir(path, names, SAFETENSORS_HEADER_LIMIT), timeout=120
-    )
+    result = transport.run(probe.read_model_dir(path, names, SAFETENSORS_HEADER_LIMIT), timeout=120)
     if result.exit_code == 3:
         return ModelDir(path, False, None, {}, {})
     if not result.ok:
@@ -92,11 +82,11 @@ def gather(transport: Transport, plan: TargetPlan, nvidia_smi: str) -> Facts:
     small = parse_frames(
         run_step(
             transport,
-            commands.target_facts(plan.layout, nvidia_smi, plan.vllm),
+            probe.target_facts(plan.layout, nvidia_smi, plan.vllm),
             "read target facts",
         ).stdout
     )
-    version, version_error = parse_vllm_version(
+    version, version_error = probe.parse_vllm_version(
         small["version"].decode("utf-8", "replace"), small["version.rc"].decode()
     )
     gpus_ok, apps_ok = small["gpus.rc"] == b"0", small["apps.rc"] == b"0"

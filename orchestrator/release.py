@@ -1,4 +1,5 @@
-"""Releases on a target: write them, read them back, compare.
+"""What a release is: its manifest, its files written and read back through the
+container's release store (orchestrator/container/release.py), cat-verify and diffs.
 
 A release is `releases/<id>/` holding the rendered drafter config, the launch
 script, a manifest, and `drafter/` (links to the downloaded weights plus the
@@ -20,15 +21,13 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from orchestrator import commands
+from orchestrator.container import release as store
 from orchestrator.drafters.findings import Finding
 from orchestrator.errors import InputError
-from orchestrator.facts import parse_frames, parse_release_list, release_id_of
-from orchestrator.layout import Layout
-from orchestrator.plan import DRAFTER_CONFIG, LAUNCH_SCRIPT, VIEW_CONFIG, TargetPlan
+from orchestrator.layout import DRAFTER_CONFIG, LAUNCH_SCRIPT, VIEW_CONFIG, Layout
+from orchestrator.plan import TargetPlan
 from orchestrator.playbook import Gate, Playbook
-from orchestrator.remote import run_step
-from orchestrator.runs import AUDIT_TAIL, TargetRecord, parse_audit, parse_manifest_summary
+from orchestrator.runs import TargetRecord, parse_manifest_summary
 from orchestrator.transport.base import Transport
 
 MANIFEST = "manifest.json"
@@ -90,19 +89,9 @@ def manifest(
 
 def write(transport: Transport, plan: TargetPlan, files: Mapping[str, bytes]) -> None:
     """Each file streamed through stdin to a temp file, fsynced, renamed; then the view."""
-    for name, data in files.items():
-        run_step(
-            transport,
-            commands.write_file(f"{plan.release_dir}/{name}", MODES.get(name, "0644")),
-            f"write {name}",
-            stdin=data,
-        )
+    store.write(transport, plan.release_dir, files, MODES)
     if DRAFTER_CONFIG in files and plan.drafter_weights:
-        run_step(
-            transport,
-            commands.make_drafter_view(plan.drafter_weights, plan.drafter_view),
-            "link the drafter view",
-        )
+        store.link_drafter_view(transport, plan.drafter_weights, plan.drafter_view)
 
 
 def write_local(plan: TargetPlan, directory: Path) -> list[Path]:
@@ -122,44 +111,14 @@ def write_local(plan: TargetPlan, directory: Path) -> list[Path]:
     return written
 
 
-def read_back(transport: Transport, release_dir: str, names: list[str]) -> dict[str, bytes]:
-    """Whole files of a release, in one round trip; a missing one is absent."""
-    paths = [f"{release_dir}/{name}" for name in names]
-    result = run_step(transport, commands.read_files(paths), "read the release back")
-    frames = parse_frames(result.stdout)
-    return {name: frames[path] for name, path in zip(names, paths, strict=True) if path in frames}
-
-
-def linked(transport: Transport, link: str) -> str | None:
-    """The release id a `current` or `previous` link points at, if any."""
-    return release_id_of(run_step(transport, commands.read_link(link), f"read {link}").text)
-
-
-def kept(transport: Transport, layout: Layout) -> list[str]:
-    """The release ids on the target, oldest first."""
-    listed = run_step(transport, commands.list_releases(layout.releases), "list releases")
-    return parse_release_list(listed.text)
-
-
 def record(transport: Transport, layout: Layout, name: str) -> TargetRecord:
     """The container's record of runs and releases, read in one round trip."""
-    result = run_step(
-        transport, commands.release_records(layout, AUDIT_TAIL), "read the release records"
-    )
-    frames = parse_frames(result.stdout)
-    manifests = {
-        key.removeprefix("manifest "): data
-        for key, data in frames.items()
-        if key.startswith("manifest ")
-    }
+    records = store.read_records(transport, layout)
     return TargetRecord(
         name,
-        release_id_of(frames.get("current", b"").decode("utf-8", "replace")),
-        [
-            parse_manifest_summary(rid, manifests.get(rid))
-            for rid in parse_release_list(frames.get("releases", b"").decode("utf-8", "replace"))
-        ],
-        parse_audit(frames.get("audit", b"").decode("utf-8", "replace")),
+        records.current,
+        [parse_manifest_summary(rid, records.manifests.get(rid)) for rid in records.releases],
+        records.audit,
     )
 
 
@@ -168,7 +127,7 @@ def gate_target(
 ) -> GateTarget:
     """The release's own gate settings from its manifest; `fallback` for a release made
     before manifests recorded them, or whose manifest is unreadable."""
-    raw = read_back(transport, layout.release(release_id), [MANIFEST]).get(MANIFEST)
+    raw = store.read_back(transport, layout.release(release_id), [MANIFEST]).get(MANIFEST)
     try:
         recorded = json.loads(raw or b"null")["gate_target"]
         return GateTarget(
@@ -329,5 +288,5 @@ def verify(transport: Transport, plan: TargetPlan, written: Mapping[str, bytes])
     expected = (
         {**written, VIEW_CONFIG: written[DRAFTER_CONFIG]} if DRAFTER_CONFIG in written else written
     )
-    actual = read_back(transport, plan.release_dir, list(expected))
+    actual = store.read_back(transport, plan.release_dir, list(expected))
     return compare(expected, actual, plan.kind.key_fields)

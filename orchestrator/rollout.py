@@ -16,9 +16,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from orchestrator.deploy import Outcome
 from orchestrator.errors import OrchError
 from orchestrator.fanout import fan_out
+from orchestrator.outcome import Outcome
 from orchestrator.playbook import Rollout
 
 T = TypeVar("T")

@@ -22,13 +22,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from orchestrator.errors import InputError, NeedsAttention
+from orchestrator.progress import Progress
 from orchestrator.state import state_dir
-
-if TYPE_CHECKING:
-    from orchestrator.deploy import Progress
 
 RUNS_DIR = "runs"
 SUFFIX = ".log"

@@ -3,7 +3,8 @@ container on, and what a `rollback --to ID` means for each container.
 
 A deploy or rollback run has one id (`Options.run_id`). On every container where it
 reached a decision (deployed, unchanged, rolled back, failed its gate) it appends
-one line to that container's `audit.log` naming the release it left `current` on.
+one line to that container's `audit.log` naming the release it left `current` on
+(orchestrator/container/audit.py writes and parses them).
 Read back from every container, those lines name the fleet's state after each run.
 The targets are the record (operators deploy from several machines); the local
 history is only a cache of what this machine ran. Everything here is pure.
@@ -16,70 +17,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from orchestrator.container.audit import AuditRecord
 from orchestrator.errors import InputError
-
-AUDIT_TAIL = 5000
-"""Audit lines read per container: runs older than this are not listed nor resolved."""
-
-
-@dataclass(frozen=True)
-class AuditRecord:
-    """One audit line: what run `run_id` did on one container."""
-
-    run_id: str
-    time: str
-    user: str
-    action: str
-    result: str | None
-    release: str | None
-    """The release the run dealt with (the new one, or the one rolled back to)."""
-    current: str | None
-    """The release the run left `current` on; None: nothing serving, or not recorded."""
-
-
-# Lines written before audit lines recorded `current`: where each outcome left it.
-_LEGACY_LEFT_ON = {
-    ("deploy", "deployed"): "release",
-    ("deploy", "unchanged"): "release",
-    ("deploy", "rolled_back"): "previous_release",
-    ("rollback", "rolled_back"): "release",
-    ("recover", "recovered"): "release",
-}
 
 
 def _text(value: Any) -> str | None:
     return value if isinstance(value, str) and value else None
-
-
-def parse_audit(text: str) -> list[AuditRecord]:
-    """The audit log's lines as records, oldest first; a line that is not a run's
-    JSON object (a torn write, a hand edit) is left out."""
-    records = []
-    for line in text.splitlines():
-        try:
-            raw = json.loads(line)
-        except ValueError:
-            continue
-        if not isinstance(raw, dict) or not _text(raw.get("run_id")):
-            continue
-        action, result = _text(raw.get("action")) or "", _text(raw.get("result"))
-        if "current" in raw:
-            current = _text(raw["current"])
-        else:
-            legacy = _LEGACY_LEFT_ON.get((action, result or ""))
-            current = _text(raw.get(legacy)) if legacy else None
-        records.append(
-            AuditRecord(
-                run_id=raw["run_id"],
-                time=_text(raw.get("time")) or "",
-                user=_text(raw.get("user")) or "",
-                action=action,
-                result=result,
-                release=_text(raw.get("release")),
-                current=current,
-            )
-        )
-    return records
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""Where runs are remembered: local history (SQLite) and each target's audit log."""
+"""Where runs are remembered on this machine: the local history (SQLite)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from orchestrator.deadline import now
 from orchestrator.documents import document
 from orchestrator.errors import NeedsAttention
 
@@ -32,10 +33,6 @@ def state_dir() -> Path:
         return Path(explicit)
     base = os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state"
     return Path(base) / "orch"
-
-
-def now() -> str:
-    return datetime.now(UTC).isoformat(timespec="seconds")
 
 
 def new_run_id() -> str:
@@ -86,27 +83,6 @@ class History:
         return [
             {**json.loads(doc), "user": user, "command": command} for user, command, doc in rows
         ]
-
-
-def audit_line(run_id: str, user: str, action: str, target: dict[str, Any]) -> str:
-    """One JSON line for the container's audit.log: `release` is the release the run
-    dealt with, `current` the one it left the container on (see orchestrator/runs.py)."""
-    gate = target.get("gate") or {}
-    return json.dumps(
-        {
-            "time": now(),
-            "run_id": run_id,
-            "user": user,
-            "action": action,
-            "result": target.get("result"),
-            "release": target.get("release"),
-            "previous_release": target.get("previous_release"),
-            "current": target.get("current"),
-            "verdict": gate.get("verdict"),
-            "mean_acceptance_length": gate.get("mean_acceptance_length"),
-        },
-        sort_keys=True,
-    )
 
 
 def history_document(runs: list[dict[str, Any]]) -> dict[str, Any]:

@@ -53,6 +53,7 @@ from pathlib import Path
 
 import pytest
 from labtools import FAST, LabHandle, changes, cli_env, lab_state, start_lab
+from shelltools import Processes
 
 from orchestrator.errors import InputError
 from orchestrator.lab import realserver
@@ -170,3 +171,13 @@ def shared_lab(shared_labs: SharedLabs, tmp_path: Path) -> Iterator[LabHandle]:
 def deployed_lab(shared_labs: SharedLabs, tmp_path: Path) -> Iterator[LabHandle]:
     """A lab with qwen-dflash deployed everywhere, shared with tests that leave it as found."""
     yield from shared_labs.lend("deployed", deploy_everywhere, tmp_path)
+
+
+@pytest.fixture
+def processes() -> Iterator[Processes]:
+    """The processes a test starts (tests of the server's scripts), killed at its end."""
+    tracked = Processes()
+    try:
+        yield tracked
+    finally:
+        tracked.cleanup()

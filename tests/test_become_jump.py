@@ -16,11 +16,12 @@ import yaml
 from labtools import FAST, LabHandle
 
 from orchestrator.errors import InputError
-from orchestrator.inventory import Inventory, load_inventory, parse_jump
+from orchestrator.inventory import Inventory, load_inventory
 from orchestrator.lab import sshd
 from orchestrator.lab.cluster import SSH_PORT, stop_pids
 from orchestrator.transport.base import Result
 from orchestrator.transport.become import refusal, sudo_argv
+from orchestrator.transport.login import parse_jump
 
 # --- units ------------------------------------------------------------------------------
 

@@ -23,13 +23,13 @@ import pytest
 from labtools import LabHandle, free_network
 
 from orchestrator import release
+from orchestrator.container.server import Server
 from orchestrator.errors import HostKeyError, ServiceUnavailable, TransportError
 from orchestrator.inventory import Inventory, load_inventory
 from orchestrator.lab.cluster import SSH_PORT, Lab
 from orchestrator.lab.layout import pid_alive
 from orchestrator.plan import plan_target
 from orchestrator.playbook import find_playbook, load_playbook
-from orchestrator.server import Server
 from orchestrator.transport import http
 from orchestrator.transport.pct import PctTransport
 from orchestrator.transport.ssh import SshTransport

@@ -6,14 +6,13 @@ import os
 import subprocess
 from pathlib import Path
 
-from orchestrator import commands
-from orchestrator.facts import LogRead, parse_log_read
+from orchestrator.container.server import LogRead, parse_log_read, read_log
 from orchestrator.layout import Layout
 from orchestrator.logs import Cursor
 
 
 def read(link: Path, cursor: Cursor, lines: int = 3, limit: int = 1 << 16) -> list[str]:
-    argv = commands.read_log(str(link), lines, limit, cursor.identity, cursor.offset)
+    argv = read_log(str(link), lines, limit, cursor.identity, cursor.offset)
     done = subprocess.run(argv, capture_output=True, timeout=30, check=True)
     return cursor.take(parse_log_read(done.stdout))
 

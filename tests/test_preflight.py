@@ -9,11 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.container.gpu import Gpu, GpuApp
+from orchestrator.container.server import ServerState
 from orchestrator.drafters.findings import Finding, Severity
 from orchestrator.drafters.kinds.dflash import IDS, weight_layout
 from orchestrator.drafters.modelfiles import model_files_from_bytes, write_safetensors_stub
 from orchestrator.drafters.profiles import get_profile, target_files
-from orchestrator.facts import Gpu, GpuApp, ServerState
 from orchestrator.inventory import load_inventory
 from orchestrator.plan import TargetPlan, plan_deploy
 from orchestrator.playbook import load_playbook

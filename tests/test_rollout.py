@@ -7,8 +7,8 @@ from collections.abc import Callable, Collection
 
 import pytest
 
-from orchestrator.deploy import Outcome
 from orchestrator.errors import NeedsAttention, OrchError
+from orchestrator.outcome import Outcome
 from orchestrator.playbook import Rollout
 from orchestrator.rollout import Plan, RolloutRun, run_rollout, share, waves
 

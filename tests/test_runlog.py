@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.connections import RecordedTransport
 from orchestrator.errors import InputError, TransportError
 from orchestrator.runlog import FIELD_LIMIT, RunLog, bounded, find, prune, read
 from orchestrator.transport.memory import MemoryTransport, reply
-from orchestrator.transport.recorded import RecordedTransport
 
 RUN = "20261202T200633Z-0dff02"
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator import release
+from orchestrator.container.audit import AuditRecord, audit_line, parse_audit
 from orchestrator.errors import InputError
 from orchestrator.inventory import load_inventory
 from orchestrator.layout import Layout
@@ -22,14 +23,11 @@ from orchestrator.playbook import load_playbook
 from orchestrator.release import Applied, GateTarget
 from orchestrator.report import print_releases
 from orchestrator.runs import (
-    AuditRecord,
     KeptRelease,
     TargetRecord,
     fleet_runs,
-    parse_audit,
     resolve,
 )
-from orchestrator.state import audit_line
 from orchestrator.transport.base import Result
 from orchestrator.transport.memory import MemoryTransport
 

@@ -1,13 +1,12 @@
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
 from orchestrator.errors import InputError, NeedsAttention
 from orchestrator.probes import load_prompts
-from orchestrator.state import History, audit_line, new_run_id, state_dir
+from orchestrator.state import History, new_run_id, state_dir
 
 
 def document(run_id: str, started: str, result: str) -> dict:
@@ -49,29 +48,6 @@ def test_run_ids_are_unique_and_sortable_by_time() -> None:
     ids = {new_run_id() for _ in range(100)}
     assert len(ids) == 100
     assert all(len(i.split("-")[0]) == len("20261202T120000Z") for i in ids)
-
-
-def test_audit_line_is_one_json_object_with_the_gate_figures() -> None:
-    line = audit_line(
-        "r1",
-        "alice",
-        "deploy",
-        {
-            "result": "rolled_back",
-            "release": "a",
-            "previous_release": "b",
-            "current": "b",
-            "gate": {"verdict": "fail", "mean_acceptance_length": 1.1},
-        },
-    )
-    assert "\n" not in line
-    entry = json.loads(line)
-    assert (entry["action"], entry["verdict"], entry["mean_acceptance_length"]) == (
-        "deploy",
-        "fail",
-        1.1,
-    )
-    assert (entry["release"], entry["current"]) == ("a", "b")  # tried a, left b current
 
 
 def test_builtin_prompts_load() -> None:

@@ -20,17 +20,16 @@ import pytest
 from test_plan import EXAMPLE, PLAYBOOK
 
 from orchestrator.cancel import Cancel
+from orchestrator.container.gpu import wait_free
+from orchestrator.container.lock import Owner
 from orchestrator.deploy import Options, TargetRun
 from orchestrator.drafters.kinds import get_kind
 from orchestrator.gate import run_gate
 from orchestrator.inventory import load_inventory
-from orchestrator.layout import Layout
-from orchestrator.lock import Owner
 from orchestrator.plan import TargetPlan, plan_deploy
 from orchestrator.playbook import Gate, Playbook, Probe, load_playbook
 from orchestrator.probes.context import ContextBucket
 from orchestrator.release import GateTarget
-from orchestrator.server import Server
 from orchestrator.transport.base import Result
 from orchestrator.transport.memory import MemoryTransport, reply
 
@@ -380,6 +379,5 @@ def test_the_wait_for_gpu_memory_says_what_each_short_gpu_has_free() -> None:
         "--query-gpu", lambda argv, _stdin: Result(tuple(argv), 0, next(looks), b"")
     )
     heard: list[str] = []
-    server = Server(transport, Layout("/srv/d"), "127.0.0.1", 8000)
-    server.wait_gpu_free("nvidia-smi", 1, 0.9, timeout=30, tick=heard.append)
+    wait_free(transport, "nvidia-smi", 1, 0.9, timeout=30, tick=heard.append)
     assert heard == ["GPU 0: 1140 of 49140 MiB free"]  # the second look found it free

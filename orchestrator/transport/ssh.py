@@ -36,7 +36,6 @@ from orchestrator.errors import (
     SudoRefused,
     TransportError,
 )
-from orchestrator.inventory import SshSettings, parse_jump
 from orchestrator.transport import become
 from orchestrator.transport.base import Result
 from orchestrator.transport.hostkeys import (
@@ -45,6 +44,7 @@ from orchestrator.transport.hostkeys import (
     fingerprint,
     known_hosts_name,
 )
+from orchestrator.transport.login import Login, parse_jump
 from orchestrator.transport.sessions import DEFAULT_MAX_SESSIONS, SessionSlots
 
 DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
@@ -94,7 +94,7 @@ class SshTransport:
         self,
         label: str,
         address: str,
-        settings: SshSettings,
+        settings: Login,
         accept_new_host_keys: bool = False,
     ) -> None:
         self.label = label

@@ -19,12 +19,10 @@ import dataclasses
 import json
 from dataclasses import dataclass
 
-from orchestrator import commands
+from orchestrator.container.shell import read_whole, remove_file, run_step, write_file
+from orchestrator.deadline import now
 from orchestrator.errors import NeedsAttention
-from orchestrator.facts import parse_frames
 from orchestrator.layout import Layout
-from orchestrator.remote import run_step
-from orchestrator.state import now
 from orchestrator.transport.base import Transport
 
 GATE_PASSED = "gate passed"
@@ -61,8 +59,7 @@ class Journal:
         self.active: Transaction | None = None
 
     def read(self) -> Transaction | None:
-        result = run_step(self.transport, commands.read_files([self.layout.journal]), "journal")
-        raw = parse_frames(result.stdout).get(self.layout.journal)
+        raw = read_whole(self.transport, [self.layout.journal], "journal").get(self.layout.journal)
         if raw is None:
             return None
         try:
@@ -88,10 +85,10 @@ class Journal:
             self._write(dataclasses.replace(self.active, step=step, updated=now()))
 
     def clear(self) -> None:
-        run_step(self.transport, commands.remove_file(self.layout.journal), "clear the journal")
+        run_step(self.transport, remove_file(self.layout.journal), "clear the journal")
         self.active = None
 
     def _write(self, transaction: Transaction) -> None:
         data = json.dumps(dataclasses.asdict(transaction), sort_keys=True).encode()
-        run_step(self.transport, commands.write_file(self.layout.journal), "journal", stdin=data)
+        run_step(self.transport, write_file(self.layout.journal), "journal", stdin=data)
         self.active = transaction

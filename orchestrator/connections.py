@@ -1,17 +1,20 @@
-"""One SSH connection per Proxmox host (or per directly reached container),
-shared by every step and every container of a run."""
+"""The connections of one run: one SSH connection per Proxmox host (or per directly
+reached container), shared by every step and every container of the run, with each
+container's transport (pct over its host's SSH, or its own SSH) wrapped so that every
+command it runs reaches the run's log."""
 
 from __future__ import annotations
 
 import threading
+import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from orchestrator.errors import InputError
 from orchestrator.inventory import Inventory, SshSettings
 from orchestrator.runlog import RunLog
-from orchestrator.transport.base import Transport
+from orchestrator.transport.base import Result, Stream, Transport
 from orchestrator.transport.pct import PctTransport
-from orchestrator.transport.recorded import RecordedTransport
 from orchestrator.transport.ssh import SshTransport
 
 
@@ -23,7 +26,7 @@ class Connections:
         run_log: RunLog | None = None,
     ) -> None:
         """With `run_log`, every command run through a container's transport is written
-        to it (see transport/recorded.py)."""
+        to it (RecordedTransport)."""
         self.inventory = inventory
         self.accept_new_host_keys = accept_new_host_keys
         self.run_log = run_log
@@ -91,3 +94,31 @@ def _check_identity_file(inventory: Inventory, container: str, identity_file: st
     dotted = inventory.identity_file_field(container) or "identity_file"
     where = inventory.identity_files.get(dotted, inventory.source)
     raise InputError(f"{where}: {dotted}: cannot read {path}: {reason}")
+
+
+class RecordedTransport:
+    """Writes every command it runs to the run's log, and changes nothing callers see:
+    the same result is returned and the same error raised, after the record is written."""
+
+    def __init__(self, inner: Transport, container: str, log: RunLog) -> None:
+        self.inner = inner
+        self.label = inner.label
+        self.container = container
+        self.log = log
+
+    def run(
+        self, argv: Sequence[str], stdin: bytes | None = None, timeout: float | None = None
+    ) -> Result:
+        started = time.monotonic()
+        try:
+            result = self.inner.run(argv, stdin, timeout)
+        except Exception as exc:
+            self.log.command(self.container, argv, stdin, time.monotonic() - started, exc)
+            raise
+        outcome = (result.exit_code, result.stdout, result.stderr)
+        self.log.command(self.container, argv, stdin, time.monotonic() - started, outcome)
+        return result
+
+    def open_stream(self, address: str, port: int, timeout: float = 10.0) -> Stream:
+        """Health, metrics and probe traffic: not commands, not recorded."""
+        return self.inner.open_stream(address, port, timeout)

@@ -1,4 +1,5 @@
-"""The deploy lock of one deployment: acquire, release, read its owner, take it over.
+"""The deploy lock of one deployment: acquire, release, read its owner, take it over:
+its scripts, the owner record, and `DeployLock`, which runs them.
 
 The lock is a directory (`mkdir` is atomic) holding `owner.json`: run id, user,
 control host, PID and since when. A run holds it from before preflight until
@@ -20,14 +21,57 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 
-from orchestrator import commands
+from orchestrator.container.shell import q, read_whole, run_step, script
 from orchestrator.errors import LockHeld, StepFailed
-from orchestrator.facts import parse_frames
 from orchestrator.layout import Layout
-from orchestrator.remote import run_step
 from orchestrator.transport.base import Transport
 
 TIMEOUT = 60.0
+
+
+# --- the scripts ----------------------------------------------------------------------
+
+
+def acquire_lock(lock_dir: str, owner_json: str) -> list[str]:
+    """mkdir is atomic: exit 0 and the lock is ours; exit 1 and it is held (the owner
+    is printed); exit 2 and it could not be made at all (stderr says why)."""
+    lock, owner = q(lock_dir), q(lock_dir + "/owner.json")
+    return script(
+        f"mkdir -p {q(lock_dir.rsplit('/', 1)[0])} || exit 2\n"
+        f"if mkdir {lock} 2>/dev/null; then printf %s {q(owner_json)} > {owner}; exit 0; fi\n"
+        f"[ -d {lock} ] || {{ mkdir {lock}; exit 2; }}\n"
+        f"cat {owner} 2>/dev/null; exit 1"
+    )
+
+
+def release_lock(lock_dir: str, run_id: str | None = None) -> list[str]:
+    """Remove the lock; given a run id, only if that run holds it (a lock broken with
+    `orch unlock` and taken by another run meanwhile stays)."""
+    owner = q(lock_dir + "/owner.json")
+    guard = f"grep -qF {q(run_id)} {owner} 2>/dev/null || exit 0\n" if run_id else ""
+    busy = q(lock_dir + "/takeover")
+    return script(guard + f"rm -f {owner}; rmdir {busy} {q(lock_dir)} 2>/dev/null || true")
+
+
+def take_over_lock(lock_dir: str, stale_owner: str, owner_json: str) -> list[str]:
+    """Replace the owner of a lock whose holder is gone, only if it is still `stale_owner`.
+
+    `mkdir takeover` makes the check-and-replace exclusive: of two runs that both found
+    the same stale owner, one replaces it and the other then sees the new owner. Exit 0:
+    the lock is ours; exit 1: it is held by someone else now (printed).
+    """
+    lock, owner, busy = q(lock_dir), q(lock_dir + "/owner.json"), q(lock_dir + "/takeover")
+    return script(
+        f"[ -d {lock} ] || exit 1\n"
+        f"mkdir {busy} 2>/dev/null || {{ cat {owner} 2>/dev/null; exit 1; }}\n"
+        f'if [ "$(cat {owner} 2>/dev/null)" = {q(stale_owner)} ]; then\n'
+        f"  printf %s {q(owner_json)} > {owner}.tmp && mv -f {owner}.tmp {owner}; rc=0\n"
+        f"else cat {owner} 2>/dev/null; rc=1; fi\n"
+        f"rmdir {busy}; exit $rc"
+    )
+
+
+# --- the owner and the lock -----------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -109,7 +153,7 @@ class DeployLock:
         """Take the lock, or take over a gone owner's; returns a line saying whose it
         was when taken over. Raises LockHeld when someone may still hold it."""
         result = self.transport.run(
-            commands.acquire_lock(self.layout.lock, self.owner.to_json()), timeout=TIMEOUT
+            acquire_lock(self.layout.lock, self.owner.to_json()), timeout=TIMEOUT
         )
         if result.exit_code == 0:
             return None
@@ -131,14 +175,12 @@ class DeployLock:
 
     def take_over(self, stale_text: str) -> bool:
         """Replace the owner if it is still `stale_text` (another run may have won)."""
-        argv = commands.take_over_lock(self.layout.lock, stale_text, self.owner.to_json())
+        argv = take_over_lock(self.layout.lock, stale_text, self.owner.to_json())
         return self.transport.run(argv, timeout=TIMEOUT).exit_code == 0
 
     def release(self) -> None:
         """Only if it is still ours: a lock broken and retaken meanwhile stays."""
-        self.transport.run(
-            commands.release_lock(self.layout.lock, self.owner.run_id), timeout=TIMEOUT
-        )
+        self.transport.run(release_lock(self.layout.lock, self.owner.run_id), timeout=TIMEOUT)
 
     @contextmanager
     def held(self) -> Iterator[str | None]:
@@ -151,12 +193,12 @@ class DeployLock:
 
 def read_owner(transport: Transport, layout: Layout) -> str:
     """The owner text of the lock as it is, '' when there is none."""
-    frames = run_step(transport, commands.read_files([layout.lock_owner]), "read the lock")
-    return parse_frames(frames.stdout).get(layout.lock_owner, b"").decode("utf-8", "replace")
+    frames = read_whole(transport, [layout.lock_owner], "read the lock")
+    return frames.get(layout.lock_owner, b"").decode("utf-8", "replace")
 
 
 def remove(transport: Transport, layout: Layout) -> str:
     """`orch unlock`: remove whoever's lock it is; returns whose it was."""
     owner = read_owner(transport, layout)
-    run_step(transport, commands.release_lock(layout.lock), "remove lock")
+    run_step(transport, release_lock(layout.lock), "remove lock")
     return owner

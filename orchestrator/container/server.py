@@ -1,0 +1,292 @@
+"""The vLLM server on one container: its scripts (start, watch, state, stop, log
+reads), the parsers of what they print, and `Server`, which runs them.
+
+The server is known only by the PID (and its start time) recorded when it was
+started: it is stopped by that PID and its process group, never by name.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import tenacity
+
+from orchestrator.container.shell import (
+    FRAME_FUNCTIONS,
+    PROCESS_FUNCTIONS,
+    SH,
+    parse_frames,
+    q,
+    reading,
+    run_step,
+    script,
+)
+from orchestrator.deadline import Deadline
+from orchestrator.errors import ServerFailed, TransportError
+from orchestrator.layout import Layout
+from orchestrator.transport import http
+from orchestrator.transport.base import Transport
+
+# --- the scripts ----------------------------------------------------------------------
+
+
+def start_server(
+    launch_script: str, log: str, pid_file: str, log_link: str, link_to: str
+) -> list[str]:
+    """Start detached (own session, stdin from /dev/null, output appended to `log`)
+    and record `PID STARTTIME`; `log_link` is pointed at the log first (`link_to`,
+    relative to the link), a plain file there (a deployment from before per-release
+    logs) kept as `log_link.old`. Prints `PID STARTTIME LOGSIZE`, the log's size
+    before this start (later reads of the log begin there)."""
+    link, old, tmp = q(log_link), q(log_link + ".old"), q(log_link + ".tmp")
+    return script(
+        PROCESS_FUNCTIONS
+        + f"size=$(stat -c %s {q(log)} 2>/dev/null) || size=0\n"
+        + f"if [ -f {link} ] && [ ! -L {link} ]; then mv -f {link} {old} || exit 1; fi\n"
+        + f"ln -sfn {q(link_to)} {tmp} && mv -Tf {tmp} {link} || exit 1\n"
+        + f"setsid {SH} {q(launch_script)} < /dev/null >> {q(log)} 2>&1 &\n"
+        + 'pid=$!; st=$(starttime "$pid") || st=0\n'
+        + f'echo "$pid $st" > {q(pid_file)}; echo "$pid $st $size"'
+    )
+
+
+def watch_server(pid_file: str, log: str, since_byte: int, lines: int) -> list[str]:
+    """One look at a starting server, as frames: `server` (as server_state prints it)
+    and `tail` (the log's last lines since `since_byte`)."""
+    return script(
+        PROCESS_FUNCTIONS
+        + FRAME_FUNCTIONS
+        + f'recorded {q(pid_file)} > "$tmp"; frame server "$tmp"\n'
+        + f'tail -c +{int(since_byte) + 1} {q(log)} 2>/dev/null | tail -n {int(lines)} > "$tmp"\n'
+        + 'frame tail "$tmp"'
+    )
+
+
+def read_log(log: str, lines: int, limit: int, identity: str = "", offset: int = 0) -> list[str]:
+    """One bounded read of a server log, through the `server.log` link; it starts and
+    ends, so following a log leaves nothing running on the target.
+
+    Prints a header `MODE DEV:INODE SIZE PATH` and then the data: `more` while the
+    file is still `identity` and no shorter than `offset` (its bytes from `offset`);
+    otherwise `tail` (its last `lines` lines as of SIZE). Never more than `limit`
+    bytes of data. Prints `none` when there is no log."""
+    return script(
+        f'f=$(readlink -f {q(log)}) && [ -f "$f" ] || {{ echo none; exit 0; }}\n'
+        'set -- $(stat -c "%d:%i %s" "$f")\n'
+        f'if [ "$1" = {q(identity)} ] && [ "$2" -ge {int(offset)} ]; then\n'
+        '  printf \'more %s %s %s\\n\' "$1" "$2" "$f"\n'
+        f'  tail -c +{int(offset) + 1} "$f" | head -c {int(limit)}\n'
+        "else\n"
+        '  printf \'tail %s %s %s\\n\' "$1" "$2" "$f"\n'
+        f'  head -c "$2" "$f" | tail -n {int(lines)} | tail -c {int(limit)}\n'
+        "fi"
+    )
+
+
+def server_state(pid_file: str) -> list[str]:
+    """Prints `running PID`, `stopped PID` or `none`."""
+    return script(PROCESS_FUNCTIONS + f"recorded {q(pid_file)}")
+
+
+def stop_server(pid_file: str, timeout: float) -> list[str]:
+    """SIGTERM the recorded process group, SIGKILL what is left of it after `timeout`
+    seconds, and return once the whole group is gone (its GPU memory with it).
+
+    The group is trusted only while its leader's start time matches the record: a PID
+    that belongs to someone else now is not touched. `kill -s SIG -- -PGID` is the form
+    dash (Debian's /bin/sh) accepts for a group. Prints `stopped PID`, `killed PID` or
+    `none`.
+    """
+    ticks = max(1, int(timeout * 10))
+    running = '{ alive "$pid" "$st" || group_alive "$pid"; }'
+    return script(
+        PROCESS_FUNCTIONS
+        + f"[ -f {q(pid_file)} ] || {{ echo none; exit 0; }}\n"
+        + f"read pid st < {q(pid_file)}\n"
+        + f'[ -n "$pid" ] && alive "$pid" "$st" || {{ rm -f {q(pid_file)}; echo none; exit 0; }}\n'
+        + 'kill -s TERM -- "-$pid" 2>/dev/null || kill -s TERM "$pid"\n'
+        + f"i=0; while {running} && [ $i -lt {ticks} ]; do sleep 0.1; i=$((i+1)); done\n"
+        + f"verb=stopped; if {running}; then verb=killed; "
+        + 'kill -s KILL -- "-$pid" 2>/dev/null || kill -s KILL "$pid"; fi\n'
+        + f"while {running}; do sleep 0.1; done\n"
+        + f'rm -f {q(pid_file)}; echo "$verb $pid"'
+    )
+
+
+# --- what they print ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ServerState:
+    """What the recorded PID file says: `running`, `stopped` (recorded but gone) or `none`."""
+
+    status: str
+    pid: int | None = None
+
+    @property
+    def running(self) -> bool:
+        return self.status == "running"
+
+
+def parse_server_state(text: str) -> ServerState:
+    words = text.split()
+    if words[:1] == ["none"] or not words:
+        return ServerState("none")
+    with reading("the server state", text):
+        return ServerState(words[0], int(words[1]))
+
+
+def parse_started(text: str) -> tuple[int, int]:
+    """What start_server prints -> (PID, log size before the start)."""
+    with reading("the started server's PID", text):
+        pid, _, log_start = text.split()
+        return int(pid), int(log_start)
+
+
+@dataclass(frozen=True)
+class LogRead:
+    """What read_log printed: `mode` is `more`, `tail` or `none`."""
+
+    mode: str
+    identity: str = ""
+    size: int = 0
+    path: str = ""
+    data: bytes = b""
+
+
+def parse_log_read(output: bytes) -> LogRead:
+    with reading("a server log read", output):
+        head, _, data = output.partition(b"\n")
+        if head == b"none":
+            return LogRead("none")
+        mode, identity, size, path = head.decode("utf-8", "replace").split(" ", 3)
+        if mode not in ("more", "tail"):
+            raise ValueError(f"unknown mode {mode!r}")
+        return LogRead(mode, identity, int(size), path, data)
+
+
+# --- the server -------------------------------------------------------------------------
+
+FATAL_LOG_MARKERS = ("Traceback (most recent call last)", "CUDA out of memory", "EngineDeadError")
+LOG_TAIL_LINES = 30
+WATCH_SECONDS = 30.0
+HEALTH_SECONDS = 10.0
+
+
+def last_line(log: str) -> str:
+    """The last non-blank line of a log tail ('' for none)."""
+    return next((line for line in reversed(log.splitlines()) if line.strip()), "")
+
+
+class NotReady(Exception):
+    """Still loading: retried until the ready timeout."""
+
+
+class Server:
+    def __init__(self, transport: Transport, layout: Layout, address: str, port: int) -> None:
+        self.transport = transport
+        self.address = address
+        self.port = port
+        self.layout = layout
+        self.pid_file = layout.server_pid
+        self.log = layout.server_log
+        self.log_start = 0
+
+    def state(self) -> ServerState:
+        result = run_step(self.transport, server_state(self.pid_file), "server state")
+        return parse_server_state(result.text)
+
+    def stop(self, timeout: float) -> str:
+        """SIGTERM, then SIGKILL after `timeout`; returns `stopped PID`, `killed PID` or `none`."""
+        step = "stop server by PID"
+        result = run_step(
+            self.transport, stop_server(self.pid_file, timeout), step, timeout=timeout + 60
+        )
+        return result.text.strip()
+
+    def start(self, release_id: str) -> int:
+        """Start the release's launch script detached, its output in the release's own
+        log (which `server.log` then points at); later log reads see only what this
+        start wrote."""
+        argv = start_server(
+            self.layout.launch_script(release_id),
+            self.layout.release_log(release_id),
+            self.pid_file,
+            self.log,
+            Layout.log_link_target(release_id),
+        )
+        result = run_step(self.transport, argv, "start server")
+        pid, self.log_start = parse_started(result.text)
+        return pid
+
+    def log_tail(self, timeout: float = WATCH_SECONDS) -> str:
+        return self.watch(timeout)[1]
+
+    def watch(self, timeout: float = WATCH_SECONDS) -> tuple[ServerState, str]:
+        """The recorded process's state and the log written since this start, in one look."""
+        argv = watch_server(self.pid_file, self.log, self.log_start, LOG_TAIL_LINES)
+        result = run_step(self.transport, argv, "watch the server", timeout=timeout)
+        frames = parse_frames(result.stdout)
+        return parse_server_state(frames["server"].decode()), frames["tail"].decode(
+            "utf-8", "replace"
+        )
+
+    def health(self, timeout: float = HEALTH_SECONDS) -> int:
+        """/health's status, answered in full within `timeout` seconds."""
+        return http.request(
+            self.transport, self.address, self.port, "GET", "/health", timeout=timeout
+        ).status
+
+    def wait_ready(
+        self,
+        pid: int,
+        timeout: float,
+        tick: Callable[[float, str], None] = lambda *_: None,
+        stop: threading.Event | None = None,
+    ) -> float:
+        """Poll /health with capped exponential backoff while watching the process and
+        its log; fail fast on exit or a fatal log line; give up when `stop` is set.
+        `tick` hears, at every look, the seconds waited and the log's last line.
+        Returns seconds waited.
+
+        Every look is bounded by what is left of `timeout`, so a server that drips its
+        answers cannot hold the wait past it."""
+        started = time.monotonic()
+        stop = stop or threading.Event()
+        deadline = Deadline.after(timeout, stop)
+
+        def attempt() -> None:
+            state, tail = self.watch(deadline.limit(WATCH_SECONDS))
+            tick(time.monotonic() - started, last_line(tail))
+            if not state.running or state.pid != pid:
+                raise ServerFailed("the server exited while starting", tail)
+            marker = next((m for m in FATAL_LOG_MARKERS if m in tail), None)
+            if marker:
+                raise ServerFailed(f"the server log shows a fatal error ({marker})", tail)
+            try:
+                status = self.health(deadline.limit(HEALTH_SECONDS, floor=0.1))
+            except TransportError:  # refused while loading, or dropped: the next look decides
+                raise NotReady from None
+            if status != 200:
+                raise NotReady
+
+        retrying = tenacity.Retrying(
+            retry=tenacity.retry_if_exception_type(NotReady),
+            wait=tenacity.wait_exponential(multiplier=0.1, min=0.1, max=2.0),
+            stop=lambda _: deadline.expired() or stop.is_set(),
+            sleep=deadline.pause,
+            reraise=True,
+        )
+        try:
+            retrying(attempt)
+        except NotReady:
+            if stop.is_set():
+                raise ServerFailed("interrupted while waiting until ready") from None
+            raise ServerFailed(
+                f"not ready after {timeout:.0f} s (ready_timeout)",
+                self.log_tail(deadline.limit(WATCH_SECONDS)),
+            ) from None
+        return time.monotonic() - started

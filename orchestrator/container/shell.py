@@ -1,0 +1,170 @@
+"""The sh toolkit every container concern builds on: scripts, quoting, frames, run_step.
+
+Builders return the argv for `Transport.run` and never run anything. Scripts run
+under `/bin/sh` with absolute tool paths where it matters (pct forces a minimal
+PATH), and every value is quoted with `shlex.quote` as it is placed into a script.
+`run_step` is the one place that turns a non-zero exit into an error naming the
+container and the step.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import shlex
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+
+from orchestrator.errors import NeedsAttention, StepFailed
+from orchestrator.transport.base import Result, Transport
+
+SH = "/bin/sh"
+DEFAULT_TIMEOUT = 120.0
+
+# Shell helpers shared by the scripts that look at a recorded server process:
+# alive() holds for a live, non-zombie PID whose start time is still the recorded one.
+# Shell variables are global: the helpers use names of their own (_ps, _pst).
+PROCESS_FUNCTIONS = """\
+starttime() { _ps=$(cat "/proc/$1/stat" 2>/dev/null) || return 1; set -- ${_ps##*) }; echo ${20}; }
+procstate() { _ps=$(cat "/proc/$1/stat" 2>/dev/null) || return 1; set -- ${_ps##*) }; echo $1; }
+alive() { _pst=$(procstate "$1") || return 1; [ "$_pst" != Z ] && [ "$(starttime "$1")" = "$2" ]; }
+# group_alive() holds while any live process is in process group $1 (vLLM's workers are).
+group_alive() {
+  _g=$1
+  for _f in /proc/[0-9]*/stat; do
+    read -r _ps < "$_f" 2>/dev/null || continue; set -- ${_ps##*) }
+    [ "$3" = "$_g" ] && [ "$1" != Z ] && return 0
+  done
+  return 1
+}
+recorded() {
+  [ -f "$1" ] && read _pid _st < "$1" && [ -n "$_pid" ] || { echo none; return 0; }
+  if alive "$_pid" "$_st"; then echo "running $_pid"; else echo "stopped $_pid"; fi
+}
+"""
+
+# Frames `NAME LENGTH\n` + bytes carry several files (or outputs) in one round
+# trip; parse_frames splits them. `capture NAME CMD...` frames a command's output
+# and, as NAME.rc, its exit status.
+FRAME_FUNCTIONS = """\
+frame() { printf '%s %s\\n' "$1" "$(wc -c < "$2")"; cat "$2"; }
+capture() { _n=$1; shift; "$@" > "$tmp" 2>&1; _rc=$?; frame "$_n" "$tmp"; \
+printf %s "$_rc" > "$tmp"; frame "$_n.rc" "$tmp"; }
+tmp=$(mktemp); trap 'rm -f "$tmp"' EXIT
+"""
+
+
+def script(text: str) -> list[str]:
+    """argv that runs a POSIX sh script (needed for pipes, redirects, tests)."""
+    return [SH, "-c", text]
+
+
+def q(value: object) -> str:
+    return shlex.quote(str(value))
+
+
+def write_file(path: str, mode: str = "0644") -> list[str]:
+    """Atomically replace `path` with stdin: temp file, fsync, rename, fsync dir."""
+    directory, name = path.rsplit("/", 1)
+    return script(
+        f"set -e; umask 022; mkdir -p {q(directory)}; "
+        f"tmp=$(mktemp {q(f'{directory}/.{name}.XXXXXX')}); "
+        f"trap 'rm -f \"$tmp\"' EXIT; "
+        f'cat > "$tmp"; sync "$tmp"; chmod {q(mode)} "$tmp"; '
+        f'mv -f "$tmp" {q(path)}; trap - EXIT; sync {q(directory)}'
+    )
+
+
+def remove_file(path: str) -> list[str]:
+    """Remove one file and make the removal durable (sync its directory)."""
+    return script(f"rm -f -- {q(path)}; sync {q(path.rsplit('/', 1)[0])} 2>/dev/null || true")
+
+
+def point_link(link: str, target: str) -> list[str]:
+    """Make `link` point at `target` atomically (rename over the old link)."""
+    return script(f"set -e; ln -sfn {q(target)} {q(link)}.tmp; mv -Tf {q(link)}.tmp {q(link)}")
+
+
+def read_link(link: str) -> list[str]:
+    return script(f"readlink {q(link)} || true")
+
+
+def append_line(path: str, line: str) -> list[str]:
+    return script(f"printf '%s\\n' {q(line)} >> {q(path)}")
+
+
+def read_files(paths: Sequence[str]) -> list[str]:
+    """Whole files as frames `PATH LENGTH\\n` + bytes; missing files are skipped."""
+    listed = " ".join(q(p) for p in paths)
+    return script(
+        FRAME_FUNCTIONS + f'for p in {listed}; do if [ -f "$p" ]; then frame "$p" "$p"; fi; done'
+    )
+
+
+# --- reading what the scripts print: pure, never a traceback -----------------------------
+
+
+@contextmanager
+def reading(what: str, text: str | bytes) -> Iterator[None]:
+    """Output that does not parse is `NeedsAttention`, naming what was being read and
+    showing the start of the text."""
+    try:
+        yield
+    except (ValueError, IndexError, TypeError, AttributeError) as exc:
+        raise NeedsAttention(f"cannot read {what}: {exc}: {text[:200]!r}") from None
+
+
+def parse_frames(data: bytes) -> dict[str, bytes]:
+    """Split `NAME LENGTH\\n` + bytes frames (see FRAME_FUNCTIONS)."""
+    frames: dict[str, bytes] = {}
+    position = 0
+    with reading("framed file contents", data[position : position + 200]):
+        while position < len(data):
+            end = data.index(b"\n", position)
+            name, length = data[position:end].decode().rsplit(" ", 1)
+            start, size = end + 1, int(length)
+            if size < 0 or start + size > len(data):
+                raise ValueError(f"{name}: {size} bytes announced, {len(data) - start} present")
+            frames[name] = data[start : start + size]
+            position = start + size
+    return frames
+
+
+def parse_listing(text: str) -> dict[str, int]:
+    """`SIZE NAME` lines -> {name: size}."""
+    sizes = {}
+    with reading("a file listing", text):
+        for line in text.splitlines():
+            size, _, name = line.partition(" ")
+            if name:
+                sizes[name] = int(size)
+    return sizes
+
+
+def parse_csv_rows(text: str) -> list[list[str]]:
+    return [[cell.strip() for cell in row] for row in csv.reader(io.StringIO(text)) if row]
+
+
+# --- running ----------------------------------------------------------------------------
+
+
+def run_step(
+    transport: Transport,
+    argv: Sequence[str],
+    step: str,
+    stdin: bytes | None = None,
+    timeout: float = DEFAULT_TIMEOUT,
+) -> Result:
+    """Run a built command; a non-zero exit is StepFailed naming the container and step."""
+    result = transport.run(argv, stdin, timeout)
+    if not result.ok:
+        detail = result.error_text or result.text.strip() or "no output"
+        raise StepFailed(
+            f"{step}: exit {result.exit_code}: {detail[-800:]}", subject=transport.label
+        )
+    return result
+
+
+def read_whole(transport: Transport, paths: Sequence[str], step: str) -> dict[str, bytes]:
+    """Whole files in one round trip, by path; a missing file is absent."""
+    return parse_frames(run_step(transport, read_files(paths), step).stdout)

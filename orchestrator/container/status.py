@@ -1,0 +1,44 @@
+"""Where a deployment stands on its container, read in one round trip: the current
+release, the recorded server, the lock's owner and the last run's audit line."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from orchestrator.container import audit
+from orchestrator.container.release import release_id_of
+from orchestrator.container.shell import PROCESS_FUNCTIONS, q, reading, script
+from orchestrator.layout import Layout
+from orchestrator.transport.base import Transport
+
+TIMEOUT = 60.0
+
+
+def status_report(layout: Layout) -> list[str]:
+    """`key value` lines: current release, server state, lock owner, last audit line, and
+    the last audit line with a gate verdict."""
+    return script(
+        PROCESS_FUNCTIONS
+        + f'echo "current $(readlink {q(layout.current)} 2>/dev/null)"\n'
+        + f'echo "server $(recorded {q(layout.server_pid)})"\n'
+        + f'echo "lock $(cat {q(layout.lock_owner)} 2>/dev/null)"\n'
+        + audit.last_lines(layout.audit_log)
+    )
+
+
+def parse_status_report(text: str) -> dict[str, Any]:
+    """What status_report prints, as a status row."""
+    with reading("the status report", text):
+        fields = dict(line.partition(" ")[::2] for line in text.splitlines())
+        server = fields.get("server", "none").split()
+        return {
+            "release": release_id_of(fields.get("current", "")),
+            "server": server[0],
+            "pid": int(server[1]) if len(server) > 1 else None,
+            "last_run": audit.last_run(fields.get("audit", ""), fields.get("gated", "")),
+            "lock": fields.get("lock") or None,
+        }
+
+
+def read_status(transport: Transport, layout: Layout) -> dict[str, Any]:
+    return parse_status_report(transport.run(status_report(layout), timeout=TIMEOUT).text)

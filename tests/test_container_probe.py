@@ -1,0 +1,170 @@
+"""Preflight's probes: a model dir and the small facts, run under /bin/sh."""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+from pathlib import Path
+
+import pytest
+from shelltools import (
+    run,
+)
+
+from orchestrator.container.probe import parse_vllm_version, target_facts
+from orchestrator.container.probe import read_model_dir as read_model_dir_script
+from orchestrator.container.shell import (
+    parse_frames,
+    parse_listing,
+)
+from orchestrator.drafters.modelfiles import (
+    CONFIG_FILE,
+    SAFETENSORS_HEADER_LIMIT,
+    TOKENIZER_CONFIG_FILE,
+    model_files_from_bytes,
+    read_model_dir,
+    write_safetensors_stub,
+)
+from orchestrator.drafters.profiles import target_files
+from orchestrator.layout import Layout
+from orchestrator.preflight import INDEX_FILE
+
+QWEN36 = "z-lab/Qwen3.6-27B-DFlash"
+
+
+def safetensors_prefix(path: Path) -> bytes:
+    """The real header of a safetensors file: its first 8 + N bytes."""
+    with path.open("rb") as file:
+        first8 = file.read(8)
+        return first8 + file.read(struct.unpack("<Q", first8)[0])
+
+
+@pytest.fixture
+def model_dir(tmp_path: Path) -> Path:
+    """A target-shaped dir: published config and tokenizer, an index, sparse shards, a link."""
+    directory = tmp_path / "models" / "Qwen 3.6"
+    directory.mkdir(parents=True)
+    for name, data in target_files(QWEN36).items():
+        (directory / name).write_bytes(data)
+    shards = {
+        "model-00001-of-00002.safetensors": {"embed.weight": ("BF16", [4096, 512])},
+        "model-00002-of-00002.safetensors": {"lm_head.weight": ("F32", [512, 4096])},
+    }
+    for name, tensors in shards.items():
+        write_safetensors_stub(directory / name, tensors)
+    weight_map = {t: name for name, tensors in shards.items() for t in tensors}
+    (directory / INDEX_FILE).write_text(json.dumps({"weight_map": weight_map}))
+    (directory / "notes with spaces.txt").write_text("x")
+    elsewhere = tmp_path / "elsewhere.safetensors"
+    write_safetensors_stub(elsewhere, {"norm.weight": ("F16", [512])})
+    (directory / "linked.safetensors").symlink_to(elsewhere)
+    (directory / "subdir").mkdir()
+    return directory
+
+
+def test_read_model_dir_frames_listing_wanted_files_and_real_headers(model_dir: Path) -> None:
+    names = [CONFIG_FILE, TOKENIZER_CONFIG_FILE, INDEX_FILE, "generation_config.json"]
+
+    done = run(read_model_dir_script(str(model_dir), names, SAFETENSORS_HEADER_LIMIT))
+
+    assert done.returncode == 0, done.stderr
+    frames = parse_frames(done.stdout)
+    listing = parse_listing(frames.pop(".listing").decode())
+    files = [p for p in model_dir.iterdir() if p.is_file()]
+    assert listing == {p.name: p.stat().st_size for p in files}
+    weights = sorted(p for p in files if p.name.endswith(".safetensors"))
+    assert sorted(frames) == sorted(
+        [CONFIG_FILE, TOKENIZER_CONFIG_FILE, INDEX_FILE] + [p.name for p in weights]
+    )
+    for name in (CONFIG_FILE, TOKENIZER_CONFIG_FILE, INDEX_FILE):
+        assert frames[name] == (model_dir / name).read_bytes()
+    for path in weights:
+        assert frames[path.name] == safetensors_prefix(path)
+        assert len(frames[path.name]) < path.stat().st_size
+    # Read back over the wire or read locally, the model files come out the same.
+    assert model_files_from_bytes(str(model_dir), frames) == read_model_dir(model_dir)
+
+
+def test_read_model_dir_bounds_each_header_by_the_limit(model_dir: Path) -> None:
+    (model_dir / "huge.safetensors").write_bytes(struct.pack("<Q", 2**63 + 5) + b"{}" * 64)
+    (model_dir / "short.safetensors").write_bytes(b"abc")
+    real = safetensors_prefix(model_dir / "model-00001-of-00002.safetensors")
+
+    small_limit = len(real) - 9
+    done = run(read_model_dir_script(str(model_dir), [], small_limit))
+
+    assert done.returncode == 0, done.stderr
+    frames = parse_frames(done.stdout)
+    assert frames["model-00001-of-00002.safetensors"] == real[:8]
+    assert frames["huge.safetensors"] == (model_dir / "huge.safetensors").read_bytes()[:8]
+    assert frames["short.safetensors"] == b"abc"
+
+
+def test_read_model_dir_of_a_missing_dir_exits_3(tmp_path: Path) -> None:
+    done = run(read_model_dir_script(str(tmp_path / "nope"), [CONFIG_FILE], 100))
+    assert (done.returncode, done.stdout) == (3, b"")
+
+
+def test_read_model_dir_without_weights_lists_and_exits_0(tmp_path: Path) -> None:
+    (tmp_path / CONFIG_FILE).write_bytes(b"{}")
+
+    done = run(read_model_dir_script(str(tmp_path), [CONFIG_FILE, INDEX_FILE], 100))
+
+    assert done.returncode == 0, done.stderr
+    assert parse_frames(done.stdout) == {".listing": b"2 config.json\n", CONFIG_FILE: b"{}"}
+
+
+def test_target_facts_frame_gpus_disk_server_and_current(tmp_path: Path) -> None:
+    fake_smi = tmp_path / "nvidia smi"
+    fake_smi.write_text('#!/bin/sh\necho "$1"\nexit 3\n')
+    fake_smi.chmod(0o755)
+    deployment = tmp_path / "not yet" / "deployed"
+    done = run(target_facts(Layout(str(deployment)), str(fake_smi), "/nonexistent/vllm"))
+    assert done.returncode == 0, done.stderr
+    frames = parse_frames(done.stdout)
+
+    assert frames["gpus"] == b"--query-gpu=index,uuid,memory.total,memory.used,memory.free\n"
+    assert (frames["gpus.rc"], frames["apps.rc"]) == (b"3", b"3")
+    fs = os.statvfs(tmp_path)
+    assert abs(int(frames["disk"]) - fs.f_bavail * fs.f_frsize // 1024) <= 64 * 1024
+    assert (frames["server"], frames["current"]) == (b"none\n", b"")
+
+    deployment.mkdir(parents=True)
+    (deployment / "server.pid").write_text("")  # a failed write leaves it empty
+    (deployment / "current").symlink_to("releases/abc")
+    argv = target_facts(Layout(str(deployment)), "/nonexistent", "/nonexistent/vllm")
+    frames = parse_frames(run(argv).stdout)
+    assert frames["gpus.rc"] == b"127"
+    assert (frames["server"], frames["current"]) == (b"none\n", b"releases/abc\n")
+
+
+def version_frames(vllm: Path) -> tuple[str | None, str]:
+    frames = parse_frames(
+        run(target_facts(Layout(str(vllm.parent)), "/nonexistent", str(vllm))).stdout
+    )
+    return parse_vllm_version(frames["version"].decode(), frames["version.rc"].decode())
+
+
+def test_target_facts_read_the_vllm_version_or_its_package_metadata(tmp_path: Path) -> None:
+    bin_dir = tmp_path / "venv dir" / "bin"
+    bin_dir.mkdir(parents=True)
+    vllm = bin_dir / "vllm"
+    vllm.write_text("#!/bin/sh\necho 'INFO 12-02 [__init__.py] loading'\necho 0.27.1\n")
+    vllm.chmod(0o755)
+    assert version_frames(vllm) == ("0.27.1", "")
+
+    # A vllm without --version: the Python beside it answers from the package metadata.
+    vllm.write_text("#!/bin/sh\necho 'usage: vllm serve' >&2\nexit 2\n")
+    python = bin_dir / "python"
+    python.write_text(
+        "#!/bin/sh\n"
+        '[ "$1" = -c ] && case "$2" in *importlib.metadata*) echo 0.19.1; exit 0;; esac\n'
+        "exit 9\n"
+    )
+    python.chmod(0o755)
+    assert version_frames(vllm) == ("0.19.1", "")
+
+    python.unlink()
+    version, why = version_frames(vllm)
+    assert version is None and "exit 127" in why
