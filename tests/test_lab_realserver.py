@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -55,7 +56,12 @@ def test_the_launcher_passes_version_through_with_the_labs_environment(tmp_path:
     done = subprocess.run([str(paths.vllm), "--version"], capture_output=True, text=True)
     printed = json.loads(done.stdout)
     assert printed["argv"] == [str(venv / "bin" / "vllm"), "--version"]
-    assert (printed["tmpdir"], printed["host_ip"]) == (str(paths.lab / "tmp"), "127.0.0.1")
+    assert (printed["tmpdir"], printed["host_ip"]) == (
+        str(realserver.tmp_dir(paths)),
+        "127.0.0.1",
+    )
+    # vLLM's ZMQ sockets go there: a Unix socket path holds at most 107 bytes.
+    assert len(f"{realserver.tmp_dir(paths)}/{'x' * 36}") < 107
     assert server_records(paths) == []
 
 
@@ -96,6 +102,7 @@ def test_serve_records_pid_group_and_start_time_and_adds_the_cpu_flags_first(
     finally:
         server.kill()
         server.wait()
+        shutil.rmtree(realserver.tmp_dir(paths), ignore_errors=True)
     assert server_records(paths) == []
 
 

@@ -9,10 +9,14 @@ is a launcher that runs it with what a CPU-only, offline lab needs:
 - `VLLM_HOST_IP=127.0.0.1`: without it vLLM UDP-connects to 8.8.8.8 to guess
   its own address (`vllm/utils/network_utils.py:52-70` in 0.32.0, `get_ip`);
 - `HF_HUB_OFFLINE=1` and no usage reports: nothing leaves the machine;
-- `VLLM_CACHE_ROOT`, `HF_HOME` and `TMPDIR` inside the container's `lab/`:
-  vLLM names its torch.distributed store `{tempfile.gettempdir()}/vllm_dist_*`
-  (`vllm/utils/network_utils.py:154` in 0.32.0) and leaves it behind, so it
-  lands in the lab and never in /tmp.
+- `VLLM_CACHE_ROOT` and `HF_HOME` inside the container's `lab/`, and a `TMPDIR`
+  of the container's own, `/tmp/orch-lab-<hash of its directory>`: vLLM names its
+  torch.distributed store `{tempfile.gettempdir()}/vllm_dist_*`
+  (`vllm/utils/network_utils.py:154` in 0.32.0) and leaves it behind, so it lands
+  there and never in /tmp itself. It is not under the lab directory because vLLM
+  also puts its ZMQ IPC sockets there, and a Unix socket's path must fit in 107
+  bytes (`sockaddr_un.sun_path`): a deep lab directory does not. `orch lab down`
+  removes it.
 
 `vllm serve` records its PID, process group and start time in the container's
 `lab/servers/`, as the stand-in does, so `pct stop` and `orch lab down` stop
@@ -23,6 +27,7 @@ exactly the lab's own. The /dev/shm segments its processes map are read from
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import shlex
 import signal
@@ -78,7 +83,9 @@ def server_env(container: ContainerPaths) -> dict[str, str]:
 
 
 def tmp_dir(container: ContainerPaths) -> Path:
-    return container.lab / "tmp"
+    """The container's short TMPDIR (see above), named after its directory."""
+    digest = hashlib.sha256(str(container.root.resolve()).encode()).hexdigest()[:12]
+    return Path("/tmp") / f"orch-lab-{digest}"
 
 
 def launcher_text(container: ContainerPaths, venv: Path) -> str:
