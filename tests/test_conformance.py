@@ -401,14 +401,20 @@ def test_vllm_version(kinds: Kinds) -> None:
     assert version_of(kinds.standin) == real
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=f"{STANDIN_DIFFERS}: /health answers 503 while warming")
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason=f"{STANDIN_DIFFERS}: /health answers 503 while warming",
+)
 def test_health_from_process_start_to_ready(served: dict[str, dict]) -> None:
     assert served["real"]["health_to_ready"] == ["refused", 200]
     assert served["standin"]["health_to_ready"] == served["real"]["health_to_ready"]
 
 
 @pytest.mark.xfail(
-    strict=True, raises=AssertionError, reason=f"{STANDIN_DIFFERS}: its engine's death stops /health at once, no 503"
+    strict=True,
+    raises=AssertionError,
+    reason=f"{STANDIN_DIFFERS}: its engine's death stops /health at once, no 503",
 )
 def test_health_after_the_engine_dies(served: dict[str, dict]) -> None:
     assert served["real"]["health_after_engine_death"][0] == 503
@@ -443,7 +449,11 @@ def test_per_position_counters_sum_to_the_accepted_total(
     assert sum(positions) == counters["num_accepted_tokens"]
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=f"{STANDIN_DIFFERS}: the response carries fewer fields")
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason=f"{STANDIN_DIFFERS}: the response carries fewer fields",
+)
 @pytest.mark.parametrize("endpoint", ["completion", "chat"])
 def test_response_shapes(served: dict[str, dict], endpoint: str) -> None:
     real = shape(served["real"][endpoint])
@@ -474,7 +484,9 @@ STANDIN_WRONG = {
     [
         pytest.param(
             case,
-            marks=pytest.mark.xfail(strict=True, raises=AssertionError, reason=f"{STANDIN_DIFFERS}: {why}"),
+            marks=pytest.mark.xfail(
+                strict=True, raises=AssertionError, reason=f"{STANDIN_DIFFERS}: {why}"
+            ),
         )
         if (why := STANDIN_WRONG.get(case))
         else case
