@@ -122,10 +122,23 @@ def launcher_text(container: ContainerPaths, venv: Path) -> str:
     )
 
 
+def python_launcher_text(container: ContainerPaths, venv: Path) -> str:
+    """The container's `python` beside `vllm`, as a venv has one: the venv's interpreter
+    with the server's environment, so what runs vLLM's code here (orch's server-side
+    dry run) sees what the server sees."""
+    exports = [f"export {k}={shlex.quote(v)}" for k, v in server_env(container).items()]
+    python = shlex.quote(str(venv / "bin" / "python"))
+    return "\n".join(["#!/bin/sh", *exports, f'exec {python} "$@"', ""])
+
+
 def write_launcher(container: ContainerPaths, venv: Path) -> None:
     container.vllm.parent.mkdir(parents=True, exist_ok=True)
-    container.vllm.write_text(launcher_text(container, venv))
-    container.vllm.chmod(0o755)
+    for path, text in (
+        (container.vllm, launcher_text(container, venv)),
+        (container.vllm.parent / "python", python_launcher_text(container, venv)),
+    ):
+        path.write_text(text)
+        path.chmod(0o755)
 
 
 def server_version(venv: Path) -> str:

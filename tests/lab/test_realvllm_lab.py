@@ -121,18 +121,26 @@ def test_a_bogus_speculative_key_with_force_shows_the_servers_words_and_rolls_ba
     assert (now["release"], now["state"], now["health"]) == (previous, "serving", 200)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="issue 15: preflight does not yet run the server's own parser and "
-    "SpeculativeConfig over the launch, so a bogus key passes a dry run",
+@pytest.mark.parametrize(
+    ("assignment", "words"),
+    [
+        (BOGUS_KEY, "Unexpected keyword argument"),
+        ('server.env.VLLM_USE_V2_MODEL_RUNNER="true"', "invalid literal for int()"),
+    ],
 )
-def test_a_bogus_speculative_key_is_stopped_by_preflight(
-    real_lab: LabHandle, deployed: dict
+def test_the_servers_own_dry_run_stops_a_launch_it_refuses_with_its_words(
+    real_lab: LabHandle, deployed: dict, assignment: str, words: str
 ) -> None:
-    code, document, _ = deploy(real_lab, "lab-draft-model", "--dry-run", "--set", BOGUS_KEY)
-    assert code == 1
-    assert "bogus_key" in str(document)
+    """Preflight runs the container's own vLLM over the exact launch (its parser, env
+    readers and SpeculativeConfig): what it refuses stops the dry run, in its words."""
+    serving = served_pid(real_lab)
+    deployment = real_lab.deployment_dir("ct200", "lab-draft-model")
+    before = sorted(p.name for p in deployment.rglob("*"))
+    code, document, stderr = deploy(real_lab, "lab-draft-model", "--dry-run", "--set", assignment)
+    assert code == 1, stderr[-3000:]
+    assert words in str(document), str(document)[-3000:]
+    assert served_pid(real_lab) == serving
+    assert sorted(p.name for p in deployment.rglob("*")) == before
 
 
 def test_the_windowless_dflash_drafter_is_stopped_by_preflight_with_nothing_restarted(
