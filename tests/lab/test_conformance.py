@@ -401,21 +401,11 @@ def test_vllm_version(kinds: Kinds) -> None:
     assert version_of(kinds.standin) == real
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason=f"{STANDIN_DIFFERS}: /health answers 503 while warming",
-)
 def test_health_from_process_start_to_ready(served: dict[str, dict]) -> None:
     assert served["real"]["health_to_ready"] == ["refused", 200]
     assert served["standin"]["health_to_ready"] == served["real"]["health_to_ready"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason=f"{STANDIN_DIFFERS}: its engine's death stops /health at once, no 503",
-)
 def test_health_after_the_engine_dies(served: dict[str, dict]) -> None:
     assert served["real"]["health_after_engine_death"][0] == 503
     assert (
@@ -469,30 +459,9 @@ CASES = [
     "missing drafter dir",
     "windowless dflash",
 ]
-STANDIN_WRONG = {
-    "invalid JSON": "it exits 1 with json's own error, not argparse's exit 2",
-    "unknown speculative key": "it serves a speculative config with a key vLLM refuses",
-    "unknown method": "its own wording, not pydantic's list of the methods",
-    "missing drafter dir": "it serves a draft model whose dir is missing",
-    "windowless dflash": "it serves the windowless DFlash drafter",
-}
-"""What the stand-in does today where the real server refuses (issue 23, item 5)."""
 
 
-@pytest.mark.parametrize(
-    "case",
-    [
-        pytest.param(
-            case,
-            marks=pytest.mark.xfail(
-                strict=True, raises=AssertionError, reason=f"{STANDIN_DIFFERS}: {why}"
-            ),
-        )
-        if (why := STANDIN_WRONG.get(case))
-        else case
-        for case in CASES
-    ],
-)
+@pytest.mark.parametrize("case", CASES)
 def test_bad_launch_exit_code_and_error_line(refused: dict[str, dict], case: str) -> None:
     real_code, real_line = refused["real"][case]
     assert real_code != 0, real_line
