@@ -148,6 +148,11 @@ def _stoppable(inputs: Any, as_json: bool) -> Iterator[tuple[Any, Any]]:
     help="A run id (every container back to what that run left it on), a release id, or a "
     "unique prefix of either (see `orch releases`). Default: each container's previous release.",
 )
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Roll back to a release whose files no longer match its manifest (changed by hand).",
+)
 @accept_keys_option
 @json_option
 def rollback(
@@ -156,6 +161,7 @@ def rollback(
     limit: tuple[str, ...],
     assignments: tuple[str, ...],
     to_release: str | None,
+    force: bool,
     accept_new_host_keys: bool,
     as_json: bool,
 ) -> None:
@@ -164,7 +170,7 @@ def rollback(
     from orchestrator import operations, report
 
     inputs = operations.load(playbook, inventory_path, list(limit), list(assignments))
-    options = operations.new_options()
+    options = operations.new_options(force=force)
     with _stoppable(inputs, as_json) as (view, cancel):
         document, code = operations.rollback(
             inputs, options, to_release, accept_new_host_keys, view, cancel

@@ -91,6 +91,10 @@ class Gate(Schema):
     ready_timeout: Seconds = 900
     time_budget: Seconds = 120
     on_inconclusive: Literal["rollback", "keep"] = "rollback"
+    min_responses: Positive = 4
+    """Successful probe responses each phase needs before it can pass."""
+    max_request_error_share: Fraction = 0.05
+    """Failed probe requests above this share of a phase's finished ones fail it."""
     probe: Probe = Probe()
 
 

@@ -127,9 +127,7 @@ class Container:
         t = self.transport  # the newest matching rule answers: specific needles come last
         t.on("mktemp", self._write)
         t.on("rm -f --", self._remove)
-        t.on("rmdir", self._release)
-        t.on("if mkdir", self._acquire)
-        t.on("/takeover 2>/dev/null || {", self._take_over)
+        self.heartbeat_age = 0  # seconds, as the container's clock measures it
         t.on(">> ", self._audit)
         t.on("for p in", self._read_files)
         t.on("readlink", lambda argv, _: reply(self.links.get(self._paths(argv)[0], ""))(argv, _))
@@ -140,6 +138,9 @@ class Container:
         t.on("setsid", self._start)
         t.on("frame server", self._watch)
         t.on("}\nrecorded ", reply("running 4242"))  # commands.server_state
+        t.on('rm -rf "$gone"', self._release)
+        t.on('if mv -T "$new"', self._acquire)
+        t.on("/takeover 2>/dev/null || {", self._take_over)
 
     @staticmethod
     def _script(argv: Sequence[str]) -> str:
@@ -152,13 +153,15 @@ class Container:
         owner = re.search(r"printf %s (.*) > ", self._script(argv))
         assert owner
         if self.layout.lock_owner in self.files:
-            return reply(self.files[self.layout.lock_owner], exit_code=1)(argv, None)
+            held = f"heartbeat 1000 {self.heartbeat_age}\n".encode()
+            return reply(held + self.files[self.layout.lock_owner], exit_code=1)(argv, None)
         self.files[self.layout.lock_owner] = shlex.split(owner.group(1))[0].encode()
         self.events.append("lock")
         return reply()(argv, None)
 
     def _take_over(self, argv: Sequence[str], _: bytes | None) -> Result:
-        stale, mine = re.findall(r"(?:= |printf %s )('(?:[^']|'\"'\"')*')", self._script(argv))
+        quoted = re.findall(r"(?:= |printf %s )('(?:[^']|'\"'\"')*')", self._script(argv))
+        stale, mine = quoted[0], quoted[-1]
         if self.files.get(self.layout.lock_owner, b"").decode() != shlex.split(stale)[0]:
             return reply(exit_code=1)(argv, None)
         self.files[self.layout.lock_owner] = shlex.split(mine)[0].encode()
@@ -214,7 +217,12 @@ class Container:
     def release(self, release_id: str, served_name: str) -> None:
         """A release on the container whose manifest records its own gate settings."""
         gate = GateTarget(served_name, 8000, FAST_GATE)
-        manifest = {"release_id": release_id, "gate_target": gate.to_dict()}
+        manifest = {
+            "release_id": release_id,
+            "run_id": "run-before",
+            "files": {},
+            "gate_target": gate.to_dict(),
+        }
         self.files[f"{self.layout.release(release_id)}/manifest.json"] = json.dumps(
             manifest
         ).encode()
@@ -362,10 +370,11 @@ def test_a_live_owner_on_another_host_is_refused_with_its_name() -> None:
 def test_an_expired_lease_is_taken_over() -> None:
     playbook, plan, container = setup()
     playbook = playbook.model_copy(update={"lock_lease": 60.0})
-    old = Owner("run-old", "alice", "elsewhere", 1, time.time() - 3600)
-    assert old.gone(60.0) and "lock_lease" in (old.gone(60.0) or "")
-    assert Owner("run-new", "alice", "elsewhere", 1, time.time()).gone(60.0) is None
+    old = Owner("run-old", "alice", "elsewhere", 1, time.time())
+    assert "heartbeat stopped 3600 s ago" in (old.gone(60.0, 3600) or "")
+    assert old.gone(60.0, 59) is None  # a renewed heartbeat keeps a live owner's lock
     container.files[container.layout.lock_owner] = old.to_json().encode()
+    container.heartbeat_age = 3600
 
     outcome = target_run(playbook, plan, container).rollback(None)
 

@@ -10,6 +10,7 @@ container and the step.
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import shlex
 from collections.abc import Iterator, Sequence
@@ -63,14 +64,24 @@ def q(value: object) -> str:
     return shlex.quote(str(value))
 
 
-def write_file(path: str, mode: str = "0644") -> list[str]:
-    """Atomically replace `path` with stdin: temp file, fsync, rename, fsync dir."""
+def write_file(path: str, data: bytes, mode: str = "0644") -> list[str]:
+    """Atomically replace `path` with stdin, only if stdin was all of `data`: temp file,
+    then its length and SHA-256 checked against `data`'s, fsync, rename, fsync dir.
+
+    A stdin cut short (orch killed, SSH dropped) ends `cat` as a complete one would:
+    the check is what keeps the partial file from replacing the good one (exit 1,
+    the temp file removed, stderr saying what arrived)."""
     directory, name = path.rsplit("/", 1)
+    size, digest = len(data), hashlib.sha256(data).hexdigest()
     return script(
         f"set -e; umask 022; mkdir -p {q(directory)}; "
         f"tmp=$(mktemp {q(f'{directory}/.{name}.XXXXXX')}); "
         f"trap 'rm -f \"$tmp\"' EXIT; "
-        f'cat > "$tmp"; sync "$tmp"; chmod {q(mode)} "$tmp"; '
+        f'cat > "$tmp"; n=$(wc -c < "$tmp"); h=$(sha256sum < "$tmp"); '
+        f'if [ "$n" -ne {size} ] || [ "${{h%% *}}" != {digest} ]; then '
+        f'echo "incomplete write: $n of {size} bytes arrived, '
+        f'SHA-256 ${{h%% *}} (expected {digest}); the old file is kept" >&2; exit 1; fi; '
+        f'sync "$tmp"; chmod {q(mode)} "$tmp"; '
         f'mv -f "$tmp" {q(path)}; trap - EXIT; sync {q(directory)}'
     )
 
