@@ -37,7 +37,7 @@ from orchestrator.probes.context import context_buckets
 from orchestrator.progress import Progress
 from orchestrator.rollout import Plan, run_rollout
 from orchestrator.runs import TargetRecord, fleet_runs, resolve
-from orchestrator.state import History, new_run_id
+from orchestrator.state import History, check_writable, new_run_id
 from orchestrator.transport.base import Transport
 
 DEFAULT_NVIDIA_SMI = "/usr/bin/nvidia-smi"
@@ -163,7 +163,7 @@ def _close_log(log: runlog.RunLog, document: dict[str, Any], code: int) -> None:
         error = f": {target['error']}" if target.get("error") else ""
         log.note(target["name"], f"result {target['result']}{judged}{error}")
     log.note("", f"result {document['result']} (exit {code})")
-    document["log"] = str(log.path)
+    document["log"] = None if log.warning else str(log.path)  # never a path it did not write
     if log.warning:
         document.setdefault("warnings", []).append(log.warning)
 
@@ -178,6 +178,8 @@ def deploy(
 ) -> tuple[dict[str, Any], int]:
     """With `options.diff`, `show_diff` gets each container's diff before its switch."""
     prompts = load_prompts(inputs.playbook.gate.probe.prompts)
+    if not options.dry_run:
+        check_writable()
     started = now()
     plans = {p.container: p for p in inputs.plans}
     log = _open_log("deploy", inputs, options)
@@ -227,6 +229,7 @@ def rollback(
     container's records before anything is switched: an unknown or ambiguous id is
     an InputError with nothing touched."""
     prompts = load_prompts(inputs.playbook.gate.probe.prompts)
+    check_writable()
     started = now()
     plans = {p.container: p for p in inputs.plans}
     log = _open_log("rollback", inputs, options)

@@ -6,6 +6,7 @@ import os
 import stat
 import subprocess
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -15,14 +16,19 @@ from shelltools import (
     HOSTILE_NAMES,
     captured,
     frame,
+    proc_state,
     run,
+    running,
     tree,
+    wait_until,
 )
 
 from orchestrator.container.server import (
     parse_server_state,
 )
 from orchestrator.container.shell import (
+    BoundedTransport,
+    bounded,
     parse_frames,
     parse_listing,
     point_link,
@@ -32,6 +38,7 @@ from orchestrator.container.shell import (
 )
 from orchestrator.container.status import parse_status_report
 from orchestrator.errors import NeedsAttention
+from orchestrator.transport.memory import MemoryTransport, reply
 
 
 def test_write_file_quotes_every_hostile_part_of_the_path() -> None:
@@ -283,3 +290,44 @@ def test_malformed_text_needs_attention(parse: object, text: str) -> None:
 def test_malformed_frames_need_attention(data: bytes) -> None:
     with pytest.raises(NeedsAttention):
         parse_frames(data)
+
+
+def test_a_hung_command_and_everything_it_started_end_at_the_bound(tmp_path: Path) -> None:
+    """A `vllm --version` that hangs with a child holding a port, as seen in the field:
+    under `bounded` nothing of it is left once the bound has passed."""
+    vllm = tmp_path / "vllm"
+    pids = tmp_path / "pids"
+    vllm.write_text(
+        "#!/bin/sh\n"
+        f'python3 -c \'import socket,time; s=socket.socket(); s.bind(("127.0.0.1", 0)); '
+        f"s.listen(); time.sleep(300)' &\n"
+        f"echo $$ $! > {pids}\n"
+        "sleep 300\n"
+    )
+    vllm.chmod(0o755)
+
+    started = time.monotonic()
+    done = run(bounded([str(vllm), "--version"], 1))
+    took = time.monotonic() - started
+
+    assert done.returncode == 124  # timeout's own status: the command was ended
+    assert took < 10
+    started_pids = [int(p) for p in pids.read_text().split()]
+    wait_until(lambda: not any(running(p) for p in started_pids))
+    left = [p for p in started_pids if proc_state(p) not in (None, "Z", "X")]
+    assert left == []
+
+
+def test_bounded_transport_bounds_on_the_container_a_little_after_the_caller() -> None:
+    heard: list[list[str]] = []
+    inner = MemoryTransport().on(
+        "sh", lambda argv, _: (heard.append(list(argv)), reply("ok")(argv, None))[1]
+    )
+
+    result = BoundedTransport(inner).run(["/bin/sh", "-c", "echo ok"], timeout=60)
+    unbounded = BoundedTransport(inner).run(["/bin/sh", "-c", "echo ok"])
+
+    assert heard[0] == ["timeout", "-k", "5", "65", "/bin/sh", "-c", "echo ok"]
+    assert heard[1] == ["/bin/sh", "-c", "echo ok"]
+    assert result.argv == ("/bin/sh", "-c", "echo ok") and result.text == "ok"
+    assert unbounded.text == "ok"

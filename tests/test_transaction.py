@@ -91,6 +91,16 @@ def test_gate_passes_on_counters_that_grow_well() -> None:
     assert ("GET", "/metrics") in transport.requests
 
 
+def test_a_gate_whose_requests_all_fail_fails_though_its_counters_pass() -> None:
+    transport = MemoryTransport()
+    serving(transport, "someone-else")  # every completion is a 404; the counters still grow
+    report = run_gate(transport, "10.0.0.5", 8000, "m", FAST_GATE, BUCKETS, CAUSES)
+    assert report.verdict.outcome == "fail", report.verdict.reason
+    assert report.request_errors == report.requests > 0
+    assert "probe requests failed" in report.verdict.reason
+    assert "first: HTTP 404 from /v1/completions" in report.verdict.reason
+
+
 def test_gate_on_garbage_metrics_could_not_measure() -> None:
     transport = MemoryTransport()
     serving(transport, "m")

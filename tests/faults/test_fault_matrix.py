@@ -275,3 +275,108 @@ def test_a_lock_held_by_a_live_run_elsewhere_is_refused_until_unlocked(lab: LabH
     assert unlocked.code == 0 and "r-elsewhere" in unlocked.stdout
     assert_invariants(lab, good, files)
     assert_plain_deploy_succeeds(lab)
+
+
+# -- issue 19: nothing half-written, nothing stolen, nothing unverified --------------------------
+
+
+def serving_pid(lab: LabHandle) -> int:
+    status = lab.orch("status", "qwen-dflash", "-i", str(lab.inventory), "--limit", NAME, "--json")
+    [row] = status.json["targets"]
+    assert row["state"] == "serving", row
+    return int(row["pid"])
+
+
+def test_a_journal_cut_to_nothing_does_not_stop_the_next_plain_deploy(lab: LabHandle) -> None:
+    """What a cut write used to leave: the next run infers from the container and says so."""
+    good, files = good_release(lab)
+    (deployment(lab) / "journal.json").write_bytes(b"")
+
+    code, output = plain_deploy(lab)
+
+    assert code == 0, output
+    assert "journal.json is unreadable (empty)" in output
+    assert f"inferred from the container: current names {good}" in output
+    assert "nothing to undo" in output
+    [target] = last_run(lab)["targets"]
+    assert target["recovered"]["inferred"] and target["recovered"]["back_on"] == good
+    audit = (deployment(lab) / "audit.log").read_text().splitlines()
+    assert json.loads(audit[-2])["action"] == "recover"  # the interrupted run's record finished
+    assert_invariants(lab, good, files)
+    assert_plain_deploy_succeeds(lab)
+
+
+def test_a_new_release_whose_completions_all_fail_is_rolled_back(lab: LabHandle) -> None:
+    good, files = good_release(lab)
+
+    code, output = plain_deploy(lab, *lab_faults({"fail_completions": True}))
+
+    assert code == 1, output
+    assert "probe requests failed" in output and "HTTP 500" in output
+    [target] = last_run(lab)["targets"]
+    assert (target["result"], target["current"]) == ("rolled_back", good)
+    phase = target["gate"]["by_context"][0]
+    assert phase["request_errors"] == phase["requests"] > 0
+    assert_invariants(lab, good, files)
+    assert_plain_deploy_succeeds(lab)
+
+
+def test_a_live_runs_lock_outlives_its_lease_by_its_heartbeat(lab: LabHandle) -> None:
+    """Lease 5 s, a gate of ~15 s: the second deploy finds a fresh heartbeat and a live PID."""
+    good, files = good_release(lab)
+    lease = ["--set", "lock_lease=5"]
+    first = Orch(
+        lab, *lease, *NEW_RELEASE, "--set", "gate.min_drafts=100000", "--set", "gate.time_budget=15"
+    )
+    first.wait_for_step("gate")
+    time.sleep(8)  # past the lease
+
+    code, output = plain_deploy(lab, *lease, "--set", "server.max_model_len=8192")
+
+    assert code == 3, output
+    assert "deploy lock held by run" in output and "heartbeat" in output
+    assert "took over" not in output
+    assert first.finish() == 1, first.output  # its own gate was undecided: rolled back
+    assert "took over" not in first.output
+    assert_invariants(lab, good, files)
+    assert_plain_deploy_succeeds(lab)
+
+
+def test_rolling_back_to_a_release_edited_by_hand_is_refused(lab: LabHandle) -> None:
+    old, _ = good_release(lab)
+    code, output = plain_deploy(lab, *NEW_RELEASE)
+    assert code == 0, output
+    new, new_files = current(lab), release_bytes(lab, current(lab))
+    pid = serving_pid(lab)
+    edited = deployment(lab) / "releases" / old / "config.json"
+    config = json.loads(edited.read_text())
+    edited.write_text(json.dumps({**config, "hand_edit": True}, indent=2) + "\n")
+
+    done = lab.orch("rollback", "qwen-dflash", "-i", str(lab.inventory), "--limit", NAME, *FAST)
+
+    assert done.code == 1, done.stdout + done.stderr
+    text = done.stdout + done.stderr
+    assert f"release {old} changed on the target" in text and "--force" in text
+    assert '+  "hand_edit": true' in text  # the diff against what its run applied
+    assert (current(lab), serving_pid(lab)) == (new, pid)
+    assert release_bytes(lab, new) == new_files
+    assert_invariants(lab, new, new_files)
+
+
+def test_a_gate_only_change_regates_without_a_restart(lab: LabHandle) -> None:
+    good, files = good_release(lab)
+    pid = serving_pid(lab)
+
+    code, output = plain_deploy(lab, "--set", "gate.min_mean_acceptance_length=1.5")
+
+    assert code == 0, output
+    [target] = last_run(lab)["targets"]
+    assert target["result"] == "regated" and target["gate"]["verdict"] == "pass"
+    assert serving_pid(lab) == pid
+    manifest = json.loads((deployment(lab) / "releases" / good / "manifest.json").read_text())
+    assert manifest["gate_target"]["gate"]["min_mean_acceptance_length"] == 1.5
+    audit = json.loads((deployment(lab) / "audit.log").read_text().splitlines()[-1])
+    assert audit["result"] == "regated"
+    assert {k: v for k, v in release_bytes(lab, good).items() if k != "manifest.json"} == {
+        k: v for k, v in files.items() if k != "manifest.json"
+    }
