@@ -212,7 +212,12 @@ class TargetRun:
         if out.rollback_gate and not self._passed(out.rollback_gate):
             out.result, out.exit_code = "failed", 3
             reason = out.rollback_gate.verdict.reason
-            out.error += f"; ROLLBACK to {back} did not pass either: {reason}"
+            gated = bool(out.rollback_gate.phases)  # else the switch back failed before a gate
+            out.error += (
+                f"; ROLLBACK to {back} did not pass either: {reason}"
+                if gated
+                else f"; ROLLBACK to {back} failed: {reason}"
+            )
         if self.cancel.requested:
             out.result, out.exit_code = "interrupted", max(out.exit_code, self.cancel.exit_code)
             out.error = "interrupted before its gate passed; " + (

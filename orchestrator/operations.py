@@ -529,6 +529,8 @@ def _status_entry(transport: Transport, plan: TargetPlan) -> dict[str, Any]:
     entry["interrupted"] = interrupted.describe() if interrupted else None
     server = Server(transport, plan.layout, plan.address, plan.port)
     entry["health"] = _health(server) if entry["server"] == "running" else None
+    if entry.pop("release_missing"):
+        entry["error"] = f"current points at release {entry['release']}, whose dir is missing"
     entry["state"] = _target_state(entry)
     return entry
 
@@ -536,6 +538,8 @@ def _status_entry(transport: Transport, plan: TargetPlan) -> dict[str, Any]:
 def _target_state(entry: dict[str, Any]) -> str:
     if entry["interrupted"]:
         return "interrupted"
+    if entry.get("error"):  # `current` names a release whose dir is gone: not serving it
+        return "unhealthy" if entry["server"] == "running" else "stopped"
     if entry["server"] != "running":
         return "nothing_deployed" if entry["release"] is None else "stopped"
     return "serving" if entry["health"] == 200 else "unhealthy"

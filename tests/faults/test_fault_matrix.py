@@ -128,6 +128,7 @@ def assert_invariants(lab: LabHandle, good: str, files: dict[str, bytes]) -> Non
     assert not (deployment(lab) / "lock").exists()
     assert not (deployment(lab) / "journal.json").exists()
     status = lab.orch("status", "qwen-dflash", "-i", str(lab.inventory), "--limit", NAME, "--json")
+    assert status.stdout, status.stderr
     [row] = status.json["targets"]
     assert (row["release"], row["server"], row["health"]) == (good, "running", 200), row
     assert (row["state"], row["interrupted"], row.get("error")) == ("serving", None, None), row
