@@ -26,7 +26,13 @@ from orchestrator.cancel import Cancel
 from orchestrator.container import audit
 from orchestrator.container import release as store
 from orchestrator.container.gpu import wait_free
-from orchestrator.container.journal import GATE_PASSED, Journal, Transaction, Unreadable
+from orchestrator.container.journal import (
+    GATE_PASSED,
+    UNKNOWN_RUN,
+    Journal,
+    Transaction,
+    Unreadable,
+)
 from orchestrator.container.lock import DeployLock, Owner
 from orchestrator.container.server import Server
 from orchestrator.deadline import now
@@ -266,6 +272,7 @@ class TargetRun:
         self.outcome.recovered = {
             "inferred": None if isinstance(found, Transaction) else interrupted.owner,
             "run_id": interrupted.run_id,
+            "started": interrupted.started,
             "action": interrupted.action,
             "step": interrupted.step,
             "from_release": interrupted.from_release,
@@ -294,7 +301,7 @@ class TargetRun:
         current = records.current
         server = Server(self.transport, self.layout, self.plan.address, self.plan.port).state()
         taken = self.lock.taken_from
-        run_id = taken.run_id if taken else "unknown (its journal is unreadable)"
+        run_id = taken.run_id if taken else UNKNOWN_RUN
         origin = started_on or current
         seen = (
             f"{unreadable.describe()}; inferred from the container: current names "

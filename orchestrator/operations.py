@@ -17,7 +17,7 @@ from orchestrator.cancel import Cancel
 from orchestrator.connections import Connections
 from orchestrator.container import lock
 from orchestrator.container import release as store
-from orchestrator.container.journal import Journal
+from orchestrator.container.journal import UNKNOWN_RUN, Journal
 from orchestrator.container.lock import lock_holder
 from orchestrator.container.server import Server
 from orchestrator.container.status import read_status
@@ -136,11 +136,45 @@ def _document(
 
 
 def _remember(document: dict[str, Any], command: str, user: str) -> None:
-    """History is a record, not the change: failing to write it only warns."""
+    """History is a record, not the change: failing to write it only warns. A run this
+    one recovered (it died in its switch, before its own row) is recorded too, as the
+    containers' records show it: interrupted, and where its recovery left each."""
     try:
         History().record(document, command, user)
+        for interrupted in _recovered_runs(document):
+            History().record_if_missing(interrupted, "deploy", user)
     except NeedsAttention as exc:
         document.setdefault("warnings", []).append(str(exc))
+
+
+def _recovered_runs(document: dict[str, Any]) -> list[dict[str, Any]]:
+    runs: dict[str, dict[str, Any]] = {}
+    for target in document["targets"]:
+        recovered = target.get("recovered")
+        if not recovered or recovered["run_id"] == UNKNOWN_RUN:
+            continue  # none, or a run the container could not name (unreadable journal)
+        run = runs.setdefault(
+            recovered["run_id"],
+            documents.document(
+                "DeployRun",
+                playbook=document["playbook"],
+                run_id=recovered["run_id"],
+                started=recovered["started"],
+                result="interrupted",
+                recovered_by=document["run_id"],
+                targets=[],
+            ),
+        )
+        run["targets"].append(
+            {
+                "name": target["name"],
+                "result": "interrupted",
+                "step": recovered.get("step"),
+                "release": recovered.get("to_release"),
+                "current": recovered.get("back_on"),
+            }
+        )
+    return list(runs.values())
 
 
 def _open_log(command: str, inputs: Inputs, options: Options) -> runlog.RunLog:

@@ -55,10 +55,20 @@ class History:
         except (sqlite3.Error, OSError) as exc:
             raise NeedsAttention(f"could not record the run in {self.path}: {exc}") from None
 
-    def _insert(self, document: dict[str, Any], command: str, user: str) -> None:
+    def record_if_missing(self, document: dict[str, Any], command: str, user: str) -> None:
+        """A run known only from a container's records (it died before writing its
+        own row): added once, never over the run's own row."""
+        try:
+            self._insert(document, command, user, "INSERT OR IGNORE")
+        except (sqlite3.Error, OSError) as exc:
+            raise NeedsAttention(f"could not record the run in {self.path}: {exc}") from None
+
+    def _insert(
+        self, document: dict[str, Any], command: str, user: str, verb: str = "INSERT OR REPLACE"
+    ) -> None:
         with closing(self._connect()) as db, db:
             db.execute(
-                "INSERT OR REPLACE INTO runs VALUES (?, ?, ?, ?, ?, ?, ?)",
+                f"{verb} INTO runs VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (
                     document["run_id"],
                     document.get("started", now()),

@@ -30,6 +30,8 @@ from orchestrator.layout import Layout
 from orchestrator.transport.base import Transport
 
 GATE_PASSED = "gate passed"
+UNKNOWN_RUN = "unknown"
+"""The run id of a transaction inferred from a container whose journal could not be read."""
 
 
 @dataclass(frozen=True)

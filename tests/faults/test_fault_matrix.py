@@ -226,6 +226,10 @@ def test_sigkill_then_a_plain_deploy_recovers_by_itself(
     assert release_bytes(lab, good) == files
     assert not (deployment(lab) / "lock").exists()
     assert not (deployment(lab) / "journal.json").exists()
+    runs = json.loads(lab.orch("history", "-n", "5", "--json").stdout)["runs"]
+    [killed] = [r for r in runs if r["run_id"] == journal["run_id"]]  # recorded after all
+    assert killed["result"] == "interrupted" and killed["recovered_by"] == last_run(lab)["run_id"]
+    assert (killed["targets"][0]["step"], killed["targets"][0]["current"]) == (step, good)
 
 
 # -- faults inside a run (these passed before the journal; kept as regressions) ------------------
