@@ -684,6 +684,11 @@ lab_dir_option = click.option(
     metavar="START:RATE:FULL",
     help="Raise every sshd's MaxStartups (default: OpenSSH's 10:30:100).",
 )
+@click.option(
+    "--standalone",
+    is_flag=True,
+    help="One node that is in no cluster (pvesh's cluster status has no cluster entry).",
+)
 @json_option
 def lab_up(
     lab_dir: Path | None,
@@ -696,6 +701,7 @@ def lab_up(
     max_sessions: int | None,
     max_startups: str | None,
     tokens_per_second: float,
+    standalone: bool,
     as_json: bool,
 ) -> None:
     """Build and start the lab, and write its inventory."""
@@ -713,6 +719,7 @@ def lab_up(
         max_sessions,
         max_startups,
         tokens_per_second=tokens_per_second,
+        standalone=standalone,
     )
     started = the_lab.up(spec)
     if as_json:

@@ -2,7 +2,8 @@
 
 Per SSH login: that it logs in (host key verified, sudo without a prompt when the
 login uses `become`) and, on a Proxmox host, the sshd session limit when
-`sshd -T` can be read. Per container: `pct` finds it running, `nvidia-smi`
+`sshd -T` can be read. Per container: `pct` finds it running (else says why: no such
+vmid, a template, stopped, or a login pct refuses as not root), `nvidia-smi`
 answers with the GPUs the inventory lists and, with a playbook, preflight's own
 read-only facts and findings: the server's vLLM version against the capability
 table, model dirs and weights, the drafter against the target, GPU memory, the
@@ -22,13 +23,15 @@ from orchestrator.container.host import (
     parse_sshd_limits,
     sshd_limits,
 )
+from orchestrator.discovery import commands as proxmox
+from orchestrator.discovery.facts import parse_guest_config
 from orchestrator.drafters.findings import Severity
 from orchestrator.errors import HostKeyError, OrchError, TransportError
 from orchestrator.inventory import Inventory
 from orchestrator.plan import TargetPlan
 from orchestrator.playbook import Playbook
 from orchestrator.transport.base import Transport
-from orchestrator.transport.pct import PctTransport
+from orchestrator.transport.pct import PctTransport, pct_refusal
 
 DEFAULT_NVIDIA_SMI = "/usr/bin/nvidia-smi"
 OK, FAIL, INFO = "ok", "fail", "info"
@@ -145,26 +148,42 @@ class Doctor:
                     "set pct_path of the host (Proxmox VE's is /usr/sbin/pct), or "
                     "use become: sudo when the login's PATH lacks it",
                 )
+            refusal = pct_refusal(result, host, pct, vmid)
+            if refusal:
+                return Check(name, "container", FAIL, refusal.reason, refusal.hint)
             if not result.ok:
                 return Check(
                     name,
                     "container",
                     FAIL,
-                    result.error_text[-300:] or "pct failed",
-                    f"check the vmid: pct list on {host} shows its containers",
+                    result.error_text[-300:] or f"pct status exited {result.exit_code}",
+                    f"run {pct} status {vmid} on {host} to see why",
                 )
             status = parse_container_status(result.text)
+            if status != "running":
+                return self._not_running(name, transport, status)
         except OrchError as exc:
             return _failed(name, "container", exc)
-        if status != "running":
+        return Check(name, "container", OK, f"CT {vmid} running on {host}")
+
+    def _not_running(self, name: str, transport: PctTransport, status: str) -> Check:
+        """A template (Proxmox never starts one), a stopped container, or another status."""
+        host, vmid, pct = transport.host.label, transport.vmid, transport.pct_path
+        config = transport.host.run(proxmox.guest_config(pct, vmid), timeout=60)
+        if config.ok and parse_guest_config(config.text).template:
             return Check(
                 name,
                 "container",
                 FAIL,
-                f"CT {vmid} on {host} is {status}",
-                f"start it on {host} with: {pct} start {vmid}",
+                f"CT {vmid} on {host} is a template: Proxmox does not start templates",
+                f"clone it ({pct} clone {vmid} NEWID --full), start the clone and name "
+                f"that one in containers.{name}.vmid",
             )
-        return Check(name, "container", OK, f"CT {vmid} running on {host}")
+        if status == "stopped":
+            fix = f"start it on {host} with: {pct} start {vmid}"
+        else:
+            fix = f"find out why on {host}: {pct} status {vmid} --verbose"
+        return Check(name, "container", FAIL, f"CT {vmid} on {host} is {status}", fix)
 
     def _inside(self, name: str, transport: Transport, listed_gpus: int) -> list[Check]:
         nvidia_smi = self.inventory.container_vars(name).get("nvidia_smi", DEFAULT_NVIDIA_SMI)

@@ -21,6 +21,7 @@ from orchestrator.discovery.facts import (
     NodeInfo,
     parse_cluster_status,
     parse_guest_config,
+    parse_interfaces,
     parse_node_gpus,
     parse_resources,
     parse_tool_paths,
@@ -48,7 +49,12 @@ def test_commands_are_argv_lists() -> None:
     assert commands.cluster_status("pvesh") == [
         "pvesh", "get", "/cluster/status", "--output-format", "json",
     ]  # fmt: skip
-    assert commands.guest_config("/usr/sbin/pct", 200) == ["/usr/sbin/pct", "config", "200"]
+    assert commands.guest_config("/usr/sbin/pct", 200) == [
+        "/usr/sbin/pct", "config", "200", "--current",
+    ]  # fmt: skip
+    assert commands.guest_interfaces("pvesh", "pve1", 201) == [
+        "pvesh", "get", "/nodes/pve1/lxc/201/interfaces", "--output-format", "json",
+    ]  # fmt: skip
     assert commands.node_gpus("nvidia-smi") == [
         "nvidia-smi", "--query-gpu=index,name,memory.total", "--format=csv,noheader,nounits",
     ]  # fmt: skip
@@ -63,6 +69,7 @@ def test_resources_keep_guests_sorted_by_vmid_with_unknown_status_and_missing_na
         Guest(105, "pve-train", "qemu", "stopped", "win11"),
         Guest(129, "kpro5", "lxc", "running", "kpro5-ct"),
         Guest(200, "pve-train", "lxc", "unknown", None),
+        Guest(300, "pve-train", "lxc", "stopped", "gpu-template", template=True),
         Guest(1001, "pve-train", "lxc", "running", "gpu-b"),
     ]
 
@@ -83,23 +90,48 @@ def test_cluster_status_gives_nodes_with_ip_and_which_one_answers() -> None:
     ]
 
 
+def test_standalone_node_has_no_cluster_entry_and_nodeid_0() -> None:
+    assert parse_cluster_status(fixture("cluster-status-standalone.json")) == [
+        NodeInfo("pve-solo", "192.0.2.30", local=True, online=True)
+    ]
+
+
 def test_config_with_pve8_device_keys() -> None:
     assert parse_guest_config(fixture("pct-config-devices.txt")) == GuestConfig(
-        "gpu-b", "192.0.2.41", None, (2, 3)
+        "gpu-b", "192.0.2.41", None, (2, 3), ("eth0",)
     )
 
 
 def test_config_with_mount_entries_takes_the_first_static_address() -> None:
     assert parse_guest_config(fixture("pct-config-mount-entries.txt")) == GuestConfig(
-        "ct200", "10.10.0.200", None, (0, 1)
+        "ct200", "10.10.0.200", None, (0, 1), ("eth0", "eth1")
     )
+
+
+def test_config_takes_any_nets_ipv4_before_an_ipv6_and_knows_a_template() -> None:
+    config = parse_guest_config(fixture("pct-config-two-nets.txt"))
+    assert (config.address, config.interfaces, config.template) == (
+        "192.0.2.51", ("eth0", "eth1"), True,
+    )  # fmt: skip
+    ipv6_only = "net0: name=eth0,ip=dhcp,ip6=2001:db8::7/64\nnet1: name=eth1,ip=manual\n"
+    assert parse_guest_config(ipv6_only).address == "2001:db8::7"
 
 
 def test_config_without_a_static_address_says_why() -> None:
     assert parse_guest_config(fixture("pct-config-dhcp.txt")) == GuestConfig(
-        "web", None, "net0 has ip=dhcp", ()
+        "web", None, "net0 has ip=dhcp", (), ("eth0",)
     )
     assert parse_guest_config("hostname: x\n").address_note == "no network interface (net0)"
+
+
+def test_live_addresses_of_the_containers_nets_ipv4_first_never_link_local() -> None:
+    text = fixture("lxc-interfaces.json")
+    assert parse_interfaces(text, ("eth0", "eth1")) == "192.0.2.51"
+    assert parse_interfaces(text, ("eth0",)) == "2001:db8::51"
+    assert parse_interfaces(text, ("eth2",)) is None
+    assert parse_interfaces("null\n", ("eth0",)) is None  # a stopped container
+    with pytest.raises(NeedsAttention, match="cannot read pvesh's container interfaces"):
+        parse_interfaces('{"name": "eth0"}', ("eth0",))
 
 
 def test_node_gpus_and_tool_paths() -> None:
@@ -128,11 +160,12 @@ def cluster_from_fixtures(node_gpus: list[NodeGpu] | None) -> Cluster:
         node="pve-train",
         address="192.0.2.20",
         pct_path="/usr/sbin/pct",
-        containers=[FoundContainer(g, configs[g.vmid]) for g in here],
+        containers=[FoundContainer(g, configs[g.vmid]) for g in here if not g.template],
         node_gpus=node_gpus,
         nodes=parse_cluster_status(fixture("cluster-status.json")),
         elsewhere=[g for g in guests if g.node != "pve-train" and g.type == "lxc"],
         vms=[g for g in guests if g.type == "qemu"],
+        templates=[g for g in here if g.template],
     )
 
 
@@ -161,7 +194,9 @@ def test_written_inventory_has_containers_gpus_groups_and_comments(tmp_path: Pat
     }
     host = inventory["hosts"]["pve-train"]
     assert host["address"] == "192.0.2.20" and host["pct_path"] is None  # the default: not written
-    assert "# ct200 is unknown: start it with: pct start 200" in text
+    assert "# ct200 is unknown: see why with: pct status 200 --verbose" in text
+    assert "start it" not in text  # nothing here is known to be stopped
+    assert "# CT 300 is a template, left out: Proxmox does not start templates" in text
     assert "# kpro5 (192.0.2.15, online): another node of this cluster" in text
     assert "orch inventory discover --address 192.0.2.15 -o kpro5.yaml" in text
     assert "# QEMU VMs are not managed by orch: 105 on pve-train" in text
@@ -186,7 +221,21 @@ def test_names_from_the_cluster_cannot_add_yaml(tmp_path: Path) -> None:
     text, inventory = written(tmp_path, cluster)
     assert list(inventory["containers"]) == ["ct300"]
     assert inventory["containers"]["ct300"]["gpus"][0]["name"] == "GPU\nhosts: {}"
-    assert "injected" not in text and "# ct300 is not running" in text
+    assert "injected" not in text and "# ct300 is in no known state" in text
+
+
+def test_stopped_and_dhcp_containers_get_their_own_comments(tmp_path: Path) -> None:
+    stopped = Guest(300, "pve-train", "lxc", "stopped", "cold")
+    dhcp = Guest(301, "pve-train", "lxc", "running", "leased")
+    cluster = Cluster("pve-train", "192.0.2.20", None, [
+        FoundContainer(stopped, GuestConfig("cold", None, "net0 has ip=dhcp", ())),
+        FoundContainer(dhcp, GuestConfig("leased", "192.0.2.77", "net0 has ip=dhcp", ())),
+    ], None)  # fmt: skip
+    text, inventory = written(tmp_path, cluster)
+    assert "# cold is stopped: start it with: pct start 300" in text
+    assert "# cold: net0 has ip=dhcp; its name stands in for the address" in text
+    assert "# leased: net0 has ip=dhcp; 192.0.2.77 is its live address" in text
+    assert inventory["containers"]["leased"]["address"] == "192.0.2.77"
 
 
 def test_write_new_never_replaces_without_force(tmp_path: Path) -> None:

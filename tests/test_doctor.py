@@ -8,15 +8,19 @@ import subprocess
 import pytest
 from labtools import LabHandle
 
+from orchestrator.connections import Connections
 from orchestrator.container.host import (
     container_status,
     parse_container_status,
     parse_sshd_limits,
     sshd_limits,
 )
-from orchestrator.doctor import Check, exit_code
+from orchestrator.doctor import Check, Doctor, exit_code
 from orchestrator.errors import NeedsAttention
+from orchestrator.inventory import Inventory
 from orchestrator.report import print_checks
+from orchestrator.transport.memory import MemoryTransport, reply
+from orchestrator.transport.pct import PctTransport
 
 
 def test_commands() -> None:
@@ -55,6 +59,33 @@ def test_one_line_per_check_with_the_fix_under_failures(capsys: pytest.CaptureFi
         "1 check(s) failed\n"
     )
     assert exit_code(checks) == 3 and exit_code([checks[0], checks[2]]) == 0
+
+
+def container_check(status: str, config: str = "hostname: ct200\n") -> Check:
+    """Doctor's container check on a host whose pct answers as scripted."""
+    host = MemoryTransport("pve1")
+    host.on("pct status 200", reply(f"status: {status}\n"))
+    host.on("pct config 200 --current", reply(config))
+    inventory = Inventory.model_validate(
+        {"hosts": {"pve1": {"address": "192.0.2.1"}},
+         "containers": {"ct200": {"vmid": 200, "host": "pve1", "address": "192.0.2.10"}}}
+    )  # fmt: skip
+    doctor = Doctor(inventory, Connections(inventory))
+    return doctor._pct_status("ct200", PctTransport("ct200", host, "/usr/sbin/pct", 200))
+
+
+def test_only_a_stopped_container_is_told_to_start_and_a_template_is_named() -> None:
+    assert container_check("running").status == "ok"
+    stopped = container_check("stopped")
+    assert (stopped.detail, stopped.fix) == (
+        "CT 200 on pve1 is stopped", "start it on pve1 with: /usr/sbin/pct start 200",
+    )  # fmt: skip
+    unknown = container_check("unknown")
+    assert unknown.detail == "CT 200 on pve1 is unknown" and "start it" not in unknown.fix
+    assert unknown.fix == "find out why on pve1: /usr/sbin/pct status 200 --verbose"
+    template = container_check("stopped", "hostname: ct200\ntemplate: 1\n")
+    assert template.detail == "CT 200 on pve1 is a template: Proxmox does not start templates"
+    assert template.fix.startswith("clone it (/usr/sbin/pct clone 200 NEWID --full)")
 
 
 @pytest.mark.lab

@@ -25,13 +25,19 @@ def cluster_resources(pvesh: str) -> list[str]:
 
 
 def cluster_status(pvesh: str) -> list[str]:
-    """The cluster's nodes with their IPs, as JSON (needs Sys.Audit on /)."""
+    """The cluster's nodes with their IPs, as JSON."""
     return [pvesh, "get", "/cluster/status", "--output-format", "json"]
 
 
 def guest_config(pct: str, vmid: int) -> list[str]:
-    """A container's configuration on this node: `key: value` lines."""
-    return [pct, "config", str(vmid)]
+    """A container's configuration as it runs (`--current`: without the changes pending
+    for its next start), on this node: `key: value` lines."""
+    return [pct, "config", str(vmid), "--current"]
+
+
+def guest_interfaces(pvesh: str, node: str, vmid: int) -> list[str]:
+    """A running container's live addresses (from `ip a` inside it), as JSON."""
+    return [pvesh, "get", f"/nodes/{node}/lxc/{vmid}/interfaces", "--output-format", "json"]
 
 
 def node_gpus(nvidia_smi: str) -> list[str]:

@@ -26,6 +26,8 @@ class Guest:
     type: str  # lxc | qemu
     status: str
     name: str | None
+    template: bool = False
+    """A template: Proxmox never starts one (API2/LXC/Status.pm), so it is no target."""
 
 
 @dataclass(frozen=True)
@@ -40,15 +42,19 @@ class NodeInfo:
 
 @dataclass(frozen=True)
 class GuestConfig:
-    """What discovery needs of `pct config VMID`."""
+    """What discovery needs of `pct config VMID --current` (the configuration that runs)."""
 
     hostname: str | None
     address: str | None
-    """The first static IPv4 (or IPv6) of net0..netN, without its prefix length."""
+    """The first static IPv4 of net0..netN (else the first static IPv6), without its
+    prefix length; or, once discovery has read them, the live address of a DHCP one."""
     address_note: str | None
-    """Why there is no address (dhcp, manual, no network), for the inventory's comment."""
+    """Why there is no static address (dhcp, manual, no network), for the inventory's comment."""
     gpu_minors: tuple[int, ...]
     """N of each /dev/nvidiaN passed through, by devN or lxc.mount.entry."""
+    interfaces: tuple[str, ...] = ()
+    """The interface names (`name=`) of net0..netN, in that order."""
+    template: bool = False
 
 
 @dataclass(frozen=True)
@@ -86,7 +92,8 @@ def parse_resources(text: str) -> list[Guest]:
             if not isinstance(vmid, int) or not node:
                 raise ValueError(f"{entry.get('id')!r}: a guest without vmid or node")
             status = _text(entry, "status") or "unknown"
-            guests.append(Guest(vmid, node, kind, status, _text(entry, "name")))
+            template = entry.get("template") == 1
+            guests.append(Guest(vmid, node, kind, status, _text(entry, "name"), template))
     return sorted(guests, key=lambda g: g.vmid)
 
 
@@ -126,7 +133,7 @@ def _static_address(ip: str) -> str | None:
 
 
 def parse_guest_config(text: str) -> GuestConfig:
-    """`pct config VMID`: `key: value` lines, sorted, then the raw `lxc.*` lines."""
+    """`pct config VMID --current`: `key: value` lines, sorted, then the raw `lxc.*` lines."""
     values: dict[str, str] = {}
     minors: list[int] = []
     with reading("pct config", text):
@@ -144,17 +151,51 @@ def parse_guest_config(text: str) -> GuestConfig:
                 continue
             if device and int(device.group(1)) not in minors:
                 minors.append(int(device.group(1)))
-    note = "no network interface (net0)"
-    networks = sorted((k for k in values if re.fullmatch(r"net\d+", k)), key=lambda k: int(k[3:]))
-    for key in networks:
-        fields = property_string(values[key])
-        for family in ("ip", "ip6"):
-            setting = fields.get(family)
-            if setting and (address := _static_address(setting)):
-                return GuestConfig(values.get("hostname"), address, None, tuple(minors))
-            if setting and note.startswith("no network"):
-                note = f"{key} has {family}={setting}"
-    return GuestConfig(values.get("hostname"), None, note, tuple(minors))
+    keys = sorted((k for k in values if re.fullmatch(r"net\d+", k)), key=lambda k: int(k[3:]))
+    networks = {key: property_string(values[key]) for key in keys}
+    settings = [
+        (key, family, fields[family])
+        for family in ("ip", "ip6")
+        for key, fields in networks.items()
+        if fields.get(family)
+    ]
+    static = [address for _, _, setting in settings if (address := _static_address(setting))]
+    note = None if static else "no network interface (net0)"
+    if settings and not static:
+        key, family, setting = settings[0]
+        note = f"{key} has {family}={setting}"
+    return GuestConfig(
+        values.get("hostname"),
+        static[0] if static else None,
+        note,
+        tuple(minors),
+        tuple(fields.get("name", "") for fields in networks.values()),
+        values.get("template") == "1",
+    )
+
+
+def parse_interfaces(text: str, names: tuple[str, ...]) -> str | None:
+    """`pvesh get /nodes/NODE/lxc/VMID/interfaces`: the first IPv4 of the named interfaces
+    (in net0..netN order; `lo` is not one), else their first IPv6 that is not link-local;
+    `null` (a stopped container) has none. Format: pve-container LXC.pm get_interfaces."""
+    with reading("pvesh's container interfaces", text):
+        data = json.loads(text)
+        if data is None:
+            return None
+        if not isinstance(data, list) or not all(isinstance(e, dict) for e in data):
+            raise ValueError("expected a JSON list of objects or null")
+        by_name = {entry.get("name"): entry.get("ip-addresses") or [] for entry in data}
+        found = [
+            (ip.get("ip-address-type"), ipaddress.ip_address(str(ip.get("ip-address"))))
+            for name in names
+            for ip in by_name.get(name, [])
+            if isinstance(ip, dict)
+        ]
+    for family in ("inet", "inet6"):
+        for kind, address in found:
+            if kind == family and not address.is_link_local:
+                return str(address)
+    return None
 
 
 def parse_node_gpus(text: str) -> list[NodeGpu]:

@@ -3,6 +3,7 @@ to one Proxmox host, with the transport's host-key rules; parsing is elsewhere."
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import tempfile
 from pathlib import Path
@@ -13,9 +14,12 @@ from pydantic import ValidationError
 from orchestrator.container.shell import run_step
 from orchestrator.discovery import commands
 from orchestrator.discovery.facts import (
+    Guest,
+    GuestConfig,
     NodeInfo,
     parse_cluster_status,
     parse_guest_config,
+    parse_interfaces,
     parse_node_gpus,
     parse_resources,
     parse_tool_paths,
@@ -28,8 +32,10 @@ from orchestrator.discovery.writer import (
     container_names,
 )
 from orchestrator.documents import document
-from orchestrator.errors import InputError, NeedsAttention
+from orchestrator.errors import InputError, NeedsAttention, StepFailed
 from orchestrator.inventory import Host, SshSettings
+from orchestrator.transport.base import Transport
+from orchestrator.transport.pct import NOT_ROOT
 from orchestrator.transport.ssh import SshTransport
 
 
@@ -52,7 +58,15 @@ def _read_cluster(host: SshTransport, address: str) -> Cluster:
             f"{address}: no pvesh on the login's PATH: is this a Proxmox VE host? "
             "(log in as root, or as a user whose PATH has /usr/bin)"
         )
-    listing = run_step(host, commands.cluster_resources(pvesh), "listing the cluster's guests")
+    try:
+        listing = run_step(host, commands.cluster_resources(pvesh), "listing the cluster's guests")
+    except StepFailed as exc:
+        if not NOT_ROOT.search(exc.message):
+            raise
+        raise NeedsAttention(
+            f"{address}: pvesh and pct need root (pvesh: please run as root): "
+            "log in as root (--user root), or add --become sudo"
+        ) from None
     guests = parse_resources(listing.text)
     status = host.run(commands.cluster_status(pvesh), timeout=60)
     nodes = parse_cluster_status(status.text) if status.ok else []
@@ -60,15 +74,9 @@ def _read_cluster(host: SshTransport, address: str) -> Cluster:
     pct = tools.get("pct") or DEFAULT_PCT
     here = [g for g in guests if g.node == node and g.type == "lxc"]
     containers = [
-        FoundContainer(
-            guest,
-            parse_guest_config(
-                run_step(
-                    host, commands.guest_config(pct, guest.vmid), f"pct config {guest.vmid}"
-                ).text
-            ),
-        )
+        FoundContainer(guest, _running_config(host, pct, pvesh, guest))
         for guest in here
+        if not guest.template
     ]
     nvidia_smi = tools.get("nvidia-smi")
     node_gpus = (
@@ -85,7 +93,25 @@ def _read_cluster(host: SshTransport, address: str) -> Cluster:
         nodes=nodes,
         elsewhere=[g for g in guests if g.node != node and g.type == "lxc"],
         vms=[g for g in guests if g.type == "qemu"],
+        templates=[g for g in here if g.template],
     )
+
+
+def _running_config(host: Transport, pct: str, pvesh: str, guest: Guest) -> GuestConfig:
+    """The container's configuration as it runs; a DHCP (or `manual`) one's address is
+    its live one, when it is running and has one."""
+    config = parse_guest_config(
+        run_step(host, commands.guest_config(pct, guest.vmid), f"pct config {guest.vmid}").text
+    )
+    if config.address or guest.status != "running" or not config.interfaces:
+        return config
+    live = run_step(
+        host,
+        commands.guest_interfaces(pvesh, guest.node, guest.vmid),
+        f"reading the live addresses of {guest.vmid}",
+    )
+    address = parse_interfaces(live.text, config.interfaces)
+    return dataclasses.replace(config, address=address) if address else config
 
 
 def _local_node(address: str, nodes: list[NodeInfo], guest_nodes: set[str]) -> str:

@@ -52,6 +52,8 @@ class Cluster:
     elsewhere: list[Guest] = field(default_factory=list)
     """LXC containers of the other nodes (their configuration is on their own node)."""
     vms: list[Guest] = field(default_factory=list)
+    templates: list[Guest] = field(default_factory=list)
+    """This node's container templates: left out, Proxmox never starts one."""
 
 
 def safe_name(candidate: str | None, fallback: str) -> str:
@@ -123,6 +125,11 @@ def inventory_text(cluster: Cluster, login: SshSettings, command: str) -> str:
     names = container_names(cluster.containers)
     groups: dict[str, list[str]] = {}
     lines.append("containers:" if cluster.containers else "containers: {}")
+    for template in cluster.templates:
+        lines += [
+            f"  # CT {template.vmid} is a template, left out: Proxmox does not start templates",
+            f"  # (to deploy, clone it: pct clone {template.vmid} NEWID --full)",
+        ]
     for name, found in zip(names, cluster.containers, strict=True):
         gpus, gpu_comments = _gpus(found, cluster.node_gpus)
         entry: dict[str, Any] = {
@@ -133,14 +140,7 @@ def inventory_text(cluster: Cluster, login: SshSettings, command: str) -> str:
         }
         if gpus:
             entry["gpus"] = gpus
-        if found.guest.status != "running":
-            status = found.guest.status if NAME.match(found.guest.status) else "not running"
-            lines.append(f"  # {name} is {status}: start it with: pct start {found.guest.vmid}")
-        if found.config.address is None:
-            lines.append(
-                f"  # {name}: {found.config.address_note or 'no static address'}; its name "
-                "stands in for the address: set the IP its server listens on"
-            )
+        lines += _status_comments(name, found)
         lines += _yaml({name: entry}, 2)
         lines += [f"    {comment}" for comment in gpu_comments]
         groups.setdefault(group_name("node", cluster.node), []).append(name)
@@ -150,6 +150,29 @@ def inventory_text(cluster: Cluster, login: SshSettings, command: str) -> str:
             groups.setdefault(group_name("gpu", model), []).append(name)
     lines += ["groups:", *_yaml(groups, 2)] if groups else ["groups: {}"]
     return "\n".join(lines) + "\n"
+
+
+def _status_comments(name: str, found: FoundContainer) -> list[str]:
+    """What the inventory cannot say about a container: not running, no static address."""
+    lines = []
+    status, vmid = found.guest.status, found.guest.vmid
+    if status == "stopped":
+        lines.append(f"  # {name} is stopped: start it with: pct start {vmid}")
+    elif status != "running":
+        shown = status if NAME.match(status) else "in no known state"
+        lines.append(f"  # {name} is {shown}: see why with: pct status {vmid} --verbose")
+    note = found.config.address_note or "no static address"
+    if found.config.address is None:
+        lines.append(
+            f"  # {name}: {note}; its name stands in for the address: set the IP its "
+            "server listens on"
+        )
+    elif found.config.address_note:
+        lines.append(
+            f"  # {name}: {note}; {found.config.address} is its live address (a new lease "
+            "may change it)"
+        )
+    return lines
 
 
 def _other_nodes(cluster: Cluster) -> list[str]:

@@ -24,7 +24,7 @@ import yaml
 
 from orchestrator.drafters.profiles import list_profiles
 from orchestrator.errors import InputError
-from orchestrator.lab import sshd
+from orchestrator.lab import pveconf, sshd
 from orchestrator.lab.layout import (
     DEFAULT_TOKENS_PER_SECOND,
     TOKENS_PER_SECOND_ENV,
@@ -69,6 +69,8 @@ class LabSpec:
     max_sessions: int | None = None
     max_startups: str | None = None
     tokens_per_second: float = DEFAULT_TOKENS_PER_SECOND
+    standalone: bool = False
+    """One node in no cluster: pvesh's /cluster/status has no `cluster` entry, nodeid 0."""
 
     def __post_init__(self) -> None:
         try:
@@ -84,6 +86,8 @@ class LabSpec:
             raise InputError(f"--network {self.network!r}: expected 127.N (a loopback /16)")
         if not 1 <= self.hosts <= 250 or not 1 <= self.containers_per_host <= 200:
             raise InputError("--hosts must be 1..250 and --containers-per-host 1..200")
+        if self.standalone and self.hosts != 1:
+            raise InputError(f"--standalone is one node, not --hosts {self.hosts}")
         if not self.tokens_per_second > 0:
             raise InputError(f"--tokens-per-second must be > 0, got {self.tokens_per_second:g}")
 
@@ -282,7 +286,7 @@ class Lab:
                 )
                 minors = [j * GPUS_PER_CONTAINER + g for g in range(GPUS_PER_CONTAINER)]
                 container.config.write_text(
-                    pct_config_text(name, f"{spec.network}.{h}.{10 + j}", minors, j % 2 == 0)
+                    conf_text(name, f"{spec.network}.{h}.{10 + j}", minors, j % 2 == 0)
                 )
                 write_container_launchers(
                     container,
@@ -356,11 +360,10 @@ class Lab:
         return inventory
 
 
-def pct_config_text(name: str, address: str, gpu_minors: list[int], device_keys: bool) -> str:
-    """What `pct config` prints for a lab container: keys sorted, raw `lxc.*` lines last
-    (pve-container src/PVE/CLI/pct.pm). GPUs are passed through with PVE 8's `devN`
-    keys, or the older way (`lxc.mount.entry` binds with a cgroup rule) when not
-    `device_keys`: docs/field-notes.md."""
+def conf_text(name: str, address: str, gpu_minors: list[int], device_keys: bool) -> str:
+    """A lab container's /etc/pve/lxc/VMID.conf (lab.pveconf). GPUs are passed through
+    with PVE 8's `devN` keys, or the older way (`lxc.mount.entry` binds with a cgroup
+    rule) when not `device_keys`: docs/field-notes.md."""
     nodes = [f"/dev/nvidia{m}" for m in gpu_minors] + ["/dev/nvidiactl", "/dev/nvidia-uvm"]
     keys = {
         "arch": "amd64",
@@ -374,10 +377,10 @@ def pct_config_text(name: str, address: str, gpu_minors: list[int], device_keys:
     if device_keys:
         keys.update({f"dev{i}": f"{node},mode=0666" for i, node in enumerate(nodes)})
     else:
-        lxc = ["lxc.cgroup2.devices.allow: c 195:* rwm", "lxc.cgroup2.devices.allow: c 508:* rwm"]
-        lxc += [f"lxc.mount.entry: {n} {n[1:]} none bind,optional,create=file" for n in nodes]
-    lines = [f"{key}: {keys[key]}" for key in sorted(keys)] + lxc
-    return "\n".join(lines) + "\n"
+        allow = "lxc.cgroup2.devices.allow"
+        lxc = [(allow, "c 195:* rwm"), (allow, "c 508:* rwm")]
+        lxc += [("lxc.mount.entry", f"{n} {n[1:]} none bind,optional,create=file") for n in nodes]
+    return pveconf.file_text(pveconf.Conf(pveconf.Section(keys, lxc)))
 
 
 def stop_pids(pids: list[int], timeout: float = 5.0) -> list[int]:

@@ -2,8 +2,9 @@
 
 ```
 LAB/hosts/<host>/bin/pct                      pct stand-in launcher
+LAB/hosts/<host>/root-uid                     the uid that plays root on this host
 LAB/hosts/<host>/containers/<vmid>/state.json {"name", "vmid", "status", "hostname"}
-                                   config     `pct config` lines
+                                   config     its /etc/pve/lxc/VMID.conf (lab.pveconf)
                                    rootfs/    the container's file system
                                    lab/       gpus.json, faults.json, truth/, servers/
 ```
@@ -129,6 +130,19 @@ class HostPaths:
         return self.bin / "nvidia-smi"
 
     @property
+    def root_uid(self) -> Path:
+        """The uid pct and pvesh take for root: the lab runs without root, so the user
+        who built it plays root (a test writes another uid to log in as a non-root user)."""
+        return self.root / "root-uid"
+
+    def runs_as_root(self) -> bool:
+        """Is this process root on this host (`$> == 0` for the real tools)?"""
+        try:
+            return os.geteuid() == int(self.root_uid.read_text())
+        except (OSError, ValueError):
+            return os.geteuid() == 0
+
+    @property
     def containers_dir(self) -> Path:
         return self.root / "containers"
 
@@ -186,9 +200,18 @@ def write_launcher(
 # pct's Perl start costs a Proxmox host. Anything else, errors included, goes to the
 # Python stand-in, which words them as pct does. As in the stand-in: PATH is the
 # container's standard directories then the host's, HOME=/root, the working directory
-# is the rootfs, and a command that cannot be run exits as lxc-attach does.
+# is the rootfs, and a command that cannot be run exits as lxc-attach does. Only the
+# host's root takes this path (the effective uid read without a fork, from the shell's
+# own /proc/self/status); pct refuses anyone else.
 _PCT_EXEC = """\
+euid=; lab_root=
 if [ "$1" = exec ] && [ "$3" = -- ] && [ $# -ge 4 ]; then
+  while read -r key real effective rest; do
+    if [ "$key" = Uid: ]; then euid=$effective; break; fi
+  done < /proc/self/status
+  read -r lab_root < "$host/root-uid" || lab_root=
+fi
+if [ -n "$euid" ] && [ "$euid" = "$lab_root" ]; then
   case $2 in
   [1-9]*[!0-9]*) ;;
   [1-9]*)
@@ -233,7 +256,11 @@ fi
 
 
 def write_pct_launcher(host: HostPaths, python: str) -> None:
-    """The host's `bin/pct`, bound to that host's directory: `exec` in sh, the rest in Python."""
+    """The host's `bin/pct`, bound to that host's directory: `exec` in sh, the rest in
+    Python; and the host's root (the user writing it, unless a uid is there already)."""
+    if not host.root_uid.exists():
+        host.root_uid.parent.mkdir(parents=True, exist_ok=True)
+        host.root_uid.write_text(f"{os.geteuid()}\n")
     prelude = [f"host={shlex.quote(str(host.root))}", _PCT_EXEC.rstrip("\n")]
     write_launcher(host.pct, PCT_MODULE, {}, python, ["--host-dir", str(host.root)], prelude)
 

@@ -2,7 +2,12 @@
 
 `python -m orchestrator.lab.pct_standin --host-dir DIR <pct args>`, where DIR is
 the host's directory (its name is the node name). Commands: exec, status, start,
-stop, list, config, push, pull. pct's own failures print its message and exit 255.
+stop, list, config, push, pull. pct's own failures are Perl `die`s at the top
+level: the message, then exit with errno when one is set, else 255 (perl.c
+`Perl_my_failure_exit`). A VMID without a configuration file dies with ENOENT
+still set from pmxcfs (pve-cluster `Cluster.pm` `$ipcc_get_config`): exit 2.
+pct runs only as root ("please run as root", pve-common `RESTEnvironment.pm`);
+the lab's root is the uid in the host's `root-uid`. Sources: docs/field-notes.md.
 
 `exec VMID -- ARGV...` replaces this process with ARGV (no shell, no parent
 left behind), so signals, stdin and the exit status are the command's own. The
@@ -36,6 +41,7 @@ from orchestrator.lab.layout import (
     server_records,
     write_json_atomic,
 )
+from orchestrator.lab.pveconf import effective, is_template, parse, pct_config_text
 
 STANDARD_PATH = ("/sbin", "/bin", "/usr/sbin", "/usr/bin")
 STOP_GRACE_SECONDS = 5.0
@@ -53,7 +59,11 @@ USAGE = {
 
 
 class PctError(Exception):
-    """A failure pct reports itself: its message on stderr, exit 255."""
+    """A failure pct reports itself: its message on stderr, exit `code` (errno, else 255)."""
+
+    def __init__(self, message: str, code: int = 255) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 def bad_request(command: str, reason: str) -> PctError:
@@ -83,7 +93,10 @@ def container(host: HostPaths, command: str, vmid: str) -> ContainerPaths:
         )
     found = host.container(int(vmid))
     if not found.state.exists():
-        raise PctError(f"Configuration file 'nodes/{host.node}/lxc/{vmid}.conf' does not exist")
+        raise PctError(
+            f"Configuration file 'nodes/{host.node}/lxc/{vmid}.conf' does not exist",
+            errno.ENOENT,
+        )
     return found
 
 
@@ -134,7 +147,7 @@ def pct_exec(host: HostPaths, args: list[str]) -> int:
         raise PctError(f"container '{found.vmid}' not running!")
     argv = args[2:]
     if not argv:
-        raise PctError(f"missing command at {PCT_SOURCE} line 196.")
+        raise PctError(f"missing command at {PCT_SOURCE} line 246.")
     directories = search_path(found.rootfs)
     env = {**os.environ, "PATH": ":".join(directories), "HOME": "/root", "PWD": str(found.rootfs)}
     try:
@@ -155,6 +168,8 @@ def pct_start(host: HostPaths, args: list[str]) -> int:
     found = container(host, "start", vmid)
     if is_running(found):
         raise PctError(f"CT {vmid} already running")
+    if found.config.exists() and is_template(parse(found.config.read_text()).current):
+        raise PctError("you can't start a CT if it's a template")
     set_status(found, "running")
     return 0
 
@@ -196,11 +211,37 @@ def pct_list(host: HostPaths, args: list[str]) -> int:
     return 0
 
 
+BOOLEAN = {"1": True, "on": True, "yes": True, "true": True,
+           "0": False, "off": False, "no": False, "false": False}  # fmt: skip
+
+
+def config_options(args: list[str]) -> tuple[list[str], bool]:
+    """`pct config VMID [--current [BOOLEAN]]` -> ([VMID], current)."""
+    rest, current = list(args), False
+    for index, arg in enumerate(args):
+        name, equals, value = arg.partition("=")
+        if name in ("--current", "-current"):
+            following = args[index + 1] if index + 1 < len(args) else ""
+            if not equals and following.lower() in BOOLEAN:
+                value = following
+                rest.remove(following)
+            if value and value.lower() not in BOOLEAN:
+                raise bad_request(
+                    "config", f"current: type check ('boolean') failed - got '{value}'"
+                )
+            current = BOOLEAN.get(value.lower(), True) if value else True
+            rest.remove(arg)
+    return rest, current
+
+
 def pct_config(host: HostPaths, args: list[str]) -> int:
-    (vmid,) = positional("config", args, 1)
+    """The configuration with pending changes merged in, or as it runs with `--current`
+    (pve-container API2/LXC/Config.pm `vm_config`)."""
+    rest, current = config_options(args)
+    (vmid,) = positional("config", rest, 1)
     found = container(host, "config", vmid)
-    if found.config.exists():
-        sys.stdout.write(found.config.read_text())
+    text = found.config.read_text() if found.config.exists() else ""
+    sys.stdout.write(pct_config_text(effective(parse(text), current)))
     return 0
 
 
@@ -269,12 +310,16 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     host, args = HostPaths(Path(args[1])), args[2:]
     try:
-        if not args or args[0] not in COMMANDS:
+        if not args:
+            raise unknown_command(args)
+        if not host.runs_as_root():
+            raise PctError("please run as root")
+        if args[0] not in COMMANDS:
             raise unknown_command(args)
         return COMMANDS[args[0]](host, args[1:])
     except PctError as error:
         print(error, file=sys.stderr)
-        return 255
+        return error.code
 
 
 if __name__ == "__main__":
