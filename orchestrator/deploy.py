@@ -113,6 +113,7 @@ class TargetRun:
             self._write_release(forced)
             self._diff(previous)
             self.cancel.check()  # the last safe point before the old server stops
+            self._still_ours()
             self._switch_and_judge("deploy", previous, self.plan.release_id, forced)
 
     def _rollback(self, to: str | None) -> None:
@@ -135,6 +136,7 @@ class TargetRun:
                 return
             self._verify_kept(target)
             self.cancel.check()
+            self._still_ours()
             self._switch_and_judge("rollback", current, target, [])
 
     def _regate_if_settings_changed(self, release_id: str) -> None:
@@ -167,6 +169,14 @@ class TargetRun:
             f"gate {report.verdict.outcome} with the new settings: {report.verdict.reason}; "
             f"{release_id} keeps serving, its manifest keeps its recorded settings"
         )
+
+    def _still_ours(self) -> None:
+        """A lock broken and taken by another run meanwhile (its heartbeat found it
+        gone): this run switches nothing."""
+        if self.lock.lost:
+            raise NeedsAttention(
+                f"{self.lock.lost}; nothing was switched", subject=self.plan.container
+            )
 
     def _verify_kept(self, target: str) -> None:
         """The rollback target's files against its manifest, before anything stops: a

@@ -11,9 +11,12 @@ from pathlib import Path
 from shelltools import (
     run,
     tree,
+    wait_until,
 )
 
 from orchestrator.container.lock import (
+    DeployLock,
+    Owner,
     acquire_lock,
     parse_held,
     release_lock,
@@ -23,6 +26,8 @@ from orchestrator.container.lock import (
 from orchestrator.container.shell import (
     point_link,
 )
+from orchestrator.layout import Layout
+from orchestrator.transport.memory import MemoryTransport, reply
 
 
 def test_point_link_and_lock_scripts() -> None:
@@ -187,3 +192,23 @@ def test_concurrent_take_overs_of_one_stale_owner_have_exactly_one_winner(tmp_pa
 
 def test_releasing_a_lock_nobody_holds_succeeds(tmp_path: Path) -> None:
     assert run(release_lock(str(tmp_path / "lock"))).returncode == 0
+
+
+def test_the_holder_renews_its_heartbeat_while_it_holds_the_lock() -> None:
+    renewals = iter([0, 0, 1])  # the third finds the lock broken and taken by another
+    transport = (
+        MemoryTransport()
+        .on('mv -T "$new"', reply())
+        .on("touch", lambda argv, _: reply(exit_code=next(renewals, 1))(argv, None))
+        .on('rm -rf "$gone"', reply())
+    )
+    lock = DeployLock(transport, Layout("/srv/q"), Owner.me("r1", "ops"), lease=0.2)
+
+    with lock.held() as taken_over:
+        assert taken_over is None
+        wait_until(lambda: lock.lost is not None)
+
+    beats = [c for c in transport.calls if "touch" in c.text]
+    assert len(beats) >= 3 and all("grep -qF r1" in c.text for c in beats)
+    assert lock.lost and "no longer this run's" in lock.lost
+    assert 'rm -rf "$gone"' in transport.calls[-1].text  # released at the end
