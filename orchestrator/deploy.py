@@ -240,6 +240,8 @@ class TargetRun:
                 f"back on {back}" if back else "its server stopped (nothing to go back to)"
             )
         self._finish(action)
+        if action == "deploy":  # releases of failed and interrupted runs count too
+            self._prune_after_failure({new, back or ""})
 
     def _go_back(self, to: str | None) -> GateReport | None:
         """Undo a switch: `to` made ready and gated with its own settings, or, with
@@ -495,6 +497,15 @@ class TargetRun:
     def _record_previous(self, previous: str | None, current: str) -> None:
         if previous and previous != current:
             store.point(self.transport, self.layout.previous, previous, "record previous")
+
+    def _prune_after_failure(self, keep: set[str]) -> None:
+        """Pruned as after a pass, so releases left by failed runs (and by runs
+        interrupted while writing one) never pile up past `releases_kept`; a failure to
+        prune is a note, the transaction is already finished."""
+        try:
+            self._prune(keep)
+        except OrchError as exc:
+            self.outcome.notes.append(f"old releases not pruned: {exc}")
 
     def _prune(self, keep: set[str]) -> None:
         ordered = store.kept(self.transport, self.layout)
