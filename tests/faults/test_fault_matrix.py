@@ -17,6 +17,7 @@ the step is recognised from orch's own progress lines. After every case:
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -94,13 +95,40 @@ def current(lab: LabHandle) -> str:
 
 
 def release_bytes(lab: LabHandle, release: str) -> dict[str, bytes]:
-    """What the release was made of (its server's log grows with every start of it)."""
+    """What the release was made of (its server's log grows with every start of it):
+    each file's bytes and each link's target, links never followed (the drafter view
+    links to gigabytes of weights; where they point is what the release holds)."""
     directory = deployment(lab) / "releases" / release
     return {
-        str(p.relative_to(directory)): p.read_bytes()
+        str(p.relative_to(directory)): (
+            b"-> " + os.readlink(p).encode() if p.is_symlink() else p.read_bytes()
+        )
         for p in sorted(directory.rglob("*"))
-        if p.is_file() and p.name != "server.log"
+        if (p.is_symlink() or p.is_file()) and p.name != "server.log"
     }
+
+
+def server_processes(lab: LabHandle) -> list[int]:
+    """Every live stand-in server of the container, from the real process table (not
+    the stand-in's own records): an orphan shows here whoever started it."""
+    rootfs = str(deployment(lab).parents[3])
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        words = [a.decode(errors="replace") for a in argv]
+        if (
+            state != "Z"
+            and "orchestrator.lab.vllm_standin" in words
+            and any(w.startswith(rootfs) for w in words)
+        ):
+            found.append(int(entry.name))
+    return found
 
 
 def deploy_args(lab: LabHandle, *args: str) -> list[str]:
@@ -134,6 +162,7 @@ def assert_invariants(lab: LabHandle, good: str, files: dict[str, bytes]) -> Non
     assert (row["state"], row["interrupted"], row.get("error")) == ("serving", None, None), row
     container = ContainerPaths(deployment(lab).parents[4])
     assert [r["pid"] for r in server_records(container)] == [row["pid"]]
+    assert server_processes(lab) == [row["pid"]]
 
 
 def assert_plain_deploy_succeeds(lab: LabHandle) -> None:
@@ -159,10 +188,13 @@ def test_sigint_at_each_step_goes_back_and_exits_130(
     lab: LabHandle, step: str, knobs: list[str]
 ) -> None:
     good, files = good_release(lab)
+    before = serving_pid(lab)
     run = Orch(lab, *knobs)
     run.wait_for_step(step)
     run.process.send_signal(signal.SIGINT)
     assert run.finish() == 130, run.output
+    if step in ("preflight", "write release"):  # before the stop: the same server serves on
+        assert serving_pid(lab) == before
     assert "interrupted" in run.output
     recorded = last_run(lab)
     assert recorded["result"] == "interrupted"
