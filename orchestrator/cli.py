@@ -105,17 +105,31 @@ def deploy(
     accept_new_host_keys: bool,
     as_json: bool,
 ) -> None:
-    """Render, push, verify, restart, gate; roll back by itself when the gate fails."""
+    """Render, push, verify, restart, gate; roll back by itself when the gate fails.
+    The playbook's hooks run before and after (not with --dry-run)."""
     from orchestrator import operations, report
+    from orchestrator.hooks import Hooks
 
     inputs = operations.load(playbook, inventory_path, list(limit), list(assignments))
     options = operations.new_options(force=force, dry_run=dry_run, diff=diff)
+    hooks = None if dry_run else Hooks.for_run("deploy", inputs, options, _say)
+    if hooks:
+        hooks.before_deploy()
     with _stoppable(inputs, as_json) as (view, cancel):
         document, code = operations.deploy(
             inputs, options, accept_new_host_keys, view, cancel, report.DiffPrinter(view, as_json)
         )
+    if hooks:
+        hooks.after_run(document, code)
     report.print_json(document) if as_json else report.print_run(document)
     sys.exit(code)
+
+
+def _say(message: str) -> None:
+    """A line on stderr, from anywhere, shown as text."""
+    from orchestrator.report import printable
+
+    click.echo(printable(message), err=True)
 
 
 @contextmanager
@@ -168,6 +182,7 @@ def rollback(
     """Switch back to an earlier release, wait until ready, and gate it; with --to RUN_ID
     the whole fleet goes back to that run's state (containers it did not touch are skipped)."""
     from orchestrator import operations, report
+    from orchestrator.hooks import Hooks
 
     inputs = operations.load(playbook, inventory_path, list(limit), list(assignments))
     options = operations.new_options(force=force)
@@ -175,6 +190,7 @@ def rollback(
         document, code = operations.rollback(
             inputs, options, to_release, accept_new_host_keys, view, cancel
         )
+    Hooks.for_run("rollback", inputs, options, _say).after_run(document, code)
     report.print_json(document) if as_json else report.print_run(document)
     sys.exit(code)
 
@@ -194,7 +210,7 @@ def rollback(
 @click.option(
     "--drafter",
     type=click.Path(path_type=Path),
-    help="Offline: drafter config.json or model directory.",
+    help="Offline: drafter config.json or model directory (none: the target's MTP layers).",
 )
 @click.option(
     "--target",
@@ -256,17 +272,20 @@ def verify_config(
         document, code = operations.verify_remote(inputs, accept_new_host_keys)
         report.print_json(document) if as_json else report.print_verify(document)
         sys.exit(code)
-    if not (drafter and target):
-        raise InputError("verify-config needs PLAYBOOK -i INVENTORY, or --drafter and --target")
+    if not target:
+        raise InputError(
+            "verify-config needs PLAYBOOK -i INVENTORY, or --target (with --drafter, "
+            "unless the target's own MTP layers draft)"
+        )
     from orchestrator.verify import server_launch, verify_local
 
     if (server_env or attention_backend) and not server_version:
         raise InputError("--server-env and --attention-backend need --server-version")
     launch = server_launch(server_env, attention_backend) if server_version else None
-    findings = verify_local(
+    findings, judged = verify_local(
         drafter, target, tokenizer, profile, num_speculative_tokens, server_version, launch
     )
-    report.print_findings(findings, as_json=as_json)
+    report.print_findings(findings, as_json=as_json, judged=judged)
     sys.exit(1 if report.has_errors(findings) else 0)
 
 
@@ -530,7 +549,16 @@ def doctor(
 
 @cli.group()
 def inventory() -> None:
-    """Write inventories from what a cluster reports."""
+    """Write inventories from what a cluster reports, or from another tool's."""
+
+
+inventory_output_option = click.option(
+    "-o",
+    "--output",
+    type=click.Path(path_type=Path),
+    help="Inventory file to create (default: print it).",
+)
+replace_option = click.option("--force", is_flag=True, help="Replace the output file if it exists.")
 
 
 @inventory.command("discover")
@@ -543,13 +571,8 @@ def inventory() -> None:
     type=click.Path(path_type=Path),
     help="known_hosts file (default: ~/.ssh/known_hosts).",
 )
-@click.option(
-    "-o",
-    "--output",
-    type=click.Path(path_type=Path),
-    help="Inventory file to create (default: print it).",
-)
-@click.option("--force", is_flag=True, help="Replace the output file if it exists.")
+@inventory_output_option
+@replace_option
 @click.option(
     "--become", type=click.Choice(["sudo"]), help="Run pvesh and pct through sudo -n (non-root)."
 )
@@ -599,6 +622,143 @@ def inventory_discover(
         click.echo(text, nl=False)
     else:
         click.echo(f"wrote {output}: {len(cluster.containers)} container(s) on {cluster.node}")
+
+
+@cli.command()
+@click.argument("playbook")
+@set_option
+@click.option(
+    "--format",
+    "output_format",
+    type=click.Choice(["prometheus"]),
+    default="prometheus",
+    show_default=True,
+    help="The rules' format.",
+)
+@click.option(
+    "--window", default="5m", show_default=True, help="The rates' sliding window (PromQL)."
+)
+@click.option(
+    "--for",
+    "hold",
+    default="15m",
+    show_default=True,
+    help="How long a server stays below a threshold before the alert fires.",
+)
+@json_option
+def alerts(
+    playbook: str,
+    assignments: tuple[str, ...],
+    output_format: str,
+    window: str,
+    hold: str,
+    as_json: bool,
+) -> None:
+    """Prometheus recording and alerting rules: the gate's acceptance thresholds,
+    watched on live traffic from vLLM's counters."""
+    import shlex
+
+    from orchestrator import alerts as rules
+    from orchestrator.playbook import find_playbook, load_playbook
+
+    book = load_playbook(find_playbook(playbook), list(assignments))
+    groups = rules.rule_groups(book, window, hold)
+    if as_json:
+        from orchestrator.documents import document
+        from orchestrator.report import print_json
+
+        print_json(document("Alerts", playbook=book.name, format=output_format, **groups))
+        return
+    sets = [arg for a in assignments for arg in ("--set", a)]
+    command = shlex.join(["orch", "alerts", playbook, *sets, "--window", window, "--for", hold])
+    click.echo(rules.rules_text(book, groups, command), nl=False)
+
+
+@cli.command()
+@click.argument("path", required=False)
+@click.option(
+    "--markdown",
+    is_flag=True,
+    help="Print the reference page of PATH (`playbook` or `inventory`), as in docs/.",
+)
+@json_option
+def explain(path: str | None, markdown: bool, as_json: bool) -> None:
+    """Every playbook and inventory field: its type, default and meaning
+    (e.g. `orch explain gate.min_drafts`, `orch explain inventory.hosts`)."""
+    from orchestrator import explain as fields
+
+    if markdown:
+        if path not in fields.ROOTS or as_json:
+            raise click.UsageError("--markdown takes `playbook` or `inventory`, without --json")
+        click.echo(fields.markdown(path), nl=False)
+    elif as_json:
+        from orchestrator.report import print_json
+
+        print_json(fields.document(path))
+    else:
+        click.echo(fields.text(path), nl=False)
+
+
+@inventory.group("import")
+def inventory_import() -> None:
+    """Write an orch inventory from another tool's."""
+
+
+@inventory_import.command("ansible")
+@click.argument("source", metavar="FILE", type=click.Path(path_type=Path))
+@click.option(
+    "--format",
+    "source_format",
+    type=click.Choice(["ini", "yaml"]),
+    help="The file's format (default: by extension, else YAML when it is a mapping).",
+)
+@inventory_output_option
+@replace_option
+@json_option
+def inventory_import_ansible(
+    source: Path, source_format: str | None, output: Path | None, force: bool, as_json: bool
+) -> None:
+    """An Ansible inventory (YAML or INI) as an orch inventory: Proxmox nodes as hosts,
+    hosts with proxmox_vmid as containers, their groups; what does not map is said on
+    stderr (and in the file's header)."""
+    import shlex
+
+    from orchestrator.ansible.convert import convert, read
+    from orchestrator.discovery.run import write_new
+    from orchestrator.report import printable
+    from orchestrator.yamlsource import read_config_text
+
+    text, _ = read_config_text(source)
+    command = shlex.join(["orch", "inventory", "import", "ansible", str(source)])
+    imported = convert(read(str(source), text, source_format), command)
+    for note in imported.notes:
+        click.echo(printable(f"note: {note}"), err=True)
+    if output is not None:
+        write_new(output, imported.text, force)
+    if as_json:
+        from orchestrator.documents import document
+        from orchestrator.report import print_json
+
+        print_json(
+            document(
+                "InventoryImport",
+                result="ok",
+                source=str(source),
+                output=str(output) if output else None,
+                inventory=None if output else imported.text,
+                hosts=imported.hosts,
+                groups=imported.groups,
+                not_mapped=imported.notes,
+                targets=imported.containers,
+            )
+        )
+    elif output is None:
+        click.echo(imported.text, nl=False)
+    else:
+        click.echo(
+            f"wrote {output}: {len(imported.hosts)} host(s), "
+            f"{len(imported.containers)} container(s), {len(imported.notes)} note(s)"
+        )
 
 
 @cli.command()

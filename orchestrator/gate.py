@@ -285,7 +285,7 @@ def run_gate(
         gate.min_drafts,
         gate.confidence,
     )
-    requests = RequestCriteria(gate.min_responses, gate.max_request_error_share)
+    requests = RequestCriteria(gate.min_probe_responses, gate.max_probe_error_share)
     endpoints = probe_endpoints(gate.probe.endpoints, gate.probe.chat_template_kwargs)
     phases = [(bucket, endpoint) for bucket in buckets for endpoint in endpoints]
     report = GateReport(assess([], criteria))

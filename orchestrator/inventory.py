@@ -69,70 +69,148 @@ Vmid = Annotated[int, AfterValidator(_vmid)]
 class SshSettings(Schema):
     """How to log in somewhere; unset fields fall back to outer settings."""
 
-    user: str | None = None
-    port: Port | None = None
-    identity_file: PathStr | None = None
-    known_hosts: PathStr | None = None
-    # Commands at once over one connection: the host sshd's MaxSessions (OpenSSH: 10).
-    max_sessions: Annotated[int, Field(ge=1)] | None = None
-    become: Literal["sudo"] | None = None
-    """Run every command through `sudo -n -u become_user` (for a login that is not root)."""
-    become_user: UserName | None = None
-    jump: Jump | None = None
-    """Reach the login through this SSH host (`[user@]host[:port]`), as `ssh -J` does."""
+    user: str | None = Field(
+        default=None,
+        description="Login user. Unset: the outer setting, else `~/.ssh/config`, else your "
+        "local user name.",
+    )
+    port: Port | None = Field(
+        default=None,
+        description="SSH port. Unset: the outer setting, else `~/.ssh/config`, else 22.",
+    )
+    identity_file: PathStr | None = Field(
+        default=None,
+        description="Private key file on the control machine. Unset: the outer setting, "
+        "else the SSH agent and your default keys.",
+    )
+    known_hosts: PathStr | None = Field(
+        default=None,
+        description="known_hosts file the host keys are checked against "
+        "(default `~/.ssh/known_hosts`). Unknown keys are refused unless "
+        "`--accept-new-host-keys` records them; changed keys are always refused.",
+    )
+    max_sessions: Annotated[int, Field(ge=1)] | None = Field(
+        default=None,
+        description="Commands at once over one connection: the sshd's MaxSessions (default "
+        "10, OpenSSH's); more wait their turn.",
+    )
+    become: Literal["sudo"] | None = Field(
+        default=None,
+        description="Run every command through `sudo -n -u become_user` (for a login that "
+        "is not root; sudo must not ask for a password).",
+    )
+    become_user: UserName | None = Field(
+        default=None, description="The user `become` runs commands as (default root)."
+    )
+    jump: Jump | None = Field(
+        default=None,
+        description="Reach the login through this SSH host (`[user@]host[:port]`), as "
+        "`ssh -J` does; its host key is checked the same way.",
+    )
 
 
 class Vars(Schema):
-    """Values for playbook fields; free-form, but those orch itself reads are paths."""
+    """Values for playbook fields (`{{ vars.NAME }}`); free-form, but those orch itself
+    reads are absolute paths."""
 
     model_config = ConfigDict(extra="allow")
-    models_dir: PathStr | None = None
-    state_dir: PathStr | None = None
-    vllm: PathStr | None = None
-    nvidia_smi: PathStr | None = None
+    models_dir: PathStr | None = Field(
+        default=None, description="Where the models are, for playbooks' `{{ vars.models_dir }}`."
+    )
+    state_dir: PathStr | None = Field(
+        default=None,
+        description="Where orch keeps its deployments, for the playbooks' default `state_dir`.",
+    )
+    vllm: PathStr | None = Field(
+        default=None, description="The vLLM executable, for the playbooks' default `server.vllm`."
+    )
+    nvidia_smi: PathStr | None = Field(
+        default=None,
+        description="nvidia-smi inside the container, for preflight's and doctor's GPU "
+        "checks (default `/usr/bin/nvidia-smi`).",
+    )
 
 
 class Defaults(SshSettings):
-    pct_path: PathStr = "/usr/sbin/pct"
-    vars: Vars = Vars()
+    """Settings for every host and container that does not set its own."""
+
+    pct_path: PathStr = Field(
+        default="/usr/sbin/pct", description="The `pct` command on the Proxmox hosts."
+    )
+    vars: Vars = Field(default=Vars(), description="Variables for every container.")
 
 
 class Host(SshSettings):
     """A Proxmox VE node, reached by SSH."""
 
-    address: Address
-    pct_path: PathStr | None = None
+    address: Address = Field(description="The node's SSH address: a host name or IP.")
+    pct_path: PathStr | None = Field(
+        default=None, description="The `pct` command on this node (default: `defaults.pct_path`)."
+    )
 
 
 class DirectSsh(SshSettings):
-    address: Address | None = None
+    """The login of a container reached by its own sshd (`access: ssh`)."""
+
+    address: Address | None = Field(
+        default=None, description="Its SSH address (default: the container's `address`)."
+    )
 
 
 class Gpu(Schema):
-    name: str
-    memory_mib: Annotated[int, Field(gt=0, le=1 << 24)]
+    """A GPU passed through to the container, as `nvidia-smi` names it."""
+
+    name: str = Field(description="The GPU's model, e.g. `NVIDIA RTX A6000`.")
+    memory_mib: Annotated[int, Field(gt=0, le=1 << 24)] = Field(
+        description="Its memory in MiB. For people: preflight reads free memory from "
+        "nvidia-smi itself; `orch doctor` compares the number of GPUs listed with what "
+        "nvidia-smi sees."
+    )
 
 
 class Container(Schema):
-    """An LXC container on a host; `address` is where its server listens."""
+    """An LXC container on a host, where a vLLM server runs."""
 
-    vmid: Vmid
-    host: Name
-    address: Address
-    access: Literal["pct", "ssh"] = "pct"
-    ssh: DirectSsh | None = None
-    gpus: list[Gpu] = []
-    vars: Vars = Vars()
+    vmid: Vmid = Field(
+        description="Its Proxmox VMID (100..999999999), as `pct exec VMID` takes it; unique "
+        "per host."
+    )
+    host: Name = Field(description="The `hosts` entry of the node it runs on.")
+    address: Address = Field(
+        description="Where its server is reached (readiness, gate probes, `/metrics`), and "
+        "its SSH address with `access: ssh` unless `ssh.address` is set."
+    )
+    access: Literal["pct", "ssh"] = Field(
+        default="pct",
+        description="How commands reach it: `pct` through its host's SSH login "
+        "(`pct exec VMID --`), or `ssh` to its own sshd.",
+    )
+    ssh: DirectSsh | None = Field(
+        default=None,
+        description="Its own login, for `access: ssh` only; unset fields fall back to the "
+        "host, then `defaults`.",
+    )
+    gpus: list[Gpu] = Field(default=[], description="The GPUs passed through to it.")
+    vars: Vars = Field(default=Vars(), description="Its variables, over `defaults.vars`.")
 
 
 class Inventory(Schema):
+    """Proxmox hosts, their LXC containers, and groups of containers."""
+
     defaults: Defaults = Defaults()
-    hosts: dict[Name, Host]
-    containers: dict[Name, Container]
-    groups: dict[Name, list[Name]] = {}
+    hosts: dict[Name, Host] = Field(description="The Proxmox VE nodes, by name.")
+    containers: dict[Name, Container] = Field(description="The containers, by name.")
+    groups: dict[Name, list[Name]] = Field(
+        default={},
+        description="Named lists of containers, for playbooks' `targets` and `--limit`.",
+    )
     source: str = Field(default="", exclude=True)
-    identity_files: dict[str, str] = Field(default={}, exclude=True)
-    """Where each `identity_file` setting stands (`file:line:col`), by its dotted field."""
+    identity_files: dict[str, str] = Field(
+        default={},
+        exclude=True,
+        description="Where each `identity_file` setting stands (`file:line:col`), by its "
+        "dotted field.",
+    )
 
     def select(self, patterns: Iterable[str]) -> list[str]:
         """Container names matching Ansible-style patterns, in inventory order, no repeats.
@@ -222,9 +300,13 @@ def _merge(first: SshSettings, fallback: SshSettings) -> SshSettings:
 
 def load_inventory(path: Path) -> Inventory:
     """Load and validate an inventory file; errors point at file:line:col."""
-    document = load_yaml_file(path)
+    return inventory_from_document(load_yaml_file(path))
+
+
+def inventory_from_document(document: YamlDocument) -> Inventory:
+    """Validate a parsed inventory: its schema, then the names it refers to."""
     inventory = validate_document(Inventory, document).model_copy(
-        update={"source": str(path), "identity_files": _identity_file_positions(document)}
+        update={"source": document.source, "identity_files": _identity_file_positions(document)}
     )
     _check_references(inventory, document)
     return inventory

@@ -35,8 +35,18 @@ Fraction = Annotated[float, Field(ge=0, le=1)]
 
 
 class TargetModel(Schema):
-    path: str
-    served_name: str
+    """The model vLLM serves and the drafter drafts for."""
+
+    path: str = Field(
+        description="The target model's directory on the container (a template, e.g. "
+        "`{{ vars.models_dir }}/Qwen3.6-27B`): what `vllm serve` loads, and where preflight "
+        "reads the config, weights and tokenizer the drafter is checked against."
+    )
+    served_name: str = Field(
+        description="vLLM's `--served-model-name`: the model name the gate's probe requests "
+        "ask for, and the `model_name` label of the server's metrics (`orch alerts` selects "
+        "by it)."
+    )
 
 
 def _known_kind(name: str) -> str:
@@ -47,54 +57,190 @@ def _known_kind(name: str) -> str:
 
 
 class Drafter(Schema):
-    kind: Annotated[str, AfterValidator(_known_kind)] = DEFAULT_KIND
-    weights: str | None = None
-    config: Literal["rendered", "shipped"] | None = None
-    """rendered: the profile's config with the overrides; shipped: the drafter dir's own.
-    Unset: rendered when the kind renders configs, else shipped."""
-    profile: str | None = None
-    overrides: dict[str, Any] = {}
+    """The draft model (or method) that proposes tokens for the target."""
+
+    kind: Annotated[str, AfterValidator(_known_kind)] = Field(
+        default=DEFAULT_KIND,
+        description="The speculative-decoding method (`dflash`, `eagle3`, `mtp`, ...): what "
+        "the launch passes as the method, which files a release renders, and which drafter "
+        "checks preflight runs. `orch profiles` lists the kinds with their profiles.",
+    )
+    weights: str | None = Field(
+        default=None,
+        description="The drafter's model directory on the container (a template). Required "
+        "for kinds that load a drafter directory, refused for those that load none (`mtp`, "
+        "`ngram`). A release links to the files here and never changes them.",
+    )
+    config: Literal["rendered", "shipped"] | None = Field(
+        default=None,
+        description="Where the drafter's config.json comes from. `rendered`: the profile's "
+        "config with `overrides` merged in, written into the release; `shipped`: the one in "
+        "the drafter directory. Unset: rendered when the kind renders configs, else shipped.",
+    )
+    profile: str | None = Field(
+        default=None,
+        description="A built-in profile of a published drafter (`orch profiles`), e.g. "
+        "`z-lab/Qwen3.6-27B-DFlash`: the config a rendered drafter starts from, and what "
+        "preflight checks a drafter against. Its kind must be `kind`.",
+    )
+    overrides: dict[str, Any] = Field(
+        default={},
+        description="Fields merged into the profile's config before it is rendered "
+        "(mappings merge recursively, anything else replaces). Only for a rendered config; "
+        "without a profile they must be the whole config.",
+    )
 
 
 class Server(Schema):
-    template: str = "vllm/serve.sh.j2"
-    vllm: str = "{{ vars.vllm }}"
-    host: str = "0.0.0.0"
-    port: Port = 8000
-    tensor_parallel_size: Annotated[int, Field(ge=1, le=256)] = 1
-    max_model_len: Annotated[int, Field(ge=1, le=1 << 24)] | None = None
-    num_speculative_tokens: Annotated[int, Field(ge=1, le=256)] = 15
-    attention_backend: str | None = None
-    extra_args: list[str] = []
-    env: dict[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")], str] = {}
-    stop_timeout: Seconds = 30
+    """How vLLM is launched on each container: the release's `serve.sh`."""
+
+    template: str = Field(
+        default="vllm/serve.sh.j2",
+        description="The launch script's Jinja2 template, by its name under orch's "
+        "`templates/` directory.",
+    )
+    vllm: str = Field(
+        default="{{ vars.vllm }}",
+        description="The vLLM executable on the container (a template; an absolute path "
+        "once rendered). The launch runs `VLLM serve TARGET ...`.",
+    )
+    host: str = Field(
+        default="0.0.0.0",
+        description="vLLM's `--host`: the address it listens on (a template, e.g. "
+        "`{{ container.address }}`). orch reaches the server at the container's `address`, "
+        "so this must include it.",
+    )
+    port: Port = Field(
+        default=8000,
+        description="vLLM's `--port`. Preflight refuses a port another process holds; the "
+        "readiness check and the gate's probes go to the container's address on this port.",
+    )
+    tensor_parallel_size: Annotated[int, Field(ge=1, le=256)] = Field(
+        default=1,
+        description="vLLM's `--tensor-parallel-size`: GPUs one server uses. Preflight needs "
+        "at least this many GPUs in the container, each with enough free memory.",
+    )
+    max_model_len: Annotated[int, Field(ge=1, le=1 << 24)] | None = Field(
+        default=None,
+        description="vLLM's `--max-model-len`, passed when set. The gate's long-context "
+        "probes are sized to fit inside it (with `gate.probe.max_tokens`).",
+    )
+    num_speculative_tokens: Annotated[int, Field(ge=1, le=256)] = Field(
+        default=15,
+        description="Tokens the drafter proposes per step, in `--speculative-config`. "
+        "Preflight checks it against what the drafter supports; after a passing gate orch "
+        "says when the per-position acceptance suggests fewer.",
+    )
+    attention_backend: str | None = Field(
+        default=None,
+        description="vLLM's `--attention-backend`, passed when set (e.g. `flash_attn`).",
+    )
+    extra_args: list[str] = Field(
+        default=[],
+        description="More arguments for `vllm serve`, each passed as one word (shell-quoted), "
+        "after orch's own.",
+    )
+    env: dict[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")], str] = Field(
+        default={},
+        description="Environment variables the launch script exports before starting vLLM "
+        '(e.g. `VLLM_USE_V2_MODEL_RUNNER: "1"`); values are shell-quoted.',
+    )
+    stop_timeout: Seconds = Field(
+        default=30,
+        description="Seconds the old server gets to exit after SIGTERM (sent to its "
+        "recorded PID) before it is sent SIGKILL.",
+    )
 
 
 class Probe(Schema):
-    prompts: str = "builtin"
-    max_tokens: Positive = 256
-    concurrency: Annotated[int, Field(ge=1, le=64)] = 4
-    max_requests: Positive = 400  # per phase (context bucket x endpoint)
-    scrape_interval: Seconds = 1.0
-    endpoints: Annotated[list[Literal["completions", "chat"]], Field(min_length=1)] = [
-        "completions",
-        "chat",
-    ]
-    chat_template_kwargs: dict[str, Any] = {}
+    """The traffic the gate sends to measure acceptance."""
+
+    prompts: str = Field(
+        default="builtin",
+        description="`builtin` (prompts shipped with orch), or a JSONL file on the control "
+        'machine with one `{"prompt": "..."}` per line. Long-context phases are built from '
+        "orch's own long passages.",
+    )
+    max_tokens: Positive = Field(
+        default=256,
+        description="`max_tokens` of each probe request: tokens generated, hence drafts "
+        "measured, per request.",
+    )
+    concurrency: Annotated[int, Field(ge=1, le=64)] = Field(
+        default=4, description="Probe requests in flight at once."
+    )
+    max_requests: Positive = Field(
+        default=400,
+        description="Most probe requests per phase (one phase per context-length bucket and "
+        "endpoint); a phase that reaches it without a verdict is inconclusive.",
+    )
+    scrape_interval: Seconds = Field(
+        default=1.0,
+        description="Seconds between scrapes of the server's `/metrics` during a phase. "
+        "Each interval's counter deltas are one batch of the gate's confidence bounds.",
+    )
+    endpoints: Annotated[list[Literal["completions", "chat"]], Field(min_length=1)] = Field(
+        default=["completions", "chat"],
+        description="OpenAI routes probed (`/v1/completions`, `/v1/chat/completions`), each "
+        "a phase per context bucket: a chat template can change what the drafter sees.",
+    )
+    chat_template_kwargs: dict[str, Any] = Field(
+        default={},
+        description="Sent as `chat_template_kwargs` with every chat probe (e.g. "
+        "`enable_thinking: false`): probe chat as production calls it.",
+    )
 
 
 class Gate(Schema):
-    min_mean_acceptance_length: Annotated[float, Field(ge=1, le=257)] = 2.5
-    min_position1_acceptance: Fraction | None = 0.5
-    min_drafts: Positive = 200
-    confidence: Annotated[float, Field(gt=0.5, lt=1)] = 0.95
-    ready_timeout: Seconds = 900
-    time_budget: Seconds = 120
-    on_inconclusive: Literal["rollback", "keep"] = "rollback"
-    min_responses: Positive = 4
-    """Successful probe responses each phase needs before it can pass."""
-    max_request_error_share: Fraction = 0.05
-    """Failed probe requests above this share of a phase's finished ones fail it."""
+    """When a new release is kept: acceptance measured on probe traffic, with bounds."""
+
+    min_mean_acceptance_length: Annotated[float, Field(ge=1, le=257)] = Field(
+        default=2.5,
+        description="Tokens gained per draft step, the target's bonus token included "
+        "(vLLM's mean acceptance length). A phase passes when its lower confidence bound "
+        "reaches this, and fails when its upper bound is below it.",
+    )
+    min_position1_acceptance: Fraction | None = Field(
+        default=0.5,
+        description="Share of drafts whose first proposed token is accepted, judged with "
+        "bounds like the mean. Near zero means a misaligned drafter (layer ids, mask token). "
+        "`null` turns the check off.",
+    )
+    min_drafts: Positive = Field(
+        default=200,
+        description="Drafts a phase must measure before it may pass or fail; until then it "
+        "is inconclusive.",
+    )
+    confidence: Annotated[float, Field(gt=0.5, lt=1)] = Field(
+        default=0.95,
+        description="Two-sided confidence level of the bounds (batch means over scrape "
+        "intervals, conservative for drafts correlated within a request).",
+    )
+    ready_timeout: Seconds = Field(
+        default=900,
+        description="Seconds a started server has to answer `/health` with 200 (loading "
+        "the model included); past it, or when the server exits, the release fails.",
+    )
+    time_budget: Seconds = Field(
+        default=120,
+        description="Seconds of probing for the whole gate, shared among its phases (each "
+        "gets an equal share of what is left); a phase out of time is inconclusive.",
+    )
+    on_inconclusive: Literal["rollback", "keep"] = Field(
+        default="rollback",
+        description="What an inconclusive gate does: `rollback` (as a failure), or `keep` "
+        "the release when the server answered and drafts were measured.",
+    )
+    min_probe_responses: Positive = Field(
+        default=4,
+        description="Successful probe responses each phase needs before it can pass: "
+        "counters that move while no request is answered prove nothing.",
+    )
+    max_probe_error_share: Fraction = Field(
+        default=0.05,
+        description="Failed probe requests above this share of a phase's finished ones "
+        "fail the phase, whatever its acceptance (the verdict says how many and why).",
+    )
     probe: Probe = Probe()
 
 
@@ -116,29 +262,105 @@ PositivePercentage = Annotated[Percentage, AfterValidator(_above_zero)]
 
 
 class Rollout(Schema):
-    canary: Annotated[int, Field(ge=0, le=MAX_COUNT)] | Percentage = 1
-    parallel: Annotated[int, Field(ge=1, le=1024)] | PositivePercentage = 1
-    max_failures: Annotated[int, Field(ge=0, le=MAX_COUNT)] | Percentage = 0
-    pause: Seconds | None = None  # between waves
+    """The order of containers in a run. Counts, or shares of the run's containers
+    (`25%`, rounded down, at least one when above 0%)."""
+
+    canary: Annotated[int, Field(ge=0, le=MAX_COUNT)] | Percentage = Field(
+        default=1,
+        description="Containers deployed first, one at a time, before any wave.",
+    )
+    parallel: Annotated[int, Field(ge=1, le=1024)] | PositivePercentage = Field(
+        default=1,
+        description="Containers deployed at once in each wave after the canaries (and in "
+        "`orch rollback`).",
+    )
+    max_failures: Annotated[int, Field(ge=0, le=MAX_COUNT)] | Percentage = Field(
+        default=0,
+        description="Failed containers the run tolerates: once more have failed, no new "
+        "container is started and the rest are reported `skipped`.",
+    )
+    pause: Seconds | None = Field(
+        default=None,
+        description="Seconds to wait between waves (never after the last, nor once the "
+        "failure budget is spent).",
+    )
+
+
+HookCommand = Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1)]
+
+
+class Hooks(Schema):
+    """Commands run on the control machine at points of a run, e.g. to notify a team
+    (orchestrator/hooks.py). Each is an argv list, run without a shell; a relative
+    program path is taken from the playbook's directory. The run's facts are in
+    `ORCH_*` environment variables, and the run's JSON document is on the standard
+    input of those after it. Not run by `--dry-run`."""
+
+    timeout: Seconds = Field(
+        default=60,
+        description="Seconds each hook may run; then it is killed (its whole process "
+        "group) and counts as failed.",
+    )
+    pre_deploy: HookCommand | None = Field(
+        default=None,
+        description="Before a deploy connects to anything: exiting non-zero stops the "
+        "run with nothing changed (exit 1).",
+    )
+    post_deploy: HookCommand | None = Field(
+        default=None,
+        description="After a deploy whose result is ok. Its failure is reported, never "
+        "the run's result.",
+    )
+    on_rollback: HookCommand | None = Field(
+        default=None,
+        description="After a deploy that rolled a container back, and after `orch "
+        "rollback`. Reported; never changes the result.",
+    )
+    on_failure: HookCommand | None = Field(
+        default=None,
+        description="After a deploy or rollback whose result is not ok (not applied, "
+        "needs attention, interrupted). Reported; never changes the result.",
+    )
 
 
 class Playbook(Schema):
-    name: Name
-    targets: Annotated[list[str], Field(min_length=1)]
-    state_dir: str = "{{ vars.state_dir }}"
+    """What to deploy where, how to launch it, and how to judge it."""
+
+    name: Name = Field(
+        description="The deployment's name: its directory under `state_dir` on each "
+        "container (releases, lock, journal, logs) and its name in history."
+    )
+    targets: Annotated[list[str], Field(min_length=1)] = Field(
+        description="The inventory's containers this playbook deploys to: names, groups or "
+        "globs, as `--limit` takes them (`!name` excludes); `--limit` narrows them further."
+    )
+    state_dir: str = Field(
+        default="{{ vars.state_dir }}",
+        description="Where orch keeps its deployments on each container (a template; an "
+        "absolute path once rendered). This playbook's is `STATE_DIR/NAME`.",
+    )
     target: TargetModel
     drafter: Drafter
     server: Server = Server()
     gate: Gate = Gate()
     rollout: Rollout = Rollout()
-    releases_kept: Annotated[int, Field(ge=2, le=1000)] = 5
-    # A deploy lock older than this is taken over as abandoned (default: never by age;
-    # a lock whose run is provably gone on this control host is taken over regardless).
-    lock_lease: Seconds | None = None
+    releases_kept: Annotated[int, Field(ge=2, le=1000)] = Field(
+        default=5,
+        description="Releases kept on each container after a deploy passes its gate; older "
+        "ones are removed (never the new release nor the one it replaced).",
+    )
+    lock_lease: Seconds | None = Field(
+        default=None,
+        description="Seconds after which a deploy lock counts as abandoned and is taken "
+        "over. Unset: never by age; a lock whose run is provably gone (same control host, "
+        "its PID dead) is taken over regardless, and `orch unlock` removes any other.",
+    )
+    hooks: Hooks = Hooks()
     source: str = Field(default="", exclude=True)
     source_sha256: str = Field(default="", exclude=True)
-    assignments: tuple[str, ...] = Field(default=(), exclude=True)
-    """The `--set` assignments applied over the file, as given."""
+    assignments: tuple[str, ...] = Field(
+        default=(), exclude=True, description="The `--set` assignments applied over the file."
+    )
 
 
 def find_playbook(name_or_path: str) -> Path:

@@ -32,6 +32,7 @@ from orchestrator.drafters.kinds import get_kind
 if TYPE_CHECKING:
     from orchestrator.drafters.profiles import Profile
     from orchestrator.plan import TargetPlan
+    from orchestrator.verify import Judged
 
 
 # C0 and C1 control characters but newline and tab, shown as Python escapes; and the
@@ -190,17 +191,23 @@ def findings_table(findings: Iterable[Finding], title: str | Text | None = None)
     return table
 
 
-def print_findings(findings: list[Finding], as_json: bool = False) -> None:
+def print_findings(
+    findings: list[Finding], as_json: bool = False, judged: Judged | None = None
+) -> None:
+    """Offline findings, after the kind they were judged as (when a drafter config was read)."""
     if as_json:
         print_json(
             document(
                 "Findings",
                 result="not_applied" if has_errors(findings) else "ok",
+                judged_as=judged.to_dict() if judged else None,
                 findings=[f.to_dict() for f in sorted_findings(findings)],
             )
         )
         return
     out = console()
+    if judged:
+        out.print(Text(judged.line()))
     if findings:
         out.print(findings_table(findings))
     errors = sum(f.severity == Severity.ERROR for f in findings)

@@ -6,10 +6,11 @@ import dataclasses
 import json
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.drafters.findings import Finding
-from orchestrator.drafters.kinds import CheckInputs, detect_kind, get_kind
+from orchestrator.drafters.kinds import CheckInputs, DrafterKind, detect_kind, get_kind
 from orchestrator.drafters.modelfiles import ModelFiles, read_config_file, read_model_dir
 from orchestrator.drafters.profiles import Profile, detect_profile, get_profile
 from orchestrator.errors import InputError
@@ -30,48 +31,90 @@ def read_tokenizer(path: Path) -> dict:
         raise InputError(f"{file}: cannot read tokenizer config: {exc}") from None
 
 
+@dataclass(frozen=True)
+class Judged:
+    """Which kind's rules a drafter was judged by, and why that kind."""
+
+    kind: str
+    variant: str | None
+    by: str
+
+    def to_dict(self) -> dict[str, object]:
+        return {"kind": self.kind, "format": self.variant, "by": self.by}
+
+    def line(self) -> str:
+        variant = f" ({self.variant} format)" if self.variant else ""
+        return f"judged as {self.kind}{variant}: {self.by}"
+
+
 def verify_local(
-    drafter_path: Path,
+    drafter_path: Path | None,
     target_path: Path,
     tokenizer_path: Path | None = None,
     profile_name: str | None = None,
     num_speculative_tokens: int | None = None,
     server_version: str | None = None,
     launch: Launch | None = None,
-) -> list[Finding]:
+) -> tuple[list[Finding], Judged | None]:
     """All findings for a drafter against its target, and against what vLLM
-    `server_version` does with them when given; unusable input raises InputError."""
-    drafter, target = read_files(drafter_path), read_files(target_path)
+    `server_version` does with them when given, with the kind they were judged as
+    (None when the drafter config could not be read); unusable input raises
+    InputError. Without a drafter (or with the target as its own drafter) the
+    target's MTP layers are the drafter."""
+    target = read_files(target_path)
     if target.config is None:
         raise InputError(
             f"{target_path}: no usable target config.json\n"
             + "\n".join(f.message for f in target.findings)
         )
     tokenizer = read_tokenizer(tokenizer_path) if tokenizer_path else target.tokenizer_config
-    findings = [*drafter.findings]
-    if drafter.config is None:
-        return findings
-    profile: Profile | None
-    if profile_name:
-        profile = get_profile(profile_name)
-        kind = get_kind(profile.kind)
-    else:
-        kind = detect_kind(drafter.config)
-        profile = detect_profile(drafter.config, target.config, kind.name)
+    own = drafter_path is None or _same(drafter_path, target_path)
+    drafter = None if own or drafter_path is None else read_files(drafter_path)
+    findings = [*drafter.findings] if drafter else []
+    config = drafter.config if drafter else target.config
+    if config is None:
+        return findings, None
+    kind, profile, by = _judge_as(profile_name, config, target.config, drafter is None)
     if server_version is not None:
         launch = dataclasses.replace(launch or Launch(), method=kind.method)
-        findings += judge_server(server_version, launch, drafter.config, target.config)
-    return findings + kind.check(
+        findings += judge_server(server_version, launch, config, target.config)
+    findings += kind.check(
         CheckInputs(
-            drafter.config,
+            config if kind.needs_drafter_dir else {},
             target.config,
             tokenizer=tokenizer,
-            tensors=drafter.tensors,
-            drafter_files=_file_names(drafter_path),
+            tensors=drafter.tensors if drafter else None,
+            drafter_files=_file_names(drafter_path) if drafter and drafter_path else None,
             profile=profile,
             num_speculative_tokens=num_speculative_tokens,
         )
     )
+    return findings, Judged(kind.name, kind.variant(config), by)
+
+
+def _same(drafter_path: Path, target_path: Path) -> bool:
+    return drafter_path.resolve() == target_path.resolve()
+
+
+def _judge_as(
+    profile_name: str | None, config: dict, target: dict, no_drafter: bool
+) -> tuple[DrafterKind, Profile | None, str]:
+    """The kind (and profile) to judge by: the named profile's, else inferred from the files."""
+    if profile_name:
+        profile = get_profile(profile_name)
+        return get_kind(profile.kind), profile, f"profile {profile.name}"
+    if no_drafter:
+        kind = get_kind("mtp")
+        by = "no drafter config apart from the target's: the target's own MTP layers draft"
+    else:
+        kind = detect_kind(config)
+        by = (
+            "recognised from the drafter config"
+            if kind.recognises(config)
+            else "no kind recognised the drafter config; judged by the default kind"
+        )
+    drafter = config if kind.needs_drafter_dir else None
+    return kind, detect_profile(drafter, target, kind.name), by
 
 
 def _file_names(path: Path) -> list[str] | None:

@@ -74,6 +74,12 @@ def dotted(loc: Iterable[str | int]) -> str:
 
 def load_yaml_file(path: Path) -> YamlDocument:
     """Read and parse one YAML file, refusing what cannot be a config file."""
+    text, data = read_config_text(path)
+    return dataclasses.replace(parse_yaml(text, str(path)), sha256=hashlib.sha256(data).hexdigest())
+
+
+def read_config_text(path: Path) -> tuple[str, bytes]:
+    """A config file's text and bytes: a regular file, at most MAX_DOCUMENT_BYTES, UTF-8."""
     try:
         # Non-blocking, so that opening a FIFO does not wait for a writer.
         descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
@@ -93,11 +99,10 @@ def load_yaml_file(path: Path) -> YamlDocument:
     if len(data) > MAX_DOCUMENT_BYTES:
         raise InputError(f"{path}:1: too large (more than {MAX_DOCUMENT_BYTES} bytes)")
     try:
-        text = data.decode("utf-8")
+        return data.decode("utf-8"), data
     except UnicodeDecodeError as exc:
         line = data[: exc.start].count(b"\n") + 1
         raise InputError(f"{path}:{line}: not UTF-8 text ({exc.reason})") from None
-    return dataclasses.replace(parse_yaml(text, str(path)), sha256=hashlib.sha256(data).hexdigest())
 
 
 def _file_kind(mode: int) -> str:

@@ -20,6 +20,20 @@ if ! command -v sudo >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/de
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq sudo >/dev/null
 fi
 
+# promtool: `orch alerts`' rules are checked by Prometheus's own tool. Debian's package
+# is unpacked, not installed: installing it would start a Prometheus server on :9090.
+if [ ! -x .cache/prometheus/usr/bin/promtool ] && [ "$(id -u)" = 0 ] \
+   && command -v apt-get >/dev/null; then
+  echo "Unpacking Debian's prometheus package for promtool..."
+  mkdir -p .cache/prometheus
+  (cd .cache && apt-get download -qq prometheus 2>/dev/null \
+     || { apt-get update -qq && apt-get download -qq prometheus; }) \
+    && dpkg -x .cache/prometheus_*.deb .cache/prometheus && rm -f .cache/prometheus_*.deb
+fi
+if [ -x .cache/prometheus/usr/bin/promtool ]; then
+  export PROMTOOL="$PWD/.cache/prometheus/usr/bin/promtool"
+fi
+
 if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi

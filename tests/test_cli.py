@@ -86,6 +86,7 @@ def test_verify_config_offline_passes_the_rendered_config(tmp_path: Path) -> Non
         "kind": "Findings",
         "api_version": "orch/v1",
         "result": "ok",
+        "judged_as": {"kind": "dflash", "format": None, "by": "recognised from the drafter config"},
         "findings": [],
     }
 
@@ -405,3 +406,53 @@ def test_a_path_longer_than_path_max_is_bad_input_with_its_field(tmp_path: Path)
     assert len(done.stderr) < 2000  # the value is not echoed back
     over = render("-i", str(EXAMPLE), "--set", f"state_dir={long_dir}")
     assert over.returncode == 2 and "state_dir for " in over.stderr and len(over.stderr) < 2000
+
+
+# the kind verify-config judges by
+
+
+@pytest.mark.parametrize("form", ["speculators", "plain"])
+def test_verify_config_infers_eagle3_and_says_so(form: str) -> None:
+    drafter = DRAFTERS / "eagle3" / f"{form}.config.json"
+    target = DRAFTERS / "Qwen3-8B.config.json"
+    done = orch("verify-config", "--drafter", str(drafter), "--target", str(target), "--json")
+    document = json.loads(done.stdout)
+    assert document["judged_as"] == {
+        "kind": "eagle3",
+        "format": form,
+        "by": "recognised from the drafter config",
+    }
+    assert done.returncode == 0, document["findings"]
+    text = orch("verify-config", "--drafter", str(drafter), "--target", str(target))
+    assert text.stdout.startswith(f"judged as eagle3 ({form} format)")
+
+
+def mtp_target(layers: int) -> dict:
+    config = json.loads(REFERENCE_TARGET.read_text())
+    config["text_config"]["mtp_num_hidden_layers"] = layers
+    return config
+
+
+def test_verify_config_judges_a_target_alone_or_as_its_own_drafter_as_mtp(
+    tmp_path: Path,
+) -> None:
+    copied = tmp_path / "config.json"
+    copied.write_text(json.dumps(mtp_target(1)))
+    for drafter in ([], ["--drafter", str(REFERENCE_TARGET)], ["--drafter", str(copied)]):
+        done = orch("verify-config", *drafter, "--target", str(REFERENCE_TARGET), "--json")
+        document = json.loads(done.stdout)
+        assert (done.returncode, document["judged_as"]["kind"]) == (0, "mtp"), done.stdout
+    warned = orch(
+        "verify-config",
+        "--target",
+        str(REFERENCE_TARGET),
+        "--num-speculative-tokens",
+        "3",
+        "--json",
+    )
+    assert warned.returncode == 0  # one layer: 3 is a multiple, vLLM only warns
+    layers2 = tmp_path / "two.json"
+    layers2.write_text(json.dumps(mtp_target(2)))
+    done = orch("verify-config", "--target", str(layers2), "--num-speculative-tokens", "3")
+    assert done.returncode == 1
+    assert done.stdout.startswith("judged as mtp: no drafter config apart from the target's")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 import socket
 import subprocess
+import threading
 from pathlib import Path
 
 import pytest
@@ -74,6 +75,45 @@ def test_closed_port_is_connection_refused(shared_lab: LabHandle, tmp_path: Path
     error = result.json["targets"][0]["error"]
     assert error.startswith(f"pve1: connect: {host['address']}:{port}: connection refused")
     assert "no sshd listens" in error
+
+
+@pytest.mark.lab
+def test_host_closing_the_handshake_is_asked_again_then_an_error(
+    shared_lab: LabHandle, tmp_path: Path
+) -> None:
+    """A host that sends its banner and hangs up (sshd dropping under MaxStartups) is a
+    connect error for that host after three tries, not click's bare "Aborted!"."""
+    host = yaml.safe_load(shared_lab.inventory.read_text())["hosts"]["pve1"]
+    accepted: list[int] = []
+    with socket.socket() as server:
+        server.bind((host["address"], 0))
+        server.listen()
+        port = server.getsockname()[1]
+
+        def hang_up_after_the_banner() -> None:
+            while True:
+                try:
+                    client, _ = server.accept()
+                except OSError:  # the listening socket was closed: the test is over
+                    return
+                with client:
+                    accepted.append(1)
+                    client.sendall(b"SSH-2.0-OpenSSH_9.2p1\r\n")
+                    client.recv(4096)
+
+        threading.Thread(target=hang_up_after_the_banner, daemon=True).start()
+        inventory = write_inventory(shared_lab, tmp_path, {"hosts.pve1.port": port})
+        result = shared_lab.orch(
+            "deploy", "qwen-dflash", "-i", str(inventory), "--limit", "ct200", "--json"
+        )
+    assert result.code == 3, result.stderr
+    assert "Aborted" not in result.stderr
+    error = result.json["targets"][0]["error"]
+    assert error.startswith(
+        f"pve1: connect: {host['address']}:{port}: the host closed the connection during "
+        "the handshake, 3 times"
+    )
+    assert len(accepted) == 3
 
 
 @pytest.mark.parametrize(

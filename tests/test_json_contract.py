@@ -29,6 +29,7 @@ pytestmark = pytest.mark.lab
 
 FAST = ["--set", "gate.probe.scrape_interval=0.25", "--set", "gate.ready_timeout=30"]
 DRAFTERS = Path(__file__).parent / "fixtures" / "drafters"
+ANSIBLE = Path(__file__).parent / "fixtures" / "ansible"
 ENVELOPE = ["kind", "api_version"]
 
 
@@ -149,6 +150,12 @@ def test_every_command_prints_one_document_of_the_contract(fleet: Fleet) -> None
         "Doctor": (fleet.pb("doctor", "--json"), 0),
         "Inventory": (fleet.orch(*discover, "--json"), 0),
         "Completion": (fleet.orch("completion", "bash", "--json"), 0),
+        "Explain": (fleet.orch("explain", "gate.min_drafts", "--json"), 0),
+        "Alerts": (fleet.orch("alerts", "qwen-dflash", "--json"), 0),
+        "InventoryImport": (
+            fleet.orch("inventory", "import", "ansible", str(ANSIBLE / "proxmox.yaml"), "--json"),
+            0,
+        ),
         "LabStatus": (fleet.orch("lab", "status", "--dir", str(lab.lab.root), "--json"), 0),
     }
     documents = {kind: checked(result, kind, code) for kind, (result, code) in expected.items()}
@@ -161,6 +168,7 @@ def test_every_command_prints_one_document_of_the_contract(fleet: Fleet) -> None
         assert {t["name"] for t in documents[kind]["targets"]} == names, kind
     assert {t["name"] for t in documents["Doctor"]["targets"]} == {"pve1", *names}
     assert {t["name"] for t in documents["Inventory"]["targets"]} == names
+    assert [t["name"] for t in documents["InventoryImport"]["targets"]] == ["ct200", "ct201"]
     deployed = {t["name"]: t["release"] for t in documents["DeployRun"]["targets"]}
     assert {t["name"]: t["release"] for t in documents["Status"]["targets"]} == deployed
     assert {t["name"]: t["release"] for t in documents["Render"]["targets"]} == deployed
@@ -174,9 +182,12 @@ def test_every_command_prints_one_document_of_the_contract(fleet: Fleet) -> None
     assert documents["RollbackRun"]["result"] == "bad_input"
     assert documents["Findings"]["result"] == "not_applied"
     assert "use_sliding_window" in {f["field"] for f in documents["Findings"]["findings"]}
+    assert documents["Findings"]["judged_as"]["kind"] == "dflash"
     run_ids = [run["run_id"] for run in documents["History"]["runs"]]
     assert documents["DeployRun"]["run_id"] in run_ids
     assert documents["Completion"]["script"].startswith("_orch_completion")
+    assert documents["Explain"]["field"]["default"] == "200"
+    assert documents["Alerts"]["groups"][0]["name"] == "orch-qwen-dflash-recording"
     assert documents["LabUp"]["started"] is True
     for profile in documents["Profiles"]["profiles"]:
         assert list(profile)[:3] == ["name", "kind", "target"]

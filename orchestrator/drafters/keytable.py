@@ -80,20 +80,25 @@ class KeyTable:
     def source_of(self, key: Key) -> str:
         return self.sources.get(key.source, key.source)
 
-    def unknown_findings(self, config: dict) -> list[Finding]:
+    def unknown_findings(self, config: dict, *, open_ended: bool = False) -> list[Finding]:
+        """A finding per key the table does not know, naming the nearest known one.
+
+        A closed table (DFlash: the drafter's whole schema is known) makes every
+        unknown key an error. An open-ended one (a model config with a transformers
+        base class whose every key orch does not list) makes an unknown key an
+        error only when it looks like a misspelt key vLLM reads, else a warning.
+        """
         findings = []
         for path in self.unknown(config):
             near = self.suggestion(path)
             hint = f"; did you mean {near}?" if near else "; remove it"
-            findings.append(
-                Finding.error(
-                    path,
-                    f"unknown key {path}: no server version orch knows reads it, so it changes "
-                    f"nothing, and what was meant is not set{hint}",
-                    expected=near,
-                    actual=self.flatten(config)[path],
-                )
+            message = (
+                f"unknown key {path}: no server version orch knows reads it, so it changes "
+                f"nothing, and what was meant is not set{hint}"
             )
+            misspelt_read_key = near is not None and self.keys[near].read
+            found = Finding.error if not open_ended or misspelt_read_key else Finding.warning
+            findings.append(found(path, message, expected=near, actual=self.flatten(config)[path]))
         return findings
 
     def difference_findings(self, config: dict, published: dict, name: str) -> list[Finding]:
@@ -131,10 +136,21 @@ def _shown(value: object) -> object:
     return None if value is _ABSENT else value
 
 
+def read_key_document(package: str, name: str) -> dict:
+    """The JSON document `name` shipped in `package` (a key table, or several)."""
+    document: dict = json.loads((resources.files(package) / name).read_text())
+    return document
+
+
+def key_table(entries: dict[str, dict], sources: dict[str, str]) -> KeyTable:
+    """A table from key entries by dotted path (`read`, `effect`, `source`, `role`)."""
+    return KeyTable(
+        keys={path: Key(path=path, **entry) for path, entry in entries.items()},
+        sources=sources,
+    )
+
+
 def load_key_table(package: str, name: str) -> KeyTable:
     """The key table `name` shipped in `package`."""
-    document = json.loads((resources.files(package) / name).read_text())
-    return KeyTable(
-        keys={path: Key(path=path, **entry) for path, entry in document["keys"].items()},
-        sources=document["sources"],
-    )
+    document = read_key_document(package, name)
+    return key_table(document["keys"], document["sources"])

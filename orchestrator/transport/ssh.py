@@ -50,6 +50,9 @@ from orchestrator.transport.sessions import DEFAULT_MAX_SESSIONS, SessionSlots
 DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
 CONNECT_TIMEOUT = 10
 SESSION_REFUSED_PATIENCE = 30.0
+# A host that closes the connection during the handshake (sshd's MaxStartups drops under a
+# burst of connections) is asked again this many times: nothing had run yet.
+HANDSHAKE_ATTEMPTS = 3
 # Paramiko logs refused channels itself; they reach the user as our own errors.
 logging.getLogger("paramiko").addHandler(logging.NullHandler())
 CHUNK = 1 << 16
@@ -160,7 +163,7 @@ class SshTransport:
     def _open(self) -> paramiko.Transport:
         if not self.connection.is_connected:
             try:
-                self.connection.open()
+                self._handshake()
             except HostKeyError as exc:
                 reason = f"{self._failing_hop()}: {exc.reason}" if self.gateway else exc.reason
                 raise HostKeyError(self.label, exc.step, reason, exc.hint) from None
@@ -194,6 +197,15 @@ class SshTransport:
                     f"{self.address}:{self.connection.port}: {exc.text}",
                     "check the address and port as seen from the jump host",
                 ) from None
+            except EOFError:
+                raise TransportError(
+                    self.label,
+                    "connect",
+                    f"{self._failing_hop()}: the host closed the connection during the "
+                    f"handshake, {HANDSHAKE_ATTEMPTS} times",
+                    "its sshd may be dropping connections (MaxStartups) or failing to start "
+                    "a session: check its log, then run again",
+                ) from None
             except (paramiko.SSHException, OSError) as exc:
                 reason, hint = connect_failure(exc)
                 raise TransportError(
@@ -203,6 +215,19 @@ class SshTransport:
         assert transport is not None
         transport.set_keepalive(KEEPALIVE_SECONDS)
         return transport
+
+    def _handshake(self) -> None:
+        """Open the connection. paramiko raises a bare EOFError when the host closes it
+        during key exchange (paramiko 5.1 `Transport.start_client` re-raises what its
+        reader thread saved, transport.py:704-706 and 2148-2150); nothing has run then, so
+        the open is tried again."""
+        retrying = tenacity.Retrying(
+            retry=tenacity.retry_if_exception_type(EOFError),
+            wait=tenacity.wait_exponential(multiplier=0.2, max=1.0),
+            stop=tenacity.stop_after_attempt(HANDSHAKE_ATTEMPTS),
+            reraise=True,
+        )
+        retrying(self.connection.open)
 
     def _answers(self, transport: paramiko.Transport) -> bool:
         """Whether the server answers a request within ANSWER_SECONDS.

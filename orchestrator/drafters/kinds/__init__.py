@@ -83,6 +83,10 @@ class DrafterKind(ABC):
     def recognises(self, config: dict) -> bool:
         """Whether a drafter config.json is one of this kind's."""
 
+    def variant(self, config: dict) -> str | None:
+        """Which of this kind's config formats `config` is in, for a kind with several."""
+        return None
+
     @abstractmethod
     def check(self, inputs: CheckInputs) -> list[Finding]:
         """Every rule of this kind, findings in rule order (errors and warnings mixed)."""

@@ -1,176 +1,676 @@
-"""EAGLE-3 drafters in the speculators format: a drafter dir that ships its own config.json.
+"""EAGLE-3 heads, in both formats vLLM loads, judged by what vLLM reads from them.
 
-vLLM reads a speculators config (`speculators_model_type: eagle3`) through
-`SpeculatorsConfig`: the drafter's layer from `transformer_layer_config`, the
-target layers it reads from `eagle_aux_hidden_state_layer_ids`, and the
-verifier (the target it was trained for) and its trained number of steps
-from `speculators_config`. These rules check that against the target.
+A speculators-format head (`speculators_model_type`, `speculators_config`,
+`transformer_layer_config`) goes through vLLM's speculators converter, which
+builds the head's config from `transformer_layer_config` plus a few top-level
+keys; a plain-format head is a transformers model config with an `eagle_config`
+block, kept whole. Either way vLLM checks almost nothing at start: a wrong
+width, vocabulary or layer id fails at weight load or at the first forward, or
+silently costs acceptance. These rules read the config as vLLM will hold it
+(`served`), then judge every key by the table `eagle3_keys.json` (file:line in
+vLLM 0.34.0 for each fact).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
+from itertools import pairwise
 from typing import TYPE_CHECKING
 
 from orchestrator.drafters.findings import Finding
+from orchestrator.drafters.keytable import KeyTable, key_table, read_key_document
 from orchestrator.drafters.kinds import CheckInputs, DrafterKind
 from orchestrator.drafters.modelfiles import text_config
 from orchestrator.metrics.assess import FailureCauses
 
 if TYPE_CHECKING:
+    from typing_extensions import TypeIs
+
     from orchestrator.drafters.profiles import Profile
 
-SPECULATORS_TYPE = "eagle3"
+SPECULATORS = "speculators"
+PLAIN = "plain"
+EAGLE3 = "eagle3"
 LAYER_IDS = "eagle_aux_hidden_state_layer_ids"
+NESTED_IDS = "eagle_config.eagle_aux_hidden_state_layer_ids"
+LAYER_CONFIG = "transformer_layer_config"
 VERIFIER = "speculators_config.verifier.name_or_path"
+DEFAULT_WIDTH = 3
+"""Hidden states a head's fc takes when nothing says otherwise (llama_eagle3.py:216)."""
+
+SPECULATORS_TYPES = ("eagle3", "peagle", "dflash", "dflash2", "dspark")
+"""speculators_model_type values vLLM 0.34.0 registers (speculators/algos.py:15-188)."""
+SPECULATORS_HEADS = {"llama": "Eagle3LlamaForCausalLM", "qwen3": "Eagle3Qwen3ForCausalLM"}
+"""transformer_layer_config.model_type -> head class (speculators/algos.py:39-46)."""
+HEAD_CLASSES = {
+    "Eagle3LlamaForCausalLM": "llama",
+    "Eagle3MiniMaxM2ForCausalLM": "llama",
+    "LlamaForCausalLMEagle3": "llama",
+    "Eagle3Qwen2_5vlForCausalLM": "llama",
+    "Eagle3Qwen3vlForCausalLM": "llama",
+    "Eagle3Qwen3ForCausalLM": "qwen3",
+    "Eagle3DeepseekV2ForCausalLM": "llama",
+    "Eagle3DeepseekV3ForCausalLM": "llama",
+}
+"""The EAGLE-3 head classes vLLM 0.34.0 registers (registry.py:732-744), by how each sizes
+its fc: like llama_eagle3.py or like qwen3_eagle3.py (deepseek_eagle3.py sizes it as llama)."""
+COPIED_KEYS = (
+    "draft_vocab_size",
+    "target_hidden_size",
+    "norm_before_residual",
+    "norm_before_fc",
+    "fc_norm",
+    "norm_output",
+    LAYER_IDS,
+)
+"""Top-level keys the speculators converter copies into the head's config (algos.py:30-50)."""
+
+_FC_WEIGHTS = ("fc.weight", "model.fc.weight")
+_LM_HEAD_WEIGHTS = ("lm_head.weight", "model.lm_head.weight")
 
 
-def verifier(config: dict) -> dict:
-    speculators = config.get("speculators_config")
-    found = speculators.get("verifier") if isinstance(speculators, dict) else None
-    return found if isinstance(found, dict) else {}
+def _tables() -> tuple[KeyTable, KeyTable]:
+    document = read_key_document(__package__, "eagle3_keys.json")
+    sources = document["sources"]
+    model = document["model_keys"]
+    nested = {f"{LAYER_CONFIG}.{path}": entry for path, entry in model.items()}
+    return key_table({**nested, **document["speculators_keys"]}, sources), key_table(model, sources)
+
+
+SPECULATORS_KEYS, PLAIN_KEYS = _tables()
+"""Every key of an EAGLE-3 config orch knows, per format, and what vLLM does with it."""
+
+
+def config_format(config: dict) -> str | None:
+    """speculators, plain, or None when the config is no EAGLE-3 head of either format."""
+    if "speculators_config" in config or "speculators_model_type" in config:
+        return SPECULATORS
+    names = config.get("architectures")
+    names = names if isinstance(names, list) else []
+    if any(isinstance(n, str) and "DFlash" in n for n in names):
+        return None
+    eagle3_named = any(isinstance(n, str) and "Eagle3" in n for n in names)
+    return PLAIN if isinstance(config.get("eagle_config"), dict) or eagle3_named else None
+
+
+def served(config: dict) -> dict:
+    """The head's config as vLLM holds it: the speculators converter's output
+    (speculators/algos.py:15-50), or the plain config with its class renamed as
+    EAGLEConfig does (configs/eagle.py:55-64)."""
+    if config_format(config) != SPECULATORS:
+        names = config.get("architectures")
+        return {**config, "architectures": [_eagle3_class(n) for n in _strings(names)]}
+    layer = config.get(LAYER_CONFIG)
+    head = dict(layer) if isinstance(layer, dict) else {}
+    head["draft_vocab_size"] = config.get("draft_vocab_size")
+    if config.get("target_hidden_size") is not None:
+        head["target_hidden_size"] = config["target_hidden_size"]
+    head["norm_before_residual"] = config.get("norm_before_residual", True)
+    for flag in ("norm_before_fc", "fc_norm", "norm_output"):
+        head[flag] = config.get(flag, False)
+    model_type = head.get("model_type", "llama")
+    head["architectures"] = [SPECULATORS_HEADS.get(model_type, f"unsupported {model_type}")]
+    if config.get(LAYER_IDS):
+        head[LAYER_IDS] = config[LAYER_IDS]
+    return head
+
+
+def _eagle3_class(name: str) -> str:
+    return name if name.startswith("Eagle3") or name.endswith("Eagle3") else f"Eagle3{name}"
+
+
+def _strings(value: object) -> list[str]:
+    return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
+
+
+def _nested(head: dict, name: str) -> dict:
+    value = head.get(name)
+    return value if isinstance(value, dict) else {}
+
+
+def uses_aux_hidden_states(head: dict) -> bool:
+    """eagle_config.use_aux_hidden_state, default true (spec_decode/eagle/config.py:68-72)."""
+    return _nested(head, "eagle_config").get("use_aux_hidden_state", True) is not False
+
+
+def head_class(head: dict) -> str | None:
+    """llama or qwen3: which model file builds the head, or None for a class vLLM lacks."""
+    names = _strings(head.get("architectures"))
+    return HEAD_CLASSES.get(names[0]) if names else None
+
+
+def fc_width(head: dict) -> tuple[int, str]:
+    """How many target hidden states the head's fc takes, and the key that says so
+    (llama_eagle3.py:209-216; qwen3_eagle3.py:201-209)."""
+    nested = _nested(head, "eagle_config").get("eagle_aux_hidden_state_layer_ids")
+    if head_class(head) == "qwen3":
+        candidates = [
+            ("num_aux_layers", head.get("num_aux_layers")),
+            ("num_aux_hidden_states", head.get("num_aux_hidden_states")),
+            (LAYER_IDS, _length(head.get(LAYER_IDS))),
+            (NESTED_IDS, _length(nested)),
+        ]
+    else:
+        candidates = [
+            ("num_aux_hidden_states", head.get("num_aux_hidden_states")),
+            (NESTED_IDS, _length(nested)),
+        ]
+    for key, value in candidates:
+        if _is_int(value) and value:
+            return value, key
+    return DEFAULT_WIDTH, "the default"
+
+
+def _length(value: object) -> int | None:
+    return len(value) if isinstance(value, list) and value else None
+
+
+def captured_layers(head: dict, num_target_layers: object) -> tuple[object, str | None]:
+    """The target layer ids vLLM captures and the key they come from; None as the key
+    means the target's defaults (eagle3_utils.py:103-139, interfaces.py:1764-1785)."""
+    if head.get(LAYER_IDS):
+        return head[LAYER_IDS], LAYER_IDS
+    shifted = head.get("target_layer_ids")
+    if isinstance(shifted, list) and shifted and all(_is_int(i) for i in shifted):
+        return [i + 1 for i in shifted], "target_layer_ids"
+    listed = _nested(head, "eagle_config").get("layer_ids")
+    if listed:
+        return listed, "eagle_config.layer_ids"
+    if _is_int(num_target_layers):
+        return default_layers(num_target_layers), None
+    return None, None
+
+
+def default_layers(num_target_layers: int) -> list[int]:
+    """The target's own choice when the head names none: (2, n // 2, n - 3)."""
+    return [2, num_target_layers // 2, num_target_layers - 3]
 
 
 def trained_steps(config: dict) -> int | None:
-    """The speculative tokens of the first proposal method: what the drafter was trained for."""
-    speculators = config.get("speculators_config")
-    methods = speculators.get("proposal_methods") if isinstance(speculators, dict) else None
+    """The speculative tokens of the first proposal method: what the head was trained for."""
+    methods = _nested(config, "speculators_config").get("proposal_methods")
     if isinstance(methods, list) and methods and isinstance(methods[0], dict):
         steps = methods[0].get("speculative_tokens")
-        return steps if isinstance(steps, int) else None
+        return steps if _is_int(steps) else None
     return None
 
 
-def _layer(config: dict) -> dict:
-    layer = config.get("transformer_layer_config")
-    return layer if isinstance(layer, dict) else {}
+def verifier(config: dict) -> dict:
+    return _nested(_nested(config, "speculators_config"), "verifier")
+
+
+@dataclass(frozen=True)
+class _Inputs:
+    config: dict
+    format: str
+    head: dict
+    target: dict  # the target's text-model fields
+    tensors: dict[str, dict] | None
+    profile: Profile | None
+    num_speculative_tokens: int | None
+
+    def path(self, key: str) -> str:
+        """Where a key of the served config is written in the file."""
+        if self.format == SPECULATORS and key not in COPIED_KEYS:
+            return f"{LAYER_CONFIG}.{key}"
+        return key
+
+    @property
+    def layers(self) -> object:
+        return self.target.get("num_hidden_layers")
+
+
+def check_eagle3(inputs: CheckInputs) -> list[Finding]:
+    """Every EAGLE-3 rule, then every key of the config against the format's key table."""
+    config = inputs.drafter
+    found = config_format(config)
+    if found is None:
+        return [
+            Finding.error(
+                "eagle_config",
+                "not an EAGLE-3 head in either format vLLM loads: a speculators config "
+                "(speculators_model_type eagle3, speculators_config, transformer_layer_config) "
+                "or a plain model config with an eagle_config block",
+                expected="speculators_config or eagle_config",
+            )
+        ]
+    c = _Inputs(
+        config,
+        found,
+        served(config),
+        text_config(inputs.target),
+        inputs.tensors,
+        inputs.profile,
+        inputs.num_speculative_tokens,
+    )
+    rules = (_refused_at_start, _misplaced, _verifier, _dimensions, _weights, _layer_ids, _steps)
+    findings = [finding for rule in rules for finding in rule(c)]
+    table = SPECULATORS_KEYS if found == SPECULATORS else PLAIN_KEYS
+    by_key = table.unknown_findings(config, open_ended=True)
+    if inputs.profile is not None and config_format(inputs.profile.config) == found:
+        published = set(table.flatten(inputs.profile.config))
+        by_key += [
+            f
+            for f in table.difference_findings(config, inputs.profile.config, inputs.profile.name)
+            if f.field in published
+        ]
+    reported = {finding.field for finding in findings}
+    return findings + [f for f in by_key if f.field not in reported]
+
+
+def _refused_at_start(c: _Inputs) -> Iterator[Finding]:
+    if c.format == SPECULATORS:
+        yield from _speculators_refusals(c)
+        return
+    names = _strings(c.head.get("architectures"))
+    if not names or head_class(c.head) is None:
+        yield Finding.error(
+            "architectures",
+            f"vLLM serves this head as {names or 'no class'}, which it does not register: "
+            f'it refuses to start ("Model architectures {names} are not supported for '
+            'now"; transformers_utils/configs/eagle.py:55-64, models/registry.py:732-744); '
+            "use the class the head was trained as, e.g. LlamaForCausalLMEagle3",
+            expected=sorted(HEAD_CLASSES),
+            actual=c.config.get("architectures"),
+        )
+
+
+def _speculators_refusals(c: _Inputs) -> Iterator[Finding]:
+    config = c.config
+    model_type = config.get("model_type")
+    if model_type not in (None, "speculators"):
+        yield Finding.error(
+            "model_type",
+            f"a top-level model_type {model_type!r} makes vLLM parse the file as a plain "
+            f"{model_type} config, never through the speculators converter "
+            '(transformers_utils/config.py:366-372): it refuses to start ("Model '
+            'architectures [...] are not supported"); remove model_type (it belongs in '
+            "transformer_layer_config)",
+            actual=model_type,
+        )
+    if not isinstance(config.get("speculators_config"), dict):
+        yield Finding.error(
+            "speculators_config",
+            "no speculators_config: vLLM recognises the speculators format by it "
+            '(transformers_utils/config.py:366-372) and refuses the file ("Unrecognized '
+            'model ... Should have a `model_type` key in its config.json")',
+            expected="an object",
+            actual=config.get("speculators_config"),
+        )
+    kind = config.get("speculators_model_type")
+    if kind not in SPECULATORS_TYPES:
+        yield Finding.error(
+            "speculators_model_type",
+            f"speculators_model_type {kind!r} is not registered: vLLM refuses to start "
+            f"(\"Expected one of: {list(SPECULATORS_TYPES)}. Please ensure you're loading "
+            'a speculators-format model."; configs/speculators/base.py:51-56); use eagle3',
+            expected=EAGLE3,
+            actual=kind,
+        )
+    elif kind == "peagle":
+        yield Finding.error(
+            "speculators_model_type",
+            'a P-EAGLE head: vLLM 0.34 refuses to start ("P-EAGLE (parallel drafting '
+            'EAGLE-3) is not supported."; configs/speculators/algos.py:53-55); 0.32 served '
+            "it as eagle3 with parallel drafting",
+            expected=EAGLE3,
+            actual=kind,
+        )
+    elif kind != EAGLE3:
+        yield Finding.error(
+            "speculators_model_type",
+            f"a {kind} head in the speculators format, not EAGLE-3: vLLM serves it as "
+            f"method {'dspark' if kind == 'dspark' else 'dflash'}; use that drafter kind",
+            expected=EAGLE3,
+            actual=kind,
+        )
+    layer = config.get(LAYER_CONFIG)
+    if not isinstance(layer, dict) or not layer:
+        yield Finding.error(
+            LAYER_CONFIG,
+            "no transformer_layer_config: vLLM builds the head's config from it "
+            "(configs/speculators/base.py:58-63), so the head has no shape and cannot load "
+            "its weights; use the published file",
+            expected="an object",
+            actual=layer,
+        )
+        return
+    layer_type = layer.get("model_type", "llama")
+    if layer_type not in SPECULATORS_HEADS:
+        yield Finding.error(
+            f"{LAYER_CONFIG}.model_type",
+            f'vLLM refuses to start ("Unsupported model_type {layer_type} for Eagle3 '
+            'speculator"; configs/speculators/algos.py:39-46): a speculators EAGLE-3 head '
+            "is llama or qwen3",
+            expected=sorted(SPECULATORS_HEADS),
+            actual=layer_type,
+        )
+
+
+def _misplaced(c: _Inputs) -> Iterator[Finding]:
+    """Head keys at the top level of a speculators file, which the converter drops."""
+    if c.format != SPECULATORS:
+        return
+    for name in c.config:
+        key = SPECULATORS_KEYS.keys.get(name)
+        if key is None or key.role != "dropped":
+            continue
+        yield Finding.warning(
+            name,
+            f"{name} at the top level of a speculators config is {key.effect} "
+            f"(configs/speculators/algos.py:15-50): vLLM never reads it, so it changes "
+            f"nothing; put it in {LAYER_CONFIG} if it is meant",
+            expected=f"{LAYER_CONFIG}.{name}",
+            actual=c.config[name],
+        )
+
+
+def _verifier(c: _Inputs) -> Iterator[Finding]:
+    """The trained-for target: never read through --speculative-config, so warnings."""
+    named = verifier(c.config).get("name_or_path")
+    if c.profile is not None and named is not None and named != c.profile.target_name:
+        yield Finding.warning(
+            VERIFIER,
+            f"the head says it was trained for {named!r}, not {c.profile.target_name}; vLLM "
+            "never reads it through --speculative-config (only when the head dir is --model: "
+            "transformers_utils/config.py:870-919), so check the head belongs to this target",
+            expected=c.profile.target_name,
+            actual=named,
+        )
+
+
+def _dimensions(c: _Inputs) -> Iterator[Finding]:
+    target_hidden, vocab = c.target.get("hidden_size"), c.target.get("vocab_size")
+    reads = c.head.get("target_hidden_size") or c.head.get("hidden_size")
+    if _is_int(target_hidden) and reads != target_hidden:
+        yield Finding.error(
+            "target_hidden_size",
+            f"the head reads target hidden states {reads} wide (target_hidden_size, else its "
+            f"hidden_size), the target's are {target_hidden}: vLLM has no start-up check, "
+            "the weights fail to load or the first forward fails (llama_eagle3.py:218-221); "
+            "use a head trained for this target",
+            expected=target_hidden,
+            actual=reads,
+        )
+    head_vocab = c.head.get("vocab_size")
+    if _is_int(vocab) and head_vocab != vocab:
+        yield Finding.error(
+            c.path("vocab_size"),
+            "the head's vocab_size is not the target's: draft token ids are mapped into the "
+            "wrong vocabulary and the first forward fails (llama_eagle3.py:364-386); use the "
+            "target's vocab_size",
+            expected=vocab,
+            actual=head_vocab,
+        )
+    draft_vocab = c.head.get("draft_vocab_size")
+    if _is_int(draft_vocab) and _is_int(vocab) and draft_vocab > vocab:
+        yield Finding.error(
+            "draft_vocab_size",
+            "draft_vocab_size exceeds the target's vocabulary: the d2t map points past it",
+            expected=f"<= {vocab}",
+            actual=draft_vocab,
+        )
+
+
+def _weights(c: _Inputs) -> Iterator[Finding]:
+    if c.tensors is None:
+        return
+    yield from _fc_weight(c, c.tensors)
+    draft_vocab = c.head.get("draft_vocab_size") or c.head.get("vocab_size")
+    lm_head = next((c.tensors[n] for n in _LM_HEAD_WEIGHTS if n in c.tensors), None)
+    if lm_head is not None and _is_int(draft_vocab) and lm_head["shape"][:1] != [draft_vocab]:
+        yield Finding.error(
+            "draft_vocab_size",
+            f"lm_head.weight {lm_head['shape']} has {lm_head['shape'][:1]} rows, the config "
+            f"says {draft_vocab} (draft_vocab_size, else vocab_size): the weights fail to load "
+            "(llama_eagle3.py:329-334); use the weights' count",
+            expected=lm_head["shape"][:1],
+            actual=draft_vocab,
+        )
+    yield from _d2t(c, c.tensors, draft_vocab)
+
+
+def _d2t(c: _Inputs, tensors: dict[str, dict], draft_vocab: object) -> Iterator[Finding]:
+    d2t = next((entry for name, entry in tensors.items() if name.split(".")[-1] == "d2t"), None)
+    vocab = c.target.get("vocab_size")
+    if not (_is_int(draft_vocab) and _is_int(vocab)):
+        return
+    if draft_vocab != vocab and d2t is None:
+        yield Finding.error(
+            "draft_vocab_size",
+            f"draft_vocab_size {draft_vocab} is smaller than the vocabulary {vocab} but the "
+            "weights hold no d2t table: vLLM keeps its map at zero, every draft token lands "
+            "on the wrong id and acceptance collapses silently (llama_eagle3.py:338-345, "
+            "376-386); add the head's d2t or use draft_vocab_size = vocab_size",
+            expected="a d2t tensor",
+        )
+    elif draft_vocab == vocab and d2t is not None:
+        yield Finding.error(
+            "draft_vocab_size",
+            f"the weights hold a d2t table of {d2t['shape']} but draft_vocab_size is the whole "
+            "vocabulary: vLLM has no map to load it into and the weights fail to load "
+            "(llama_eagle3.py:338-345, 416-420); set draft_vocab_size to the table's length",
+            expected=d2t["shape"][:1],
+            actual=draft_vocab,
+        )
+    elif d2t is not None and d2t["shape"] != [draft_vocab]:
+        yield Finding.error(
+            "draft_vocab_size",
+            f"d2t {d2t['shape']} does not map draft_vocab_size {draft_vocab} ids: the weights "
+            "fail to load",
+            expected=d2t["shape"],
+            actual=draft_vocab,
+        )
+
+
+def _fc_weight(c: _Inputs, tensors: dict[str, dict]) -> Iterator[Finding]:
+    if not uses_aux_hidden_states(c.head):
+        return
+    fc = next((tensors[name] for name in _FC_WEIGHTS if name in tensors), None)
+    if fc is None:
+        yield Finding.error(
+            "fc.weight",
+            "no fc.weight in the head's weights: vLLM leaves the projection of the target's "
+            "hidden states untrained and acceptance collapses (or a shard is missing)",
+            expected="[hidden_size, n * target_hidden_size]",
+        )
+        return
+    shape = fc["shape"]
+    reads = c.head.get("target_hidden_size") or c.head.get("hidden_size")
+    if len(shape) != 2 or not _is_int(reads) or not reads or shape[1] % reads:
+        yield Finding.error(
+            "fc.weight",
+            f"fc.weight has shape {shape}, not [hidden_size, n * {reads}]: the weights do not "
+            "fit this config",
+            expected=f"[hidden_size, n * {reads}]",
+            actual=shape,
+        )
+        return
+    width, key = fc_width(c.head)
+    trained = shape[1] // reads
+    if trained != width:
+        yield Finding.error(
+            _width_path(c, key),
+            f"fc.weight {shape} takes {trained} target hidden states but vLLM sizes fc for "
+            f"{width} ({key}; llama_eagle3.py:209-221, qwen3_eagle3.py:201-214): the weights "
+            f"fail to load; say {trained}",
+            expected=trained,
+            actual=width,
+        )
+
+
+def _width_path(c: _Inputs, key: str) -> str:
+    if key == "the default":
+        return c.path("num_aux_hidden_states")
+    return key if key == NESTED_IDS else c.path(key)
+
+
+def _layer_ids(c: _Inputs) -> Iterator[Finding]:
+    if not uses_aux_hidden_states(c.head):
+        return  # the head reads only the target's last hidden state: nothing is captured
+    ids, source = captured_layers(c.head, c.layers)
+    field = c.path(source) if source else LAYER_IDS
+    if ids is None:
+        return
+    if not isinstance(ids, list) or not all(_is_int(i) for i in ids):
+        yield Finding.error(field, f"{field} must be a list of integer layer ids", actual=ids)
+        return
+    yield from _id_shape(c, ids, field)
+    yield from _trained_ids(c, ids, source, field)
+    yield from _count(c, ids, source, field)
+    if c.format == PLAIN:
+        yield from _nested_ids(c, ids, source)
+
+
+def _id_shape(c: _Inputs, ids: list[int], field: str) -> Iterator[Finding]:
+    layers = c.layers
+    if _is_int(layers) and any(not 0 <= i <= layers for i in ids):
+        yield Finding.error(
+            field,
+            f"{field} outside 0..{layers}: the target records id k as layer k - 1's output "
+            f"(models/qwen2.py:420-431), so ids past {layers} are never captured and the head "
+            "gets fewer hidden states than its fc takes; vLLM fails at the first forward",
+            expected=f"ids in 0..{layers}",
+            actual=ids,
+        )
+    if len(set(ids)) != len(ids):
+        yield Finding.error(
+            field,
+            f"{field} names a layer twice: the target captures each layer once "
+            "(interfaces.py:1653-1663), so the head gets fewer hidden states than its fc "
+            "takes; vLLM fails at the first forward",
+            expected=sorted(set(ids)),
+            actual=ids,
+        )
+    elif any(later < earlier for earlier, later in pairwise(ids)):
+        yield Finding.warning(
+            field,
+            f"{field} is not in increasing order: the target captures hidden states in "
+            "layer order (models/qwen2.py:420-431), so the head gets them sorted; right "
+            "only if it was trained that way",
+            expected=sorted(ids),
+            actual=ids,
+        )
+
+
+def _trained_ids(c: _Inputs, ids: list[int], source: str | None, field: str) -> Iterator[Finding]:
+    layers = c.layers
+    if c.profile is not None:
+        trained, _ = captured_layers(served(c.profile.config), layers)
+        if trained is not None and ids != trained:
+            yield Finding.error(
+                field,
+                f"vLLM feeds the head target layers {ids}, but {c.profile.name} was trained on "
+                f"{trained}: it starts and acceptance collapses; use the published ids",
+                expected=trained,
+                actual=ids,
+            )
+    elif source is None and _is_int(layers):
+        yield Finding.warning(
+            LAYER_IDS,
+            f"{LAYER_IDS} is not set: vLLM captures the target's default layers {ids} "
+            "(eagle3_utils.py:103-139, interfaces.py:1764-1785); right only if the head was "
+            "trained on them",
+            expected=ids,
+        )
+
+
+def _count(c: _Inputs, ids: list[int], source: str | None, field: str) -> Iterator[Finding]:
+    width, key = fc_width(c.head)
+    if len(ids) == width:
+        return
+    where = f"from {source}" if source else "the target's defaults"
+    hint = ""
+    if c.format == SPECULATORS and key == "the default" and source == LAYER_IDS:
+        hint = (
+            "; a llama head takes its width from transformer_layer_config."
+            "num_aux_hidden_states, not from the top-level ids: set it"
+        )
+    yield Finding.error(
+        field,
+        f"vLLM feeds the head {len(ids)} target hidden states ({ids}, {where}) but its fc "
+        f"takes {width} ({key}; llama_eagle3.py:209-221, qwen3_eagle3.py:201-214): no "
+        f"start-up check, the first forward fails{hint}",
+        expected=width,
+        actual=len(ids),
+    )
+
+
+def _nested_ids(c: _Inputs, ids: list[int], source: str | None) -> Iterator[Finding]:
+    nested = _nested(c.head, "eagle_config").get("eagle_aux_hidden_state_layer_ids")
+    if not isinstance(nested, list) or not nested or nested == ids:
+        return
+    chosen = f"{source}" if source else "nothing: it captures the target's defaults"
+    yield Finding.error(
+        NESTED_IDS,
+        f"{NESTED_IDS} is {nested} but vLLM never reads it to choose layers, only its length "
+        f"(llama_eagle3.py:213-216); the layers come from {chosen} (eagle3_utils.py:103-139), "
+        f"so the head is fed {ids}, silently, and acceptance collapses; copy the list to the "
+        f"top-level {LAYER_IDS}",
+        expected=nested,
+        actual=ids,
+    )
+
+
+def _steps(c: _Inputs) -> Iterator[Finding]:
+    trained = trained_steps(c.config)
+    if trained is None and c.profile is not None:
+        trained = trained_steps(c.profile.config)
+    wanted = c.num_speculative_tokens
+    if trained is not None and wanted is not None and wanted > trained:
+        yield Finding.warning(
+            "num_speculative_tokens",
+            f"num_speculative_tokens {wanted} exceeds the {trained} steps the head was "
+            "trained for (speculators_config.proposal_methods[0].speculative_tokens): vLLM "
+            "runs it anyway; later steps rarely accept",
+            expected=trained,
+            actual=wanted,
+        )
+
+
+def _is_int(value: object) -> TypeIs[int]:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 class Eagle3(DrafterKind):
-    """EAGLE-3 heads trained with vllm-project/speculators."""
+    """EAGLE-3 heads: speculators format (vllm-project/speculators) or plain (eagle_config)."""
 
-    name = "eagle3"
+    name = EAGLE3
     key_fields = (
         "speculators_model_type",
         "speculators_config",
-        "transformer_layer_config",
+        LAYER_CONFIG,
+        "eagle_config",
         LAYER_IDS,
         "draft_vocab_size",
         "target_hidden_size",
     )
     failure_causes = FailureCauses(
-        misaligned=f"{LAYER_IDS} and {VERIFIER} (the target the head was trained for)",
+        misaligned=f"{LAYER_IDS} (the target layers fed to the head; "
+        f"{NESTED_IDS} only sets their count) and the target the head was trained for",
         shallow="num_speculative_tokens against the steps the head was trained for "
         "(speculators_config.proposal_methods[0].speculative_tokens)",
     )
 
     def recognises(self, config: dict) -> bool:
-        return config.get("speculators_model_type") == SPECULATORS_TYPE
+        found = config_format(config)
+        if found == SPECULATORS:
+            return config.get("speculators_model_type") in (None, EAGLE3, "peagle")
+        return found == PLAIN
+
+    def variant(self, config: dict) -> str | None:
+        return config_format(config)
 
     def check(self, inputs: CheckInputs) -> list[Finding]:
-        return [
-            *self._format(inputs),
-            *self._verifier(inputs),
-            *self._dimensions(inputs),
-            *self._layer_ids(inputs),
-            *self._steps(inputs),
-        ]
+        return check_eagle3(inputs)
 
     def describe(self, profile: Profile) -> dict[str, object]:
         return {
+            "format": config_format(profile.config),
             "verifier": verifier(profile.config).get("name_or_path"),
             "speculative_tokens": trained_steps(profile.config),
         }
-
-    def _format(self, c: CheckInputs) -> Iterator[Finding]:
-        if not self.recognises(c.drafter):
-            yield Finding.error(
-                "speculators_model_type",
-                "not an EAGLE-3 drafter in the speculators format: vLLM reads its config "
-                "through speculators_model_type eagle3 and speculators_config",
-                expected=SPECULATORS_TYPE,
-                actual=c.drafter.get("speculators_model_type"),
-            )
-
-    def _verifier(self, c: CheckInputs) -> Iterator[Finding]:
-        named = verifier(c.drafter).get("name_or_path")
-        if c.profile is not None and named != c.profile.target_name:
-            yield Finding.error(
-                VERIFIER,
-                f"the head was trained for {named!r}, not {c.profile.target_name}: it only "
-                "drafts well for the target it was trained on",
-                expected=c.profile.target_name,
-                actual=named,
-            )
-        trained_on = verifier(c.drafter).get("architectures")
-        target_on = c.target.get("architectures")
-        if trained_on and target_on and trained_on != target_on:
-            yield Finding.error(
-                "speculators_config.verifier.architectures",
-                "the head was trained for another model class than this target's",
-                expected=target_on,
-                actual=trained_on,
-            )
-
-    def _dimensions(self, c: CheckInputs) -> Iterator[Finding]:
-        target, layer = text_config(c.target), _layer(c.drafter)
-        reads = c.drafter.get("target_hidden_size") or layer.get("hidden_size")
-        if reads != target.get("hidden_size"):
-            yield Finding.error(
-                "target_hidden_size",
-                "the head reads hidden states of another width than the target's hidden_size "
-                "(target_hidden_size, else transformer_layer_config.hidden_size): vLLM cannot "
-                "load it for this target",
-                expected=target.get("hidden_size"),
-                actual=reads,
-            )
-        if layer.get("vocab_size") != target.get("vocab_size"):
-            yield Finding.error(
-                "transformer_layer_config.vocab_size",
-                "the head embeds another vocabulary than the target's: token ids disagree",
-                expected=target.get("vocab_size"),
-                actual=layer.get("vocab_size"),
-            )
-        draft_vocab = c.drafter.get("draft_vocab_size")
-        vocab = target.get("vocab_size")
-        if isinstance(draft_vocab, int) and isinstance(vocab, int) and draft_vocab > vocab:
-            yield Finding.error(
-                "draft_vocab_size",
-                "draft_vocab_size exceeds the target's vocabulary",
-                expected=f"<= {vocab}",
-                actual=draft_vocab,
-            )
-
-    def _layer_ids(self, c: CheckInputs) -> Iterator[Finding]:
-        ids = c.drafter.get(LAYER_IDS)
-        layers = text_config(c.target).get("num_hidden_layers")
-        if not ids:
-            yield Finding.warning(
-                LAYER_IDS,
-                f"{LAYER_IDS} is not set: vLLM falls back to the target model's default "
-                "auxiliary layers, and acceptance is low if the head was trained on others",
-                actual=ids,
-            )
-        elif isinstance(layers, int) and any(
-            not isinstance(i, int) or not 0 <= i < layers for i in ids
-        ):
-            yield Finding.error(
-                LAYER_IDS,
-                f"{LAYER_IDS} name layers outside the target's 0..{layers - 1}",
-                expected=f"ids in 0..{layers - 1}",
-                actual=ids,
-            )
-
-    def _steps(self, c: CheckInputs) -> Iterator[Finding]:
-        trained, wanted = trained_steps(c.drafter), c.num_speculative_tokens
-        if trained is not None and wanted is not None and wanted > trained:
-            yield Finding.warning(
-                "num_speculative_tokens",
-                f"num_speculative_tokens {wanted} exceeds the {trained} steps the head was "
-                "trained for: later steps rarely accept",
-                expected=trained,
-                actual=wanted,
-            )
 
 
 KIND = Eagle3()

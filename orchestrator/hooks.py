@@ -1,0 +1,205 @@
+"""Playbook hooks: a team's own commands at points of a run (notify a channel, page,
+check a change window), as Kamal's `.kamal/hooks` are.
+
+Lifecycle: `pre_deploy` runs before a deploy connects to anything, and a failure
+there stops the run with nothing changed. After the run, `post_deploy` (result ok),
+`on_rollback` (a container rolled back, or `orch rollback`) and `on_failure` (result
+not ok) run in that order; their failures are reported in the run's document and on
+stderr and never change its result or exit code.
+
+Each hook is an argv list run without a shell, in its own process group, with the
+run's facts in `ORCH_*` variables and (after the run) its JSON document on stdin. At
+`hooks.timeout` the group is killed (by the hook's recorded PID, which is its group
+id). Building the environment is pure; `run_hook` is the one place that runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from orchestrator.errors import CheckFailed
+from orchestrator.playbook import Playbook
+
+if TYPE_CHECKING:
+    from orchestrator.deploy import Options
+    from orchestrator.operations import Inputs
+
+OUTPUT_CHARS = 2000
+"""The end of a hook's output kept for the report (its whole output is not orch's)."""
+AFTER_RUN = ("post_deploy", "on_rollback", "on_failure")
+
+
+@dataclass(frozen=True)
+class RunFacts:
+    """What a hook is told about its run."""
+
+    action: str  # deploy | rollback
+    run_id: str
+    playbook: Playbook
+    inventory: str
+    containers: list[str]
+    user: str
+
+
+@dataclass(frozen=True)
+class HookResult:
+    event: str
+    argv: list[str]
+    exit_code: int | None
+    """None when it did not run to an exit (could not start, or killed at its timeout)."""
+    seconds: float
+    error: str | None
+    output: str
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "event": self.event,
+            "argv": self.argv,
+            "exit_code": self.exit_code,
+            "seconds": round(self.seconds, 3),
+            "error": self.error,
+            "output": self.output,
+        }
+
+    def summary(self) -> str:
+        what = self.error or f"exit {self.exit_code}"
+        return f"hook {self.event} ({self.argv[0]}): {what} after {self.seconds:.1f} s"
+
+
+def environment(event: str, facts: RunFacts, document: Mapping[str, Any] | None) -> dict[str, str]:
+    """The `ORCH_*` variables of one hook: the run's facts, and after the run its
+    result and the containers by what happened to them (comma lists)."""
+    env = {
+        "ORCH_HOOK": event,
+        "ORCH_ACTION": facts.action,
+        "ORCH_RUN_ID": facts.run_id,
+        "ORCH_PLAYBOOK": facts.playbook.name,
+        "ORCH_PLAYBOOK_FILE": facts.playbook.source,
+        "ORCH_INVENTORY": facts.inventory,
+        "ORCH_CONTAINERS": ",".join(facts.containers),
+        "ORCH_USER": facts.user,
+    }
+    if document is not None:
+        targets = document.get("targets") or []
+        env["ORCH_RESULT"] = str(document.get("result", ""))
+        env["ORCH_RUN_LOG"] = str(document.get("log") or "")
+        for result in ("deployed", "unchanged", "rolled_back", "failed", "skipped"):
+            names = [t["name"] for t in targets if t.get("result") == result]
+            env[f"ORCH_{result.upper()}"] = ",".join(names)
+    return env
+
+
+def command(argv: list[str], playbook: Playbook) -> list[str]:
+    """The argv to run: a relative program path with a `/` is the playbook directory's."""
+    program = argv[0]
+    if "/" in program and not os.path.isabs(program) and playbook.source:
+        program = str(Path(playbook.source).resolve().parent / program)
+    return [program, *argv[1:]]
+
+
+def run_hook(
+    event: str, argv: list[str], env: Mapping[str, str], stdin: bytes, timeout: float
+) -> HookResult:
+    """Run one hook to its end or its timeout; whatever happens is a result, never raised."""
+    started = time.monotonic()
+    try:
+        process = subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **env},
+            start_new_session=True,  # its own group: a timeout ends its children too
+        )
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        return HookResult(
+            event, argv, None, time.monotonic() - started, f"cannot run: {reason}", ""
+        )
+    try:
+        output, _ = process.communicate(stdin, timeout=timeout)
+        error = None if process.returncode == 0 else f"exit {process.returncode}"
+        code: int | None = process.returncode
+    except subprocess.TimeoutExpired:
+        _kill_group(process)
+        output, _ = process.communicate()
+        error, code = f"killed at its timeout ({timeout:g} s)", None
+    except BaseException:  # Ctrl-C while waiting: the hook does not outlive orch
+        _kill_group(process)
+        process.wait()
+        raise
+    text = output.decode("utf-8", "replace")[-OUTPUT_CHARS:]
+    return HookResult(event, argv, code, time.monotonic() - started, error, text)
+
+
+def _kill_group(process: subprocess.Popen[bytes]) -> None:
+    """SIGKILL the hook's process group: its id is the hook's own PID, recorded at start."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+
+
+class Hooks:
+    """The hooks of one run; `say` reports each on stderr."""
+
+    def __init__(self, facts: RunFacts, say: Callable[[str], None]) -> None:
+        self.facts, self.say = facts, say
+        self.hooks = facts.playbook.hooks
+
+    @classmethod
+    def for_run(
+        cls, action: str, inputs: Inputs, options: Options, say: Callable[[str], None]
+    ) -> Hooks:
+        facts = RunFacts(
+            action,
+            options.run_id,
+            inputs.playbook,
+            str(inputs.inventory_path),
+            [plan.container for plan in inputs.plans],
+            options.user,
+        )
+        return cls(facts, say)
+
+    def _run(self, event: str, document: Mapping[str, Any] | None) -> HookResult | None:
+        argv = getattr(self.hooks, event)
+        if argv is None:
+            return None
+        stdin = json.dumps(document, default=str).encode() if document is not None else b""
+        env = environment(event, self.facts, document)
+        result = run_hook(event, command(argv, self.facts.playbook), env, stdin, self.hooks.timeout)
+        self.say(result.summary())
+        for line in result.output.splitlines()[-20:]:
+            self.say(f"hook {event}: {line}")
+        return result
+
+    def before_deploy(self) -> None:
+        """Run `pre_deploy`; its failure stops the run before anything is touched."""
+        result = self._run("pre_deploy", None)
+        if result is not None and not result.ok:
+            raise CheckFailed(f"{result.summary()}: the deploy did not start, nothing changed")
+
+    def after_run(self, document: dict[str, Any], code: int) -> None:
+        """Run the hooks the run's outcome calls for; their results go into the
+        document's `hooks`, and never into its result."""
+        rolled_back = any(t.get("result") == "rolled_back" for t in document.get("targets", []))
+        due = {
+            "post_deploy": self.facts.action == "deploy" and code == 0,
+            "on_rollback": self.facts.action == "rollback" or rolled_back,
+            "on_failure": code != 0,
+        }
+        results = [self._run(event, document) for event in AFTER_RUN if due[event]]
+        ran = [r.to_dict() for r in results if r is not None]
+        if ran:
+            document["hooks"] = ran
