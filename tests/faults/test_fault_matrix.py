@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -417,3 +418,48 @@ def test_a_gate_only_change_regates_without_a_restart(lab: LabHandle) -> None:
     assert {k: v for k, v in release_bytes(lab, good).items() if k != "manifest.json"} == {
         k: v for k, v in files.items() if k != "manifest.json"
     }
+
+
+def test_a_dead_runs_lock_and_journal_planted_on_the_container_are_recovered(
+    lab: LabHandle,
+) -> None:
+    """The recovery on a real container, not only the in-memory fake: a lock whose owner's
+    PID is dead on this host, and its journal stopped at 'wait ready'."""
+    good, files = good_release(lab)
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    owner = {
+        "run_id": "r-dead",
+        "user": "ops",
+        "control_host": socket.gethostname(),
+        "pid": gone.pid,
+        "since": time.time(),
+    }
+    lock = deployment(lab) / "lock"
+    lock.mkdir()
+    (lock / "owner.json").write_text(json.dumps(owner))
+    (lock / "heartbeat").touch()
+    (deployment(lab) / "journal.json").write_text(
+        json.dumps(
+            {
+                "run_id": "r-dead",
+                "action": "deploy",
+                "owner": "ops",
+                "from_release": good,
+                "to_release": good,
+                "step": "wait ready",
+                "started": "2026-12-03T12:00:00+00:00",
+                "updated": "2026-12-03T12:00:05+00:00",
+            }
+        )
+    )
+
+    code, output = plain_deploy(lab)
+
+    assert code == 0, output
+    assert f"took over the deploy lock of run r-dead by ops on {socket.gethostname()}" in output
+    assert f"its process {gone.pid}" in output
+    assert "recovered interrupted run r-dead (stopped at 'wait ready')" in output
+    [target] = last_run(lab)["targets"]
+    assert (target["recovered"]["run_id"], target["recovered"]["back_on"]) == ("r-dead", good)
+    assert_invariants(lab, good, files)
