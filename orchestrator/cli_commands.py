@@ -19,7 +19,7 @@ from orchestrator.cancel import Cancel
 from orchestrator.connections import SSH, Connect, Pool
 from orchestrator.container import lock
 from orchestrator.container import release as store
-from orchestrator.container.journal import Journal
+from orchestrator.container.journal import UNKNOWN_RUN, Journal
 from orchestrator.container.lock import lock_holder
 from orchestrator.container.server import Server
 from orchestrator.container.status import read_status
@@ -29,7 +29,7 @@ from orchestrator.drafters.findings import Finding, Severity
 from orchestrator.drafters.modelfiles import parse_json_document
 from orchestrator.errors import NeedsAttention, OrchError
 from orchestrator.fanout import READ_PARALLEL, GroupResult, fan_out
-from orchestrator.history import History, new_run_id
+from orchestrator.history import History, check_writable, new_run_id
 from orchestrator.inventory import Inventory, load_inventory
 from orchestrator.layout import DRAFTER_CONFIG, LAUNCH_SCRIPT, VIEW_CONFIG
 from orchestrator.outcome import Outcome
@@ -138,11 +138,45 @@ def _document(
 
 
 def _remember(document: dict[str, Any], command: str, user: str) -> None:
-    """History is a record, not the change: failing to write it only warns."""
+    """History is a record, not the change: failing to write it only warns. A run this
+    one recovered (it died in its switch, before its own row) is recorded too, as the
+    containers' records show it: interrupted, and where its recovery left each."""
     try:
         History().record(document, command, user)
+        for interrupted in _recovered_runs(document):
+            History().record_if_missing(interrupted, "deploy", user)
     except NeedsAttention as exc:
         document.setdefault("warnings", []).append(str(exc))
+
+
+def _recovered_runs(document: dict[str, Any]) -> list[dict[str, Any]]:
+    runs: dict[str, dict[str, Any]] = {}
+    for target in document["targets"]:
+        recovered = target.get("recovered")
+        if not recovered or recovered["run_id"] == UNKNOWN_RUN:
+            continue  # none, or a run the container could not name (unreadable journal)
+        run = runs.setdefault(
+            recovered["run_id"],
+            documents.document(
+                "DeployRun",
+                playbook=document["playbook"],
+                run_id=recovered["run_id"],
+                started=recovered["started"],
+                result="interrupted",
+                recovered_by=document["run_id"],
+                targets=[],
+            ),
+        )
+        run["targets"].append(
+            {
+                "name": target["name"],
+                "result": "interrupted",
+                "step": recovered.get("step"),
+                "release": recovered.get("to_release"),
+                "current": recovered.get("back_on"),
+            }
+        )
+    return list(runs.values())
 
 
 def _open_log(command: str, inputs: Inputs, options: Options) -> runlog.RunLog:
@@ -165,7 +199,7 @@ def _close_log(log: runlog.RunLog, document: dict[str, Any], code: int) -> None:
         error = f": {target['error']}" if target.get("error") else ""
         log.note(target["name"], f"result {target['result']}{judged}{error}")
     log.note("", f"result {document['result']} (exit {code})")
-    document["log"] = str(log.path)
+    document["log"] = None if log.warning else str(log.path)  # never a path it did not write
     if log.warning:
         document.setdefault("warnings", []).append(log.warning)
 
@@ -180,6 +214,8 @@ def deploy(
 ) -> tuple[dict[str, Any], int]:
     """With `options.diff`, `show_diff` gets each container's diff before its switch."""
     prompts = load_prompts(inputs.playbook.gate.probe.prompts)
+    if not options.dry_run:
+        check_writable()
     started = now()
     plans = {p.container: p for p in inputs.plans}
     log = _open_log("deploy", inputs, options)
@@ -229,6 +265,7 @@ def rollback(
     container's records before anything is switched: an unknown or ambiguous id is
     an InputError with nothing touched."""
     prompts = load_prompts(inputs.playbook.gate.probe.prompts)
+    check_writable()
     started = now()
     plans = {p.container: p for p in inputs.plans}
     log = _open_log("rollback", inputs, options)
@@ -548,6 +585,8 @@ def _status_entry(transport: Transport, plan: TargetPlan) -> dict[str, Any]:
     entry["interrupted"] = interrupted.describe() if interrupted else None
     server = Server(transport, plan.layout, plan.address, plan.port)
     entry["health"] = _health(server) if entry["server"] == "running" else None
+    if entry.pop("release_missing"):
+        entry["error"] = f"current points at release {entry['release']}, whose dir is missing"
     entry["state"] = _target_state(entry)
     return entry
 
@@ -555,6 +594,8 @@ def _status_entry(transport: Transport, plan: TargetPlan) -> dict[str, Any]:
 def _target_state(entry: dict[str, Any]) -> str:
     if entry["interrupted"]:
         return "interrupted"
+    if entry.get("error"):  # `current` names a release whose dir is gone: not serving it
+        return "unhealthy" if entry["server"] == "running" else "stopped"
     if entry["server"] != "running":
         return "nothing_deployed" if entry["release"] is None else "stopped"
     return "serving" if entry["health"] == 200 else "unhealthy"

@@ -16,11 +16,13 @@ TIMEOUT = 60.0
 
 @builder
 def status_report(layout: Layout) -> list[str]:
-    """`key value` lines: current release, server state, lock owner, last audit line, and
-    the last audit line with a gate verdict."""
+    """`key value` lines: current release (and `dangling yes` when its dir is gone),
+    server state, lock owner, last audit line, and the last audit line with a gate
+    verdict."""
     return script(
         PROCESS_FUNCTIONS
         + f'echo "current $(readlink {q(layout.current)} 2>/dev/null)"\n'
+        + f'[ -L {q(layout.current)} ] && [ ! -d {q(layout.current)} ] && echo "dangling yes"\n'
         + f'echo "server $(recorded {q(layout.server_pid)})"\n'
         + f'echo "lock $(cat {q(layout.lock_owner)} 2>/dev/null)"\n'
         + audit.last_lines(layout.audit_log)
@@ -34,6 +36,7 @@ def parse_status_report(text: str) -> dict[str, Any]:
         server = fields.get("server", "none").split()
         return {
             "release": release_id_of(fields.get("current", "")),
+            "release_missing": fields.get("dangling") == "yes",
             "server": server[0],
             "pid": int(server[1]) if len(server) > 1 else None,
             "last_run": audit.last_run(fields.get("audit", ""), fields.get("gated", "")),

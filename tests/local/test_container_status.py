@@ -43,6 +43,7 @@ def test_status_report_parses_into_a_status_row(
     parsed = parse_status_report(done.stdout.decode())
     assert parsed == {
         "release": "0123456789ab",
+        "release_missing": True,  # `current` names a dir that is not there
         "server": "running",
         "pid": server.pid,
         "last_run": {
@@ -55,9 +56,13 @@ def test_status_report_parses_into_a_status_row(
         },
         "lock": '{"run_id": "r1", "user": "ops"}',
     }
+    (deployment / "releases" / "0123456789ab").mkdir(parents=True)
+    there = run(status_report(Layout(str(deployment))))
+    assert parse_status_report(there.stdout.decode())["release_missing"] is False
     empty = run(status_report(Layout(str(tmp_path / "never deployed"))))
     assert parse_status_report(empty.stdout.decode()) == {
         "release": None,
+        "release_missing": False,
         "server": "none",
         "pid": None,
         "last_run": None,
@@ -68,6 +73,7 @@ def test_status_report_parses_into_a_status_row(
 def test_status_report_as_a_row() -> None:
     assert parse_status_report(captured("status-report.txt")) == {
         "release": "0123456789ab",
+        "release_missing": False,
         "server": "running",
         "pid": 31337,
         "last_run": {
@@ -85,6 +91,7 @@ def test_status_report_as_a_row() -> None:
 def test_status_report_of_a_container_never_deployed() -> None:
     assert parse_status_report(captured("status-report-empty.txt")) == {
         "release": None,
+        "release_missing": False,
         "server": "none",
         "pid": None,
         "last_run": None,
