@@ -248,6 +248,11 @@ def _stoppable(inputs: Any, as_json: bool) -> Iterator[tuple[Any, Any]]:
     help="A run id (every container back to what that run left it on), a release id, or a "
     "unique prefix of either (see `orch releases`). Default: each container's previous release.",
 )
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Roll back to a release whose files no longer match its manifest (changed by hand).",
+)
 @accept_keys_option
 @json_option
 def rollback(
@@ -256,6 +261,7 @@ def rollback(
     limit: tuple[str, ...],
     assignments: tuple[str, ...],
     to_release: str | None,
+    force: bool,
     accept_new_host_keys: bool,
     as_json: bool,
 ) -> None:
@@ -268,7 +274,7 @@ def rollback(
     from orchestrator.report import screen
 
     inputs = cli_commands.load(playbook, inventory_path, list(limit), list(assignments))
-    options = cli_commands.new_options()
+    options = cli_commands.new_options(force=force)
     with _stoppable(inputs, as_json) as (view, cancel):
         document, code = cli_commands.rollback(
             inputs, options, to_release, ssh(accept_new_host_keys), view, cancel

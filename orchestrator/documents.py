@@ -44,6 +44,7 @@ RunResult = Literal["ok", "not_applied", "bad_input", "needs_attention", "interr
 TargetResult = Literal[
     "deployed",
     "unchanged",
+    "regated",
     "rolled_back",
     "failed",
     "skipped",

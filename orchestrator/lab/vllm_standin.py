@@ -185,6 +185,8 @@ class Faults:
     """/health answers one byte of its response every this many seconds."""
     drip_metrics_seconds: float | None = None
     swa_as_full_attention: bool = False
+    fail_completions: bool = False
+    """Every completion runs (its drafts are counted) and then answers HTTP 500."""
 
 
 def read_faults(container: ContainerPaths) -> Faults:
@@ -765,7 +767,10 @@ class Handler(BaseHTTPRequestHandler):
             request = json.loads(body)
             if not isinstance(request, dict):
                 raise RequestError("the request body must be a JSON object")
-            self._send_json(200, completion_body(self.server.app, request, routes[self.path]))
+            answer = completion_body(self.server.app, request, routes[self.path])
+            if self.server.app.faults.fail_completions:
+                raise RequestError("lab fault: fail_completions", "InternalServerError", 500)
+            self._send_json(200, answer)
         except json.JSONDecodeError as error:
             self._send_json(400, error_body(f"invalid JSON: {error}", "BadRequestError", 400))
         except RequestError as error:
