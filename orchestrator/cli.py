@@ -421,6 +421,74 @@ def _stop_on_signals() -> Iterator[Any]:
 
 
 @cli.command()
+@click.argument("playbook")
+@inventory_option
+@limit_option
+@set_option
+@click.option(
+    "--interval", default="5s", show_default=True, help="Seconds (or 2s, 1m) between scrapes."
+)
+@click.option(
+    "--window",
+    default="1m",
+    show_default=True,
+    help="The sliding window the rates are taken over (30s, 5m, or seconds).",
+)
+@click.option(
+    "--once", is_flag=True, help="Watch one window, print it, exit 1 if any container is below."
+)
+@accept_keys_option
+@click.option("--json", "as_json", is_flag=True, help="One JSON document per line, each round.")
+def watch(
+    playbook: str,
+    inventory_path: Path,
+    limit: tuple[str, ...],
+    assignments: tuple[str, ...],
+    interval: str,
+    window: str,
+    once: bool,
+    accept_new_host_keys: bool,
+    as_json: bool,
+) -> None:
+    """Live acceptance per container (mean length, position-1 rate, drafts/s) from the
+    servers' counters over a sliding window, against the playbook's gate thresholds;
+    a container below them is marked BELOW (with --once: exit 1)."""
+    import json
+
+    from orchestrator import operations
+    from orchestrator import watch as live
+    from orchestrator.connections import Connections
+    from orchestrator.durations import seconds
+    from orchestrator.report import printable
+
+    every, span = seconds(interval, "--interval"), seconds(window, "--window")
+    inputs = operations.load(playbook, inventory_path, list(limit), list(assignments))
+
+    def emit(doc: dict[str, Any]) -> None:
+        if as_json:
+            click.echo(json.dumps(doc))
+            return
+        if not once:
+            click.echo(f"-- {doc['time'][11:19]} (window {doc['window_seconds']:g} s)")
+        for line in live.lines(doc):
+            click.echo(printable(line))
+
+    with (
+        Connections(inputs.inventory, accept_new_host_keys) as connections,
+        _stop_on_signals() as stop,
+    ):
+        the_watch = live.Watch(
+            inputs.playbook.name,
+            inputs.plans,
+            connections.container,
+            inputs.playbook.gate,
+            span,
+        )
+        code = live.watch(the_watch, every, once, emit, stop.wait)
+    sys.exit(code if once else 0)
+
+
+@cli.command()
 @click.option("-n", "count", default=20, show_default=True, help="How many runs.")
 @click.option(
     "--show",
@@ -914,6 +982,19 @@ def lab_down(lab_dir: Path | None, as_json: bool) -> None:
         print_json(document("LabDown", result="ok", dir=str(the_lab.root), stopped=stopped))
         return
     click.echo(f"stopped {len(stopped)} process(es)" + (f": {stopped}" if stopped else ""))
+
+
+@lab.command("acceptance")
+@click.argument("container")
+@click.argument("scale", type=click.FloatRange(0, 1))
+@lab_dir_option
+def lab_acceptance(container: str, scale: float, lab_dir: Path | None) -> None:
+    """Scale every draft position's acceptance on CONTAINER's running servers, from now
+    on and without a restart (a fault for `orch watch`; 1 restores)."""
+    from orchestrator.lab.cluster import Lab, default_lab_dir
+
+    knob = Lab(lab_dir or default_lab_dir()).set_acceptance(container, scale)
+    click.echo(f"{container}: acceptance scaled by {scale:g} ({knob})")
 
 
 @lab.command("status")

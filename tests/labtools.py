@@ -116,6 +116,7 @@ def lab_state(lab: Lab) -> dict:
             "status": json.loads(paths.state.read_text())["status"],
             "servers": sorted(record["pid"] for record in server_records(paths)),
             "faults": paths.faults.read_text() if paths.faults.exists() else None,
+            "live": paths.live.read_text() if paths.live.exists() else None,
             "deployed": tree(paths.rootfs / "var" / "lib" / "orch"),
         }
     files = {path.name: path.read_text() for path in (lab.inventory, lab.known_hosts)}
