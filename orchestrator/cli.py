@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from orchestrator.errors import OrchError
+from orchestrator.errors import InputError, OrchError
 from orchestrator.lab.layout import DEFAULT_TOKENS_PER_SECOND
 
 EXIT_CODES = """Exit codes: 0 success; 1 the change did not pass its gate or checks (rolled back
@@ -496,10 +496,30 @@ def watch(
     metavar="RUN_ID",
     help="Print that run's log (a unique prefix of the id will do).",
 )
+@click.option("--playbook", "playbook_name", metavar="NAME", help="Only runs of this playbook.")
+@click.option(
+    "--since",
+    metavar="SPAN|DATE",
+    help="Only runs started since then: a span ago (2h, 7d) or a date (2026-12-01).",
+)
+@click.option(
+    "--inventory",
+    "inventory_file",
+    type=click.Path(path_type=Path),
+    help="Only runs on this inventory file (the cluster it describes).",
+)
 @json_option
-def history(count: int, show_run: str | None, as_json: bool) -> None:
+def history(
+    count: int,
+    show_run: str | None,
+    playbook_name: str | None,
+    since: str | None,
+    inventory_file: Path | None,
+    as_json: bool,
+) -> None:
     """Runs from the local history: when, who, what, and each target's outcome."""
     from orchestrator import report
+    from orchestrator.durations import since as moment
     from orchestrator.state import History, history_document
 
     if show_run is not None:
@@ -516,7 +536,8 @@ def history(count: int, show_run: str | None, as_json: bool) -> None:
             for line in log.lines:
                 click.echo(report.printable(line))
         return
-    runs = history_document(History().last(count))
+    after = moment(since, "--since") if since else None
+    runs = history_document(History().last(count, playbook_name, after, inventory_file))
     report.print_json(runs) if as_json else report.print_history(runs)
 
 
@@ -684,6 +705,36 @@ def inventory_discover(
         click.echo(text, nl=False)
     else:
         click.echo(f"wrote {output}: {len(cluster.containers)} container(s) on {cluster.node}")
+
+
+@cli.command()
+@click.argument("run_id", metavar="RUN_ID")
+@click.option(
+    "--format",
+    "output_format",
+    type=click.Choice(["markdown", "html"]),
+    default="markdown",
+    show_default=True,
+    help="Markdown (a text chart) or one self-contained HTML page (an inline SVG chart).",
+)
+@click.option("-o", "--output", type=click.Path(path_type=Path), help="Write it to FILE.")
+def report(run_id: str, output_format: str, output: Path | None) -> None:
+    """One run to share, from the local history and run log: who, when, what changed,
+    each container's steps and gate per phase (threshold, bound, acceptance curve), the
+    rollback and the errors."""
+    from orchestrator import runreport
+
+    run, lines = runreport.load(run_id)
+    parts = runreport.sections(run, lines)
+    page = runreport.to_html(parts) if output_format == "html" else runreport.markdown(parts)
+    if output is None:
+        click.echo(page, nl=False)
+        return
+    try:
+        output.write_text(page, encoding="utf-8")
+    except OSError as exc:
+        raise InputError(f"{output}: cannot write the report: {exc.strerror}") from None
+    click.echo(f"wrote {output}", err=True)
 
 
 @cli.command()

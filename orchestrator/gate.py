@@ -127,10 +127,12 @@ class GateReport:
     seconds: float = 0.0
     phases: list[PhaseReport] = field(default_factory=list)
     advice: Advice | None = None
+    criteria: GateCriteria | None = None
 
     def to_dict(self) -> dict[str, object]:
         return {
             **self.verdict.to_dict(),
+            "criteria": dataclasses.asdict(self.criteria) if self.criteria else None,
             "explanation": self.explanation,
             "requests": self.requests,
             "request_errors": self.request_errors,
@@ -279,7 +281,7 @@ def run_gate(
     )
     endpoints = probe_endpoints(gate.probe.endpoints, gate.probe.chat_template_kwargs)
     phases = [(bucket, endpoint) for bucket in buckets for endpoint in endpoints]
-    report = GateReport(assess([], criteria))
+    report = GateReport(assess([], criteria), criteria=criteria)
     started = time.monotonic()
     target = _Target(transport, address, port, served_name)
     for index, (bucket, endpoint) in enumerate(phases):
