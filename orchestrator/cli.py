@@ -11,6 +11,7 @@ from typing import Any
 
 import click
 
+from orchestrator import completion as complete
 from orchestrator.errors import InputError, OrchError
 from orchestrator.lab.layout import DEFAULT_TOKENS_PER_SECOND
 
@@ -59,6 +60,7 @@ limit_option = click.option(
     "--limit",
     multiple=True,
     metavar="PATTERN",
+    shell_complete=complete.limit_patterns,
     help="Only these containers: names, groups, globs, comma lists, !exclusions.",
 )
 set_option = click.option(
@@ -77,7 +79,7 @@ accept_keys_option = click.option(
 
 
 @cli.command()
-@click.argument("playbook")
+@click.argument("playbook", shell_complete=complete.playbooks)
 @inventory_option
 @limit_option
 @set_option
@@ -151,7 +153,7 @@ def _stoppable(inputs: Any, as_json: bool) -> Iterator[tuple[Any, Any]]:
 
 
 @cli.command()
-@click.argument("playbook")
+@click.argument("playbook", shell_complete=complete.playbooks)
 @inventory_option
 @limit_option
 @set_option
@@ -159,6 +161,7 @@ def _stoppable(inputs: Any, as_json: bool) -> Iterator[tuple[Any, Any]]:
     "--to",
     "to_release",
     metavar="ID",
+    shell_complete=complete.run_ids,
     help="A run id (every container back to what that run left it on), a release id, or a "
     "unique prefix of either (see `orch releases`). Default: each container's previous release.",
 )
@@ -190,7 +193,7 @@ def rollback(
 
 
 @cli.command()
-@click.argument("playbook", required=False)
+@click.argument("playbook", required=False, shell_complete=complete.playbooks)
 @click.option(
     "-i",
     "--inventory",
@@ -287,7 +290,7 @@ def fleet_read_options(command: Callable[..., None]) -> Callable[..., None]:
     """PLAYBOOK -i INVENTORY [--limit] [--accept-new-host-keys] [--json]."""
     for option in reversed(
         [
-            click.argument("playbook"),
+            click.argument("playbook", shell_complete=complete.playbooks),
             inventory_option,
             limit_option,
             accept_keys_option,
@@ -345,7 +348,7 @@ def unlock(**options: Any) -> None:
 
 
 @cli.command()
-@click.argument("playbook")
+@click.argument("playbook", shell_complete=complete.playbooks)
 @inventory_option
 @limit_option
 @click.option(
@@ -421,7 +424,7 @@ def _stop_on_signals() -> Iterator[Any]:
 
 
 @cli.command()
-@click.argument("playbook")
+@click.argument("playbook", shell_complete=complete.playbooks)
 @inventory_option
 @limit_option
 @set_option
@@ -494,6 +497,7 @@ def watch(
     "--show",
     "show_run",
     metavar="RUN_ID",
+    shell_complete=complete.run_ids,
     help="Print that run's log (a unique prefix of the id will do).",
 )
 @click.option("--playbook", "playbook_name", metavar="NAME", help="Only runs of this playbook.")
@@ -552,7 +556,7 @@ def profiles(as_json: bool) -> None:
 
 
 @cli.command()
-@click.argument("playbook")
+@click.argument("playbook", shell_complete=complete.playbooks)
 @inventory_option
 @limit_option
 @set_option
@@ -594,7 +598,7 @@ def render(
 
 
 @cli.command()
-@click.argument("playbook", required=False)
+@click.argument("playbook", required=False, shell_complete=complete.playbooks)
 @inventory_option
 @limit_option
 @set_option
@@ -708,7 +712,7 @@ def inventory_discover(
 
 
 @cli.command()
-@click.argument("run_id", metavar="RUN_ID")
+@click.argument("run_id", metavar="RUN_ID", shell_complete=complete.run_ids)
 @click.option(
     "--format",
     "output_format",
@@ -738,7 +742,7 @@ def report(run_id: str, output_format: str, output: Path | None) -> None:
 
 
 @cli.command()
-@click.argument("playbook")
+@click.argument("playbook", shell_complete=complete.playbooks)
 @set_option
 @click.option(
     "--format",
