@@ -940,8 +940,8 @@ lab_dir_option = click.option(
 @click.option(
     "--vllm-version",
     metavar="VERSION",
-    help="The vLLM version the stand-ins claim and behave as (default: the newest the "
-    "capability table knows).",
+    help="The vLLM release the stand-ins claim and behave as (default: the newest the "
+    "lab's own release data knows, orchestrator/lab/vllm_releases.yaml).",
 )
 @click.option(
     "--direct-ssh/--all-pct",
@@ -983,7 +983,7 @@ def lab_up(
 ) -> None:
     """Build and start the lab, and write its inventory."""
     from orchestrator.lab.cluster import Lab, LabSpec, default_lab_dir
-    from orchestrator.serving.capabilities import newest_version
+    from orchestrator.lab.releases import default_release
 
     the_lab = Lab(lab_dir or default_lab_dir())
     spec = LabSpec(
@@ -991,7 +991,7 @@ def lab_up(
         containers_per_host,
         load_seconds,
         network,
-        vllm_version or newest_version(),
+        vllm_version or default_release(),
         direct_ssh,
         max_sessions,
         max_startups,

@@ -325,7 +325,11 @@ class TargetRun:
             facts = preflight.gather(self.transport, self.plan, self.nvidia_smi)
         server = self.playbook.server
         self.outcome.findings = preflight.judge(
-            facts, self.plan, server.tensor_parallel_size, server.num_speculative_tokens
+            facts,
+            self.plan,
+            server.tensor_parallel_size,
+            server.num_speculative_tokens,
+            self.playbook.gate.probe.sampling,
         )
         self.outcome.previous_release = self.outcome.current = facts.current_release
         self.outcome.server_version = facts.server_version

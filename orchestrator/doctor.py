@@ -199,7 +199,11 @@ class Doctor:
             checks.append(Check(name, "server", OK, f"{plan.vllm}: vLLM {facts.server_version}"))
         server = self.playbook.server
         findings = preflight.judge(
-            facts, plan, server.tensor_parallel_size, server.num_speculative_tokens
+            facts,
+            plan,
+            server.tensor_parallel_size,
+            server.num_speculative_tokens,
+            self.playbook.gate.probe.sampling,
         )
         for finding in findings:
             expected = "" if finding.expected is None else f"expected {finding.expected}"

@@ -1,5 +1,7 @@
 """The acceptance gate on a live server: probe traffic, scrapes, verdict.
 
+Every probe request carries the playbook's sampling (greedy by default), and the
+report records it: acceptance depends on it as much as on the drafter.
 The gate runs in phases, one per context bucket and endpoint (short prompts,
 then long ones past the drafter's sliding window; plain completions, then chat
 as production calls it). In each phase probe requests run on worker threads
@@ -16,6 +18,7 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import tenacity
 
@@ -41,6 +44,7 @@ from orchestrator.metrics.scrape import (
 from orchestrator.playbook import Gate
 from orchestrator.probes.context import LONG, SHORT, ContextBucket
 from orchestrator.probes.endpoints import Endpoint, probe_endpoints
+from orchestrator.probes.sampling import request_fields
 from orchestrator.transport import http
 from orchestrator.transport.base import Transport
 
@@ -128,11 +132,15 @@ class GateReport:
     phases: list[PhaseReport] = field(default_factory=list)
     advice: Advice | None = None
     criteria: GateCriteria | None = None
+    sampling: dict[str, Any] | None = None
+    """The sampling fields every probe request carried: the figures hold under it (None:
+    no probe was sent, the server never became ready)."""
 
     def to_dict(self) -> dict[str, object]:
         return {
             **self.verdict.to_dict(),
             "criteria": dataclasses.asdict(self.criteria) if self.criteria else None,
+            "sampling": self.sampling,
             "explanation": self.explanation,
             "requests": self.requests,
             "request_errors": self.request_errors,
@@ -165,8 +173,10 @@ class _Probe:
         max_tokens: int,
         max_requests: int,
         deadline: Deadline,
+        sampling: dict[str, Any],
     ) -> None:
         self.target, self.endpoint, self.max_tokens = target, endpoint, max_tokens
+        self.sampling = sampling
         self.deadline = deadline
         self._prompts = itertools.cycle(prompts)
         self._budget = max_requests
@@ -186,7 +196,9 @@ class _Probe:
     def worker(self) -> None:
         while (prompt := self._next_prompt()) is not None:
             target = self.target
-            payload = self.endpoint.payload(target.served_name, prompt, self.max_tokens)
+            payload = self.endpoint.payload(
+                target.served_name, prompt, self.max_tokens, self.sampling
+            )
             try:
                 response = http.request(
                     target.transport,
@@ -281,7 +293,9 @@ def run_gate(
     )
     endpoints = probe_endpoints(gate.probe.endpoints, gate.probe.chat_template_kwargs)
     phases = [(bucket, endpoint) for bucket in buckets for endpoint in endpoints]
-    report = GateReport(assess([], criteria), criteria=criteria)
+    report = GateReport(
+        assess([], criteria), sampling=request_fields(gate.probe.sampling), criteria=criteria
+    )
     started = time.monotonic()
     target = _Target(transport, address, port, served_name)
     for index, (bucket, endpoint) in enumerate(phases):
@@ -318,7 +332,13 @@ def _run_phase(
     """
     transport, address, port = target.transport, target.address, target.port
     probe = _Probe(
-        target, endpoint, bucket.prompts, gate.probe.max_tokens, gate.probe.max_requests, deadline
+        target,
+        endpoint,
+        bucket.prompts,
+        gate.probe.max_tokens,
+        gate.probe.max_requests,
+        deadline,
+        request_fields(gate.probe.sampling),
     )
     phase = PhaseReport(bucket, endpoint, assess([], criteria))
     started = time.monotonic()

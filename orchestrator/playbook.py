@@ -152,6 +152,24 @@ class Server(Schema):
     )
 
 
+class Sampling(Schema):
+    """How every probe request samples; ranges as vLLM's SamplingParams checks them (0.19.1
+    `sampling_params.py:452-467`, 0.34.0 `:666-687`)."""
+
+    temperature: Annotated[float, Field(ge=0, le=10)] = Field(
+        default=0.0, description="0 is greedy: the target's most likely token."
+    )
+    top_p: Annotated[float, Field(gt=0, le=1)] = Field(
+        default=1.0, description="Nucleus sampling's probability mass; 1 keeps every token."
+    )
+    top_k: Annotated[int, Field(ge=0, le=MAX_COUNT)] = Field(
+        default=0, description="Most likely tokens sampled from; 0 keeps every token."
+    )
+    seed: Annotated[int, Field(ge=0, le=2**63 - 1)] | None = Field(
+        default=None, description="Per-request seed (not sent when unset)."
+    )
+
+
 class Probe(Schema):
     """The traffic the gate sends to measure acceptance."""
 
@@ -188,6 +206,14 @@ class Probe(Schema):
         default={},
         description="Sent as `chat_template_kwargs` with every chat probe (e.g. "
         "`enable_thinking: false`): probe chat as production calls it.",
+    )
+    sampling: Sampling = Field(
+        default=Sampling(),
+        description="Sampling sent with every probe request (`temperature`, `top_p`, `top_k`, "
+        "`seed`): the server's defaults never decide what the gate measures, and every "
+        "verdict records it. Default greedy (temperature 0), as published acceptance figures "
+        "are; set your clients' sampling to gate on theirs (acceptance falls as temperature "
+        "rises).",
     )
 
 

@@ -27,6 +27,13 @@ from orchestrator.drafters.modelfiles import (
 from orchestrator.errors import ServiceUnavailable, StepFailed
 from orchestrator.layout import LAUNCH_SCRIPT
 from orchestrator.plan import TargetPlan
+from orchestrator.playbook import Sampling
+from orchestrator.probes.sampling import (
+    GENERATION_CONFIG_FILE,
+    GREEDY,
+    sampling_findings,
+    server_defaults,
+)
 from orchestrator.serving.judge import judge_server, read_launch
 from orchestrator.transport.base import Transport
 
@@ -60,7 +67,7 @@ class Facts:
 
 
 def read_model_dir(transport: Transport, path: str) -> ModelDir:
-    names = [CONFIG_FILE, TOKENIZER_CONFIG_FILE, INDEX_FILE]
+    names = [CONFIG_FILE, TOKENIZER_CONFIG_FILE, INDEX_FILE, GENERATION_CONFIG_FILE]
     result = transport.run(probe.read_model_dir(path, names, SAFETENSORS_HEADER_LIMIT), timeout=120)
     if result.exit_code == 3:
         return ModelDir(path, False, None, {}, {})
@@ -114,11 +121,21 @@ def gather(transport: Transport, plan: TargetPlan, nvidia_smi: str) -> Facts:
 
 
 def judge(
-    facts: Facts, plan: TargetPlan, tensor_parallel_size: int, num_speculative_tokens: int
+    facts: Facts,
+    plan: TargetPlan,
+    tensor_parallel_size: int,
+    num_speculative_tokens: int,
+    sampling: Sampling = GREEDY,
 ) -> list[Finding]:
-    """Every finding the facts support, errors and warnings, in a stable order."""
+    """Every finding the facts support, errors and warnings, in a stable order.
+    `sampling` is the gate's: the server's own defaults are judged against it."""
     findings = drafter_findings(facts.target, facts.drafter, plan, num_speculative_tokens)
     findings += server_findings(facts, plan)
+    defaults = server_defaults(
+        facts.target.frames.get(GENERATION_CONFIG_FILE),
+        plan.files[LAUNCH_SCRIPT].decode("utf-8", "replace"),
+    )
+    findings += sampling_findings(defaults, sampling)
     findings += _gpu_findings(facts, tensor_parallel_size)
     if facts.port_taken:
         findings.append(

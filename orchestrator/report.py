@@ -28,6 +28,7 @@ from rich.text import Text
 from orchestrator.documents import document
 from orchestrator.drafters.findings import Finding, Severity
 from orchestrator.drafters.kinds import get_kind
+from orchestrator.probes.sampling import describe
 
 if TYPE_CHECKING:
     from orchestrator.drafters.profiles import Profile
@@ -489,6 +490,8 @@ def print_run(doc: dict[str, Any]) -> None:
                     text(target["name"], "bold") + text(f" {label}: {gate['reason']}"),
                     highlight=False,
                 )
+                if gate.get("sampling"):
+                    out.print(text(f"  probed at {describe(gate['sampling'])}"), highlight=False)
                 if gate.get("explanation"):
                     out.print(text(f"  why: {gate['explanation']}"), highlight=False)
                 out.print(acceptance_bars(gate.get("per_position_acceptance") or []))
@@ -684,6 +687,12 @@ def _position1(target: dict[str, Any]) -> str:
     return f"{positions[0]:.2f}" if positions else "-"
 
 
+def _sampling(target: dict[str, Any]) -> str:
+    """What the target's gate probes sampled at (empty: no gate, or before orch recorded it)."""
+    sampling = (target.get("gate") or {}).get("sampling")
+    return describe(sampling) if sampling else ""
+
+
 HISTORY_COLUMNS = [
     Column("RUN", identifier=True),
     Column("CONTAINER", identifier=True),
@@ -691,6 +700,7 @@ HISTORY_COLUMNS = [
     Column("RELEASE", identifier=True),
     Column("MEAN LENGTH", drop=2, justify="right"),
     Column("POS-1", drop=6, justify="right"),
+    Column("SAMPLING", drop=11),
     Column("PREVIOUS", identifier=True, drop=5),
     Column("STARTED", drop=3),
     Column("COMMAND", drop=1),
@@ -720,6 +730,7 @@ def print_history(doc: dict[str, Any]) -> None:
                     text(target.get("release") or ""),
                     _mean_length(target),
                     _position1(target),
+                    _sampling(target),
                     text(target.get("previous_release") or ""),
                     *own,
                 ]

@@ -16,7 +16,8 @@ V2_ERROR = (
     "NotImplementedError: DFlash drafters with mixed sliding/full attention require the V2 "
     "model runner; relaunch with VLLM_USE_V2_MODEL_RUNNER=1."
 )
-NO_ENV = "server.env={}"
+RUNNER_OFF = 'server.env={VLLM_USE_V2_MODEL_RUNNER: "0"}'
+"""V1 forced: 0.26 - 0.28 refuse a mixed drafter there (unset, they pick V2 themselves)."""
 
 
 def releases(lab: LabHandle, name: str) -> set[str]:
@@ -35,8 +36,8 @@ def test_on_vllm_0_27_the_v2_runner_is_checked_before_the_restart(lab: LabHandle
     good = target(first, "ct200")["release"]
     pid = serving_pid(lab, "ct200")
 
-    # Without the runner's variable preflight stops it: nothing written, nothing restarted.
-    code, refused = deploy(lab, "--limit", "ct200", "--set", NO_ENV)
+    # With the V1 runner forced preflight stops it: nothing written, nothing restarted.
+    code, refused = deploy(lab, "--limit", "ct200", "--set", RUNNER_OFF)
     assert code == 1
     entry = target(refused, "ct200")
     assert entry["result"] == "failed" and "preflight" in entry["error"]
@@ -58,7 +59,7 @@ def test_on_vllm_0_27_the_v2_runner_is_checked_before_the_restart(lab: LabHandle
         "ct200",
         "--force",
         "--set",
-        NO_ENV,
+        RUNNER_OFF,
         *FAST,
     )
     assert forced.code == 1, forced.stdout + forced.stderr

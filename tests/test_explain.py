@@ -57,6 +57,7 @@ def test_a_section_lists_its_fields() -> None:
         "scrape_interval",
         "endpoints",
         "chat_template_kwargs",
+        "sampling",
     ]
     assert "<integer 1..64> (default 4)" in result.output
 

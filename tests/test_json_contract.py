@@ -192,6 +192,11 @@ def test_every_command_prints_one_document_of_the_contract(fleet: Fleet) -> None
     for profile in documents["Profiles"]["profiles"]:
         assert list(profile)[:3] == ["name", "kind", "target"]
         assert all(re.fullmatch(r"[a-z0-9_]+", key) for key in profile), list(profile)
+    greedy = {"temperature": 0.0, "top_p": 1.0, "top_k": 0}  # docs/json.md: the default
+    run_id = documents["DeployRun"]["run_id"]
+    [recorded] = [run for run in documents["History"]["runs"] if run["run_id"] == run_id]
+    for document in (documents["DeployRun"], recorded):
+        assert [t["gate"]["sampling"] for t in document["targets"]] == [greedy, greedy]
     for status in documents["Status"]["targets"]:
         assert (status["state"], status["server"], status["health"]) == ("serving", "running", 200)
         assert isinstance(status["pid"], int) and status["lock"] is None

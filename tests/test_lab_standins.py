@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from orchestrator.drafters.kinds.dflash import KEYS, weight_layout
+from orchestrator.drafters.kinds.dflash import weight_layout
 from orchestrator.drafters.modelfiles import write_safetensors_stub
 from orchestrator.drafters.profiles import get_profile
 from orchestrator.lab.acceptance import (
@@ -35,6 +35,10 @@ from orchestrator.lab.acceptance import (
     expected_acceptance_length,
     request_multiplier,
     sample_accepted,
+    sampling_factor,
+)
+from orchestrator.lab.layout import (
+    VLLM_VERSION_ENV as VERSION_ENV,
 )
 from orchestrator.lab.layout import (
     ContainerPaths,
@@ -137,8 +141,11 @@ def test_keys_vllm_reads_for_the_model_or_its_layers_misalign_it(key: str) -> No
     assert profile[0] == pytest.approx(0.08, abs=0.01)
 
 
-@pytest.mark.parametrize("key", sorted(p for p, k in KEYS.keys.items() if not k.read))
+@pytest.mark.parametrize(
+    "key", ["bos_token_id", "block_size", "num_target_layers", "dflash_config.block_size"]
+)
 def test_keys_no_server_reads_change_nothing(key: str) -> None:
+    """Keys vLLM's qwen3_dflash.py never reads (the lab's own list, dflash_reading.py)."""
     deployed = copy.deepcopy(PUBLISHED)
     *parents, leaf = key.split(".")
     node = deployed
@@ -304,9 +311,10 @@ def start_vllm(
     drafter: Path | None = None,
     load_seconds: float = 0.3,
     faults: dict | None = None,
-    env: dict[str, str] | None = None,
+    env: dict[str, str | None] | None = None,
 ) -> Server:
-    """`vllm serve` through the container's launcher, output to a log file."""
+    """`vllm serve` through the container's launcher, output to a log file (an `env`
+    value None unsets the variable)."""
     port = free_port()
     argv = [str(container.vllm), "serve", str(target_dir(container))]
     if drafter is not None:
@@ -314,6 +322,7 @@ def start_vllm(
     argv += ["--host", "127.0.0.1", "--port", str(port), "--load-seconds", str(load_seconds)]
     # The playbook's launch environment: today's vLLM serves mixed drafters on the V2 runner.
     environment = {**os.environ, "VLLM_USE_V2_MODEL_RUNNER": "1", **(env or {})}
+    environment = {name: value for name, value in environment.items() if value is not None}
     if faults is not None:
         environment["ORCH_LAB_FAULTS"] = json.dumps(faults)
     log = container.root / f"vllm-{port}.log"
@@ -368,13 +377,13 @@ def samples(port: int) -> dict[tuple[str, str], float]:
     }
 
 
-def complete(port: int, max_tokens: int) -> dict:
-    status, body, _ = request(
-        port,
-        "POST",
-        "/v1/completions",
-        {"prompt": "Explain speculative decoding", "max_tokens": max_tokens},
-    )
+GREEDY = {"temperature": 0}
+"""What the gate's probes send by default."""
+
+
+def complete(port: int, max_tokens: int, sampling: dict = GREEDY) -> dict:
+    body = {"prompt": "Explain speculative decoding", "max_tokens": max_tokens, **sampling}
+    status, body, _ = request(port, "POST", "/v1/completions", body)
     assert status == 200, body
     return json.loads(body)
 
@@ -386,11 +395,11 @@ class Acceptance:
     per_position: list[float]
 
 
-def measure(port: int, requests: int, max_tokens: int = 256) -> Acceptance:
+def measure(port: int, requests: int, max_tokens: int = 256, sampling: dict = GREEDY) -> Acceptance:
     """Drive completions and read the spec-decode counter deltas, as the gate does."""
     before = samples(port)
     with ThreadPoolExecutor(8) as pool:
-        list(pool.map(lambda _: complete(port, max_tokens), range(requests)))
+        list(pool.map(lambda _: complete(port, max_tokens, sampling), range(requests)))
     after = samples(port)
 
     def delta(name: str, position: str = "") -> float:
@@ -629,9 +638,78 @@ def test_missing_target_config_fails_with_a_traceback(
 
 
 def test_unknown_flag_is_a_usage_error(container: ContainerPaths, processes: list) -> None:
-    server = broken_start(container, processes, None, "--no-such-flag")
+    """As the real 0.32.0 `vllm serve M --bogus-flag 1`: exit 2 and argparse's line."""
+    server = broken_start(container, processes, None, "--bogus-flag", "1")
     assert server.process.returncode == 2
-    assert "unrecognized arguments: --no-such-flag" in server.output()
+    assert server.output().splitlines()[-1] == "vllm: error: unrecognized arguments: --bogus-flag 1"
+
+
+def bad_launch(container: ContainerPaths, processes: list, speculative: str) -> tuple[int, str]:
+    """Exit code and the error's lines from the first one naming an error, as the real
+    0.32.0 server printed them for the same --speculative-config."""
+    env = {VERSION_ENV: "0.32.0"}
+    server = start_vllm(processes, container, "--speculative-config", speculative, env=env)
+    code = server.process.wait(timeout=10)
+    lines = server.output().splitlines()
+    first = next(
+        i for i, line in enumerate(lines) if re.match(r"(\S+Error|vllm serve: error)", line)
+    )
+    return code, "\n".join(lines[first:])
+
+
+def test_invalid_json_is_a_usage_error_as_vllm_words_it(
+    container: ContainerPaths, processes: list
+) -> None:
+    code, error = bad_launch(container, processes, "{bad")
+    assert code == 2
+    assert re.fullmatch(
+        r"vllm serve: error: argument --speculative-config/-sc: Value \{bad cannot be "
+        r"converted to <function loads at 0x[0-9a-f]+>\.",
+        error,
+    ), error
+
+
+def test_an_unknown_speculative_key_is_pydantics_unexpected_keyword_argument(
+    container: ContainerPaths, drafter: Path, processes: list
+) -> None:
+    config = {"method": "dflash", "model": str(drafter), "num_speculative_tokens": 3}
+    code, error = bad_launch(container, processes, json.dumps({**config, "bogus_key": 1}))
+    assert code == 1
+    assert error.splitlines()[:3] == [
+        "pydantic_core._pydantic_core.ValidationError: 1 validation error for SpeculativeConfig",
+        "bogus_key",
+        "  Unexpected keyword argument [type=unexpected_keyword_argument, input_value=1, "
+        "input_type=int]",
+    ]
+
+
+def test_an_unknown_method_lists_the_releases_methods(
+    container: ContainerPaths, processes: list
+) -> None:
+    code, error = bad_launch(container, processes, '{"method":"nope","num_speculative_tokens":3}')
+    assert code == 1
+    assert error.splitlines()[1] == "method"
+    assert error.splitlines()[2].startswith(
+        "  Input should be 'ngram', 'medusa', 'mlp_speculator', 'draft_model', 'suffix', "
+        "'custom_class', 'eagle', 'eagle3', 'extract_hidden_states', 'deepseek_mtp', "
+    )
+    assert error.splitlines()[2].endswith(
+        "'glm5_next_mtp', 'dflash', 'ngram_gpu' or 'dspark' "
+        "[type=literal_error, input_value='nope', input_type=str]"
+    )
+
+
+def test_a_drafter_dir_without_config_is_pydantics_value_error(
+    container: ContainerPaths, processes: list
+) -> None:
+    missing = container.rootfs / "models/missing"
+    config = {"method": "dflash", "model": str(missing), "num_speculative_tokens": 3}
+    code, error = bad_launch(container, processes, json.dumps(config))
+    assert code == 1
+    assert error.splitlines()[:2] == [
+        "pydantic_core._pydantic_core.ValidationError: 1 validation error for SpeculativeConfig",
+        f"  Value error, Invalid repository ID or local directory specified: '{missing}'.",
+    ]
 
 
 def test_decode_speed_must_be_positive(container: ContainerPaths, processes: list) -> None:
@@ -683,14 +761,22 @@ def test_hang_while_loading_from_faults_file(
 
 
 def test_crash_after_ready(container: ContainerPaths, drafter: Path, processes: list) -> None:
+    """As the real 0.32.0 server did when its engine died: the error and traceback in the
+    log, /health 503 and requests 500 until the watchdog stops it, then exit 0."""
     server = start_vllm(
         processes, container, drafter=drafter, faults={"crash_after_ready_seconds": 0.5}
     )
     wait_ready(server)
+    wait_until(lambda: request(server.port, "GET", "/health")[0] == 503)
+    status, body, _ = request(server.port, "POST", "/v1/completions", {"prompt": "x"})
+    assert status == 500 and b"EngineCore encountered an issue" in body
     server.process.wait(timeout=10)
-    assert server.process.returncode == 1
+    assert server.process.returncode == 0
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", server.port), timeout=1).close()
     assert "EngineCore encountered a fatal error" in server.output()
     assert "Traceback" in server.output()
+    assert "EngineDeadError" in server.output()
 
 
 def test_ignore_sigterm(container: ContainerPaths, drafter: Path, processes: list) -> None:
@@ -902,3 +988,34 @@ def test_dripping_routes_answer_one_byte_at_a_time(
     )
     assert len(body) == length
     assert len(chunks) > 20  # byte by byte; a busy reader may find a few waiting at once
+
+
+# --- vllm: sampling ------------------------------------------------------------------------
+
+
+def test_sampling_keeps_greedy_acceptance_and_loses_it_as_temperature_rises() -> None:
+    """Calibrated on the lab's tiny target's measured top-1 probability by temperature."""
+    assert sampling_factor(0.0) == 1.0
+    measured = {0.05: 0.982, 0.3: 0.865, 0.7: 0.691, 1.0: 0.569}
+    for temperature, top1 in measured.items():
+        assert sampling_factor(temperature) == pytest.approx(top1, abs=0.035)  # the fit
+    factors = [sampling_factor(t / 10) for t in range(0, 21)]
+    assert factors == sorted(factors, reverse=True)
+
+
+def test_requests_without_sampling_get_the_servers_default_temperature(
+    container: ContainerPaths, drafter: Path, processes: list
+) -> None:
+    """vLLM samples an unset temperature at the target's generation_config.json default,
+    else 1.0; the same drafter accepts less there than greedily."""
+    half = ("--gpu-memory-utilization", "0.4")  # two servers side by side
+    server = wait_ready(start_vllm(processes, container, *half, drafter=drafter))
+    greedy = measure(server.port, requests=8)
+    unset = measure(server.port, requests=8, sampling={})
+    assert greedy.per_position[0] == pytest.approx(0.8, abs=0.04)
+    assert unset.per_position[0] == pytest.approx(0.8 * sampling_factor(1.0), abs=0.04)
+
+    (target_dir(container) / "generation_config.json").write_text('{"temperature": 0.7}')
+    configured = wait_ready(start_vllm(processes, container, *half, drafter=drafter))
+    unset = measure(configured.port, requests=8, sampling={})
+    assert unset.per_position[0] == pytest.approx(0.8 * sampling_factor(0.7), abs=0.04)

@@ -88,15 +88,28 @@ def test_long_prompt_takes_passages_in_turn_until_long_enough() -> None:
     assert long_prompt(passages, 0, 3) == f"one two three\n\n{LONG_QUESTION}"
 
 
+GREEDY = {"temperature": 0.0, "top_p": 1.0, "top_k": 0}
+
+
 def test_chat_payload_carries_the_template_settings_completions_do_not() -> None:
     chat, plain = probe_endpoints(["chat", "completions"], {"enable_thinking": False})
-    assert chat.payload("m", "hi", 8) == {
+    assert chat.payload("m", "hi", 8, GREEDY) == {
         "model": "m",
         "messages": [{"role": "user", "content": "hi"}],
         "max_tokens": 8,
+        "temperature": 0.0,
+        "top_p": 1.0,
+        "top_k": 0,
         "chat_template_kwargs": {"enable_thinking": False},
     }
-    assert plain.payload("m", "hi", 8) == {"model": "m", "prompt": "hi", "max_tokens": 8}
+    assert plain.payload("m", "hi", 8, GREEDY) == {
+        "model": "m",
+        "prompt": "hi",
+        "max_tokens": 8,
+        "temperature": 0.0,
+        "top_p": 1.0,
+        "top_k": 0,
+    }
     assert (chat.path, plain.path) == ("/v1/chat/completions", "/v1/completions")
     assert (chat.settings(), plain.settings()) == ({"enable_thinking": False}, None)
     assert chat.describe() == "/v1/chat/completions (enable_thinking=False)"
@@ -104,7 +117,7 @@ def test_chat_payload_carries_the_template_settings_completions_do_not() -> None
 
 def test_chat_without_settings_uses_the_template_defaults() -> None:
     chat = Endpoint("chat")
-    assert "chat_template_kwargs" not in chat.payload("m", "hi", 8)
+    assert "chat_template_kwargs" not in chat.payload("m", "hi", 8, GREEDY)
     assert chat.describe() == "/v1/chat/completions (template defaults)"
 
 

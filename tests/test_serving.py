@@ -359,5 +359,6 @@ def test_lab_up_refuses_a_version_that_is_not_one(tmp_path: Path) -> None:
         timeout=60,
     )
     assert done.returncode == 2
-    assert "--vllm-version 'latest': 'latest' is not a version" in done.stderr
+    assert "--vllm-version 'latest': the lab's vLLM knows releases 0.19.1," in done.stderr
+    assert "0.34.0; not 'latest'" in done.stderr
     assert not (tmp_path / "lab").exists()

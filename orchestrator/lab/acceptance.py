@@ -12,9 +12,9 @@ drafter's weights, with the figures seen in the field:
   4.2 at 15 speculative tokens;
 - a key vLLM reads that says which hidden states, mask or model the drafter
   uses differs (`target_layer_ids`, `mask_token_id`, `is_neox_style`, rope,
-  shapes: roles "layers" and "model" of the kind's key table), or the layer
-  count does not match `fc.weight`: position 1 about 0.08, position 2 about
-  0.03, none later (mean about 1.1);
+  shapes: roles "layers" and "model" of the lab's own list of what vLLM reads,
+  `dflash_reading.KEY_ROLES`), or the layer count does not match `fc.weight`:
+  position 1 about 0.08, position 2 about 0.03, none later (mean about 1.1);
 - the attention the server builds differs (layer types, the window it sees,
   causality: role "attention"): mean acceptance length about halved;
 - keys no server reads (`bos_token_id`, `block_size`, ...) change nothing.
@@ -24,6 +24,9 @@ drafter's weights, with the figures seen in the field:
   curve collapses to 0.55, 0.25, 0.08, 0.02 and 0 from position 5 on (mean
   acceptance length about 1.9).
 
+Every figure above is greedy; a request sampling at temperature T keeps
+`sampling_factor(T)` of each position's acceptance.
+
 Without a published config to compare with, the lab cannot vouch for the
 drafter and serves the unaligned profile: a gate must not pass on an unknown.
 """
@@ -32,9 +35,14 @@ from __future__ import annotations
 
 import random
 
-from orchestrator.drafters.kinds.dflash import KEYS, server_slides, server_window
-from orchestrator.drafters.kinds.mtp import mtp_layers
-from orchestrator.drafters.modelfiles import text_config
+from orchestrator.lab.dflash_reading import (
+    LAYERS,
+    MODEL,
+    layer_ids,
+    mtp_layer_count,
+    roles_that_differ,
+    text_config,
+)
 
 DEFAULT_BLOCK_SIZE = 16
 TRAINED_FIRST = 0.80
@@ -46,19 +54,12 @@ ATTENTION_MISMATCH_SCALE = 0.664
 """Scaling every position by it halves the trained mean at 15 tokens (4.2 -> 2.1)."""
 LONG_CONTEXT_COLLAPSE = (0.55, 0.25, 0.08, 0.02)
 """Share of drafts accepting at least i+1 tokens once full attention runs past the window."""
-WINDOW_KEYS = frozenset(
-    {
-        "layer_types",
-        "sliding_window",
-        "use_sliding_window",
-        "max_window_layers",
-        "dflash_config.swa_window_size",
-        "dflash_config.use_swa",
-    }
-)
-"""Keys judged by the attention the server builds from them, not one by one."""
 ZERO_HEAD = 0.01
 """A drafter with a zero-initialised lm_head: position 1 accepted in about 1% of drafts."""
+TARGET_CONFIDENCE = (1.35, 0.508)
+"""(N, r), least squares over the lab's tiny target's mean top-1 probability along its greedy
+continuations of benchmarks/sampling.py's prompts: 0.982, 0.865, 0.691, 0.569 at temperature
+0.05, 0.3, 0.7, 1.0 (the fit: 1.000, 0.876, 0.661, 0.593)."""
 MAX_PROBABILITY = 0.98
 REQUEST_SPREAD = 0.03
 """Standard deviation of the per-request multiplier (clipped to 0.9..1.1)."""
@@ -72,31 +73,14 @@ def _block_size(config: dict) -> int:
     return int(_dflash(config).get("block_size", config.get("block_size", DEFAULT_BLOCK_SIZE)))
 
 
-def _attention_seen(config: dict) -> tuple[list[str], int | None]:
-    """Layer types and window as the server builds them; absent layer_types are all full."""
-    types = config.get("layer_types") or ["full_attention"] * config.get("num_hidden_layers", 0)
-    return types, server_window(config) if server_slides(config) else None
-
-
-def _roles_that_differ(deployed: dict, truth: dict) -> set[str | None]:
-    """The key-table roles of the keys vLLM reads whose values differ from the truth."""
-    roles = {
-        key.role for key in KEYS.read_differences(deployed, truth) if key.path not in WINDOW_KEYS
-    }
-    if _attention_seen(deployed) != _attention_seen(truth):
-        roles.add("attention")
-    return roles
-
-
 def _reads_wrong_states(deployed: dict, truth: dict, fc_in_features: int | None) -> bool:
-    layer_ids = _dflash(deployed).get("target_layer_ids") or []
     hidden = deployed.get("hidden_size") or truth.get("hidden_size")
     weights_disagree = (
         fc_in_features is not None
         and hidden is not None
-        and fc_in_features != hidden * len(layer_ids)
+        and fc_in_features != hidden * len(layer_ids(deployed))
     )
-    return weights_disagree or bool({"layers", "model"} & _roles_that_differ(deployed, truth))
+    return weights_disagree or bool({LAYERS, MODEL} & roles_that_differ(deployed, truth))
 
 
 def _trained(positions: int) -> list[float]:
@@ -119,7 +103,7 @@ def acceptance_profile(
     positions = _block_size(truth or deployed) - 1
     if truth is None or _reads_wrong_states(deployed, truth, fc_in_features):
         return _unaligned(positions)
-    scale = ATTENTION_MISMATCH_SCALE if "attention" in _roles_that_differ(deployed, truth) else 1
+    scale = ATTENTION_MISMATCH_SCALE if "attention" in roles_that_differ(deployed, truth) else 1
     return [p * scale for p in _trained(positions)]
 
 
@@ -151,6 +135,23 @@ def expected_acceptance_length(profile: list[float], num_speculative_tokens: int
         reach *= _position_probability(profile, position, 1.0)
         total += reach
     return total
+
+
+def sampling_factor(temperature: float) -> float:
+    """The share of greedy acceptance left when a request samples at `temperature`.
+
+    vLLM's drafters draft greedily (`draft_sample_method` "greedy", 0.32.0
+    `config/speculative.py:600`) and its rejection sampler accepts a drafted token with
+    the target's probability of it at the request's temperature (no draft probabilities:
+    `draft_prob = 1`, `rejection_sampler.py:872-884`). A drafted token the target ranks
+    first is then kept with the target's top-1 probability, modelled as
+    1 / (1 + N * r ** (1 / T)): TARGET_CONFIDENCE fits the lab's tiny Qwen3 target
+    (docs/field-notes.md, "Sampling"). Greedy requests (T = 0) keep every aligned token.
+    """
+    if temperature <= 0:
+        return 1.0
+    spread, ratio = TARGET_CONFIDENCE
+    return 1 / (1 + spread * ratio ** (1 / temperature))
 
 
 def request_multiplier(rng: random.Random) -> float:
@@ -203,9 +204,16 @@ def eagle3_profile(deployed: dict, truth: dict | None, target: dict, steps: int)
 
 def mtp_profile(target: dict, steps: int) -> list[float]:
     """MTP heads declared by the target draft well; a target without them does not."""
-    if not mtp_layers(target)[1]:
+    if not mtp_layer_count(target):
         return _unaligned(steps)
     return [MTP_FIRST] + [MTP_RERUN] * (steps - 1)
+
+
+def draft_model_profile(drafts_with_target_weights: bool, steps: int) -> list[float]:
+    """A target drafting for itself agrees with itself at every position (the real server,
+    greedy: mean acceptance length exactly k + 1); another model as the lab has them
+    (random weights) draws like an unaligned drafter."""
+    return [1.0] * steps if drafts_with_target_weights else _unaligned(steps)
 
 
 def ngram_profile(steps: int) -> list[float]:

@@ -40,7 +40,7 @@ from orchestrator.lab.layout import (
     write_pct_launcher,
 )
 from orchestrator.lab.models import install_models
-from orchestrator.serving.capabilities import UnknownVersion, capabilities_for, newest_version
+from orchestrator.lab.releases import UnknownRelease, default_release, release
 from orchestrator.state import state_dir
 
 SSH_PORT = 2222
@@ -63,7 +63,7 @@ class LabSpec:
     containers_per_host: int = 2
     load_seconds: float = 2.0
     network: str = "127.66"
-    vllm_version: str = field(default_factory=newest_version)
+    vllm_version: str = field(default_factory=default_release)
     """The vLLM version every container's stand-in claims and behaves as."""
     direct_ssh: bool = True
     max_sessions: int | None = None
@@ -74,8 +74,8 @@ class LabSpec:
 
     def __post_init__(self) -> None:
         try:
-            capabilities_for(self.vllm_version)
-        except UnknownVersion as exc:
+            release(self.vllm_version)
+        except UnknownRelease as exc:
             raise InputError(f"--vllm-version {self.vllm_version!r}: {exc}") from None
         if self.max_sessions is not None and self.max_sessions < 0:
             raise InputError(f"--max-sessions {self.max_sessions}: expected 0 or more")

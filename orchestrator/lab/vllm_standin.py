@@ -6,26 +6,29 @@ knobs -> bind the port -> read the target, speculative and drafter configs
 (any problem raises: a Python traceback and exit 1, as vLLM does) -> take GPU
 memory, recorded in `lab/servers/<pid>.json` -> "load weights" for
 `--load-seconds` with the port bound but not listening (connections refused)
--> listen and serve the OpenAI routes, `/health` and `/metrics` -> on SIGTERM
-stop serving, drop the record, exit 0.
+-> listen and serve the OpenAI routes, `/health` (200) and `/metrics` -> on SIGTERM
+stop serving, drop the record, exit 0. When the engine dies (the crash fault),
+/health answers 503 and requests 500 until the next watchdog tick, then exit 0.
 
 Drafts are accepted according to `acceptance.py`: the deployed drafter config
 is compared with the published one in `lab/truth/` and with its `fc.weight`,
-and, when sliding layers run as full attention, with the request's context.
+and, when sliding layers run as full attention, with the request's context;
+a request sampling at a temperature above 0 keeps less (its temperature, else
+the target's generation_config.json default, else 1.0).
 Each engine step (one draft and its verification, or one token without a
 drafter) takes 1 / `--tokens-per-second` seconds: the target's decode speed
 per stream without speculation.
 
-The server behaves like the vLLM version it claims (`ORCH_LAB_VLLM_VERSION`,
-default the newest row of the capability table, `serving/vllm.yaml`): a method
-the version lacks is refused, a drafter mixing sliding and full attention layers
-is refused, needs the V2 runner's variable, or has its sliding layers run as
-full attention, as that version's row says (the `swa_as_full_attention` fault
-knob forces the last on any version); `lab/live.json`'s `acceptance_scale`, re-read
-while serving, scales every position's acceptance (`orch lab acceptance`); a zero lm_head leaves a
-`*ForConditionalGeneration` target near-zero acceptance; `/health` answers 503
-for a short warm-up once listening. Imports stay light: an idle server must
-stay small.
+The server behaves like the vLLM release it claims (`ORCH_LAB_VLLM_VERSION`,
+default the newest the lab knows), from the lab's own data read from the
+release's wheel (`releases.py`, `vllm_releases.yaml`), never from orch's tables:
+its methods and SpeculativeConfig fields, pydantic's errors for others, how it
+reads VLLM_USE_V2_MODEL_RUNNER, what it does with a DFlash drafter mixing
+sliding and full layers or lacking a window, the zero lm_head of its V2 runner,
+its flags (the `swa_as_full_attention` fault knob runs sliding layers as full
+attention on any release; `lab/live.json`'s `acceptance_scale`, re-read while
+serving, scales every position's acceptance: `orch lab acceptance`). Imports stay
+light: an idle server must stay small.
 """
 
 from __future__ import annotations
@@ -36,31 +39,31 @@ import json
 import os
 import random
 import signal
+import struct
 import sys
 import threading
 import time
+import traceback
 import uuid
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge
 from prometheus_client.exposition import choose_encoder
 
-from orchestrator.drafters.modelfiles import (
-    parse_safetensors_header,
-    safetensors_header_length,
-    text_config,
-)
-from orchestrator.drafters.window import served_window
+from orchestrator.lab import dflash_reading
 from orchestrator.lab.acceptance import (
     acceptance_profile,
     collapsed_past_window,
+    draft_model_profile,
     eagle3_profile,
     mtp_profile,
     ngram_profile,
     request_multiplier,
     sample_accepted,
+    sampling_factor,
     zero_head_profile,
 )
 from orchestrator.lab.layout import (
@@ -73,15 +76,7 @@ from orchestrator.lab.layout import (
     server_records,
     write_json_atomic,
 )
-from orchestrator.serving.capabilities import (
-    FULL_ATTENTION,
-    REFUSED,
-    V2_RUNNER,
-    Capabilities,
-    capabilities_for,
-    newest_version,
-)
-from orchestrator.serving.judge import conditional_generation, is_mixed, runner_enabled
+from orchestrator.lab.releases import Release, default_release, release
 
 FAULTS_ENV = "ORCH_LAB_FAULTS"
 LOAD_SECONDS_ENV = "ORCH_LAB_LOAD_SECONDS"
@@ -89,8 +84,10 @@ STATS_INTERVAL_ENV = "VLLM_LOG_STATS_INTERVAL"
 DEFAULT_LOAD_SECONDS = 2.0
 DEFAULT_STATS_INTERVAL = 5.0
 LIVE_RECHECK_SECONDS = 0.5
-WARMUP_SECONDS = 0.5
-"""How long /health answers 503 after the port starts listening, where the row says so."""
+WATCHDOG_SECONDS = 5.0
+"""The API server's check for a dead engine (VLLM_WATCHDOG_TIME_S, launcher.py:319 in 0.32.0)."""
+GENERATION_CONFIG = "generation_config.json"
+SAMPLING_DEFAULTS = ("temperature", "top_p", "top_k")
 DEFAULT_MAX_TOKENS = 16
 FILLER = ("the", "draft", "tokens", "were", "verified", "by", "the", "target", "in", "one", "pass")
 SPEC_DECODE_LINE = (
@@ -115,7 +112,21 @@ def positive_float(text: str) -> float:
 
 def claimed_version() -> str:
     """The vLLM version this lab container's stand-in claims to be."""
-    return os.environ.get(VLLM_VERSION_ENV) or newest_version()
+    return os.environ.get(VLLM_VERSION_ENV) or default_release()
+
+
+def json_value(text: str) -> dict:
+    """A JSON flag, refused with vLLM's own usage error (exit 2) when it does not parse
+    (FlexibleArgumentParser; seen on the real 0.32.0 server)."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"Value {text} cannot be converted to {json.loads!r}."
+        ) from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"Value {text} cannot be converted to {json.loads!r}.")
+    return value
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -125,7 +136,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", usage="vllm serve [model_tag] [options]")
     serve.add_argument("model_tag")
-    serve.add_argument("--speculative-config", type=str)
+    serve.add_argument("--speculative-config", "-sc", type=json_value)
     serve.add_argument("--host", default="127.0.0.1", help="lab: loopback addresses only")
     serve.add_argument("--port", type=int, default=8000)
     serve.add_argument("--tensor-parallel-size", type=int, default=1)
@@ -139,6 +150,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     serve.add_argument("--max-num-seqs", type=int)
     serve.add_argument("--max-num-batched-tokens", type=int)
     serve.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction)
+    serve.add_argument("--generation-config", default="auto")
+    serve.add_argument("--override-generation-config")
+    if release(claimed_version()).per_request_spec_decode_metrics:
+        serve.add_argument(
+            "--per-request-spec-decode-metrics",
+            choices=("none", "summary", "detailed"),
+            default="none",
+            help="accepted as the release does; the lab adds no per-request figures yet",
+        )
     serve.add_argument(
         "--load-seconds",
         type=float,
@@ -178,7 +198,40 @@ def read_faults(container: ContainerPaths) -> Faults:
 
 
 class SpeculativeConfigError(ValueError):
-    """Raised with pydantic's wording, as vLLM's own config validation reads."""
+    """Raised with pydantic's wording and name, as vLLM's own config validation reads:
+    the traceback's last line is `pydantic_core._pydantic_core.ValidationError: ...`."""
+
+
+SpeculativeConfigError.__module__, SpeculativeConfigError.__qualname__ = (
+    "pydantic_core._pydantic_core",
+    "ValidationError",
+)
+NO_MODEL_CONFIG = (
+    "Invalid repository ID or local directory specified: '{model}'.\n"
+    "Please verify the following requirements:\n"
+    "1. Provide a valid Hugging Face repository ID.\n"
+    "2. Specify a local directory that contains a recognized configuration file.\n"
+    "   - For Hugging Face models: ensure the presence of a 'config.json'.\n"
+    "   - For Mistral models: ensure the presence of a 'params.json'.\n"
+)
+"""A drafter dir without config.json (0.32.0 `transformers_utils/config.py:847-860`)."""
+PYDANTIC_ERRORS = "https://errors.pydantic.dev/2.14/v/"
+"""pydantic's link under each error (2.14: the real 0.32.0 server's venv here)."""
+
+
+def validation_error(errors: list[tuple[str, str, str, Any]]) -> SpeculativeConfigError:
+    """pydantic's text for (field, message, type, input) errors of SpeculativeConfig; a
+    model-level error has no field line."""
+    lines = [
+        f"{len(errors)} validation error{'s' if len(errors) > 1 else ''} for SpeculativeConfig"
+    ]
+    for field_name, message, kind, value in errors:
+        lines += [
+            *([field_name] if field_name else []),
+            f"  {message} [type={kind}, input_value={value!r}, input_type={type(value).__name__}]",
+            f"    For further information visit {PYDANTIC_ERRORS}{kind}",
+        ]
+    return SpeculativeConfigError("\n".join(lines))
 
 
 @dataclass(frozen=True)
@@ -207,32 +260,65 @@ def read_json(path: Path) -> dict:
     return json.loads(path.read_text())
 
 
-DRAFTER_DIR_METHODS = ("dflash", "eagle3")
+V2_RUNNER_ENV = "VLLM_USE_V2_MODEL_RUNNER"
+DRAFTER_DIR_METHODS = ("dflash", "eagle3", "draft_model")
 METHODS = (*DRAFTER_DIR_METHODS, "mtp", "ngram")
 """The methods the lab drafts with; the first ones load a drafter dir (`model`)."""
 
 
-def parse_speculative_config(raw: str, capabilities: Capabilities) -> dict:
-    config = json.loads(raw)
+def vllm_error(text: str) -> Exception:
+    """The exception a release's data names (`NotImplementedError: ...`), to raise as is."""
+    kind, _, message = text.partition(": ")
+    classes: dict[str, type[Exception]] = {
+        "NotImplementedError": NotImplementedError,
+        "ValueError": ValueError,
+    }
+    return classes[kind](message)
+
+
+def runner_env(claimed: Release) -> bool | None:
+    """VLLM_USE_V2_MODEL_RUNNER as the release reads it at start (None: unset); a value
+    it refuses raises its error."""
+    value = os.environ.get(V2_RUNNER_ENV)
+    if value is None:
+        return None
+    step = claimed.fact("runner_env")
+    if step.value == "exactly_1":
+        if value != "1":
+            raise vllm_error(str(step.error).format(value=value))
+        log("WARNING", "interface.py:1487", str(step.warning))
+        return True
+    try:
+        return bool(int(value))
+    except ValueError:
+        raise vllm_error(str(step.error).format(value=value)) from None
+
+
+def parse_speculative_config(config: dict, claimed: Release) -> dict:
+    """SpeculativeConfig's validation as the release runs it: required fields, no key it
+    lacks, a method it knows; then the methods the lab simulates."""
     needed: tuple[str, ...] = ("method", "num_speculative_tokens")
     if config.get("method") in DRAFTER_DIR_METHODS:
         needed += ("model",)
-    missing = [key for key in needed if key not in config]
-    if missing:
-        errors = "\n".join(
-            f"{key}\n  Field required [type=missing, input_value={config!r}, input_type=dict]"
-            for key in missing
-        )
-        plural = "s" if len(missing) > 1 else ""
-        raise SpeculativeConfigError(
-            f"{len(missing)} validation error{plural} for SpeculativeConfig\n{errors}"
-        )
-    method = config["method"]
-    if capabilities.row.serves(method) is False:
-        raise SpeculativeConfigError(
-            f"1 validation error for SpeculativeConfig\nmethod\n  Input should be a "
-            f"speculative method vLLM {capabilities.version} knows [type=literal_error, "
-            f"input_value={method!r}, input_type=str]"
+    errors: list[tuple[str, str, str, Any]] = [
+        (key, "Field required", "missing", config) for key in needed if key not in config
+    ]
+    fields = claimed.fact("speculative_config_fields").value
+    errors += [
+        (key, "Unexpected keyword argument", "unexpected_keyword_argument", value)
+        for key, value in config.items()
+        if key not in fields
+    ]
+    method = config.get("method")
+    if "method" in config and method not in claimed.methods:
+        known = ", ".join(repr(m) for m in claimed.methods[:-1]) + f" or {claimed.methods[-1]!r}"
+        errors.append(("method", f"Input should be {known}", "literal_error", method))
+    if errors:
+        raise validation_error(errors)
+    model = config.get("model")
+    if model is not None and not (Path(model) / "config.json").is_file():
+        raise validation_error(
+            [("", f"Value error, {NO_MODEL_CONFIG.format(model=model)}", "value_error", config)]
         )
     if method not in METHODS:
         known = ", ".join(sorted(METHODS))
@@ -241,26 +327,40 @@ def parse_speculative_config(raw: str, capabilities: Capabilities) -> dict:
 
 
 def fc_in_features(weights: Path) -> int | None:
-    """Second dimension of `fc.weight`, read from the safetensors header (None if absent)."""
+    """Second dimension of `fc.weight`, read from the safetensors header (None if absent):
+    8 bytes of little-endian length, then that much JSON."""
     with weights.open("rb") as stream:
-        first8 = stream.read(8)
-        prefix = first8 + stream.read(safetensors_header_length(first8, str(weights)))
-    for name, tensor in parse_safetensors_header(prefix, str(weights)).items():
+        (length,) = struct.unpack("<Q", stream.read(8))
+        header = json.loads(stream.read(length))
+    for name, tensor in header.items():
         if name == "fc.weight" or name.endswith(".fc.weight"):
             return int(tensor["shape"][1])
     return None
 
 
+def same_weights(speculative: dict, target_dir: Path | None) -> bool:
+    """The drafter's weights file is the target's own (a release links to it)."""
+    drafter, weights = Path(speculative["model"]) / "model.safetensors", "model.safetensors"
+    try:
+        return target_dir is not None and drafter.samefile(target_dir / weights)
+    except OSError:
+        return False
+
+
 def load_drafting(
     speculative: dict,
     container: ContainerPaths,
-    capabilities: Capabilities,
+    claimed: Release,
     target: dict,
     forced_swa_as_full_attention: bool = False,
+    target_dir: Path | None = None,
 ) -> Drafting:
-    """The acceptance model of the method: DFlash and EAGLE-3 read their drafter dir.
-    `forced_swa_as_full_attention` is the lab's fault knob."""
+    """The acceptance model of the method: DFlash and EAGLE-3 read their drafter dir, a
+    draft model is compared with the target's weights. `forced_swa_as_full_attention` is
+    the lab's fault knob."""
     steps = int(speculative["num_speculative_tokens"])
+    if speculative["method"] == "draft_model":
+        return Drafting(steps, draft_model_profile(same_weights(speculative, target_dir), steps))
     if speculative["method"] == "mtp":
         return Drafting(steps, mtp_profile(target, steps))
     if speculative["method"] == "ngram":
@@ -271,21 +371,27 @@ def load_drafting(
         truth_path = container.truth(drafter.resolve().name)
         truth = read_json(truth_path) if truth_path.exists() else None
         return Drafting(steps, eagle3_profile(deployed, truth, target, steps))
-    return load_dflash(speculative, container, capabilities, target, forced_swa_as_full_attention)
+    return load_dflash(speculative, container, claimed, target, forced_swa_as_full_attention)
 
 
 def load_dflash(
     speculative: dict,
     container: ContainerPaths,
-    capabilities: Capabilities,
+    claimed: Release,
     target: dict,
     forced_swa_as_full_attention: bool = False,
 ) -> Drafting:
-    """Read the drafter as vLLM `capabilities.version` would, then look up the published
+    """Read the drafter as vLLM `claimed.version` would, then look up the published
     config of its weights. `forced_swa_as_full_attention` is the lab's fault knob."""
     drafter = Path(speculative["model"])
     deployed = read_json(drafter / "config.json")
-    swa_as_full_attention = is_mixed(deployed) and mixed_layers_run_as_full(capabilities)
+    runner = runner_env(claimed)
+    swa_as_full_attention = dflash_reading.is_mixed(deployed) and mixed_layers_run_as_full(
+        claimed, runner
+    )
+    windowless = claimed.fact("windowless_dflash_drafter")
+    if windowless.error and dflash_reading.windowless(deployed):
+        raise vllm_error(windowless.error)
     if "target_layer_ids" not in (deployed.get("dflash_config") or {}):
         raise ValueError(
             f"DFlash draft model config {drafter / 'config.json'} has no "
@@ -299,29 +405,28 @@ def load_dflash(
     if truth is None:
         log("WARNING", "lab", f"no published drafter config at {truth_path}: drafts will miss")
     profile = acceptance_profile(deployed, truth, fc_in_features(weights))
-    if capabilities.row.lm_head_zero_for_conditional_generation and conditional_generation(target):
+    zero_head = claimed.fact("zero_head_on_v2_for_conditional_generation").value
+    if zero_head and runner and dflash_reading.conditional_generation(target):
         profile = zero_head_profile(len(profile))
     k = int(speculative["num_speculative_tokens"])
     return Drafting(
         k,
         profile,
-        sliding_window=served_window(truth or deployed),
+        sliding_window=dflash_reading.window(truth or deployed),
         swa_as_full_attention=swa_as_full_attention or forced_swa_as_full_attention,
     )
 
 
-def mixed_layers_run_as_full(capabilities: Capabilities) -> bool:
-    """How the version treats a drafter mixing sliding and full attention layers: refused
-    or not started without the V2 runner (raises vLLM's error), or True when it runs the
-    sliding layers as full attention."""
-    row = capabilities.row
-    refused = row.mixed_attention_drafters == REFUSED
-    no_runner = row.mixed_attention_drafters == V2_RUNNER and not runner_enabled(
-        os.environ.get(row.runner_env or "")
-    )
-    if (refused or no_runner) and row.error:
-        raise NotImplementedError(row.error.removeprefix("NotImplementedError: "))
-    return row.mixed_attention_drafters == FULL_ATTENTION
+def mixed_layers_run_as_full(claimed: Release, runner: bool | None) -> bool:
+    """How the release treats a drafter mixing sliding and full attention layers, given
+    the runner variable (None: unset): its error when it refuses or the runner it needs
+    is forced off, True when it runs the sliding layers as full attention."""
+    step = claimed.fact("mixed_dflash_drafter")
+    refused = step.value == "refused"
+    v1_forced = step.value in ("v2_runner", "v1_refused") and runner is False
+    if (refused or v1_forced) and step.error:
+        raise vllm_error(step.error)
+    return bool(step.value == "full_attention")
 
 
 def require_loopback(host: str) -> None:
@@ -515,12 +620,13 @@ class Engine:
             ended, self.interval = self.interval, self._new_interval()
             return ended, self.running
 
-    def generate(self, prompt_tokens: int, max_tokens: int) -> None:
-        """Produce `max_tokens` tokens, one engine step per `step_seconds`."""
+    def generate(self, prompt_tokens: int, max_tokens: int, sampling: float = 1.0) -> None:
+        """Produce `max_tokens` tokens, one engine step per `step_seconds`; `sampling` is
+        the share of greedy acceptance left at the request's temperature."""
         with self.lock:
             self.running += 1
             self.interval.prompt_tokens += prompt_tokens
-            multiplier = request_multiplier(self.rng)
+            multiplier = request_multiplier(self.rng) * sampling
         self.metrics.running.inc()
         self.metrics.prompt_tokens.inc(prompt_tokens)
         started, produced, steps = time.monotonic(), 0, 0
@@ -570,9 +676,10 @@ class App:
     max_model_len: int | None
     engine: Engine
     faults: Faults
-    health_503_while_warming: bool = False
-    warm_until: float = 0.0
-    """Monotonic time until which /health answers 503 (set when the port starts listening)."""
+    default_sampling: dict = field(default_factory=dict)
+    """Sampling for fields a request leaves unset (the target's generation_config.json)."""
+    engine_dead: bool = False
+    """Set when the engine died: /health answers 503, requests 500, until the watchdog stops."""
 
 
 def count_tokens(value: object) -> int:
@@ -614,7 +721,12 @@ def completion_body(app: App, request: dict, chat: bool) -> dict:
     if not isinstance(max_tokens, int) or max_tokens < 1:
         raise RequestError(f"max_tokens must be at least 1, got {max_tokens}.")
     prompt_tokens = count_tokens(request.get("messages" if chat else "prompt", ""))
-    app.engine.generate(prompt_tokens, max_tokens)
+    temperature = request.get("temperature")
+    if temperature is None:  # user -> server default -> OpenAI default
+        temperature = app.default_sampling.get("temperature", 1.0)
+    if not isinstance(temperature, (int, float)) or temperature < 0:
+        raise RequestError(f"temperature must be non-negative, got {temperature}.")
+    app.engine.generate(prompt_tokens, max_tokens, sampling_factor(float(temperature)))
     text = filler(max_tokens)
     choice: dict = {"index": 0, "logprobs": None, "finish_reason": "length", "stop_reason": None}
     if chat:
@@ -647,7 +759,7 @@ class Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         app = self.server.app
         if self.path == "/health":
-            status = 503 if time.monotonic() < app.warm_until else 200
+            status = 503 if app.engine_dead else 200
             self._send(status, b"", "application/json", app.faults.drip_health_seconds)
         elif self.path == "/v1/models":
             created = int(time.time())
@@ -677,6 +789,10 @@ class Handler(BaseHTTPRequestHandler):
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         if self.path not in routes:
             self._send_json(404, {"detail": "Not Found"})
+            return
+        if self.server.app.engine_dead:
+            message = "EngineCore encountered an issue. See stack trace (above) for the root cause."
+            self._send_json(500, error_body(message, "InternalServerError", 500))
             return
         try:
             request = json.loads(body)
@@ -744,24 +860,44 @@ def install_signal_handlers(stop: threading.Event, ignore_sigterm: bool) -> None
 
 
 def build_app(
-    args: argparse.Namespace, container: ContainerPaths, faults: Faults, capabilities: Capabilities
+    args: argparse.Namespace, container: ContainerPaths, faults: Faults, claimed: Release
 ) -> App:
     """Read the target and drafter as vLLM does at start-up; any problem raises."""
     config = read_json(Path(args.model_tag) / "config.json")
     log("INFO", "model.py:547", f"Resolved architecture: {config['architectures'][0]}")
     drafting = None
     if args.speculative_config is not None:
-        speculative = parse_speculative_config(args.speculative_config, capabilities)
+        speculative = parse_speculative_config(args.speculative_config, claimed)
         drafting = load_drafting(
-            speculative, container, capabilities, config, faults.swa_as_full_attention
+            speculative,
+            container,
+            claimed,
+            config,
+            faults.swa_as_full_attention,
+            Path(args.model_tag),
         )
+    else:
+        runner_env(claimed)
     model_name = (args.served_model_name or [args.model_tag])[0]
     metrics = Metrics(model_name, drafting, not faults.drop_spec_decode)
     seed = args.port if args.seed is None else args.seed
     engine = Engine(metrics, drafting, seed, args.tokens_per_second, LiveKnobs(container.live))
-    max_model_len = args.max_model_len or text_config(config).get("max_position_embeddings")
-    warming = capabilities.row.health_503_while_warming
-    return App(model_name, args.model_tag, max_model_len, engine, faults, warming)
+    text = dflash_reading.text_config(config)
+    max_model_len = args.max_model_len or text.get("max_position_embeddings")
+    defaults = default_sampling(Path(args.model_tag), args)
+    return App(model_name, args.model_tag, max_model_len, engine, faults, defaults)
+
+
+def default_sampling(target: Path, args: argparse.Namespace) -> dict:
+    """What a request that leaves sampling fields unset gets: the target's
+    generation_config.json under `--generation-config auto` (the default), merged with
+    `--override-generation-config` (0.32.0 `config/model.py:1847-1900`)."""
+    source = target / GENERATION_CONFIG if args.generation_config == "auto" else None
+    if args.generation_config not in ("auto", "vllm"):
+        source = Path(args.generation_config) / GENERATION_CONFIG
+    config = read_json(source) if source is not None and source.exists() else {}
+    config.update(json.loads(args.override_generation_config or "{}"))
+    return {key: config[key] for key in SAMPLING_DEFAULTS if config.get(key) is not None}
 
 
 def register(args: argparse.Namespace, container: ContainerPaths) -> Path:
@@ -780,8 +916,8 @@ def serve(args: argparse.Namespace, container: ContainerPaths, stop: threading.E
     """Everything after the flags; the port and the record are released however it ends."""
     faults = read_faults(container)
     install_signal_handlers(stop, faults.ignore_sigterm)
-    capabilities = capabilities_for(claimed_version())
-    log("INFO", "api_server.py:1839", f"vLLM API server version {capabilities.version}")
+    claimed = release(claimed_version())
+    log("INFO", "api_server.py:1839", f"vLLM API server version {claimed.version}")
     defaults = vars(parse_args(["serve", args.model_tag]))
     changed = {name: value for name, value in vars(args).items() if defaults[name] != value}
     log("INFO", "utils.py:233", f"non-default args: {changed}")
@@ -789,7 +925,7 @@ def serve(args: argparse.Namespace, container: ContainerPaths, stop: threading.E
     httpd = LabHTTPServer((args.host, args.port), Handler, bind_and_activate=False)
     try:
         httpd.server_bind()
-        httpd.app = build_app(args, container, faults, capabilities)
+        httpd.app = build_app(args, container, faults, claimed)
         record = register(args, container)
         try:
             run_server(httpd, args, faults, stop)
@@ -810,9 +946,8 @@ def run_server(
         return
     took = time.monotonic() - started
     log("INFO", "default_loader.py:267", f"Loading weights took {took:.2f} seconds")
-    if httpd.app.health_503_while_warming:
-        httpd.app.warm_until = time.monotonic() + WARMUP_SECONDS
     httpd.server_activate()
+    listening = time.monotonic()
     threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True).start()
     every = float(os.environ.get(STATS_INTERVAL_ENV, DEFAULT_STATS_INTERVAL))
     threading.Thread(target=log_stats, args=(httpd.app.engine, every, stop), daemon=True).start()
@@ -822,16 +957,33 @@ def run_server(
         f"Starting vLLM API server 0 on http://{args.host}:{args.port}",
     )
     print("INFO:     Application startup complete.", flush=True)
-    crash = faults.crash_after_ready_seconds
-    if crash is not None:  # counted from ready: the warm-up's end
-        crash += max(httpd.app.warm_until - time.monotonic(), 0.0)
     try:
-        if not stop.wait(crash):
-            log("ERROR", "core.py:710", "EngineCore encountered a fatal error.")
-            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+        if not stop.wait(faults.crash_after_ready_seconds):
+            die(httpd.app, listening, stop)
         log("INFO", "launcher.py:101", "Shutting down FastAPI HTTP server.")
     finally:
         httpd.shutdown()
+
+
+def die(app: App, listening: float, stop: threading.Event) -> None:
+    """The engine dies: its error and traceback in the log, then 503 and 500 until the
+    API server's watchdog, every WATCHDOG_SECONDS since it started listening, stops it
+    (0.32.0 `entrypoints/launchers/launcher.py:312-332`)."""
+    log("ERROR", "core.py:1512", "EngineCore encountered a fatal error.")
+    try:
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+    except RuntimeError:
+        traceback.print_exc(file=sys.stdout)
+    log(
+        "ERROR",
+        "async_llm.py:906",
+        "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. "
+        "See stack trace (above) for the root cause.",
+    )
+    app.engine_dead = True
+    since = time.monotonic() - listening
+    stop.wait(WATCHDOG_SECONDS - since % WATCHDOG_SECONDS)
+    print("INFO:     Shutting down", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,8 +1,9 @@
 """How the gate calls the server: plain completions, or chat as production clients do.
 
-Chat requests carry the playbook's `chat_template_kwargs` (vLLM passes them to
-the model's chat template; Qwen3.6's template thinks unless told
-`enable_thinking: false`), so the gate drafts on the text production drafts on.
+Every request carries the gate's sampling (`probes/sampling.py`). Chat requests
+carry the playbook's `chat_template_kwargs` (vLLM passes them to the model's chat
+template; Qwen3.6's template thinks unless told `enable_thinking: false`), so the
+gate drafts on the text production drafts on.
 """
 
 from __future__ import annotations
@@ -24,14 +25,18 @@ class Endpoint:
     def path(self) -> str:
         return PATHS[self.name]
 
-    def payload(self, model: str, prompt: str, max_tokens: int) -> dict[str, Any]:
-        """The request body; template settings only where a template is applied."""
+    def payload(
+        self, model: str, prompt: str, max_tokens: int, sampling: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """The request body with the gate's sampling fields; template settings only where
+        a template is applied."""
         if self.name == "completions":
-            return {"model": model, "prompt": prompt, "max_tokens": max_tokens}
+            return {"model": model, "prompt": prompt, "max_tokens": max_tokens, **sampling}
         body: dict[str, Any] = {
             "model": model,
             "messages": [{"role": "user", "content": prompt}],
             "max_tokens": max_tokens,
+            **sampling,
         }
         if self.template_kwargs:
             body["chat_template_kwargs"] = dict(self.template_kwargs)
