@@ -90,3 +90,15 @@ def test_since_takes_a_span_ago_or_a_date() -> None:
     assert since("2026-12-01", "--since") == datetime(2026, 12, 1, tzinfo=UTC)
     with pytest.raises(InputError, match="--since 'yesterday'"):
         since("yesterday", "--since")
+
+
+def test_watch_refuses_a_bad_window_before_connecting(tmp_path: object) -> None:
+    from click.testing import CliRunner
+
+    from orchestrator.cli import cli
+
+    done = CliRunner().invoke(
+        cli, ["watch", "qwen-dflash", "-i", "nowhere.yaml", "--window", "soon"]
+    )
+    assert done.exit_code == 2
+    assert "--window 'soon': expected seconds or a span" in done.output

@@ -13,6 +13,7 @@ import pytest
 from conftest import ALL_AT_ONCE
 from labtools import FAST, LabHandle
 
+from orchestrator.documents import Document
 from orchestrator.operations import load
 
 pytestmark = pytest.mark.lab
@@ -63,6 +64,7 @@ def test_watch_once_passes_then_names_the_degraded_container(lab: LabHandle) -> 
         assert healthy.code == 0, healthy.stdout + healthy.stderr[-2000:]
         document = json.loads(healthy.stdout)
         assert (document["kind"], document["api_version"]) == ("Watch", "orch/v1")
+        Document.model_validate(document)
         by_name = {t["name"]: t for t in document["targets"]}
         assert sorted(by_name) == sorted(names)
         for target in by_name.values():
