@@ -23,11 +23,13 @@ WATCH = ["--interval", "0.5", "--window", "4s", "--set", "gate.min_drafts=100"]
 
 @contextmanager
 def traffic(handle: LabHandle, streams: int = 2) -> Iterator[None]:
-    """Requests to every server, `streams` at a time each, until the block ends."""
+    """Greedy requests (as the gate's probes) to every server, `streams` at a time each,
+    until the block ends. Sampled traffic accepts less: the watch reports what it gets."""
     stop = threading.Event()
 
     def client(url: str, model: str) -> None:
-        body = json.dumps({"model": model, "prompt": "the draft tokens", "max_tokens": 24})
+        greedy = {"temperature": 0.0, "top_p": 1.0, "top_k": 0}
+        body = json.dumps({"model": model, "prompt": "the draft", "max_tokens": 24, **greedy})
         while not stop.is_set():
             request = urllib.request.Request(
                 url, body.encode(), {"Content-Type": "application/json"}
