@@ -217,7 +217,8 @@ def markdown(parts: list[Section]) -> str:
     any run of backticks in it."""
 
     def cell(value: str) -> str:
-        return html.escape(printable(value), quote=False).replace("|", "\\|").replace("\n", " ")
+        opened = printable(value).replace("&", "&amp;").replace("<", "&lt;")  # no tag can open
+        return opened.replace("|", "\\|").replace("\n", " ")
 
     out: list[str] = []
     for section in parts:

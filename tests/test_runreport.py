@@ -122,4 +122,4 @@ def test_markdown_shows_markup_from_files_as_text(history: History) -> None:
     found, lines = runreport.load("20261203T120000Z-abcdef")
     text = runreport.markdown(runreport.sections(found, lines))
     outside_fences = text.split("````diff")[0]
-    assert "<script>" not in outside_fences and "&lt;script&gt;" in outside_fences
+    assert "<" not in outside_fences and "&lt;script>alert(1)&lt;/script>" in outside_fences
