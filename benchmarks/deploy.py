@@ -32,7 +32,7 @@ from pathlib import Path
 from lab import require_free
 
 from orchestrator.lab.cluster import Lab, LabSpec, Node
-from orchestrator.lab.layout import DEFAULT_TOKENS_PER_SECOND
+from orchestrator.lab.paths import DEFAULT_TOKENS_PER_SECOND
 
 PLAYBOOK = "qwen-dflash"
 GUESSED_IDS = "drafter.overrides.dflash_config.target_layer_ids=[1,17,33,49,63]"

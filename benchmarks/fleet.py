@@ -33,7 +33,7 @@ from pathlib import Path
 from lab import require_free
 
 from orchestrator.lab.cluster import Lab, LabSpec
-from orchestrator.lab.layout import PCT_MODULE, ContainerPaths, server_records
+from orchestrator.lab.paths import PCT_MODULE, ContainerPaths, server_records
 
 PLAYBOOK = "qwen-dflash"
 HOSTS, PER_HOST = 4, 16

@@ -29,7 +29,7 @@ from orchestrator.container.release import make_drafter_view
 from orchestrator.container.shell import SH
 from orchestrator.inventory import load_inventory
 from orchestrator.lab.cluster import SERVER_PORT, SSH_PORT, Lab, stop_pids
-from orchestrator.lab.layout import pid_alive
+from orchestrator.lab.paths import pid_alive
 from orchestrator.plan import TargetPlan, plan_deploy
 from orchestrator.playbook import find_playbook, load_playbook
 

@@ -23,8 +23,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from orchestrator.drafters.profiles import get_profile
-from orchestrator.lab.layout import ContainerPaths, write_container_launchers, write_json_atomic
 from orchestrator.lab.models import install_models
+from orchestrator.lab.paths import ContainerPaths, write_container_launchers, write_json_atomic
 
 PROFILE = "z-lab/Qwen3.6-27B-DFlash"
 MAX_TOKENS = 256

@@ -13,7 +13,7 @@ import click
 
 from orchestrator import completion as complete
 from orchestrator.errors import InputError, OrchError
-from orchestrator.lab.layout import DEFAULT_TOKENS_PER_SECOND
+from orchestrator.lab.paths import DEFAULT_TOKENS_PER_SECOND
 
 EXIT_CODES = """Exit codes: 0 success; 1 the change did not pass its gate or checks (rolled back
 or not applied, nothing broken); 2 bad input (nothing touched); 3 needs attention
@@ -27,7 +27,7 @@ class OrchGroup(click.Group):
         try:
             return super().invoke(ctx)
         except OrchError as exc:
-            from orchestrator.report import printable
+            from orchestrator.report.screen import printable
 
             click.echo(f"error: {printable(str(exc))}", err=True)
             sys.exit(exc.exit_code)
@@ -109,27 +109,35 @@ def deploy(
 ) -> None:
     """Render, push, verify, restart, gate; roll back by itself when the gate fails.
     The playbook's hooks run before and after (not with --dry-run)."""
-    from orchestrator import operations, report
+    from orchestrator import cli_commands
+    from orchestrator.connections import ssh
     from orchestrator.hooks import Hooks
+    from orchestrator.report import live, screen
+    from orchestrator.report import run as run_report
 
-    inputs = operations.load(playbook, inventory_path, list(limit), list(assignments))
-    options = operations.new_options(force=force, dry_run=dry_run, diff=diff)
+    inputs = cli_commands.load(playbook, inventory_path, list(limit), list(assignments))
+    options = cli_commands.new_options(force=force, dry_run=dry_run, diff=diff)
     hooks = None if dry_run else Hooks.for_run("deploy", inputs, options, _say)
     if hooks:
         hooks.before_deploy()
     with _stoppable(inputs, as_json) as (view, cancel):
-        document, code = operations.deploy(
-            inputs, options, accept_new_host_keys, view, cancel, report.DiffPrinter(view, as_json)
+        document, code = cli_commands.deploy(
+            inputs,
+            options,
+            ssh(accept_new_host_keys),
+            view,
+            cancel,
+            live.DiffPrinter(view, as_json),
         )
     if hooks:
         hooks.after_run(document, code)
-    report.print_json(document) if as_json else report.print_run(document)
+    screen.print_json(document) if as_json else run_report.print_run(document)
     sys.exit(code)
 
 
 def _say(message: str) -> None:
     """A line on stderr, from anywhere, shown as text."""
-    from orchestrator.report import printable
+    from orchestrator.report.screen import printable
 
     click.echo(printable(message), err=True)
 
@@ -138,15 +146,15 @@ def _say(message: str) -> None:
 def _stoppable(inputs: Any, as_json: bool) -> Iterator[tuple[Any, Any]]:
     """The step view, and SIGINT/SIGTERM turned into a stop at the next safe point
     (click would turn Ctrl-C into 'Aborted!' and exit 1)."""
-    from orchestrator import report
     from orchestrator.cancel import Cancel, on_signals
+    from orchestrator.report import live
 
     def say(message: str) -> None:
         click.echo(message, err=True)
 
     names = [p.container for p in inputs.plans]
     with (
-        report.StepView(names) as view,
+        live.StepView(names) as view,
         on_signals(Cancel(), say, view.describe) as cancel,
     ):
         yield view, cancel
@@ -178,17 +186,20 @@ def rollback(
 ) -> None:
     """Switch back to an earlier release, wait until ready, and gate it; with --to RUN_ID
     the whole fleet goes back to that run's state (containers it did not touch are skipped)."""
-    from orchestrator import operations, report
+    from orchestrator import cli_commands
+    from orchestrator.connections import ssh
     from orchestrator.hooks import Hooks
+    from orchestrator.report import run as run_report
+    from orchestrator.report import screen
 
-    inputs = operations.load(playbook, inventory_path, list(limit), list(assignments))
-    options = operations.new_options()
+    inputs = cli_commands.load(playbook, inventory_path, list(limit), list(assignments))
+    options = cli_commands.new_options()
     with _stoppable(inputs, as_json) as (view, cancel):
-        document, code = operations.rollback(
-            inputs, options, to_release, accept_new_host_keys, view, cancel
+        document, code = cli_commands.rollback(
+            inputs, options, to_release, ssh(accept_new_host_keys), view, cancel
         )
     Hooks.for_run("rollback", inputs, options, _say).after_run(document, code)
-    report.print_json(document) if as_json else report.print_run(document)
+    screen.print_json(document) if as_json else run_report.print_run(document)
     sys.exit(code)
 
 
@@ -257,17 +268,18 @@ def verify_config(
 ) -> None:
     """Check drafter configs: on the containers (PLAYBOOK -i INVENTORY), or in local
     files (--drafter PATH --target PATH), optionally against a vLLM version."""
-    from orchestrator import report
+    from orchestrator.connections import ssh
     from orchestrator.errors import InputError
+    from orchestrator.report import screen, tables
 
     if playbook:
-        from orchestrator import operations
+        from orchestrator import cli_commands
 
         if not inventory_path:
             raise InputError("verify-config PLAYBOOK needs -i INVENTORY")
-        inputs = operations.load(playbook, inventory_path, list(limit), list(assignments))
-        document, code = operations.verify_remote(inputs, accept_new_host_keys)
-        report.print_json(document) if as_json else report.print_verify(document)
+        inputs = cli_commands.load(playbook, inventory_path, list(limit), list(assignments))
+        document, code = cli_commands.verify_remote(inputs, ssh(accept_new_host_keys))
+        screen.print_json(document) if as_json else tables.print_verify(document)
         sys.exit(code)
     if not target:
         raise InputError(
@@ -282,8 +294,8 @@ def verify_config(
     findings, judged = verify_local(
         drafter, target, tokenizer, profile, num_speculative_tokens, server_version, launch
     )
-    report.print_findings(findings, as_json=as_json, judged=judged)
-    sys.exit(1 if report.has_errors(findings) else 0)
+    tables.print_findings(findings, as_json=as_json, judged=judged)
+    sys.exit(1 if screen.has_errors(findings) else 0)
 
 
 def fleet_read_options(command: Callable[..., None]) -> Callable[..., None]:
@@ -302,7 +314,7 @@ def fleet_read_options(command: Callable[..., None]) -> Callable[..., None]:
 
 
 def _fleet_read(
-    operation: Callable[[Any, bool], tuple[dict[str, Any], int]],
+    operation: Callable[[Any, Any], tuple[dict[str, Any], int]],
     printer: Callable[[dict[str, Any]], None],
     playbook: str,
     inventory_path: Path,
@@ -311,11 +323,13 @@ def _fleet_read(
     as_json: bool,
 ) -> None:
     """One look at every selected container, printed as a table or one document."""
-    from orchestrator import operations, report
+    from orchestrator import cli_commands
+    from orchestrator.connections import ssh
+    from orchestrator.report import screen
 
-    inputs = operations.load(playbook, inventory_path, list(limit), [])
-    document, code = operation(inputs, accept_new_host_keys)
-    report.print_json(document) if as_json else printer(document)
+    inputs = cli_commands.load(playbook, inventory_path, list(limit), [])
+    document, code = operation(inputs, ssh(accept_new_host_keys))
+    screen.print_json(document) if as_json else printer(document)
     sys.exit(code)
 
 
@@ -323,9 +337,10 @@ def _fleet_read(
 @fleet_read_options
 def status(**options: Any) -> None:
     """Per container: current release, server PID and health, last gate, lock holder."""
-    from orchestrator import operations, report
+    from orchestrator import cli_commands
+    from orchestrator.report import tables
 
-    _fleet_read(operations.status, report.print_status, **options)
+    _fleet_read(cli_commands.status, tables.print_status, **options)
 
 
 @cli.command()
@@ -333,18 +348,20 @@ def status(**options: Any) -> None:
 def releases(**options: Any) -> None:
     """Per run, newest first: the release it left each container on, and whether that
     release is current, kept or pruned, as the containers record it (their audit logs)."""
-    from orchestrator import operations, report
+    from orchestrator import cli_commands
+    from orchestrator.report import tables
 
-    _fleet_read(operations.releases, report.print_releases, **options)
+    _fleet_read(cli_commands.releases, tables.print_releases, **options)
 
 
 @cli.command()
 @fleet_read_options
 def unlock(**options: Any) -> None:
     """Remove a stale deploy lock, showing whose it was."""
-    from orchestrator import operations, report
+    from orchestrator import cli_commands
+    from orchestrator.report import tables
 
-    _fleet_read(operations.unlock, report.print_unlock, **options)
+    _fleet_read(cli_commands.unlock, tables.print_unlock, **options)
 
 
 @cli.command()
@@ -367,31 +384,32 @@ def logs(
     as_json: bool,
 ) -> None:
     """The current release's server log on each container (named when there are several)."""
+    from orchestrator import cli_commands
     from orchestrator import logs as server_logs
-    from orchestrator import operations, report
-    from orchestrator.connections import Connections
+    from orchestrator.connections import ssh
     from orchestrator.documents import document, run_result
+    from orchestrator.report import screen
 
     if follow and as_json:
         raise click.UsageError("--json prints one document: it cannot --follow")
-    inputs = operations.load(playbook, inventory_path, list(limit), [])
+    inputs = cli_commands.load(playbook, inventory_path, list(limit), [])
     plans = {p.container: p for p in inputs.plans}
     named = len(plans) > 1
 
     def emit(name: str, line: str) -> None:
-        click.echo(report.printable(f"{name}: {line}" if named else line))
+        click.echo(screen.printable(f"{name}: {line}" if named else line))
 
     def warn(name: str, reason: str) -> None:
-        click.echo(report.printable(f"{name}: {reason}"), err=True)
+        click.echo(screen.printable(f"{name}: {reason}"), err=True)
 
-    with Connections(inputs.inventory, accept_new_host_keys) as connections:
+    with ssh(accept_new_host_keys)(inputs.inventory, None) as connections:
         if follow:
             with _stop_on_signals() as stop:
                 server_logs.follow(connections, plans, lines, emit, warn, stop)
             sys.exit(0)
         tail = server_logs.tail(connections, plans, lines)
     if as_json:
-        report.print_json(
+        screen.print_json(
             document(
                 "Logs",
                 playbook=inputs.playbook.name,
@@ -458,14 +476,14 @@ def watch(
     a container below them is marked BELOW (with --once: exit 1)."""
     import json
 
-    from orchestrator import operations
+    from orchestrator import cli_commands
     from orchestrator import watch as live
-    from orchestrator.connections import Connections
+    from orchestrator.connections import ssh
     from orchestrator.durations import seconds
-    from orchestrator.report import printable
+    from orchestrator.report.screen import printable
 
     every, span = seconds(interval, "--interval"), seconds(window, "--window")
-    inputs = operations.load(playbook, inventory_path, list(limit), list(assignments))
+    inputs = cli_commands.load(playbook, inventory_path, list(limit), list(assignments))
 
     def emit(doc: dict[str, Any]) -> None:
         if as_json:
@@ -477,7 +495,7 @@ def watch(
             click.echo(printable(line))
 
     with (
-        Connections(inputs.inventory, accept_new_host_keys) as connections,
+        ssh(accept_new_host_keys)(inputs.inventory, None) as connections,
         _stop_on_signals() as stop,
     ):
         the_watch = live.Watch(
@@ -522,9 +540,9 @@ def history(
     as_json: bool,
 ) -> None:
     """Runs from the local history: when, who, what, and each target's outcome."""
-    from orchestrator import report
     from orchestrator.durations import since as moment
-    from orchestrator.state import History, history_document
+    from orchestrator.history import History, history_document
+    from orchestrator.report import screen, tables
 
     if show_run is not None:
         from orchestrator import runlog
@@ -533,26 +551,26 @@ def history(
         if as_json:
             from orchestrator.documents import document
 
-            report.print_json(
+            screen.print_json(
                 document("RunLog", run_id=log.run_id, path=str(log.path), lines=log.lines)
             )
         else:
             for line in log.lines:
-                click.echo(report.printable(line))
+                click.echo(screen.printable(line))
         return
     after = moment(since, "--since") if since else None
     runs = history_document(History().last(count, playbook_name, after, inventory_file))
-    report.print_json(runs) if as_json else report.print_history(runs)
+    screen.print_json(runs) if as_json else tables.print_history(runs)
 
 
 @cli.command()
 @json_option
 def profiles(as_json: bool) -> None:
     """List the built-in profiles of published drafters, with their kind."""
-    from orchestrator import report
     from orchestrator.drafters.profiles import list_profiles
+    from orchestrator.report import tables
 
-    report.print_profiles(list_profiles(), as_json=as_json)
+    tables.print_profiles(list_profiles(), as_json=as_json)
 
 
 @cli.command()
@@ -578,10 +596,11 @@ def render(
 ) -> None:
     """Print each target's rendered drafter config and launch script (or write them
     with --output), with the drafter checks against the profile."""
-    from orchestrator import release, report
+    from orchestrator import release
     from orchestrator.inventory import load_inventory
     from orchestrator.plan import plan_deploy
     from orchestrator.playbook import find_playbook, load_playbook
+    from orchestrator.report import screen, tables
 
     book = load_playbook(find_playbook(playbook), list(assignments))
     plans = plan_deploy(book, load_inventory(inventory_path), list(limit))
@@ -591,10 +610,10 @@ def render(
         else None
     )
     if as_json:
-        report.print_json(report.render_document(book.name, plans, written))
+        screen.print_json(tables.render_document(book.name, plans, written))
     else:
-        report.print_plans(plans, written)
-    sys.exit(1 if any(report.has_errors(p.findings) for p in plans) else 0)
+        tables.print_plans(plans, written)
+    sys.exit(1 if any(screen.has_errors(p.findings) for p in plans) else 0)
 
 
 @cli.command()
@@ -614,23 +633,24 @@ def doctor(
 ) -> None:
     """Read-only: is everything a deploy needs there? Logins, containers, GPUs, and with
     PLAYBOOK the server command, model dirs and disk; one line per check, with the fix."""
-    from orchestrator import report
+    from orchestrator.connections import ssh
     from orchestrator.doctor import exit_code, run_doctor
+    from orchestrator.report import tables
 
     if playbook:
-        from orchestrator import operations
+        from orchestrator import cli_commands
 
-        inputs = operations.load(playbook, inventory_path, list(limit), list(assignments))
+        inputs = cli_commands.load(playbook, inventory_path, list(limit), list(assignments))
         names = [plan.container for plan in inputs.plans]
         checks = run_doctor(
-            inputs.inventory, names, accept_new_host_keys, inputs.playbook, inputs.plans
+            inputs.inventory, names, ssh(accept_new_host_keys), inputs.playbook, inputs.plans
         )
     else:
         from orchestrator.inventory import load_inventory
 
         inv = load_inventory(inventory_path)
-        checks = run_doctor(inv, inv.select(limit), accept_new_host_keys)
-    report.print_checks([c.to_dict() for c in checks], as_json)
+        checks = run_doctor(inv, inv.select(limit), ssh(accept_new_host_keys))
+    tables.print_checks([c.to_dict() for c in checks], as_json)
     sys.exit(exit_code(checks))
 
 
@@ -702,7 +722,7 @@ def inventory_discover(
         write_new(output, text, force)
     if as_json:
         from orchestrator.discovery.run import discovered_document
-        from orchestrator.report import print_json
+        from orchestrator.report.screen import print_json
 
         print_json(discovered_document(cluster, output, text))
     elif output is None:
@@ -726,11 +746,11 @@ def report(run_id: str, output_format: str, output: Path | None) -> None:
     """One run to share, from the local history and run log: who, when, what changed,
     each container's steps and gate per phase (threshold, bound, acceptance curve), the
     rollback and the errors."""
-    from orchestrator import runreport
+    from orchestrator.report import runpage
 
-    run, lines = runreport.load(run_id)
-    parts = runreport.sections(run, lines)
-    page = runreport.to_html(parts) if output_format == "html" else runreport.markdown(parts)
+    run, lines = runpage.load(run_id)
+    parts = runpage.sections(run, lines)
+    page = runpage.to_html(parts) if output_format == "html" else runpage.markdown(parts)
     if output is None:
         click.echo(page, nl=False)
         return
@@ -782,7 +802,7 @@ def alerts(
     groups = rules.rule_groups(book, window, hold)
     if as_json:
         from orchestrator.documents import document
-        from orchestrator.report import print_json
+        from orchestrator.report.screen import print_json
 
         print_json(document("Alerts", playbook=book.name, format=output_format, **groups))
         return
@@ -809,7 +829,7 @@ def explain(path: str | None, markdown: bool, as_json: bool) -> None:
             raise click.UsageError("--markdown takes `playbook` or `inventory`, without --json")
         click.echo(fields.markdown(path), nl=False)
     elif as_json:
-        from orchestrator.report import print_json
+        from orchestrator.report.screen import print_json
 
         print_json(fields.document(path))
     else:
@@ -842,7 +862,7 @@ def inventory_import_ansible(
 
     from orchestrator.ansible.convert import convert, read
     from orchestrator.discovery.run import write_new
-    from orchestrator.report import printable
+    from orchestrator.report.screen import printable
     from orchestrator.yamlsource import read_config_text
 
     text, _ = read_config_text(source)
@@ -854,7 +874,7 @@ def inventory_import_ansible(
         write_new(output, imported.text, force)
     if as_json:
         from orchestrator.documents import document
-        from orchestrator.report import print_json
+        from orchestrator.report.screen import print_json
 
         print_json(
             document(
@@ -890,7 +910,7 @@ def completion(shell: str, as_json: bool) -> None:
     source = completer(cli, {}, "orch", "_ORCH_COMPLETE").source()
     if as_json:
         from orchestrator.documents import document
-        from orchestrator.report import print_json
+        from orchestrator.report.screen import print_json
 
         print_json(document("Completion", shell=shell, script=source))
     else:
@@ -1001,7 +1021,7 @@ def lab_up(
     started = the_lab.up(spec)
     if as_json:
         from orchestrator.documents import document
-        from orchestrator.report import print_json
+        from orchestrator.report.screen import print_json
 
         print_json(
             document(
@@ -1032,7 +1052,7 @@ def lab_down(lab_dir: Path | None, as_json: bool) -> None:
     stopped = the_lab.down()
     if as_json:
         from orchestrator.documents import document
-        from orchestrator.report import print_json
+        from orchestrator.report.screen import print_json
 
         print_json(document("LabDown", result="ok", dir=str(the_lab.root), stopped=stopped))
         return
@@ -1057,13 +1077,13 @@ def lab_acceptance(container: str, scale: float, lab_dir: Path | None) -> None:
 @json_option
 def lab_status(lab_dir: Path | None, as_json: bool) -> None:
     """Hosts, containers, their state, and the servers running in them."""
-    from orchestrator import report
     from orchestrator.documents import document
     from orchestrator.lab.cluster import Lab, default_lab_dir
+    from orchestrator.report import screen, tables
 
     the_lab = Lab(lab_dir or default_lab_dir())
     doc = document("LabStatus", dir=str(the_lab.root), targets=the_lab.status())
-    report.print_json(doc) if as_json else report.print_lab_status(doc)
+    screen.print_json(doc) if as_json else tables.print_lab_status(doc)
 
 
 def main() -> None:

@@ -63,7 +63,7 @@ def limit_patterns(
 def run_ids(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
     """Run ids of the local history, newest first, each with its playbook; for a command
     about one playbook, that playbook's runs only."""
-    from orchestrator.state import History
+    from orchestrator.history import History
 
     playbook = ctx.params.get("playbook")
     try:

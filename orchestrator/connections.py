@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Protocol
 
 from orchestrator.errors import InputError
 from orchestrator.inventory import Inventory, SshSettings
@@ -18,7 +19,60 @@ from orchestrator.transport.pct import PctTransport
 from orchestrator.transport.ssh import SshTransport
 
 
+class Pool(Protocol):
+    """What an operation connects through: a transport per container, for one run."""
+
+    def container(self, name: str) -> Transport: ...
+    def usage(self) -> list[dict[str, object]]: ...
+    def __enter__(self) -> Pool: ...
+    def __exit__(self, *exc: object) -> None: ...
+
+
+Connect = Callable[[Inventory, RunLog | None], Pool]
+"""How an operation gets its connections: from the inventory and the run's log (if any).
+Operations are given one and never build their own."""
+
+
+def ssh(accept_new_host_keys: bool = False) -> Connect:
+    """Real connections: SSH per the inventory, host keys verified."""
+
+    def connect(inventory: Inventory, run_log: RunLog | None) -> Pool:
+        return Connections(inventory, accept_new_host_keys, run_log)
+
+    return connect
+
+
+SSH = ssh()
+
+
+class Given:
+    """Connections to transports given up front, by container name (in-memory
+    containers in unit tests); recorded to the run's log as SSH ones are."""
+
+    def __init__(self, transports: Mapping[str, Transport], run_log: RunLog | None) -> None:
+        self.transports, self.run_log = transports, run_log
+
+    @classmethod
+    def connect(cls, transports: Mapping[str, Transport]) -> Connect:
+        return lambda _inventory, run_log: cls(transports, run_log)
+
+    def container(self, name: str) -> Transport:
+        transport = self.transports[name]
+        return RecordedTransport(transport, name, self.run_log) if self.run_log else transport
+
+    def usage(self) -> list[dict[str, object]]:
+        return []
+
+    def __enter__(self) -> Given:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
 class Connections:
+    """One SSH connection per endpoint, opened on first use and closed at the end."""
+
     def __init__(
         self,
         inventory: Inventory,

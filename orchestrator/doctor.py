@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from orchestrator import preflight
-from orchestrator.connections import Connections
+from orchestrator.connections import SSH, Connect, Pool
 from orchestrator.container.gpu import gpu_query, parse_gpus
 from orchestrator.container.host import (
     container_status,
@@ -61,7 +61,7 @@ class Doctor:
     def __init__(
         self,
         inventory: Inventory,
-        connections: Connections,
+        connections: Pool,
         playbook: Playbook | None = None,
         plans: dict[str, TargetPlan] | None = None,
     ) -> None:
@@ -251,12 +251,12 @@ class Doctor:
 def run_doctor(
     inventory: Inventory,
     names: list[str],
-    accept_new_host_keys: bool = False,
+    connect: Connect = SSH,
     playbook: Playbook | None = None,
     plans: list[TargetPlan] | None = None,
 ) -> list[Check]:
     by_name = {plan.container: plan for plan in plans or []}
-    with Connections(inventory, accept_new_host_keys) as connections:
+    with connect(inventory, None) as connections:
         doctor = Doctor(inventory, connections, playbook, by_name)
         return [check for name in names for check in doctor.container(name)]
 

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator.connections import Connections
+from orchestrator.connections import Pool
 from orchestrator.container.server import LogRead, parse_log_read, read_log
 from orchestrator.container.shell import run_step
 from orchestrator.errors import OrchError, TransportError
@@ -91,7 +91,7 @@ def _failure(name: str, host: str, exc: OrchError) -> dict[str, Any]:
     }
 
 
-def tail(connections: Connections, plans: dict[str, TargetPlan], lines: int) -> Tail:
+def tail(connections: Pool, plans: dict[str, TargetPlan], lines: int) -> Tail:
     """The last `lines` lines of each container's current server log."""
 
     def one(name: str) -> tuple[Cursor, list[str]]:
@@ -117,7 +117,7 @@ def tail(connections: Connections, plans: dict[str, TargetPlan], lines: int) -> 
 
 
 def follow(
-    connections: Connections,
+    connections: Pool,
     plans: dict[str, TargetPlan],
     lines: int,
     emit: Emit,

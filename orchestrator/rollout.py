@@ -35,7 +35,7 @@ def share(value: int | str, total: int, at_least_one: bool = False) -> int:
 
 
 @dataclass(frozen=True)
-class Plan:
+class RolloutPlan:
     """A rollout's settings resolved against the number of containers."""
 
     canary: int
@@ -44,7 +44,7 @@ class Plan:
     pause: float | None
 
     @classmethod
-    def of(cls, rollout: Rollout, total: int) -> Plan:
+    def of(cls, rollout: Rollout, total: int) -> RolloutPlan:
         return cls(
             canary=share(rollout.canary, total, at_least_one=True),
             parallel=max(1, share(rollout.parallel, total, at_least_one=True)),
@@ -53,7 +53,7 @@ class Plan:
         )
 
 
-def waves(items: Sequence[T], plan: Plan) -> list[list[T]]:
+def waves(items: Sequence[T], plan: RolloutPlan) -> list[list[T]]:
     """Canaries one at a time, then the rest `parallel` at a time."""
     canaries = [[item] for item in items[: plan.canary]]
     rest = items[plan.canary :]
@@ -85,7 +85,7 @@ class Wave:
 
 @dataclass
 class RolloutRun:
-    plan: Plan
+    plan: RolloutPlan
     outcomes: list[Outcome]
     waves: list[Wave]
 
@@ -107,7 +107,7 @@ def run_rollout(
     unreached: Callable[[str, OrchError], Outcome],
     sleep: Callable[[float], None] = time.sleep,
 ) -> RolloutRun:
-    plan = Plan.of(rollout, len(names))
+    plan = RolloutPlan.of(rollout, len(names))
     outcomes: dict[str, Outcome] = {}
     failures = 0
     ran: list[Wave] = []

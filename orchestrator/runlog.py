@@ -24,8 +24,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from orchestrator.errors import InputError, NeedsAttention
+from orchestrator.history import state_dir
 from orchestrator.progress import Progress
-from orchestrator.state import state_dir
 
 RUNS_DIR = "runs"
 SUFFIX = ".log"

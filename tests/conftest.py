@@ -49,7 +49,7 @@ from labtools import FAST, LabHandle, changes, cli_env, lab_state, start_lab
 from shelltools import Processes
 
 from orchestrator.lab.cluster import Lab
-from orchestrator.lab.layout import pid_alive
+from orchestrator.lab.paths import pid_alive
 
 
 def stop(lab: Lab) -> None:
@@ -149,3 +149,11 @@ def processes() -> Iterator[Processes]:
         yield tracked
     finally:
         tracked.cleanup()
+
+
+@pytest.fixture
+def deployment(tmp_path: Path) -> Path:
+    """A deployment dir whose path a shell would misread unquoted (tests of the scripts)."""
+    directory = tmp_path / "deploy it's $(x)"
+    directory.mkdir()
+    return directory

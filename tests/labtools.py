@@ -9,18 +9,16 @@ import json
 import os
 import random
 import socket
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
+from orchrun import RunResult, orch
 
 from orchestrator.lab import sshd
 from orchestrator.lab.cluster import SSH_PORT, Lab, LabSpec
-from orchestrator.lab.layout import ContainerPaths, server_records
+from orchestrator.lab.paths import ContainerPaths, server_records
 
-ROOT = Path(__file__).resolve().parent.parent
 LOAD_SECONDS = 0.3
 """How long a lab's vLLM stand-in loads: long enough that orch must wait for /health."""
 FAST = ["--set", "gate.probe.scrape_interval=0.25", "--set", "gate.ready_timeout=30"]
@@ -52,17 +50,6 @@ def free_network() -> str:
 
 
 @dataclass
-class RunResult:
-    code: int
-    stdout: str
-    stderr: str
-
-    @property
-    def json(self) -> dict:
-        return json.loads(self.stdout)
-
-
-@dataclass
 class LabHandle:
     lab: Lab
     env: dict[str, str]
@@ -74,16 +61,8 @@ class LabHandle:
         return self.lab.inventory
 
     def orch(self, *args: str, timeout: float = 300) -> RunResult:
-        """Run the real CLI in its own process, as a user would."""
-        done = subprocess.run(
-            [sys.executable, "-m", "orchestrator", *args],
-            capture_output=True,
-            text=True,
-            env=self.env,
-            timeout=timeout,
-            cwd=ROOT,
-        )
-        return RunResult(done.returncode, done.stdout, done.stderr)
+        """Run the real CLI in its own process, in this lab's environment."""
+        return orch(*args, env=self.env, timeout=timeout)
 
     def container_vars(self, name: str) -> dict:
         return yaml.safe_load(self.inventory.read_text())["containers"][name]["vars"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from orchestrator.container.shell import parse_csv_rows, reading
+from orchestrator.container.shell import builder, parse_csv_rows, reading
 from orchestrator.deadline import Deadline
 from orchestrator.errors import NeedsAttention
 from orchestrator.transport.base import Transport
@@ -18,10 +18,12 @@ GPU_QUERY = (
 GPU_APPS_QUERY = ("--query-compute-apps=pid,used_memory,gpu_uuid", "--format=csv,noheader,nounits")
 
 
+@builder
 def gpu_query(nvidia_smi: str) -> list[str]:
     return [nvidia_smi, *GPU_QUERY]
 
 
+@builder
 def gpu_apps_query(nvidia_smi: str) -> list[str]:
     return [nvidia_smi, *GPU_APPS_QUERY]
 

@@ -3,16 +3,18 @@ the container and the host sshd's session limits."""
 
 from __future__ import annotations
 
-from orchestrator.container.shell import reading, script
+from orchestrator.container.shell import builder, reading, script
 
 SSHD = "/usr/sbin/sshd"
 
 
+@builder
 def container_status(pct: str, vmid: int) -> list[str]:
     """On the Proxmox host: `status: running` or `status: stopped`."""
     return [pct, "status", str(vmid)]
 
 
+@builder
 def sshd_limits() -> list[str]:
     """The host sshd's session limits from its effective configuration (needs root)."""
     return script(f"{SSHD} -T 2>/dev/null | grep -i -E '^(maxsessions|maxstartups) '")

@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 
-from orchestrator.container.shell import q, read_whole, run_step, script
+from orchestrator.container.shell import builder, q, read_whole, run_step, script
 from orchestrator.errors import LockHeld, StepFailed
 from orchestrator.layout import Layout
 from orchestrator.transport.base import Transport
@@ -32,6 +32,7 @@ TIMEOUT = 60.0
 # --- the scripts ----------------------------------------------------------------------
 
 
+@builder
 def acquire_lock(lock_dir: str, owner_json: str) -> list[str]:
     """mkdir is atomic: exit 0 and the lock is ours; exit 1 and it is held (the owner
     is printed); exit 2 and it could not be made at all (stderr says why)."""
@@ -44,6 +45,7 @@ def acquire_lock(lock_dir: str, owner_json: str) -> list[str]:
     )
 
 
+@builder
 def release_lock(lock_dir: str, run_id: str | None = None) -> list[str]:
     """Remove the lock; given a run id, only if that run holds it (a lock broken with
     `orch unlock` and taken by another run meanwhile stays)."""
@@ -53,6 +55,7 @@ def release_lock(lock_dir: str, run_id: str | None = None) -> list[str]:
     return script(guard + f"rm -f {owner}; rmdir {busy} {q(lock_dir)} 2>/dev/null || true")
 
 
+@builder
 def take_over_lock(lock_dir: str, stale_owner: str, owner_json: str) -> list[str]:
     """Replace the owner of a lock whose holder is gone, only if it is still `stale_owner`.
 

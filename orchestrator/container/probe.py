@@ -9,7 +9,7 @@ import shlex
 from collections.abc import Sequence
 
 from orchestrator.container.gpu import GPU_APPS_QUERY, GPU_QUERY
-from orchestrator.container.shell import FRAME_FUNCTIONS, PROCESS_FUNCTIONS, q, script
+from orchestrator.container.shell import FRAME_FUNCTIONS, PROCESS_FUNCTIONS, builder, q, script
 from orchestrator.layout import Layout
 
 # The server's version: `vllm --version`, else the package metadata of the Python
@@ -20,6 +20,7 @@ vllm_version() { "$1" --version 2>/dev/null || "${1%/*}/python" -c \
 """
 
 
+@builder
 def read_model_dir(directory: str, names: Sequence[str], header_limit: int) -> list[str]:
     """One round trip for a model directory, as frames `NAME LENGTH\\n` + bytes:
     the listing (`.listing`: `SIZE NAME` lines), each of `names` that exists, and
@@ -39,6 +40,7 @@ def read_model_dir(directory: str, names: Sequence[str], header_limit: int) -> l
     )
 
 
+@builder
 def target_facts(layout: Layout, nvidia_smi: str, vllm: str) -> list[str]:
     """Preflight's small facts in one round trip, as frames: `gpus`, `apps` and
     `version` (the vLLM version, see _VERSION_FUNCTION) with their `.rc`, `disk`

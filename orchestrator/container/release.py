@@ -15,6 +15,7 @@ from orchestrator.container import audit
 from orchestrator.container.audit import AuditRecord
 from orchestrator.container.shell import (
     FRAME_FUNCTIONS,
+    builder,
     parse_frames,
     point_link,
     q,
@@ -31,6 +32,7 @@ from orchestrator.transport.base import Transport
 # --- the scripts ----------------------------------------------------------------------
 
 
+@builder
 def make_drafter_view(weights_dir: str, view_dir: str) -> list[str]:
     """Links to every weight file, plus `config.json` pointing at the release's own."""
     return script(
@@ -41,6 +43,7 @@ def make_drafter_view(weights_dir: str, view_dir: str) -> list[str]:
     )
 
 
+@builder
 def remove_releases(releases_dir: str, release_ids: Sequence[str]) -> list[str]:
     """Delete old release dirs by their exact names (never a pattern)."""
     paths = " ".join(q(f"{releases_dir}/{rid}") for rid in release_ids)
@@ -54,11 +57,13 @@ def _release_listing(releases_dir: str) -> str:
     )
 
 
+@builder
 def list_releases(releases_dir: str) -> list[str]:
     """`MTIME ID` per release, oldest first."""
     return script(_release_listing(releases_dir) + "\nexit 0")
 
 
+@builder
 def release_records(layout: Layout, audit_lines: int) -> list[str]:
     """A deployment's record in one round trip, as frames: `current` (the link),
     `releases` (`MTIME ID` lines, oldest first), `audit` (the last `audit_lines`

@@ -18,6 +18,7 @@ from orchestrator.container.shell import (
     FRAME_FUNCTIONS,
     PROCESS_FUNCTIONS,
     SH,
+    builder,
     parse_frames,
     q,
     reading,
@@ -33,6 +34,7 @@ from orchestrator.transport.base import Transport
 # --- the scripts ----------------------------------------------------------------------
 
 
+@builder
 def start_server(
     launch_script: str, log: str, pid_file: str, log_link: str, link_to: str
 ) -> list[str]:
@@ -53,6 +55,7 @@ def start_server(
     )
 
 
+@builder
 def watch_server(pid_file: str, log: str, since_byte: int, lines: int) -> list[str]:
     """One look at a starting server, as frames: `server` (as server_state prints it)
     and `tail` (the log's last lines since `since_byte`)."""
@@ -65,6 +68,7 @@ def watch_server(pid_file: str, log: str, since_byte: int, lines: int) -> list[s
     )
 
 
+@builder
 def read_log(log: str, lines: int, limit: int, identity: str = "", offset: int = 0) -> list[str]:
     """One bounded read of a server log, through the `server.log` link; it starts and
     ends, so following a log leaves nothing running on the target.
@@ -86,11 +90,13 @@ def read_log(log: str, lines: int, limit: int, identity: str = "", offset: int =
     )
 
 
+@builder
 def server_state(pid_file: str) -> list[str]:
     """Prints `running PID`, `stopped PID` or `none`."""
     return script(PROCESS_FUNCTIONS + f"recorded {q(pid_file)}")
 
 
+@builder
 def stop_server(pid_file: str, timeout: float) -> list[str]:
     """SIGTERM the recorded process group, SIGKILL what is left of it after `timeout`
     seconds, and return once the whole group is gone (its GPU memory with it).

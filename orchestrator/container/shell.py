@@ -10,16 +10,44 @@ container and the step.
 from __future__ import annotations
 
 import csv
+import functools
+import inspect
 import io
 import shlex
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from typing import ParamSpec
 
 from orchestrator.errors import NeedsAttention, StepFailed
 from orchestrator.transport.base import Result, Transport
 
 SH = "/bin/sh"
 DEFAULT_TIMEOUT = 120.0
+P = ParamSpec("P")
+
+
+class Command(list[str]):
+    """An argv that says which builder made it and from what: equal to the plain list
+    (transports run it as one), and an in-memory container answers it by concern
+    (`concern`, `args`) instead of reading the script."""
+
+    def __init__(self, argv: Sequence[str], concern: str, args: dict[str, object]) -> None:
+        super().__init__(argv)
+        self.concern, self.args = concern, args
+
+
+def builder(build: Callable[P, list[str]]) -> Callable[P, list[str]]:
+    """Marks a command builder: what it returns is a Command named after it."""
+    signature = inspect.signature(build)
+
+    @functools.wraps(build)
+    def named(*args: P.args, **kwargs: P.kwargs) -> list[str]:
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        return Command(build(*args, **kwargs), build.__name__, dict(bound.arguments))
+
+    return named
+
 
 # Shell helpers shared by the scripts that look at a recorded server process:
 # alive() holds for a live, non-zombie PID whose start time is still the recorded one.
@@ -63,6 +91,7 @@ def q(value: object) -> str:
     return shlex.quote(str(value))
 
 
+@builder
 def write_file(path: str, mode: str = "0644") -> list[str]:
     """Atomically replace `path` with stdin: temp file, fsync, rename, fsync dir."""
     directory, name = path.rsplit("/", 1)
@@ -75,24 +104,29 @@ def write_file(path: str, mode: str = "0644") -> list[str]:
     )
 
 
+@builder
 def remove_file(path: str) -> list[str]:
     """Remove one file and make the removal durable (sync its directory)."""
     return script(f"rm -f -- {q(path)}; sync {q(path.rsplit('/', 1)[0])} 2>/dev/null || true")
 
 
+@builder
 def point_link(link: str, target: str) -> list[str]:
     """Make `link` point at `target` atomically (rename over the old link)."""
     return script(f"set -e; ln -sfn {q(target)} {q(link)}.tmp; mv -Tf {q(link)}.tmp {q(link)}")
 
 
+@builder
 def read_link(link: str) -> list[str]:
     return script(f"readlink {q(link)} || true")
 
 
+@builder
 def append_line(path: str, line: str) -> list[str]:
     return script(f"printf '%s\\n' {q(line)} >> {q(path)}")
 
 
+@builder
 def read_files(paths: Sequence[str]) -> list[str]:
     """Whole files as frames `PATH LENGTH\\n` + bytes; missing files are skipped."""
     listed = " ".join(q(p) for p in paths)

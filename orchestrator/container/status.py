@@ -7,13 +7,14 @@ from typing import Any
 
 from orchestrator.container import audit
 from orchestrator.container.release import release_id_of
-from orchestrator.container.shell import PROCESS_FUNCTIONS, q, reading, script
+from orchestrator.container.shell import PROCESS_FUNCTIONS, builder, q, reading, script
 from orchestrator.layout import Layout
 from orchestrator.transport.base import Transport
 
 TIMEOUT = 60.0
 
 
+@builder
 def status_report(layout: Layout) -> list[str]:
     """`key value` lines: current release, server state, lock owner, last audit line, and
     the last audit line with a gate verdict."""

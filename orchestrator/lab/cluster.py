@@ -24,8 +24,10 @@ import yaml
 
 from orchestrator.drafters.profiles import list_profiles
 from orchestrator.errors import InputError
+from orchestrator.history import state_dir
 from orchestrator.lab import pveconf, sshd
-from orchestrator.lab.layout import (
+from orchestrator.lab.models import install_models
+from orchestrator.lab.paths import (
     DEFAULT_TOKENS_PER_SECOND,
     TOKENS_PER_SECOND_ENV,
     VLLM_VERSION_ENV,
@@ -39,9 +41,7 @@ from orchestrator.lab.layout import (
     write_json_atomic,
     write_pct_launcher,
 )
-from orchestrator.lab.models import install_models
 from orchestrator.lab.releases import UnknownRelease, default_release, release
-from orchestrator.state import state_dir
 
 SSH_PORT = 2222
 SERVER_PORT = 8000

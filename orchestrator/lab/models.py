@@ -18,7 +18,7 @@ from pathlib import Path
 from orchestrator.drafters.kinds.dflash import weight_layout
 from orchestrator.drafters.modelfiles import CONFIG_FILE, text_config, write_safetensors_stub
 from orchestrator.drafters.profiles import Profile, target_files
-from orchestrator.lab.layout import ContainerPaths
+from orchestrator.lab.paths import ContainerPaths
 
 TARGET_SHARDS = 4
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
 
-from orchestrator.lab.layout import (
+from orchestrator.lab.paths import (
     CONTAINER_ENV,
     HOST_ENV,
     ContainerPaths,

@@ -34,7 +34,7 @@ from collections.abc import Callable
 from contextlib import suppress
 from pathlib import Path
 
-from orchestrator.lab.layout import (
+from orchestrator.lab.paths import (
     PCT_MODULE,
     ContainerPaths,
     HostPaths,

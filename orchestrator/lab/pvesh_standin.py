@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 from typing import NoReturn
 
-from orchestrator.lab.layout import HostPaths, LabPaths
+from orchestrator.lab.paths import HostPaths, LabPaths
 from orchestrator.lab.pveconf import Section, is_template, network, parse
 
 RESOURCE_TYPES = ("vm", "storage", "node", "sdn")

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.errors import InputError, NeedsAttention
-from orchestrator.lab.layout import pid_alive
+from orchestrator.lab.paths import pid_alive
 
 SSHD = Path("/usr/sbin/sshd")
 SSH_KEYGEN = "ssh-keygen"

@@ -66,7 +66,7 @@ from orchestrator.lab.acceptance import (
     sampling_factor,
     zero_head_profile,
 )
-from orchestrator.lab.layout import (
+from orchestrator.lab.paths import (
     CONTAINER_ENV,
     DEFAULT_TOKENS_PER_SECOND,
     TOKENS_PER_SECOND_ENV,

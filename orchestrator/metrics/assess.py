@@ -14,7 +14,7 @@ from typing import Literal
 from orchestrator.metrics.evaluate import Measurement, combine
 from orchestrator.metrics.stats import Batch, Interval, batch_means_interval
 
-Outcome = Literal["pass", "fail", "inconclusive"]
+VerdictOutcome = Literal["pass", "fail", "inconclusive"]
 
 # Position-1 acceptance below this means the drafter reads the wrong hidden
 # states or masks with the wrong token; published drafters reach 0.6 to 0.9.
@@ -50,7 +50,7 @@ class GateCriteria:
 class Verdict:
     """The gate's outcome; lower and upper bound the mean acceptance length."""
 
-    outcome: Outcome
+    outcome: VerdictOutcome
     mean_acceptance_length: float | None
     lower: float | None
     upper: float | None
@@ -234,7 +234,9 @@ def _checks(batches: Sequence[Measurement], criteria: GateCriteria) -> list[_Che
     return checks
 
 
-def _verdict(outcome: Outcome, total: Measurement, length: Interval | None, reason: str) -> Verdict:
+def _verdict(
+    outcome: VerdictOutcome, total: Measurement, length: Interval | None, reason: str
+) -> Verdict:
     return Verdict(
         outcome=outcome,
         mean_acceptance_length=total.mean_acceptance_length,

@@ -1,9 +1,11 @@
 """A transport held in memory: scripted replies, every call recorded.
 
-For fast unit tests of the transaction and the gate beside the lab tests. A
-command is answered by the newest rule whose needle occurs in its argv; a reply
-may be computed from the argv and stdin, so a test can keep a tiny filesystem
-in a dict. TCP streams carry HTTP/1.1 to handlers keyed by method and path.
+For fast unit tests beside the lab tests. A command is answered by concern: the
+newest rule for the name of the builder that made it (a container command says
+which, as `argv.concern`, with its arguments in `argv.args`), or for the first
+word of a plain argv, or `ANY`. A reply may be computed from the argv and stdin,
+so a test can keep a container's state in memory (tests/scripted.py does). TCP
+streams carry HTTP/1.1 to handlers keyed by method and path.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from orchestrator.errors import ServiceUnavailable
 from orchestrator.transport.base import Result
 
 Reply = Callable[[Sequence[str], bytes | None], Result]
+ANY = "*"
+"""The rule for any command."""
 HttpHandler = Callable[[bytes], tuple[int, bytes]]  # request body -> (status, body)
 
 
@@ -28,6 +32,11 @@ class Call:
     @property
     def text(self) -> str:
         return " ".join(self.argv)
+
+
+def concern_of(argv: Sequence[str]) -> str:
+    """The builder that made `argv`, else its first word."""
+    return str(getattr(argv, "concern", "") or (argv[0] if argv else ""))
 
 
 def reply(stdout: str | bytes = b"", exit_code: int = 0, stderr: bytes = b"") -> Reply:
@@ -45,8 +54,8 @@ class MemoryTransport:
     requests: list[tuple[str, str]] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def on(self, needle: str, answer: Reply) -> MemoryTransport:
-        self.rules.append((needle, answer))
+    def on(self, concern: str, answer: Reply) -> MemoryTransport:
+        self.rules.append((concern, answer))
         return self
 
     def on_http(self, method: str, path: str, handler: HttpHandler) -> MemoryTransport:
@@ -59,10 +68,11 @@ class MemoryTransport:
         call = Call(tuple(argv), stdin)
         with self._lock:
             self.calls.append(call)
-        for needle, answer in reversed(self.rules):
-            if needle in call.text:
+        concern = concern_of(argv)
+        for rule, answer in reversed(self.rules):
+            if rule in (concern, ANY):
                 return answer(argv, stdin)
-        raise AssertionError(f"{self.label}: no scripted reply for {call.text[:300]!r}")
+        raise AssertionError(f"{self.label}: no scripted reply for {concern}: {call.text[:300]!r}")
 
     def open_stream(self, address: str, port: int, timeout: float = 10.0) -> MemoryStream:
         if not self.http:

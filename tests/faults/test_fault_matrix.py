@@ -25,9 +25,10 @@ import time
 from pathlib import Path
 
 import pytest
-from labtools import ROOT, LabHandle
+from labtools import LabHandle
+from orchrun import ROOT
 
-from orchestrator.lab.layout import ContainerPaths, server_records
+from orchestrator.lab.paths import ContainerPaths, server_records
 
 pytestmark = [pytest.mark.lab, pytest.mark.faults]
 

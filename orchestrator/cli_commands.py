@@ -1,0 +1,590 @@
+"""The bodies of the CLI's commands that work on containers, from loaded inputs to
+one result document.
+
+The CLI parses and prints; these functions connect (through the `connect` they are
+given), act, and return `(document, exit_code)`. The document is what `--json` prints.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shlex
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Generic, TypeVar
+
+from orchestrator import documents, preflight, release, runlog
+from orchestrator.cancel import Cancel
+from orchestrator.connections import SSH, Connect, Pool
+from orchestrator.container import lock
+from orchestrator.container import release as store
+from orchestrator.container.journal import Journal
+from orchestrator.container.lock import lock_holder
+from orchestrator.container.server import Server
+from orchestrator.container.status import read_status
+from orchestrator.deadline import now
+from orchestrator.deploy import Options, ShowDiff, TargetRun
+from orchestrator.drafters.findings import Finding, Severity
+from orchestrator.drafters.modelfiles import parse_json_document
+from orchestrator.errors import NeedsAttention, OrchError
+from orchestrator.fanout import READ_PARALLEL, GroupResult, fan_out
+from orchestrator.history import History, new_run_id
+from orchestrator.inventory import Inventory, load_inventory
+from orchestrator.layout import DRAFTER_CONFIG, LAUNCH_SCRIPT, VIEW_CONFIG
+from orchestrator.outcome import Outcome
+from orchestrator.plan import TargetPlan, plan_deploy
+from orchestrator.playbook import Playbook, find_playbook, load_playbook
+from orchestrator.probes import load_passages, load_prompts
+from orchestrator.probes.context import context_buckets
+from orchestrator.progress import Progress
+from orchestrator.rollout import RolloutPlan, run_rollout
+from orchestrator.runs import TargetRecord, fleet_runs, resolve
+from orchestrator.transport.base import Transport
+
+DEFAULT_NVIDIA_SMI = "/usr/bin/nvidia-smi"
+
+
+@dataclass(frozen=True)
+class Inputs:
+    playbook: Playbook
+    inventory: Inventory
+    plans: list[TargetPlan]
+    playbook_ref: str
+    """The playbook as the user named it (a name or a path)."""
+    inventory_path: Path
+
+    def apply_command(self, container: str) -> str:
+        """The deploy that applies the playbook as loaded here to one container."""
+        sets = [arg for a in self.playbook.assignments for arg in ("--set", a)]
+        inventory = str(self.inventory_path)
+        return shlex.join(
+            ["orch", "deploy", self.playbook_ref, "-i", inventory, "--limit", container, *sets]
+        )
+
+
+def load(playbook: str, inventory: Path, limit: list[str], assignments: list[str]) -> Inputs:
+    book = load_playbook(find_playbook(playbook), assignments)
+    inv = load_inventory(inventory)
+    return Inputs(book, inv, plan_deploy(book, inv, limit), playbook, inventory)
+
+
+def _target_run(
+    inputs: Inputs,
+    connections: Pool,
+    plan: TargetPlan,
+    options: Options,
+    progress: Progress,
+    prompts: list[str],
+    cancel: Cancel,
+    show_diff: ShowDiff = lambda *_: None,
+) -> TargetRun:
+    nvidia_smi = inputs.inventory.container_vars(plan.container).get(
+        "nvidia_smi", DEFAULT_NVIDIA_SMI
+    )
+    buckets = context_buckets(
+        prompts,
+        load_passages(),
+        plan.drafter_config or {},
+        inputs.playbook.server.max_model_len,
+        inputs.playbook.gate.probe.max_tokens,
+    )
+    return TargetRun(
+        plan,
+        connections.container(plan.container),
+        inputs.playbook,
+        buckets,
+        nvidia_smi,
+        options,
+        progress,
+        cancel,
+        show_diff,
+    )
+
+
+def _unreached(plan: TargetPlan, exc: OrchError) -> Outcome:
+    """A target that cannot even be reached is that target's outcome, not the run's end."""
+    return Outcome(
+        plan.container,
+        plan.host,
+        release=plan.release_id,
+        error=exc.message_for(plan.container),
+        exit_code=exc.exit_code,
+    )
+
+
+def _document(
+    kind: documents.Kind,
+    inputs: Inputs,
+    run_id: str,
+    started: str,
+    outcomes: list[Outcome],
+    cancel: Cancel,
+) -> tuple[dict[str, Any], int]:
+    worst = max((o.exit_code for o in outcomes), default=0)
+    code = cancel.exit_code if cancel.requested else worst
+    drafter = inputs.playbook.drafter
+    return documents.document(
+        kind,
+        playbook=inputs.playbook.name,
+        run_id=run_id,
+        started=started,
+        method=drafter.kind,
+        drafter=drafter.profile or drafter.weights,
+        model=inputs.playbook.target.served_name,
+        inventory=str(inputs.inventory_path.resolve()),
+        assignments=list(inputs.playbook.assignments),
+        result=documents.run_result(code),
+        targets=[o.to_dict() for o in outcomes],
+    ), code
+
+
+def _remember(document: dict[str, Any], command: str, user: str) -> None:
+    """History is a record, not the change: failing to write it only warns."""
+    try:
+        History().record(document, command, user)
+    except NeedsAttention as exc:
+        document.setdefault("warnings", []).append(str(exc))
+
+
+def _with_changes(document: dict[str, Any], outcomes: list[Outcome]) -> dict[str, Any]:
+    """The run as history keeps it: each target also with the files' diff it read
+    (`changes`), which `orch report` shows."""
+    changes = {o.name: o.changes for o in outcomes}
+    targets = [{**t, "changes": changes.get(t["name"])} for t in document["targets"]]
+    return {**document, "targets": targets}
+
+
+def _open_log(command: str, inputs: Inputs, options: Options) -> runlog.RunLog:
+    """The run's local log, started with what runs where (the oldest logs beyond
+    runlog.KEPT make room for it)."""
+    runlog.prune()
+    log = runlog.RunLog(options.run_id)
+    mode = " (dry run)" if options.dry_run else ""
+    targets = ", ".join(f"{p.container} on {p.host}" for p in inputs.plans)
+    log.note("", f"{command}{mode} {inputs.playbook.name} by {options.user}: {targets}")
+    return log
+
+
+def _close_log(log: runlog.RunLog, document: dict[str, Any], code: int) -> None:
+    """Each container's outcome and the run's result end the log; the document says
+    where it is (and, if it could not be written, why)."""
+    for target in document["targets"]:
+        gate = target.get("gate") or {}
+        judged = f", gate {gate['verdict']}: {gate.get('reason')}" if gate.get("verdict") else ""
+        error = f": {target['error']}" if target.get("error") else ""
+        log.note(target["name"], f"result {target['result']}{judged}{error}")
+    log.note("", f"result {document['result']} (exit {code})")
+    document["log"] = str(log.path)
+    if log.warning:
+        document.setdefault("warnings", []).append(log.warning)
+
+
+def deploy(
+    inputs: Inputs,
+    options: Options,
+    connect: Connect,
+    progress: Progress,
+    cancel: Cancel,
+    show_diff: ShowDiff = lambda *_: None,
+) -> tuple[dict[str, Any], int]:
+    """With `options.diff`, `show_diff` gets each container's diff before its switch."""
+    prompts = load_prompts(inputs.playbook.gate.probe.prompts)
+    started = now()
+    plans = {p.container: p for p in inputs.plans}
+    log = _open_log("deploy", inputs, options)
+    progress = log.recording(progress)
+    with connect(inputs.inventory, log) as connections:
+
+        def one(name: str) -> Outcome:
+            if cancel.requested:
+                return not_started(name, "not started: the run was interrupted")
+            run = _target_run(
+                inputs, connections, plans[name], options, progress, prompts, cancel, show_diff
+            )
+            return run.deploy()
+
+        def not_started(name: str, why: str) -> Outcome:
+            return Outcome(name, plans[name].host, result="skipped", exit_code=0, error=why)
+
+        rollout = run_rollout(
+            list(plans),
+            inputs.playbook.rollout,
+            one,
+            lambda name: not_started(name, "not started: the rollout's failure budget was spent"),
+            lambda name, exc: _unreached(plans[name], exc),
+        )
+        usage = connections.usage()
+    document, code = _document(
+        "DeployRun", inputs, options.run_id, started, rollout.outcomes, cancel
+    )
+    document["rollout"] = rollout.to_dict()
+    document["connections"] = usage
+    _close_log(log, document, code)
+    if not options.dry_run:
+        _remember(_with_changes(document, rollout.outcomes), "deploy", options.user)
+    return document, code
+
+
+def rollback(
+    inputs: Inputs,
+    options: Options,
+    to: str | None,
+    connect: Connect,
+    progress: Progress,
+    cancel: Cancel,
+) -> tuple[dict[str, Any], int]:
+    """Each container back to its previous release, or with `to` (a run id, a release
+    id, or a unique prefix) to what that run left it on. `to` is resolved from every
+    container's records before anything is switched: an unknown or ambiguous id is
+    an InputError with nothing touched."""
+    prompts = load_prompts(inputs.playbook.gate.probe.prompts)
+    started = now()
+    plans = {p.container: p for p in inputs.plans}
+    log = _open_log("rollback", inputs, options)
+    progress = log.recording(progress)
+    with connect(inputs.inventory, log) as connections:
+        unread: dict[str, OrchError] = {}
+        resolution = None
+        if to is not None:
+            records = read_each(connections, plans, _record)
+            unread = records.failed
+            resolution = resolve(to, records.succeeded.values())
+        wanted: dict[str, str | None] = (
+            {name: resolution.wanted[name] for name in plans if name in resolution.wanted}
+            if resolution
+            else dict.fromkeys(plans)
+        )
+
+        def one(name: str) -> Outcome:
+            run = _target_run(inputs, connections, plans[name], options, progress, prompts, cancel)
+            return run.rollback(wanted[name])
+
+        parallel = RolloutPlan.of(inputs.playbook.rollout, len(plans)).parallel
+        group = fan_out(list(wanted), one, parallel)
+    failed = {**unread, **group.failed}
+    skipped = resolution.skipped if resolution else {}
+
+    def outcome(name: str) -> Outcome:
+        if name in group.succeeded:
+            return group.succeeded[name]
+        if name in skipped:
+            return Outcome(name, plans[name].host, result="skipped", notes=[skipped[name]])
+        return _unreached(plans[name], failed[name])
+
+    outcomes = [outcome(name) for name in plans]
+    document, code = _document("RollbackRun", inputs, options.run_id, started, outcomes, cancel)
+    if resolution:
+        document["to"] = resolution.to_dict()
+    _close_log(log, document, code)
+    _remember(document, "rollback", options.user)
+    return document, code
+
+
+T = TypeVar("T")
+
+
+def read_each(
+    connections: Pool, plans: dict[str, TargetPlan], read: Callable[[Transport, TargetPlan], T]
+) -> GroupResult[T]:
+    """`read` on every container, side by side."""
+    return fan_out(
+        list(plans), lambda name: read(connections.container(name), plans[name]), READ_PARALLEL
+    )
+
+
+@dataclass(frozen=True)
+class FleetRead(Generic[T]):
+    """What a read of every container found: per container, what `read` returned or
+    the error that stopped it."""
+
+    plans: dict[str, TargetPlan]
+    group: GroupResult[T]
+
+    def entries(
+        self,
+        found: Callable[[str, T], dict[str, Any]],
+        failed: Callable[[str, OrchError], dict[str, Any]],
+    ) -> list[dict[str, Any]]:
+        """One document entry per container, in the inventory's order, each `name` and
+        `host` first."""
+        return [
+            {"name": name, "host": plan.host}
+            | (
+                found(name, self.group.succeeded[name])
+                if name in self.group.succeeded
+                else failed(name, self.group.failed[name])
+            )
+            for name, plan in self.plans.items()
+        ]
+
+
+def fleet_read(
+    inputs: Inputs, connect: Connect, read: Callable[[Transport, TargetPlan], T]
+) -> FleetRead[T]:
+    """The read-only commands' skeleton: connect, read every container, close."""
+    plans = {p.container: p for p in inputs.plans}
+    with connect(inputs.inventory, None) as connections:
+        return FleetRead(plans, read_each(connections, plans, read))
+
+
+def _record(transport: Transport, plan: TargetPlan) -> TargetRecord:
+    return release.record(transport, plan.layout, plan.container)
+
+
+def _unreachable(name: str, exc: OrchError) -> dict[str, Any]:
+    return {"result": "unreachable", "error": exc.message_for(name)}
+
+
+def releases(inputs: Inputs, connect: Connect = SSH) -> tuple[dict[str, Any], int]:
+    """Per run, newest first, the release it left each container on and whether that
+    release is still kept and current; per container, its kept releases, including
+    those no recorded run names."""
+    read = fleet_read(inputs, connect, _record)
+    records = read.group.succeeded
+    runs = fleet_runs(records.values())
+    named = {(name, r.current) for run in runs for name, r in run.targets.items()}
+
+    def found(name: str, record: TargetRecord) -> dict[str, Any]:
+        return {
+            "result": "ok",
+            "current": record.current,
+            "kept": [
+                {
+                    "release": k.release,
+                    "created": k.created,
+                    "made_by_run": k.run_id,
+                    "current": k.release == record.current,
+                    "named_by_a_run": (name, k.release) in named,
+                }
+                for k in reversed(record.kept)
+            ],
+        }
+
+    code = 3 if read.group.failed else 0
+    document = documents.document(
+        "Releases",
+        playbook=inputs.playbook.name,
+        result=documents.run_result(code),
+        runs=[
+            {
+                "run_id": run.run_id,
+                "time": run.time,
+                "user": run.user,
+                "action": run.action,
+                "targets": [
+                    {
+                        "name": name,
+                        "result": record.result,
+                        "release": record.current,
+                        "release_state": _release_state(records[name], record.current),
+                    }
+                    for name, record in run.targets.items()
+                ],
+            }
+            for run in runs
+        ],
+        targets=read.entries(found, _unreachable),
+    )
+    return document, code
+
+
+def _release_state(record: TargetRecord, release_id: str | None) -> str:
+    """`current`, `kept` or `pruned` (a release no longer on the container); `none`
+    when the run left nothing serving there."""
+    if release_id is None:
+        return "none"
+    if release_id == record.current:
+        return "current"
+    return "kept" if release_id in record.kept_ids else "pruned"
+
+
+def verify_remote(inputs: Inputs, connect: Connect = SSH) -> tuple[dict[str, Any], int]:
+    """Each container's current release against its own manifest (a hand edit:
+    `changed_on_target`, exit 1), then the manifest against a fresh render of the
+    playbook as it is now (`playbook_differs`: informational), plus the drafter
+    checks on the files as they are on the container."""
+
+    def one(transport: Transport, plan: TargetPlan) -> tuple[dict[str, Any], int]:
+        entry, code = _verify_one(transport, plan, inputs.playbook)
+        if entry.get("playbook_differs"):
+            entry["apply_with"] = inputs.apply_command(plan.container)
+        return entry, code
+
+    read = fleet_read(inputs, connect, one)
+    codes = [code for _, code in read.group.succeeded.values()]
+    code = max([*codes, *(e.exit_code for e in read.group.failed.values())], default=0)
+    document = documents.document(
+        "Verify",
+        playbook=inputs.playbook.name,
+        result=documents.run_result(code),
+        targets=read.entries(lambda _, verified: verified[0], _unreachable),
+    )
+    return document, code
+
+
+VERIFIED_NAMES = [release.MANIFEST, DRAFTER_CONFIG, LAUNCH_SCRIPT, VIEW_CONFIG]
+
+
+def _verify_one(
+    transport: Transport, plan: TargetPlan, playbook: Playbook
+) -> tuple[dict[str, Any], int]:
+    entry: dict[str, Any] = {}
+    interrupted = Journal(transport, plan.layout).read()
+    if interrupted:
+        entry["interrupted"] = interrupted.describe()
+    current = store.linked(transport, plan.layout.current)
+    entry["release"] = current or None
+    if not current:  # a state, as in `status`: nothing deployed has nothing drifted
+        entry |= {"result": "ok", "state": "nothing_deployed"}
+        return entry, 3 if interrupted else 0
+    actual = store.read_back(transport, plan.layout.release(current), VERIFIED_NAMES)
+    applied = release.Applied.parse(actual.pop(release.MANIFEST, None))
+    entry["applied"] = applied.to_dict() if applied else None
+    entry["changed_on_target"], entry["playbook_differs"] = drift(plan, current, applied, actual)
+    findings = _remote_findings(transport, plan, playbook, actual.get(DRAFTER_CONFIG))
+    entry["findings"] = [f.to_dict() for f in findings]
+    bad = entry["changed_on_target"] or any(f.severity == Severity.ERROR for f in findings)
+    entry["result"] = "drift" if bad else "ok"
+    return entry, 3 if interrupted else (1 if bad else 0)
+
+
+def drift(
+    plan: TargetPlan, current: str, applied: release.Applied | None, actual: dict[str, bytes]
+) -> tuple[list[str], list[str]]:
+    """(changed on the target since the run that applied the release, what the playbook
+    now renders differently from what that run applied). Without a readable manifest
+    the files can only be compared with a fresh render, and that is said."""
+    rendered = plan.read_back_files
+    if applied is None:
+        mismatches = release.compare(rendered, actual, plan.kind.key_fields)
+        return [f"no readable manifest, compared with a fresh render: {m}" for m in mismatches], []
+    since = f"run {applied.run_id}"
+    known = {n: d for n, d in rendered.items() if release.sha256(d) == applied.files.get(n)}
+    changed = [
+        f"changed on the target since {since}: {m}"
+        for m in release.compare_hashes(
+            applied.files, known, actual, plan.kind.key_fields, f"applied by {since}"
+        )
+    ]
+    if current == plan.release_id:
+        return changed, []
+    differs = []
+    for name in sorted(set(plan.files) | (set(applied.files) - {VIEW_CONFIG})):
+        digest = applied.files.get(name)
+        if name in plan.files and release.sha256(plan.files[name]) == digest:
+            continue
+        on_target = actual.get(name)
+        was = on_target if on_target and release.sha256(on_target) == digest else None
+        diff = (
+            release.unified_diff(
+                was, plan.files[name], f"{name} (applied by {since})", f"{name} (rendered now)"
+            )
+            if was is not None and name in plan.files
+            else ""
+        )
+        what = "no longer rendered" if name not in plan.files else "renders differently"
+        differs.append(
+            f"{name}: the playbook now differs from what {since} applied ({what})"
+            + (f"\n{diff}" if diff else "")
+        )
+    if not differs:
+        differs.append(
+            f"the playbook now makes release {plan.release_id}, not {current} that {since} "
+            "applied (the same files, other inputs)"
+        )
+    return changed, differs
+
+
+def _remote_findings(
+    transport: Transport, plan: TargetPlan, playbook: Playbook, config: bytes | None
+) -> list[Finding]:
+    """The drafter checks on the config as deployed, against the target as it is there."""
+    if DRAFTER_CONFIG in plan.files:
+        if config is None:
+            return []  # reported as drift
+        parsed, findings = parse_json_document(config, f"{plan.drafter_view}/{DRAFTER_CONFIG}")
+        if parsed is None:
+            return findings
+        plan = dataclasses.replace(plan, drafter_config=parsed)
+    drafter = plan.drafter_weights
+    return preflight.drafter_findings(
+        preflight.read_model_dir(transport, plan.target_dir),
+        preflight.read_model_dir(transport, drafter) if drafter else None,
+        plan,
+        playbook.server.num_speculative_tokens,
+    )
+
+
+def new_options(**kwargs: Any) -> Options:
+    return Options(run_id=new_run_id(), **kwargs)
+
+
+def status(inputs: Inputs, connect: Connect = SSH) -> tuple[dict[str, Any], int]:
+    """Where each container stands. Nothing deployed yet is a state, not a problem."""
+    read = fleet_read(inputs, connect, _status_entry)
+    targets = read.entries(
+        lambda _, entry: entry,
+        lambda name, exc: {"state": "unreachable", "error": exc.message_for(name)},
+    )
+    states = [t["state"] for t in targets]
+    code = 0 if set(states) <= {"serving", "nothing_deployed"} else 3
+    return documents.document(
+        "Status",
+        playbook=inputs.playbook.name,
+        result=documents.run_result(code),
+        state=_fleet_state(states),
+        targets=targets,
+    ), code
+
+
+_STATE_ORDER = ("interrupted", "unreachable", "stopped", "unhealthy", "serving", "nothing_deployed")
+
+
+def _fleet_state(states: list[str]) -> str:
+    """The fleet's state: nothing deployed only when that holds everywhere, else the
+    most pressing of its containers' states."""
+    if states and set(states) == {"nothing_deployed"}:
+        return "nothing_deployed"
+    return min(states, key=_STATE_ORDER.index, default="nothing_deployed")
+
+
+def _status_entry(transport: Transport, plan: TargetPlan) -> dict[str, Any]:
+    """The journal first: an interrupted transaction is the first thing to know."""
+    interrupted = Journal(transport, plan.layout).read()
+    entry = read_status(transport, plan.layout)
+    entry["lock"] = lock_holder(str(entry["lock"] or ""))
+    entry["interrupted"] = interrupted.describe() if interrupted else None
+    server = Server(transport, plan.layout, plan.address, plan.port)
+    entry["health"] = _health(server) if entry["server"] == "running" else None
+    entry["state"] = _target_state(entry)
+    return entry
+
+
+def _target_state(entry: dict[str, Any]) -> str:
+    if entry["interrupted"]:
+        return "interrupted"
+    if entry["server"] != "running":
+        return "nothing_deployed" if entry["release"] is None else "stopped"
+    return "serving" if entry["health"] == 200 else "unhealthy"
+
+
+def _health(server: Server) -> int | None:
+    """/health's status; None when it did not answer at all."""
+    try:
+        return server.health()
+    except OrchError:
+        return None
+
+
+def unlock(inputs: Inputs, connect: Connect = SSH) -> tuple[dict[str, Any], int]:
+    """Every container's lock removed (saying whose it was), reachable or not."""
+    read = fleet_read(inputs, connect, lambda transport, plan: lock.remove(transport, plan.layout))
+    targets = read.entries(
+        lambda _, owner: {"result": "ok", "removed_lock": lock_holder(owner)},
+        lambda name, exc: {"result": "error", "error": exc.message_for(name)},
+    )
+    code = max((e.exit_code for e in read.group.failed.values()), default=0)
+    return documents.document(
+        "Unlock", playbook=inputs.playbook.name, result=documents.run_result(code), targets=targets
+    ), code

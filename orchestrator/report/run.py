@@ -1,0 +1,167 @@
+"""The report of a deploy or rollback run: each container's result, its gate by
+context and endpoint, the acceptance by position, the waves and the connections."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console, Group, RenderableType
+from rich.text import Text
+
+from orchestrator.drafters.findings import Finding
+from orchestrator.probes.sampling import describe
+from orchestrator.report.screen import (
+    Cell,
+    Column,
+    console,
+    findings_table,
+    fitted_table,
+    mean_length,
+    mean_length_of,
+    text,
+    words,
+)
+
+if TYPE_CHECKING:
+    pass
+
+
+def print_run(doc: dict[str, Any]) -> None:
+    """The final table of a deploy or rollback, with per-position acceptance bars."""
+    out = console()
+    out.print(
+        text(f"{doc['playbook']} run {doc['run_id']}: {words(doc['result'])}"),
+        highlight=False,
+    )
+    columns = [
+        Column("CONTAINER", identifier=True),
+        Column("RESULT"),
+        Column("RELEASE", identifier=True),
+        Column("PREVIOUS", identifier=True, drop=3),
+        Column("GATE", drop=2),
+        Column("MEAN LENGTH", drop=1, justify="right"),
+        Column("DRAFTS", drop=4, justify="right"),
+    ]
+    rows: list[list[Cell]] = []
+    for target in doc["targets"]:
+        gate = target.get("gate") or {}
+        rows.append(
+            [
+                text(target["name"]),
+                text(words(target["result"])),
+                text(target.get("release") or ""),
+                text(target.get("previous_release") or ""),
+                text(gate.get("verdict") or ""),
+                mean_length_of(target),
+                str(gate.get("drafts") or ""),
+            ]
+        )
+    out.print(fitted_table(out, columns, rows), crop=False)
+    if to := doc.get("to"):
+        state = f"the state run {to['run_id']} left" if to["run_id"] else f"release {to['release']}"
+        out.print(text(f"--to {to['query']}: back to {state}"), highlight=False)
+    for target in doc["targets"]:
+        for label, key in (("gate", "gate"), ("rollback gate", "rollback_gate")):
+            gate = target.get(key)
+            if gate:
+                out.print(
+                    text(target["name"], "bold") + text(f" {label}: {gate['reason']}"),
+                    highlight=False,
+                )
+                if gate.get("sampling"):
+                    out.print(text(f"  probed at {describe(gate['sampling'])}"), highlight=False)
+                if gate.get("explanation"):
+                    out.print(text(f"  why: {gate['explanation']}"), highlight=False)
+                out.print(acceptance_bars(gate.get("per_position_acceptance") or []))
+                if gate.get("by_context"):
+                    out.print(context_table(out, gate["by_context"]), crop=False)
+                if gate.get("advice"):
+                    out.print(f"  advice: {gate['advice']['text']}", highlight=False)
+        if target.get("findings"):
+            out.print(
+                findings_table(
+                    [Finding(**f) for f in target["findings"]],
+                    title=text(f"{target['name']}: findings"),
+                )
+            )
+        for note in target.get("notes") or []:
+            out.print(f"{target['name']}: {note}", markup=False, highlight=False)
+        if target.get("error"):
+            out.print(text(f"{target['name']}: {target['error']}", "red"), highlight=False)
+        if target.get("diff") == "":
+            out.print(text(f"{target['name']}: no file differs from the current release"))
+    for line in [*wave_lines(doc.get("rollout")), *queue_lines(doc.get("connections"))]:
+        out.print(line, highlight=False)
+    for warning in doc.get("warnings", []):
+        out.print(text(f"warning: {warning}", "yellow"), highlight=False)
+    if doc.get("log"):
+        out.print(text(f"run log: {doc['log']} (orch history --show {doc['run_id']})"))
+
+
+def wave_lines(rollout: dict[str, Any] | None) -> list[str]:
+    """`wave 2 of 5: 16 containers, deployed 15, rolled_back 1, 41.2 s` per wave."""
+    if not rollout:
+        return []
+    waves = rollout["waves"]
+    lines = []
+    for wave in waves:
+        results = ", ".join(f"{name} {count}" for name, count in sorted(wave["results"].items()))
+        kind = "canary" if wave["kind"] == "canary" else "wave"
+        pause = f", then paused {wave['paused']:g} s" if wave["paused"] else ""
+        lines.append(
+            f"{kind} {wave['wave']} of {len(waves)}: {len(wave['targets'])} container(s), "
+            f"{results}, {wave['seconds']:.1f} s{pause}"
+        )
+    return lines
+
+
+def queue_lines(connections: list[dict[str, Any]] | None) -> list[str]:
+    """Hosts where more commands were due at once than one connection's sessions allow."""
+    return [
+        f"{c['endpoint']}: {c['waited']} command(s) queued for a session on its one SSH "
+        f"connection (max_sessions {c['max_sessions']}, peak {c['peak_sessions']}, "
+        f"{c['refused']} open(s) refused by sshd and tried again)"
+        for c in connections or []
+        if c["waited"]
+    ]
+
+
+CONTEXT_COLUMNS = [
+    Column("CONTEXT"),
+    Column("TOKENS"),
+    Column("ENDPOINT"),
+    Column("TEMPLATE", fold=True, drop=1),
+    Column("GATE"),
+    Column("MEAN LENGTH", justify="right"),
+    Column("DRAFTS", drop=2, justify="right"),
+]
+
+
+def context_table(out: Console, phases: list[dict[str, Any]]) -> RenderableType:
+    """One row per gate phase: which context, endpoint and template settings each figure
+    came from."""
+    rows: list[list[Cell]] = []
+    for phase in phases:
+        upper = phase["max_tokens"]
+        settings = phase["chat_template_kwargs"]
+        rows.append(
+            [
+                phase["context"],
+                f"{phase['min_tokens']}..{'' if upper is None else upper}",
+                phase["endpoint"],
+                "" if settings is None else json.dumps(settings),
+                phase["verdict"],
+                mean_length(phase["mean_acceptance_length"]),
+                str(phase["drafts"]),
+            ]
+        )
+    return Group(Text("by context"), fitted_table(out, CONTEXT_COLUMNS, rows))
+
+
+def acceptance_bars(rates: list[float], width: int = 40) -> str:
+    """`pos  1 ████████░░ 0.80` per position: where the drafts stop being accepted."""
+    return "\n".join(
+        f"  pos {i:2d} {'█' * round(rate * width)}{'░' * (width - round(rate * width))} {rate:.3f}"
+        for i, rate in enumerate(rates, 1)
+    )

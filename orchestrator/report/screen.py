@@ -1,0 +1,204 @@
+"""How anything reaches the screen: escaped text, tables fitted to the width, JSON.
+
+Much of what is printed comes from elsewhere: lock owners, server logs, remote
+errors, inventory names. Rich markup is therefore off, styles are given as
+`Text` styles, and every piece of such text goes through `text()`, which
+shows control characters (a terminal escape in a lock owner) as escapes.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, TextIO
+
+from rich import box
+from rich.console import Console, Group, RenderableType
+from rich.measure import Measurement
+from rich.table import Table
+from rich.text import Text
+
+from orchestrator.drafters.findings import Finding, Severity
+
+if TYPE_CHECKING:
+    pass
+
+
+# C0 and C1 control characters but newline and tab, shown as Python escapes.
+_CONTROLS = {
+    code: f"\\x{code:02x}" for code in [*range(0x20), *range(0x7F, 0xA0)] if chr(code) not in "\n\t"
+}
+
+
+FOLD_AFTER = 24  # free text up to this wide stays on one line; longer folds
+
+
+def console(stderr: bool = False) -> Console:
+    """Results go to stdout, progress to stderr. Rich honours NO_COLOR (colour only)
+    and falls back to plain text off a terminal; no markup. Lines are never wrapped
+    by orch (a pipe gets whole lines, a terminal wraps them); tables fit the width."""
+    return Console(soft_wrap=True, markup=False, stderr=stderr)
+
+
+@dataclass(frozen=True)
+class Column:
+    """A table column. An `identifier` is typed back by users (ids, names): never cut,
+    never left out. Only a `fold` column (free text) wraps; on a narrow terminal the
+    others go, highest `drop` first (0: never)."""
+
+    header: str
+    identifier: bool = False
+    drop: int = 0
+    justify: str = "left"
+    fold: bool = False
+
+
+Cell = str | Text
+
+
+def fitted_table(
+    out: Console, columns: Sequence[Column], rows: Sequence[Sequence[Cell]]
+) -> RenderableType:
+    """A table that fits `out`'s width (print it with crop=False): free text folds,
+    other columns go (a note says which); when even the identifiers do not fit side by
+    side, one record per row. A column with nothing in it is left out."""
+    filled = [i for i in range(len(columns)) if any(_plain(row[i]) for row in rows)]
+    keep = list(filled)
+    unbounded = out.options.update(width=1_000_000)
+    while True:
+        table = _table(columns, rows, keep, wrap_headers=False)
+        if Measurement.get(out, unbounded, table).minimum > out.width:
+            table = _table(columns, rows, keep, wrap_headers=True)
+        if Measurement.get(out, unbounded, table).minimum <= out.width:
+            dropped = [columns[i].header for i in filled if i not in keep]
+            if not dropped:
+                return table
+            note = f"(narrow terminal: {', '.join(dropped)} not shown)"
+            return Group(table, Text(textwrap.fill(note, out.width)))
+        droppable = [i for i in keep if columns[i].drop and not columns[i].identifier]
+        if not droppable:
+            return _records(columns, rows)
+        keep.remove(max(droppable, key=lambda i: columns[i].drop))
+
+
+def _plain(cell: Cell) -> str:
+    return cell.plain if isinstance(cell, Text) else cell
+
+
+def _table(
+    columns: Sequence[Column], rows: Sequence[Sequence[Cell]], keep: list[int], wrap_headers: bool
+) -> Table:
+    """Every column but free text exactly as wide as its widest cell (its header on
+    one line, or with `wrap_headers` a line per word), so nothing in it is cut; free
+    text folds only beyond FOLD_AFTER."""
+    table = Table(box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), pad_edge=False, show_edge=False)
+    for i in keep:
+        column = columns[i]
+        header = max(column.header.split(), key=len) if wrap_headers else column.header
+        natural = max([len(header), *(Text(_plain(row[i])).cell_len for row in rows)])
+        table.add_column(
+            column.header,
+            width=None if column.fold else natural,
+            min_width=min(natural, FOLD_AFTER) if column.fold else None,
+            overflow="fold",
+            justify=column.justify,  # type: ignore[arg-type]
+        )
+    for row in rows:
+        table.add_row(*(row[i] for i in keep))
+    return table
+
+
+def _records(columns: Sequence[Column], rows: Sequence[Sequence[Cell]]) -> RenderableType:
+    """Each row as `HEADER  value` lines, for a terminal too narrow for any table; an
+    identifier stays on one line (the terminal may wrap it, nothing cuts it)."""
+    width = max(len(c.header) for c in columns)
+    lines: list[Text] = []
+    for row in rows:
+        for column, cell in zip(columns, row, strict=True):
+            if _plain(cell):
+                line = Text(f"{column.header:<{width}}  ") + Text(_plain(cell))
+                if column.identifier:
+                    line.no_wrap, line.overflow = True, "ignore"
+                lines.append(line)
+        lines.append(Text(""))
+    return Group(*lines)
+
+
+def mean_length(value: float | None) -> str:
+    """An acceptance length as people read it: 4.23 (empty when not measured)."""
+    return "" if value is None else f"{value:.2f}"
+
+
+def ago(iso_time: str | float, now: float | None = None) -> str:
+    """`3m ago` for a time given as ISO 8601 or seconds since the epoch."""
+    then = (
+        iso_time
+        if isinstance(iso_time, float | int)
+        else datetime.fromisoformat(iso_time).astimezone(UTC).timestamp()
+    )
+    seconds = max(0, int((now if now is not None else time.time()) - then))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit} ago"
+    return f"{seconds}s ago"
+
+
+def printable(value: str) -> str:
+    """`value` with its control characters shown as escapes, safe for a terminal."""
+    return value.translate(_CONTROLS)
+
+
+def text(value: Any, style: str = "") -> Text:
+    """Text from anywhere, printed as it is: never markup, never a terminal escape."""
+    return Text(printable(value if isinstance(value, str) else json.dumps(value)), style=style)
+
+
+def has_errors(findings: Iterable[Finding]) -> bool:
+    return any(f.severity == Severity.ERROR for f in findings)
+
+
+def sorted_findings(findings: Iterable[Finding]) -> list[Finding]:
+    return sorted(findings, key=lambda f: f.severity != Severity.ERROR)
+
+
+def findings_table(findings: Iterable[Finding], title: str | Text | None = None) -> Table:
+    table = Table(title=title, show_lines=False)
+    for column in ("severity", "field", "expected", "actual", "hint"):
+        table.add_column(column, overflow="fold")
+    for f in sorted_findings(findings):
+        style = "red" if f.severity == Severity.ERROR else "yellow"
+        table.add_row(
+            text(str(f.severity), style),
+            text(f.field),
+            text(f.expected),
+            text(f.actual),
+            text(f.message),
+        )
+    return table
+
+
+def write_plain(value: str, stream: TextIO | None = None) -> None:
+    """`value` as it is, whole lines never wrapped, ending with a newline; control
+    characters shown as escapes."""
+    out = stream or sys.stdout
+    out.write(printable(value) + ("" if value.endswith("\n") else "\n"))
+    out.flush()
+
+
+def mean_length_of(target: dict[str, Any]) -> str:
+    return mean_length((target.get("gate") or {}).get("mean_acceptance_length"))
+
+
+def words(value: str) -> str:
+    """A result or state word as people read it: `not_applied` -> `not applied`."""
+    return value.replace("_", " ")
+
+
+def print_json(doc: dict[str, Any]) -> None:
+    """One document of the contract (documents.py) on stdout."""
+    print(json.dumps(doc, indent=2, default=str))

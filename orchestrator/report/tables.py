@@ -1,0 +1,431 @@
+"""The tables of the read-only commands: status, releases, verify-config, history,
+unlock, doctor, profiles, findings, render and the lab's status."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from rich.text import Text
+
+from orchestrator.documents import document
+from orchestrator.drafters.findings import Finding, Severity
+from orchestrator.drafters.kinds import get_kind
+from orchestrator.probes.sampling import describe
+from orchestrator.report.screen import (
+    Cell,
+    Column,
+    ago,
+    console,
+    findings_table,
+    fitted_table,
+    has_errors,
+    mean_length,
+    mean_length_of,
+    print_json,
+    printable,
+    sorted_findings,
+    text,
+    words,
+    write_plain,
+)
+
+if TYPE_CHECKING:
+    from orchestrator.drafters.profiles import Profile
+    from orchestrator.plan import TargetPlan
+    from orchestrator.verify import Judged
+
+
+def print_findings(
+    findings: list[Finding], as_json: bool = False, judged: Judged | None = None
+) -> None:
+    """Offline findings, after the kind they were judged as (when a drafter config was read)."""
+    if as_json:
+        print_json(
+            document(
+                "Findings",
+                result="not_applied" if has_errors(findings) else "ok",
+                judged_as=judged.to_dict() if judged else None,
+                findings=[f.to_dict() for f in sorted_findings(findings)],
+            )
+        )
+        return
+    out = console()
+    if judged:
+        out.print(Text(judged.line()))
+    if findings:
+        out.print(findings_table(findings))
+    errors = sum(f.severity == Severity.ERROR for f in findings)
+    out.print(f"{errors} error(s), {len(findings) - errors} warning(s)")
+
+
+def profile_entries(profiles: Iterable[Profile]) -> list[dict[str, Any]]:
+    """Each profile's name, kind and target, then the fields its kind tells profiles apart by."""
+    return [
+        {
+            "name": p.name,
+            "kind": p.kind,
+            "target": p.target_name,
+            **get_kind(p.kind).describe(p),
+            "notes": list(p.notes),
+        }
+        for p in profiles
+    ]
+
+
+def print_profiles(profiles: Iterable[Profile], as_json: bool = False) -> None:
+    entries = profile_entries(profiles)
+    if as_json:
+        print_json(document("Profiles", profiles=entries))
+        return
+    rows = []
+    for entry in entries:
+        fields = {k: v for k, v in list(entry.items())[3:] if k != "notes"}
+        details = "; ".join(
+            f"{key} {value if isinstance(value, str) else json.dumps(value)}"
+            for key, value in fields.items()
+        )
+        rows.append(
+            [text(entry["name"]), text(entry["kind"]), text(entry["target"]), text(details)]
+        )
+    out = console()
+    columns = [
+        Column("PROFILE", identifier=True),
+        Column("KIND"),
+        Column("TARGET", drop=2),
+        Column("DETAILS", fold=True),
+    ]
+    out.print(fitted_table(out, columns, rows), crop=False)
+    for entry in entries:
+        for note in entry["notes"]:
+            out.print(text(f"note: {entry['name']}: {note}"))
+
+
+def render_document(
+    playbook: str, plans: Iterable[TargetPlan], written: dict[str, list[str]] | None = None
+) -> dict[str, Any]:
+    """`orch render --json`: each container's files as a deploy would write them (and,
+    with --output, the local files they went to)."""
+    targets = []
+    for plan in plans:
+        targets.append(
+            {
+                "name": plan.container,
+                "host": plan.host,
+                "release": plan.release_id,
+                "result": "error" if has_errors(plan.findings) else "ok",
+                "release_dir": plan.release_dir,
+                "files": {name: data.decode() for name, data in plan.files.items()},
+                "findings": [f.to_dict() for f in sorted_findings(plan.findings)],
+                **({"written": written[plan.container]} if written is not None else {}),
+            }
+        )
+    failed = any(t["result"] == "error" for t in targets)
+    return document(
+        "Render", playbook=playbook, result="not_applied" if failed else "ok", targets=targets
+    )
+
+
+def print_plans(plans: Iterable[TargetPlan], written: dict[str, list[str]] | None = None) -> None:
+    """Each container's files as plain text under `==> container:path <==` headers (whole
+    lines, never wrapped), or with `written` the local files they went to; then the checks."""
+    out = console()
+    for plan in plans:
+        write_plain(f"# {plan.container} on {plan.host}: release {plan.release_id}")
+        if written is not None:
+            for path in written[plan.container]:
+                write_plain(f"wrote {path}")
+        else:
+            for name, data in plan.files.items():
+                write_plain(f"==> {plan.container}:{plan.release_dir}/{name} <==\n")
+                write_plain(data.decode("utf-8", "replace"))
+        if plan.findings:
+            out.print(findings_table(plan.findings, title="drafter checks against the profile"))
+        else:
+            out.print("drafter checks: no findings")
+
+
+def print_lab_status(doc: dict[str, Any]) -> None:
+    """`orch lab status`: one row per container of the lab."""
+    rows = [
+        [
+            text(t["name"]),
+            text(str(t["vmid"])),
+            text(t["host"]),
+            text(t["access"]),
+            text(t["ssh"]),
+            text("up" if t["sshd_up"] else "down"),
+            text(t["status"]),
+            text(", ".join(f"pid {pid}" for pid in t["servers"])),
+        ]
+        for t in doc["targets"]
+    ]
+    columns = [
+        Column("CONTAINER", identifier=True),
+        Column("VMID", drop=3),
+        Column("HOST", drop=4),
+        Column("ACCESS", drop=2),
+        Column("SSH", drop=5),
+        Column("SSHD", drop=1),
+        Column("STATUS"),
+        Column("SERVERS"),
+    ]
+    out = console()
+    out.print(fitted_table(out, columns, rows), crop=False)
+
+
+def print_verify(doc: dict[str, Any]) -> None:
+    """Per container: hand edits first (they fail the check), then what the playbook
+    would change now (information, with the deploy that applies it)."""
+    out = console()
+    for target in doc["targets"]:
+        release_id = target.get("release")
+        on = f": release {release_id}" if release_id else ""
+        out.rule(text(f"{target['name']} on {target['host']}{on}"))
+        if target.get("error"):
+            out.print(text(target["error"], "red"), highlight=False)
+        if target.get("state") == "nothing_deployed":
+            out.print(text(f"nothing deployed yet: orch deploy {doc['playbook']} -i INVENTORY"))
+        for change in target.get("changed_on_target", []):  # whole lines, as diff prints them
+            out.print(text(change, "red"), highlight=False)
+        for change in target.get("playbook_differs", []):
+            out.print(text(change, "yellow"), highlight=False)
+        if target.get("apply_with"):
+            out.print(text(f"apply it with: {target['apply_with']}"))
+        if target.get("findings"):
+            out.print(findings_table([Finding(**f) for f in target["findings"]]))
+    ok = doc["result"] == "ok"
+    out.print(text("ok") if ok else text(f"problems found: {words(doc['result'])}", "red"))
+
+
+RELEASES_COLUMNS = [
+    Column("RUN", identifier=True),
+    Column("ACTION", drop=3),
+    Column("CONTAINER", identifier=True),
+    Column("RESULT", drop=2),
+    Column("LEFT ON", identifier=True),
+    Column("NOW", drop=4),
+    Column("USER", drop=5),
+    Column("WHEN", drop=6),
+]
+
+
+KEPT_COLUMNS = [
+    Column("CONTAINER", identifier=True),
+    Column("RELEASE", identifier=True),
+    Column("NOW", drop=1),
+    Column("WRITTEN BY RUN", identifier=True, drop=2),
+    Column("CREATED", drop=3),
+]
+
+
+def print_releases(doc: dict[str, Any]) -> None:
+    """One row per run and container, newest run first; then the releases kept on a
+    container that no listed run names. Ids are never cut (they are typed back): on a
+    narrow terminal the other columns go, WHEN and USER first."""
+    out = console()
+    rows: list[list[Cell]] = []
+    for run in doc["runs"]:
+        for i, target in enumerate(run["targets"]):
+            first = i == 0
+            rows.append(
+                [
+                    text(run["run_id"] if first else ""),
+                    text(run["action"] if first else ""),
+                    text(target["name"]),
+                    text(words(target["result"] or "")),
+                    text(target["release"] or "-"),
+                    text(target["release_state"]),
+                    text(run["user"] if first else ""),
+                    text(run["time"] if first else ""),
+                ]
+            )
+    out.print(text(f"{doc['playbook']}: runs as the containers record them"), highlight=False)
+    out.print(fitted_table(out, RELEASES_COLUMNS, rows), crop=False)
+    unnamed: list[list[Cell]] = []
+    for target in doc["targets"]:
+        if target.get("error"):
+            out.print(text(f"{target['name']}: {target['error']}", "red"), highlight=False)
+        unnamed += [
+            [
+                text(target["name"]),
+                text(kept["release"]),
+                text("current" if kept["current"] else "kept"),
+                text(kept["made_by_run"] or "unknown"),
+                text(kept["created"] or "unknown"),
+            ]
+            for kept in target.get("kept", [])
+            if not kept["named_by_a_run"]
+        ]
+    if unnamed:
+        out.print(text("kept on the containers, left current by no listed run"))
+        out.print(fitted_table(out, KEPT_COLUMNS, unnamed), crop=False)
+    if not doc["runs"] and not unnamed:
+        out.print("no runs recorded on these containers: nothing deployed yet", highlight=False)
+
+
+def _position1(target: dict[str, Any]) -> str:
+    """Position-1 acceptance of the target's gate, comparable across methods."""
+    positions = (target.get("gate") or {}).get("per_position_acceptance") or []
+    return f"{positions[0]:.2f}" if positions else "-"
+
+
+def _sampling(target: dict[str, Any]) -> str:
+    """What the target's gate probes sampled at (empty: no gate, or before orch recorded it)."""
+    sampling = (target.get("gate") or {}).get("sampling")
+    return describe(sampling) if sampling else ""
+
+
+HISTORY_COLUMNS = [
+    Column("RUN", identifier=True),
+    Column("CONTAINER", identifier=True),
+    Column("RESULT"),
+    Column("RELEASE", identifier=True),
+    Column("MEAN LENGTH", drop=2, justify="right"),
+    Column("POS-1", drop=6, justify="right"),
+    Column("SAMPLING", drop=11),
+    Column("PREVIOUS", identifier=True, drop=5),
+    Column("STARTED", drop=3),
+    Column("COMMAND", drop=1),
+    Column("PLAYBOOK", identifier=True, drop=4),
+    Column("USER", drop=7),
+    Column("MODEL", drop=9),
+    Column("METHOD", drop=8),
+    Column("DRAFTER", drop=10),
+]
+
+
+def print_history(doc: dict[str, Any]) -> None:
+    """One row per run and container; a run's own fields on its first row only."""
+    rows: list[list[Cell]] = []
+    for run in doc["runs"]:
+        first = True
+        for target in run["targets"]:
+            own = [
+                text(run.get(key) or "") if first else Text("")
+                for key in ("started", "command", "playbook", "user", "model", "method", "drafter")
+            ]
+            rows.append(
+                [
+                    text(run["run_id"]) if first else Text(""),
+                    text(target["name"]),
+                    text(words(target["result"])),
+                    text(target.get("release") or ""),
+                    mean_length_of(target),
+                    _position1(target),
+                    _sampling(target),
+                    text(target.get("previous_release") or ""),
+                    *own,
+                ]
+            )
+            first = False
+    out = console()
+    if not rows:
+        out.print("no runs recorded yet")
+        return
+    out.print(fitted_table(out, HISTORY_COLUMNS, rows), crop=False)
+
+
+STATUS_COLUMNS = [
+    Column("CONTAINER", identifier=True),
+    Column("STATE"),
+    Column("RELEASE", identifier=True),
+    Column("SERVER", drop=3),
+    Column("HEALTH", drop=4),
+    Column("GATE", drop=5),
+    Column("MEAN LENGTH", drop=2, justify="right"),
+    Column("LOCKED BY", drop=1, fold=True),
+    Column("HOST", drop=6),
+]
+
+
+def server_words(target: dict[str, Any]) -> str:
+    """`running pid 1234`, `stopped`, or `not started`."""
+    state = target.get("server")
+    if state == "running":
+        return f"running pid {target['pid']}"
+    return "stopped" if state == "stopped" else ("not started" if state == "none" else "")
+
+
+def locked_by(lock: dict[str, Any] | None) -> str:
+    """`root@host 3m ago` for a lock orch wrote, its text for one it did not."""
+    if not lock:
+        return ""
+    if "text" in lock:
+        return lock["text"]
+    return f"{lock['user']}@{lock['control_host']} {ago(lock['since'])}"
+
+
+def print_status(doc: dict[str, Any]) -> None:
+    out = console()
+    rows: list[list[Cell]] = []
+    for t in doc["targets"]:
+        last = t.get("last_run") or {}
+        health = t.get("health")
+        rows.append(
+            [
+                text(t["name"]),
+                text(words(t["state"])),
+                text(t.get("release") or ""),
+                text(server_words(t)),
+                text("" if health is None else ("ok" if health == 200 else f"{health}")),
+                text(last.get("verdict") or ""),
+                mean_length(last.get("mean_acceptance_length")),
+                text(locked_by(t.get("lock"))),
+                text(t["host"]),
+            ]
+        )
+    out.print(fitted_table(out, STATUS_COLUMNS, rows), crop=False)
+    for t in doc["targets"]:
+        for key in ("interrupted", "error"):
+            if t.get(key):
+                out.print(text(f"{t['name']}: {key}: {t[key]}", "red"), highlight=False)
+    if doc["state"] == "nothing_deployed":
+        out.print(text(f"nothing deployed yet: orch deploy {doc['playbook']} -i INVENTORY"))
+
+
+def print_unlock(doc: dict[str, Any]) -> None:
+    for t in doc["targets"]:
+        if t["result"] == "error":
+            line = f"error: {t['error']}"
+        elif t["removed_lock"]:
+            lock = t["removed_lock"]
+            who = lock.get("text") or f"run {lock['run_id']} of {locked_by(lock)}"
+            line = f"removed the lock held by {who}"
+        else:
+            line = "no lock"
+        print(printable(f"{t['name']}: {line}"))
+
+
+def doctor_document(checks: list[dict[str, str]]) -> dict[str, Any]:
+    """`orch doctor --json`: the checks grouped per host or container, in order."""
+    names = list(dict.fromkeys(c["target"] for c in checks))
+    targets = []
+    for name in names:
+        own = [{k: v for k, v in c.items() if k != "target"} for c in checks if c["target"] == name]
+        failed = any(c["status"] == "fail" for c in own)
+        targets.append({"name": name, "result": "error" if failed else "ok", "checks": own})
+    failed = any(c["status"] == "fail" for c in checks)
+    return document("Doctor", result="needs_attention" if failed else "ok", targets=targets)
+
+
+def print_checks(checks: list[dict[str, str]], as_json: bool = False) -> None:
+    """`orch doctor`: one line per check (`fix:` under each failure), or one JSON document."""
+    if as_json:
+        print_json(doctor_document(checks))
+        return
+    target_width = max((len(c["target"]) for c in checks), default=0)
+    check_width = max((len(c["check"]) for c in checks), default=0)
+    for c in checks:  # plain lines: one per check, never wrapped, for grep and logs
+        status = c["status"].upper() if c["status"] == "fail" else c["status"]
+        print(
+            printable(
+                f"{c['target']:<{target_width}}  {c['check']:<{check_width}}  {status:<4}  "
+                + c["detail"]
+            )
+        )
+        if c["status"] == "fail" and c["fix"]:
+            print(printable(" " * (target_width + check_width + 10) + f"fix: {c['fix']}"))
+    failed = sum(c["status"] == "fail" for c in checks)
+    print(f"{failed} check(s) failed" if failed else "ready to deploy")

@@ -1,0 +1,394 @@
+"""End to end on the lab: real sshd, real pct and vLLM stand-ins, the real CLI."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+import yaml
+from labtools import FAST, LabHandle
+
+from orchestrator.lab.paths import ContainerPaths, server_records
+
+pytestmark = pytest.mark.lab
+
+GUESSED_IDS = "drafter.overrides.dflash_config.target_layer_ids=[1,17,33,49,63]"
+
+
+def deploy(lab: LabHandle, *args: str) -> tuple[int, dict]:
+    result = lab.orch("deploy", "qwen-dflash", "-i", str(lab.inventory), "--json", *FAST, *args)
+    assert result.stdout, result.stderr
+    return result.code, result.json
+
+
+def target(document: dict, name: str) -> dict:
+    return next(t for t in document["targets"] if t["name"] == name)
+
+
+def release_files(lab: LabHandle, name: str, release: str) -> dict[str, bytes]:
+    """What the release was made of (its server's log grows with every start of it)."""
+    directory = lab.deployment_dir(name) / "releases" / release
+    return {
+        p.name: p.read_bytes()
+        for p in sorted(directory.iterdir())
+        if p.is_file() and p.name != "server.log"
+    }
+
+
+def serving_pid(lab: LabHandle, name: str) -> int:
+    pid_file = lab.deployment_dir(name) / "server.pid"
+    return int(pid_file.read_text().split()[0])
+
+
+def test_field_story_deploy_then_guessed_ids_roll_back(lab: LabHandle) -> None:
+    code, first = deploy(lab)
+    assert code == 0, first
+    for name in ("ct200", "ct201"):  # one reached by pct, one by direct SSH
+        entry = target(first, name)
+        assert entry["result"] == "deployed"
+        assert entry["gate"]["verdict"] == "pass"
+        assert 3.5 <= entry["gate"]["mean_acceptance_length"] <= 5
+    good = target(first, "ct200")["release"]
+    before = release_files(lab, "ct200", good)
+    pid_before = serving_pid(lab, "ct200")
+
+    # Without --force the guess is stopped at preflight: nothing changes.
+    code, refused = deploy(lab, "--limit", "ct200", "--set", GUESSED_IDS)
+    assert code == 1
+    entry = target(refused, "ct200")
+    assert entry["result"] == "failed" and "preflight" in entry["error"]
+    assert any(
+        f["field"] == "dflash_config.target_layer_ids" and f["severity"] == "error"
+        for f in entry["findings"]
+    )
+    assert not (lab.deployment_dir("ct200") / "releases" / entry["release"]).exists()
+    assert serving_pid(lab, "ct200") == pid_before
+
+    # With --force the gate catches it, and the previous release comes back.
+    code, forced = deploy(lab, "--limit", "ct200", "--force", "--set", GUESSED_IDS)
+    assert code == 1
+    entry = target(forced, "ct200")
+    assert entry["result"] == "rolled_back"
+    assert entry["previous_release"] == good
+    assert entry["gate"]["verdict"] == "fail"
+    assert 1.0 <= entry["gate"]["mean_acceptance_length"] < 1.3
+    assert entry["gate"]["per_position_acceptance"][0] < 0.2
+    assert "target_layer_ids" in entry["gate"]["explanation"]
+    assert (
+        "Preflight had found: dflash_config.target_layer_ids [1, 17, 33, 49, 63]"
+        in (entry["gate"]["explanation"])
+    )
+    assert entry["rollback_gate"]["verdict"] == "pass"
+    assert release_files(lab, "ct200", good) == before
+    assert (lab.deployment_dir("ct200") / "current").readlink() == Path("releases") / good
+    status = lab.orch("status", "qwen-dflash", "-i", str(lab.inventory), "--json")
+    row = next(r for r in status.json["targets"] if r["name"] == "ct200")
+    assert (row["release"], row["server"], row["health"]) == (good, "running", 200)
+    assert row["state"] == "serving"
+
+    audit = (lab.deployment_dir("ct200") / "audit.log").read_text().splitlines()
+    assert json.loads(audit[-1])["result"] == "rolled_back"
+    history = lab.orch("history", "--json")
+    runs = history.json["runs"]
+    assert target(runs[0], "ct200")["result"] == "rolled_back"
+    assert runs[0]["run_id"] == forced["run_id"]
+
+
+def test_same_inputs_twice_change_nothing(deployed_lab: LabHandle) -> None:
+    pid = serving_pid(deployed_lab, "ct201")
+    code, second = deploy(deployed_lab, "--limit", "ct201")
+    assert code == 0
+    assert target(second, "ct201")["result"] == "unchanged"
+    assert serving_pid(deployed_lab, "ct201") == pid
+
+
+def test_history_is_sqlite_in_the_state_dir(deployed_lab: LabHandle) -> None:
+    code, first = deploy(deployed_lab, "--limit", "ct201")
+    assert code == 0
+    db = Path(deployed_lab.env["ORCH_STATE_DIR"]) / "history.sqlite"
+    with sqlite3.connect(db) as connection:
+        rows = connection.execute("SELECT run_id, result FROM runs").fetchall()
+    assert rows == [(first["run_id"], "ok")]
+
+
+def test_accept_new_host_keys_records_them(shared_lab: LabHandle, tmp_path: Path) -> None:
+    known = tmp_path / "known"
+    lab_known = shared_lab.lab.known_hosts
+    inventory = shared_lab.inventory.read_text().replace(str(lab_known), str(known))
+    (tmp_path / "inv.yaml").write_text(inventory)
+    result = shared_lab.orch(
+        "deploy",
+        "qwen-dflash",
+        "-i",
+        str(tmp_path / "inv.yaml"),
+        "--dry-run",
+        "--accept-new-host-keys",
+        "--json",
+    )
+    assert result.code == 0, result.stdout + result.stderr
+    assert {t["result"] for t in result.json["targets"]} == {"dry_run"}
+    recorded = {line.split()[0] for line in known.read_text().splitlines()}
+    expected = {line.split()[0] for line in lab_known.read_text().splitlines()}
+    assert recorded == expected
+
+
+@pytest.mark.parametrize(
+    ("faults", "verdict_words"),
+    [
+        ({"drop_spec_decode": True}, "speculative decoding is not active"),
+        ({"hang_while_loading": True}, "not ready after"),
+        ({"crash_after_ready_seconds": 0.0}, "did not become ready"),
+        ({"garbage_metrics": True}, "could not measure"),
+    ],
+)
+def test_faulty_new_server_is_rolled_back(lab: LabHandle, faults: dict, verdict_words: str) -> None:
+    code, first = deploy(lab, "--limit", "ct201")
+    assert code == 0
+    good = target(first, "ct201")["release"]
+    code, second = deploy(
+        lab,
+        "--limit",
+        "ct201",
+        "--set",
+        "gate.ready_timeout=3",
+        "--set",
+        f"server.env.ORCH_LAB_FAULTS={json.dumps(json.dumps(faults))}",
+    )
+    entry = target(second, "ct201")
+    assert code == 1, entry["error"]
+    assert entry["result"] == "rolled_back"
+    assert verdict_words in entry["gate"]["reason"]
+    assert entry["rollback_gate"]["verdict"] == "pass"
+    assert (lab.deployment_dir("ct201") / "current").readlink() == Path("releases") / good
+
+
+def phase_outcomes(gate: dict) -> list[tuple[str, str, str]]:
+    return [(p["context"], p["endpoint"], p["verdict"]) for p in gate["by_context"]]
+
+
+SHORT_PASSES_LONG_FAILS = [
+    ("short", "/v1/completions", "pass"),
+    ("short", "/v1/chat/completions", "pass"),
+    ("long", "/v1/completions", "fail"),
+]
+
+
+def test_sliding_layers_run_as_full_attention_fail_the_long_bucket(lab: LabHandle) -> None:
+    # A new server that runs the sliding layers as full attention is rolled back.
+    code, first = deploy(lab, "--limit", "ct201")
+    assert code == 0
+    good = target(first, "ct201")["release"]
+    assert target(first, "ct201")["gate"]["advice"]["num_speculative_tokens"] == 15
+    fault = json.dumps(json.dumps({"swa_as_full_attention": True}))
+    code, second = deploy(lab, "--limit", "ct201", "--set", f"server.env.ORCH_LAB_FAULTS={fault}")
+    entry = target(second, "ct201")
+    assert code == 1, entry["error"]
+    assert entry["result"] == "rolled_back"
+    gate = entry["gate"]
+    assert phase_outcomes(gate) == SHORT_PASSES_LONG_FAILS
+    assert gate["reason"].startswith("long context (2048..32768 tokens) via /v1/completions")
+    assert gate["by_context"][1]["chat_template_kwargs"] == {"enable_thinking": False}
+    assert "2048-token sliding window" in gate["explanation"]
+    assert "full attention" in gate["explanation"]
+    assert entry["rollback_gate"]["verdict"] == "pass"
+    assert (lab.deployment_dir("ct201") / "current").readlink() == Path("releases") / good
+
+    # The container's faults file makes every server on it do so: a first deploy fails
+    # on long contexts and its server is stopped.
+    container = ContainerPaths(lab.deployment_dir("ct200").parents[4])
+    container.faults.write_text(json.dumps({"swa_as_full_attention": True}))
+    code, third = deploy(lab, "--limit", "ct200")
+    entry = target(third, "ct200")
+    assert code == 1, entry["error"]
+    assert entry["result"] == "failed"
+    assert phase_outcomes(entry["gate"]) == SHORT_PASSES_LONG_FAILS
+    assert "2048-token sliding window" in entry["gate"]["explanation"]
+    assert server_records(container) == []
+
+
+def test_server_ignoring_sigterm_is_killed_by_pid(lab: LabHandle) -> None:
+    stubborn = json.dumps(json.dumps({"ignore_sigterm": True}))
+    code, _ = deploy(
+        lab,
+        "--limit",
+        "ct200",
+        "--set",
+        "server.stop_timeout=1",
+        "--set",
+        f"server.env.ORCH_LAB_FAULTS={stubborn}",
+    )
+    assert code == 0
+    old_pid = serving_pid(lab, "ct200")
+    code, second = deploy(lab, "--limit", "ct200", "--set", "server.stop_timeout=1")
+    assert code == 0, target(second, "ct200")["error"]
+    assert target(second, "ct200")["result"] == "deployed"
+    container = ContainerPaths(lab.deployment_dir("ct200").parents[4])
+    assert [r["pid"] for r in server_records(container)] == [serving_pid(lab, "ct200")]
+    assert serving_pid(lab, "ct200") != old_pid
+
+
+def test_held_lock_is_refused_with_its_owner(lab: LabHandle) -> None:
+    lock = lab.deployment_dir("ct200") / "lock"
+    lock.mkdir(parents=True)
+    (lock / "owner.json").write_text('{"user": "alice", "run_id": "r1"}')
+    code, document = deploy(lab, "--limit", "ct200")
+    assert code == 3
+    assert "alice" in target(document, "ct200")["error"]
+    assert not (lab.deployment_dir("ct200") / "releases").exists()
+    removed = lab.orch("unlock", "qwen-dflash", "-i", str(lab.inventory), "--limit", "ct200")
+    assert removed.code == 0 and "alice" in removed.stdout
+    assert not lock.exists()
+
+
+def test_unknown_host_key_is_refused_before_any_command(lab: LabHandle, tmp_path: Path) -> None:
+    inventory = lab.inventory.read_text().replace(
+        str(lab.lab.known_hosts), str(tmp_path / "empty_known_hosts")
+    )
+    (tmp_path / "inv.yaml").write_text(inventory)
+    result = lab.orch("deploy", "qwen-dflash", "-i", str(tmp_path / "inv.yaml"), "--json")
+    assert result.code == 3
+    canary, rest = result.json["targets"]
+    assert canary["error"].startswith("pve1: connect: unknown host key ssh-ed25519 SHA256:")
+    assert "--accept-new-host-keys" in canary["error"]
+    assert rest["result"] == "skipped"
+    assert not lab.deployment_dir("ct200").exists()
+    log = (lab.lab.root / "hosts/pve1/sshd/sshd.log").read_text()
+    assert "Accepted publickey" not in log
+
+
+def test_hostile_values_are_quoted_or_refused(lab: LabHandle, tmp_path: Path) -> None:
+    marker = tmp_path / "INJECTED"
+    hostile = f"we ird;$(touch {marker})`touch {marker}`'q\"x"
+    inventory = yaml.safe_load(lab.inventory.read_text())
+    state_dir = inventory["containers"]["ct200"]["vars"]["state_dir"]
+    inventory["containers"]["ct200"]["vars"]["state_dir"] = f"{state_dir}/{hostile}"
+    (tmp_path / "inv.yaml").write_text(yaml.safe_dump(inventory))
+    result = lab.orch(
+        "deploy",
+        "qwen-dflash",
+        "-i",
+        str(tmp_path / "inv.yaml"),
+        "--limit",
+        "ct200",
+        "--json",
+        *FAST,
+        "--set",
+        f"target.served_name=q';touch {marker};'",
+        "--set",
+        f"server.env.HOSTILE=$(touch {marker})",
+    )
+    entry = target(result.json, "ct200")
+    assert result.code == 0, entry["error"]
+    assert entry["result"] == "deployed"
+    assert (Path(state_dir) / hostile / "qwen-dflash" / "current").is_symlink()
+    assert not marker.exists()
+
+    inventory["containers"]["ct200"]["vars"]["state_dir"] = f"{state_dir}/a\nb"
+    (tmp_path / "inv.yaml").write_text(yaml.safe_dump(inventory))
+    refused = lab.orch("deploy", "qwen-dflash", "-i", str(tmp_path / "inv.yaml"), "--json")
+    assert refused.code == 2
+    assert "containers.ct200.vars.state_dir: " in refused.stderr  # the schema's, with its line
+    assert "contains a line break" in refused.stderr
+    assert not marker.exists()
+
+
+def test_rollback_command_switches_to_the_previous_release(lab: LabHandle) -> None:
+    code, first = deploy(lab, "--limit", "ct201")
+    assert code == 0
+    code, second = deploy(lab, "--limit", "ct201", "--set", "server.max_model_len=8192")
+    assert code == 0
+    old, new = target(first, "ct201")["release"], target(second, "ct201")["release"]
+    assert target(second, "ct201")["previous_release"] == old
+
+    back = lab.orch(
+        "rollback", "qwen-dflash", "-i", str(lab.inventory), "--limit", "ct201", "--json", *FAST
+    )
+    entry = target(back.json, "ct201")
+    assert back.code == 0, entry["error"]
+    assert (entry["result"], entry["release"], entry["previous_release"]) == (
+        "rolled_back",
+        old,
+        new,
+    )
+    assert entry["gate"]["verdict"] == "pass"
+    deployment = lab.deployment_dir("ct201")
+    assert (deployment / "current").readlink() == Path("releases") / old
+    assert (deployment / "previous").readlink() == Path("releases") / new
+
+    unknown = lab.orch(
+        "rollback",
+        "qwen-dflash",
+        "-i",
+        str(lab.inventory),
+        "--limit",
+        "ct201",
+        "--to",
+        "0123456789ab",
+        "--json",
+    )
+    assert unknown.code == 2  # resolved before anything is switched (tests/test_releases_lab.py)
+    assert "--to 0123456789ab: no run or release has this id" in unknown.stderr
+
+
+def test_failed_first_deploy_stops_its_server(lab: LabHandle) -> None:
+    code, document = deploy(lab, "--limit", "ct200", "--force", "--set", GUESSED_IDS)
+    entry = target(document, "ct200")
+    assert code == 1
+    assert (entry["result"], entry["previous_release"]) == ("failed", None)
+    assert entry["gate"]["verdict"] == "fail"
+    assert not (lab.deployment_dir("ct200") / "server.pid").exists()
+    container = ContainerPaths(lab.deployment_dir("ct200").parents[4])
+    assert server_records(container) == []
+    status = lab.orch(
+        "status", "qwen-dflash", "-i", str(lab.inventory), "--limit", "ct200", "--json"
+    )
+    assert status.code == 3  # needs attention: nothing serves there
+    [row] = status.json["targets"]
+    assert (row["server"], row["health"], row["last_run"]["result"]) == ("none", None, "failed")
+    assert row["state"] == "stopped"
+
+
+def test_old_releases_beyond_the_kept_count_are_pruned(lab: LabHandle) -> None:
+    releases = []
+    for max_model_len in (4096, 8192, 16384):
+        code, document = deploy(
+            lab,
+            "--limit",
+            "ct201",
+            "--set",
+            "releases_kept=2",
+            "--set",
+            f"server.max_model_len={max_model_len}",
+        )
+        assert code == 0, target(document, "ct201")["error"]
+        releases.append(target(document, "ct201")["release"])
+    deployment = lab.deployment_dir("ct201")
+    assert sorted(p.name for p in (deployment / "releases").iterdir()) == sorted(releases[1:])
+    assert (deployment / "current").readlink() == Path("releases") / releases[2]
+    assert (deployment / "previous").readlink() == Path("releases") / releases[1]
+
+
+def test_rollback_regates_the_previous_release_with_its_own_served_name(lab: LabHandle) -> None:
+    code, first = deploy(lab, "--limit", "ct201")
+    assert code == 0
+    good = target(first, "ct201")["release"]
+    broken = json.dumps(json.dumps({"drop_spec_decode": True}))
+    code, second = deploy(
+        lab,
+        "--limit",
+        "ct201",
+        "--set",
+        "target.served_name=renamed",
+        "--set",
+        f"server.env.ORCH_LAB_FAULTS={broken}",
+    )
+    entry = target(second, "ct201")
+    assert (code, entry["result"]) == (1, "rolled_back"), entry["error"]
+    assert entry["rollback_gate"]["verdict"] == "pass"  # asked for its own name, not "renamed"
+    assert (lab.deployment_dir("ct201") / "current").readlink() == Path("releases") / good
+    manifest = json.loads(
+        (lab.deployment_dir("ct201") / "releases" / good / "manifest.json").read_text()
+    )
+    assert manifest["gate_target"]["served_name"] == "qwen3.6-27b"

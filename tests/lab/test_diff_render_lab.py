@@ -1,0 +1,106 @@
+"""What a deploy would change and what it writes, on the lab: dry-run exit codes, diffs
+that read like `diff -u`, and `render --output` against the files a deploy writes."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from labtools import FAST, LabHandle
+from orchrun import ROOT
+
+pytestmark = pytest.mark.lab
+
+SHORTER = ["--set", "server.max_model_len=16384"]
+
+
+def target(document: dict, name: str) -> dict:
+    return next(t for t in document["targets"] if t["name"] == name)
+
+
+def test_dry_run_exit_codes_diffs_and_rendered_files_match_the_deploy(
+    lab: LabHandle, tmp_path: Path
+) -> None:
+    inventory = str(lab.inventory)
+    deploy = ["deploy", "qwen-dflash", "-i", inventory, *FAST]
+
+    # A missing model dir fails the dry run (exit 1), and the target says how many errors.
+    missing = lab.orch(
+        *deploy, "--limit", "ct200", "--dry-run", "--json", "--set", "target.path=/no/such/model"
+    )
+    assert missing.code == 1, missing.stderr
+    entry = target(missing.json, "ct200")
+    errors = [f for f in entry["findings"] if f["severity"] == "error"]
+    assert entry["result"] == "dry_run" and errors
+    assert entry["error"].startswith(f"preflight found {len(errors)} error(s); ")
+    assert missing.json["result"] != "ok"
+
+    # Before anything is deployed a clean dry run passes and every file is new.
+    clean = lab.orch(*deploy, "--dry-run", "--diff")
+    assert clean.code == 0, clean.stdout + clean.stderr
+    for name in ("ct200", "ct201"):
+        releases = re.escape(f"{name}:{lab.deployment_dir(name)}/releases/")
+        written = rf"\+\+\+ {releases}[0-9a-f]{{12}}/serve\.sh \(new\)"
+        assert re.search(rf"^--- /dev/null\n{written}\n@@ -0,0 \+1,\d+ @@$", clean.stdout, re.M)
+
+    # `render --output` writes what the deploy then writes, byte for byte.
+    out = tmp_path / "rendered"
+    rendered = lab.orch("render", "qwen-dflash", "-i", inventory, "--output", str(out))
+    assert rendered.code == 0, rendered.stderr
+    first = lab.orch(*deploy, "--json")
+    assert first.code == 0, first.stdout + first.stderr
+    for name in ("ct200", "ct201"):  # one reached by pct, one by its own sshd
+        release = lab.deployment_dir(name) / "releases" / target(first.json, name)["release"]
+        for file in ("config.json", "serve.sh"):
+            assert (out / name / file).read_bytes() == (release / file).read_bytes()
+            assert (out / name / file).stat().st_mode == (release / file).stat().st_mode
+        assert subprocess.run(["sh", "-n", str(out / name / "serve.sh")]).returncode == 0
+        json.loads((out / name / "config.json").read_text())
+
+    # The dry-run diff: current (---) against new (+++), under the container, whole lines
+    # even on a 40-column terminal; nothing is written.
+    old = target(first.json, "ct200")["release"]
+    ct200 = lab.deployment_dir("ct200")
+    narrow = LabHandle(lab.lab, {**lab.env, "COLUMNS": "40"})
+    dry = narrow.orch(*deploy, "--limit", "ct200", "--dry-run", "--diff", *SHORTER)
+    assert dry.code == 0, dry.stdout + dry.stderr
+    lines = dry.stdout.splitlines()
+    assert f"--- ct200:{ct200}/releases/{old}/serve.sh (current)" in lines
+    [new_header] = [line for line in lines if line.endswith("/serve.sh (new)")]
+    header = re.fullmatch(
+        rf"\+\+\+ ct200:{re.escape(str(ct200))}/releases/([0-9a-f]{{12}})/serve\.sh \(new\)",
+        new_header,
+    )
+    assert header and header[1] != old
+    new = header[1]
+    assert "-  --max-model-len 32768 \\" in lines and "+  --max-model-len 16384 \\" in lines
+    drafter = f'"model": "{ct200}/releases/{new}/drafter", "num_speculative_tokens": 15}}\' \\'
+    assert any(
+        line.startswith("+  --speculative-config '") and line.endswith(drafter) for line in lines
+    )
+    assert [p.name for p in (ct200 / "releases").iterdir()] == [old]
+
+    # On a real deploy --diff is shown before the old server stops (ct200, as people see it)
+    # and recorded in the JSON (ct201, at the same time).
+    shown = subprocess.Popen(
+        [sys.executable, "-m", "orchestrator", *deploy, "--limit", "ct200", "--diff", *SHORTER],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=lab.env,
+        cwd=ROOT,
+    )
+    recorded = lab.orch(*deploy, "--limit", "ct201", "--diff", "--json", *SHORTER)
+    output, _ = shown.communicate(timeout=300)
+    assert shown.returncode == 0, output
+    assert output.index("+  --max-model-len 16384 \\") < output.index("ct200: stop server")
+    assert (ct200 / "current").readlink() == Path("releases") / new
+    assert recorded.code == 0, recorded.stdout + recorded.stderr
+    entry = target(recorded.json, "ct201")
+    assert entry["result"] == "deployed"
+    assert "-  --max-model-len 32768 \\\n" in entry["diff"]
+    assert f"+++ ct201:{lab.deployment_dir('ct201')}/releases/{entry['release']}/" in entry["diff"]

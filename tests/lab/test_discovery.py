@@ -1,0 +1,358 @@
+"""Discovery: parsers on captured Proxmox output, the inventory writer, and
+`orch inventory discover` against a real lab host."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from labtools import LabHandle, free_network
+
+from orchestrator.container.shell import parse_csv_rows
+from orchestrator.discovery import commands
+from orchestrator.discovery.facts import (
+    Guest,
+    GuestConfig,
+    NodeGpu,
+    NodeInfo,
+    parse_cluster_status,
+    parse_guest_config,
+    parse_interfaces,
+    parse_node_gpus,
+    parse_resources,
+    parse_tool_paths,
+)
+from orchestrator.discovery.run import write_new
+from orchestrator.discovery.writer import Cluster, FoundContainer, inventory_text
+from orchestrator.errors import InputError, NeedsAttention
+from orchestrator.inventory import SshSettings, load_inventory
+from orchestrator.lab.cluster import Lab, LabSpec
+
+FIXTURES = Path(__file__).parent.parent / "fixtures" / "proxmox"
+
+
+def fixture(name: str) -> str:
+    return (FIXTURES / name).read_text()
+
+
+# --- commands ---------------------------------------------------------------------------
+
+
+def test_commands_are_argv_lists() -> None:
+    assert commands.cluster_resources("/usr/bin/pvesh") == [
+        "/usr/bin/pvesh", "get", "/cluster/resources", "--type", "vm", "--output-format", "json",
+    ]  # fmt: skip
+    assert commands.cluster_status("pvesh") == [
+        "pvesh", "get", "/cluster/status", "--output-format", "json",
+    ]  # fmt: skip
+    assert commands.guest_config("/usr/sbin/pct", 200) == [
+        "/usr/sbin/pct", "config", "200", "--current",
+    ]  # fmt: skip
+    assert commands.guest_interfaces("pvesh", "pve1", 201) == [
+        "pvesh", "get", "/nodes/pve1/lxc/201/interfaces", "--output-format", "json",
+    ]  # fmt: skip
+    assert commands.node_gpus("nvidia-smi") == [
+        "nvidia-smi", "--query-gpu=index,name,memory.total", "--format=csv,noheader,nounits",
+    ]  # fmt: skip
+
+
+# --- parsers ----------------------------------------------------------------------------
+
+
+def test_resources_keep_guests_sorted_by_vmid_with_unknown_status_and_missing_name() -> None:
+    guests = parse_resources(fixture("cluster-resources.json"))
+    assert guests == [
+        Guest(105, "pve-train", "qemu", "stopped", "win11"),
+        Guest(129, "kpro5", "lxc", "running", "kpro5-ct"),
+        Guest(200, "pve-train", "lxc", "unknown", None),
+        Guest(300, "pve-train", "lxc", "stopped", "gpu-template", template=True),
+        Guest(1001, "pve-train", "lxc", "running", "gpu-b"),
+    ]
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["not json", '{"vmid": 1}', '[{"type": "lxc", "node": "a"}]', '[{"type": "lxc", "vmid": "x"}]'],
+)
+def test_resources_that_do_not_parse_need_attention(text: str) -> None:
+    with pytest.raises(NeedsAttention, match="cannot read pvesh's cluster resources"):
+        parse_resources(text)
+
+
+def test_cluster_status_gives_nodes_with_ip_and_which_one_answers() -> None:
+    assert parse_cluster_status(fixture("cluster-status.json")) == [
+        NodeInfo("kpro5", "192.0.2.15", local=False, online=True),
+        NodeInfo("pve-train", "192.0.2.20", local=True, online=True),
+    ]
+
+
+def test_standalone_node_has_no_cluster_entry_and_nodeid_0() -> None:
+    assert parse_cluster_status(fixture("cluster-status-standalone.json")) == [
+        NodeInfo("pve-solo", "192.0.2.30", local=True, online=True)
+    ]
+
+
+def test_config_with_pve8_device_keys() -> None:
+    assert parse_guest_config(fixture("pct-config-devices.txt")) == GuestConfig(
+        "gpu-b", "192.0.2.41", None, (2, 3), ("eth0",)
+    )
+
+
+def test_config_with_mount_entries_takes_the_first_static_address() -> None:
+    assert parse_guest_config(fixture("pct-config-mount-entries.txt")) == GuestConfig(
+        "ct200", "10.10.0.200", None, (0, 1), ("eth0", "eth1")
+    )
+
+
+def test_config_takes_any_nets_ipv4_before_an_ipv6_and_knows_a_template() -> None:
+    config = parse_guest_config(fixture("pct-config-two-nets.txt"))
+    assert (config.address, config.interfaces, config.template) == (
+        "192.0.2.51", ("eth0", "eth1"), True,
+    )  # fmt: skip
+    ipv6_only = "net0: name=eth0,ip=dhcp,ip6=2001:db8::7/64\nnet1: name=eth1,ip=manual\n"
+    assert parse_guest_config(ipv6_only).address == "2001:db8::7"
+
+
+def test_config_without_a_static_address_says_why() -> None:
+    assert parse_guest_config(fixture("pct-config-dhcp.txt")) == GuestConfig(
+        "web", None, "net0 has ip=dhcp", (), ("eth0",)
+    )
+    assert parse_guest_config("hostname: x\n").address_note == "no network interface (net0)"
+
+
+def test_live_addresses_of_the_containers_nets_ipv4_first_never_link_local() -> None:
+    text = fixture("lxc-interfaces.json")
+    assert parse_interfaces(text, ("eth0", "eth1")) == "192.0.2.51"
+    assert parse_interfaces(text, ("eth0",)) == "2001:db8::51"
+    assert parse_interfaces(text, ("eth2",)) is None
+    assert parse_interfaces("null\n", ("eth0",)) is None  # a stopped container
+    with pytest.raises(NeedsAttention, match="cannot read pvesh's container interfaces"):
+        parse_interfaces('{"name": "eth0"}', ("eth0",))
+
+
+def test_node_gpus_and_tool_paths() -> None:
+    gpus = parse_node_gpus(fixture("node-gpus.csv"))
+    assert gpus[2] == NodeGpu(2, "NVIDIA H100 80GB HBM3", 81559) and len(gpus) == 4
+    with pytest.raises(NeedsAttention, match="nvidia-smi's GPU list"):
+        parse_node_gpus("0, A6000, lots\n")
+    assert parse_tool_paths("pvesh /usr/bin/pvesh\npct /usr/sbin/pct\nnvidia-smi -\n") == {
+        "pvesh": "/usr/bin/pvesh",
+        "pct": "/usr/sbin/pct",
+        "nvidia-smi": None,
+    }
+
+
+# --- writer -----------------------------------------------------------------------------
+
+
+def cluster_from_fixtures(node_gpus: list[NodeGpu] | None) -> Cluster:
+    guests = parse_resources(fixture("cluster-resources.json"))
+    configs = {
+        1001: parse_guest_config(fixture("pct-config-devices.txt")),
+        200: parse_guest_config(fixture("pct-config-mount-entries.txt")),
+    }
+    here = [g for g in guests if g.node == "pve-train" and g.type == "lxc"]
+    return Cluster(
+        node="pve-train",
+        address="192.0.2.20",
+        pct_path="/usr/sbin/pct",
+        containers=[FoundContainer(g, configs[g.vmid]) for g in here if not g.template],
+        node_gpus=node_gpus,
+        nodes=parse_cluster_status(fixture("cluster-status.json")),
+        elsewhere=[g for g in guests if g.node != "pve-train" and g.type == "lxc"],
+        vms=[g for g in guests if g.type == "qemu"],
+        templates=[g for g in here if g.template],
+    )
+
+
+def written(tmp_path: Path, cluster: Cluster) -> tuple[str, dict]:
+    text = inventory_text(cluster, SshSettings(user="root"), "orch inventory discover")
+    path = tmp_path / "inventory.yaml"
+    path.write_text(text)
+    inventory = load_inventory(path)  # orch's own schema accepts it as written
+    return text, inventory.model_dump()
+
+
+def test_written_inventory_has_containers_gpus_groups_and_comments(tmp_path: Path) -> None:
+    text, inventory = written(
+        tmp_path, cluster_from_fixtures(parse_node_gpus(fixture("node-gpus.csv")))
+    )
+    containers = inventory["containers"]
+    assert list(containers) == ["ct200", "gpu-b"]
+    assert containers["gpu-b"]["vmid"] == 1001 and containers["gpu-b"]["access"] == "pct"
+    assert [g["name"] for g in containers["gpu-b"]["gpus"]] == ["NVIDIA H100 80GB HBM3"] * 2
+    assert [g["memory_mib"] for g in containers["ct200"]["gpus"]] == [49140, 49140]
+    assert inventory["groups"] == {
+        "node_pve_train": ["ct200", "gpu-b"],
+        "gpu": ["ct200", "gpu-b"],
+        "gpu_nvidia_rtx_a6000": ["ct200"],
+        "gpu_nvidia_h100_80gb_hbm3": ["gpu-b"],
+    }
+    host = inventory["hosts"]["pve-train"]
+    assert host["address"] == "192.0.2.20" and host["pct_path"] is None  # the default: not written
+    assert "# ct200 is unknown: see why with: pct status 200 --verbose" in text
+    assert "start it" not in text  # nothing here is known to be stopped
+    assert "# CT 300 is a template, left out: Proxmox does not start templates" in text
+    assert "# kpro5 (192.0.2.15, online): another node of this cluster" in text
+    assert "orch inventory discover --address 192.0.2.15 -o kpro5.yaml" in text
+    assert "# QEMU VMs are not managed by orch: 105 on pve-train" in text
+    assert "  #   models_dir: /opt/models" in text
+
+
+def test_without_node_gpus_the_passthrough_is_a_comment(tmp_path: Path) -> None:
+    text, inventory = written(tmp_path, cluster_from_fixtures(None))
+    assert inventory["containers"]["gpu-b"]["gpus"] == []
+    assert (
+        "# 2 GPU(s) passed through (/dev/nvidia2, /dev/nvidia3); the node has no nvidia-smi" in text
+    )
+    assert inventory["groups"]["gpu"] == ["ct200", "gpu-b"]
+
+
+def test_names_from_the_cluster_cannot_add_yaml(tmp_path: Path) -> None:
+    evil = "x\nhosts: {}"
+    guest = Guest(300, "pve-train", "lxc", "running\n# injected", evil)
+    config = GuestConfig(evil, "192.0.2.30", None, (0,))
+    cluster = Cluster("pve-train", "192.0.2.20", None, [FoundContainer(guest, config)],
+                      [NodeGpu(0, "GPU\nhosts: {}", 1024)])  # fmt: skip
+    text, inventory = written(tmp_path, cluster)
+    assert list(inventory["containers"]) == ["ct300"]
+    assert inventory["containers"]["ct300"]["gpus"][0]["name"] == "GPU\nhosts: {}"
+    assert "injected" not in text and "# ct300 is in no known state" in text
+
+
+def test_stopped_and_dhcp_containers_get_their_own_comments(tmp_path: Path) -> None:
+    stopped = Guest(300, "pve-train", "lxc", "stopped", "cold")
+    dhcp = Guest(301, "pve-train", "lxc", "running", "leased")
+    cluster = Cluster("pve-train", "192.0.2.20", None, [
+        FoundContainer(stopped, GuestConfig("cold", None, "net0 has ip=dhcp", ())),
+        FoundContainer(dhcp, GuestConfig("leased", "192.0.2.77", "net0 has ip=dhcp", ())),
+    ], None)  # fmt: skip
+    text, inventory = written(tmp_path, cluster)
+    assert "# cold is stopped: start it with: pct start 300" in text
+    assert "# cold: net0 has ip=dhcp; its name stands in for the address" in text
+    assert "# leased: net0 has ip=dhcp; 192.0.2.77 is its live address" in text
+    assert inventory["containers"]["leased"]["address"] == "192.0.2.77"
+
+
+def test_write_new_never_replaces_without_force(tmp_path: Path) -> None:
+    path = tmp_path / "inv.yaml"
+    write_new(path, "a: 1\n")
+    with pytest.raises(InputError, match="exists: choose another -o, or replace it with --force"):
+        write_new(path, "b: 2\n")
+    assert path.read_text() == "a: 1\n"
+    write_new(path, "b: 2\n", force=True)
+    assert path.read_text() == "b: 2\n"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--address", "a b"], "error: --address: 'a b' is not a host name or IP address"),
+        (["--address", "h", "--port", "0"], "error: --port: Input should be greater than"),
+        (["--address", "h", "--jump", "-oProxyCommand"], "error: --jump: '-oProxyCommand' is not"),
+        (["--address", "h", "--identity-file", "/nonexistent/key"], "error: --identity-file:"),
+    ],
+)
+def test_bad_options_are_bad_input_before_connecting(args: list[str], message: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "orchestrator", "inventory", "discover", *args],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 2 and done.stderr.startswith(message), done.stderr
+
+
+# --- against the lab --------------------------------------------------------------------
+
+
+def discover_args(lab: LabHandle, *extra: str) -> list[str]:
+    host = lab.lab.nodes()[0]
+    return [
+        "inventory", "discover", "--address", host.address, "--port", str(host.port),
+        "--identity-file", str(lab.lab.key), "--known-hosts", str(lab.lab.known_hosts), *extra,
+    ]  # fmt: skip
+
+
+@pytest.mark.lab
+def test_discover_writes_the_labs_containers_and_render_and_doctor_accept_it(
+    shared_lab: LabHandle, tmp_path: Path
+) -> None:
+    output = tmp_path / "discovered.yaml"
+    done = shared_lab.orch(*discover_args(shared_lab, "-o", str(output)))
+    assert done.code == 0, done.stderr
+    assert "wrote" in done.stdout and "2 container(s) on pve1" in done.stdout
+    first = output.read_text()
+    found = yaml.safe_load(first)
+    expected = yaml.safe_load(shared_lab.inventory.read_text())
+    assert {n: c["vmid"] for n, c in found["containers"].items()} == {
+        n: c["vmid"] for n, c in expected["containers"].items()
+    }
+    for name, container in expected["containers"].items():
+        assert found["containers"][name]["gpus"] == container["gpus"]
+        assert found["containers"][name]["address"] == container["address"]
+    assert found["groups"]["gpu"] == expected["groups"]["gpu"]
+
+    # Filled in as the comment says (the lab's paths differ per container), render accepts it.
+    for name, container in found["containers"].items():
+        container["vars"] = expected["containers"][name]["vars"]
+    filled = tmp_path / "filled.yaml"
+    filled.write_text(yaml.safe_dump(found, sort_keys=False))
+    rendered = shared_lab.orch("render", "qwen-dflash", "-i", str(filled))
+    assert rendered.code == 0, rendered.stderr
+    assert "ct200" in rendered.stdout and "ct201" in rendered.stdout
+    doctor = shared_lab.orch("doctor", "qwen-dflash", "-i", str(filled), "--json")
+    assert doctor.code == 0, doctor.stdout + doctor.stderr
+    assert {t["name"] for t in doctor.json["targets"]} == {"pve1", "ct200", "ct201"}
+
+    again = shared_lab.orch(*discover_args(shared_lab, "-o", str(output)))
+    assert again.code == 2 and "exists" in again.stderr
+    assert output.read_text() == first
+
+
+@pytest.mark.lab
+def test_discover_keeps_the_host_key_rules(shared_lab: LabHandle, tmp_path: Path) -> None:
+    empty = tmp_path / "known_hosts"
+    args = discover_args(shared_lab)
+    args[args.index("--known-hosts") + 1] = str(empty)
+    refused = shared_lab.orch(*args)
+    assert refused.code == 3 and "unknown host key" in refused.stderr
+    assert not empty.exists()
+    accepted = shared_lab.orch(*args, "--accept-new-host-keys")
+    assert accepted.code == 0, accepted.stderr
+    assert shared_lab.lab.nodes()[0].address in empty.read_text()
+
+
+@pytest.mark.lab
+def test_lab_node_gpus_are_the_devices_its_containers_get(shared_lab: LabHandle) -> None:
+    """The node's nvidia-smi index N is the GPU a container sees through /dev/nvidiaN."""
+    host = shared_lab.lab.paths.host("pve1")
+    query = ["--query-gpu=index,uuid", "--format=csv,noheader,nounits"]
+    node = dict(parse_csv_rows(subprocess.run([host.nvidia_smi, *query], capture_output=True,
+                                              text=True, check=True).stdout))  # fmt: skip
+    assert len(node) == 4
+    for container in host.containers():
+        minors = parse_guest_config(container.config.read_text()).gpu_minors
+        inside = parse_csv_rows(subprocess.run([container.nvidia_smi, *query], capture_output=True,
+                                               text=True, check=True).stdout)  # fmt: skip
+        assert [node[str(m)] for m in minors] == [uuid for _, uuid in inside]
+
+
+@pytest.mark.lab
+def test_discover_on_one_node_names_the_other_nodes_and_how_to_add_them(tmp_path: Path) -> None:
+    the_lab = Lab(tmp_path / "lab")
+    the_lab.up(LabSpec(hosts=2, containers_per_host=1, load_seconds=0.3, network=free_network()))
+    try:
+        handle = LabHandle(the_lab, {**os.environ, "ORCH_STATE_DIR": str(tmp_path / "state")})
+        done = handle.orch(*discover_args(handle))
+        assert done.code == 0, done.stderr
+        second = next(n for n in the_lab.nodes() if n.name == "pve2")
+        assert f"# pve2 ({second.address}, online): another node of this cluster" in done.stdout
+        assert f"orch inventory discover --address {second.address} -o pve2.yaml" in done.stdout
+        written = yaml.safe_load(done.stdout)
+        assert list(written["containers"]) == ["ct200"] and list(written["hosts"]) == ["pve1"]
+    finally:
+        the_lab.down()

@@ -1,0 +1,114 @@
+"""`orch doctor`: its commands, parsers and output, and on the lab: a stopped container
+is named with its fix and exit 3; a ready lab exits 0."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+from labtools import LabHandle
+
+from orchestrator.connections import Connections
+from orchestrator.container.host import (
+    container_status,
+    parse_container_status,
+    parse_sshd_limits,
+    sshd_limits,
+)
+from orchestrator.doctor import Check, Doctor, exit_code
+from orchestrator.errors import NeedsAttention
+from orchestrator.inventory import Inventory
+from orchestrator.report.tables import print_checks
+from orchestrator.transport.memory import MemoryTransport, reply
+from orchestrator.transport.pct import PctTransport
+
+
+def test_commands() -> None:
+    assert container_status("/usr/sbin/pct", 200) == ["/usr/sbin/pct", "status", "200"]
+    assert sshd_limits() == [
+        "/bin/sh",
+        "-c",
+        "/usr/sbin/sshd -T 2>/dev/null | grep -i -E '^(maxsessions|maxstartups) '",
+    ]
+
+
+def test_parsers() -> None:
+    assert parse_container_status("status: running\n") == "running"
+    assert parse_container_status("status: stopped\n") == "stopped"
+    with pytest.raises(NeedsAttention, match="cannot read pct status"):
+        parse_container_status("CT 200 is fine\n")
+    assert parse_sshd_limits("maxsessions 10\nmaxstartups 10:30:100\n") == {
+        "maxsessions": "10",
+        "maxstartups": "10:30:100",
+    }
+    assert parse_sshd_limits("") == {}
+
+
+def test_one_line_per_check_with_the_fix_under_failures(capsys: pytest.CaptureFixture) -> None:
+    checks = [
+        Check("pve1", "login", "ok", "root@192.0.2.1, host key verified"),
+        Check("ct200", "container", "fail", "CT 200 on pve1 is stopped", "pct start 200"),
+        Check("ct200", "sshd sessions", "info", "unknown"),
+    ]
+    print_checks([c.to_dict() for c in checks])
+    assert capsys.readouterr().out == (
+        "pve1   login          ok    root@192.0.2.1, host key verified\n"
+        "ct200  container      FAIL  CT 200 on pve1 is stopped\n"
+        "                            fix: pct start 200\n"
+        "ct200  sshd sessions  info  unknown\n"
+        "1 check(s) failed\n"
+    )
+    assert exit_code(checks) == 3 and exit_code([checks[0], checks[2]]) == 0
+
+
+def container_check(status: str, config: str = "hostname: ct200\n") -> Check:
+    """Doctor's container check on a host whose pct answers as scripted."""
+    host = MemoryTransport("pve1")
+    host.on("pct status 200", reply(f"status: {status}\n"))
+    host.on("pct config 200 --current", reply(config))
+    inventory = Inventory.model_validate(
+        {"hosts": {"pve1": {"address": "192.0.2.1"}},
+         "containers": {"ct200": {"vmid": 200, "host": "pve1", "address": "192.0.2.10"}}}
+    )  # fmt: skip
+    doctor = Doctor(inventory, Connections(inventory))
+    return doctor._pct_status("ct200", PctTransport("ct200", host, "/usr/sbin/pct", 200))
+
+
+def test_only_a_stopped_container_is_told_to_start_and_a_template_is_named() -> None:
+    assert container_check("running").status == "ok"
+    stopped = container_check("stopped")
+    assert (stopped.detail, stopped.fix) == (
+        "CT 200 on pve1 is stopped", "start it on pve1 with: /usr/sbin/pct start 200",
+    )  # fmt: skip
+    unknown = container_check("unknown")
+    assert unknown.detail == "CT 200 on pve1 is unknown" and "start it" not in unknown.fix
+    assert unknown.fix == "find out why on pve1: /usr/sbin/pct status 200 --verbose"
+    template = container_check("stopped", "hostname: ct200\ntemplate: 1\n")
+    assert template.detail == "CT 200 on pve1 is a template: Proxmox does not start templates"
+    assert template.fix.startswith("clone it (/usr/sbin/pct clone 200 NEWID --full)")
+
+
+@pytest.mark.lab
+def test_doctor_names_the_stopped_container_and_exits_3(shared_lab: LabHandle) -> None:
+    ready = shared_lab.orch("doctor", "qwen-dflash", "-i", str(shared_lab.inventory), "--json")
+    assert ready.code == 0, ready.stdout + ready.stderr
+    targets = ready.json["targets"]
+    assert ready.json["result"] == "ok" and {t["result"] for t in targets} == {"ok"}
+    checks = [{**c, "target": t["name"]} for t in targets for c in t["checks"]]
+    assert not [c for c in checks if c["status"] == "fail"]
+    names = {(c["target"], c["check"]) for c in checks}
+    for name in ("ct200", "ct201"):
+        assert {(name, "nvidia-smi"), (name, "server"), (name, "models"), (name, "disk")} <= names
+    assert ("pve1", "login") in names and ("ct201", "login") in names
+
+    pct = shared_lab.lab.paths.host("pve1").pct
+    subprocess.run([pct, "stop", "200"], check=True)
+    try:
+        stopped = shared_lab.orch("doctor", "qwen-dflash", "-i", str(shared_lab.inventory))
+    finally:
+        subprocess.run([pct, "start", "200"], check=True)  # as the shared lab was
+    assert stopped.code == 3
+    assert "ct200  container      FAIL  CT 200 on pve1 is stopped\n" in stopped.stdout
+    assert f"fix: start it on pve1 with: {pct} start 200\n" in stopped.stdout
+    assert "ct201  server         ok" in stopped.stdout
+    assert stopped.stdout.endswith("1 check(s) failed\n")

@@ -1,0 +1,92 @@
+"""The status report: the script under /bin/sh and its parser on captured text."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from shelltools import (
+    Processes,
+    captured,
+    run,
+    start_time,
+    wait_until,
+)
+
+from orchestrator.container.audit import audit_line
+from orchestrator.container.status import parse_status_report, status_report
+from orchestrator.layout import Layout
+
+
+def test_status_report_parses_into_a_status_row(
+    deployment: Path, processes: Processes, tmp_path: Path
+) -> None:
+    server = processes.spawn("sleep", "60")
+    wait_until(lambda: start_time(server.pid) is not None)
+    (deployment / "current").symlink_to("releases/0123456789ab")
+    (deployment / "server.pid").write_text(f"{server.pid} {start_time(server.pid)}\n")
+    (deployment / "lock").mkdir()
+    (deployment / "lock" / "owner.json").write_text('{"run_id": "r1", "user": "ops"}')
+    outcome = {
+        "result": "deployed",
+        "release": "0123456789ab",
+        "gate": {"verdict": "pass", "mean_acceptance_length": 4.1},
+    }
+    lines = [
+        audit_line("r0", "ops", "deploy", {"result": "failed"}),
+        audit_line("r1", "ops", "deploy", outcome),
+        audit_line("r2", "ops", "deploy", {"result": "unchanged", "release": "0123456789ab"}),
+    ]
+    (deployment / "audit.log").write_text("".join(f"{line}\n" for line in lines))
+
+    done = run(status_report(Layout(str(deployment))))
+
+    parsed = parse_status_report(done.stdout.decode())
+    assert parsed == {
+        "release": "0123456789ab",
+        "server": "running",
+        "pid": server.pid,
+        "last_run": {
+            "run_id": "r2",
+            "time": parsed["last_run"]["time"],
+            "action": "deploy",
+            "result": "unchanged",
+            "verdict": "pass",  # the last gate: an unchanged release ran none
+            "mean_acceptance_length": 4.1,
+        },
+        "lock": '{"run_id": "r1", "user": "ops"}',
+    }
+    empty = run(status_report(Layout(str(tmp_path / "never deployed"))))
+    assert parse_status_report(empty.stdout.decode()) == {
+        "release": None,
+        "server": "none",
+        "pid": None,
+        "last_run": None,
+        "lock": None,
+    }
+
+
+def test_status_report_as_a_row() -> None:
+    assert parse_status_report(captured("status-report.txt")) == {
+        "release": "0123456789ab",
+        "server": "running",
+        "pid": 31337,
+        "last_run": {
+            "run_id": "20250101T110000-cd34",
+            "time": "2025-01-01T11:05:00+00:00",
+            "action": "deploy",
+            "result": "deployed",
+            "verdict": "pass",
+            "mean_acceptance_length": 4.12,
+        },
+        "lock": '{"run_id": "20250101T120000-ab12", "user": "ops", "control_host": "laptop"}',
+    }
+
+
+def test_status_report_of_a_container_never_deployed() -> None:
+    assert parse_status_report(captured("status-report-empty.txt")) == {
+        "release": None,
+        "server": "none",
+        "pid": None,
+        "last_run": None,
+        "lock": None,
+    }

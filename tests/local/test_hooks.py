@@ -1,0 +1,172 @@
+"""Playbook hooks: real local processes (no network), their environment, timeouts
+that end the whole process group, and which hooks a run's outcome calls for."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from orchestrator.errors import CheckFailed
+from orchestrator.hooks import Hooks, RunFacts, command, environment, run_hook
+from orchestrator.lab.paths import pid_alive
+from orchestrator.playbook import PLAYBOOK_DIR, load_playbook
+
+REPORT = """
+import json, os, sys
+record = {k: v for k, v in os.environ.items() if k.startswith("ORCH_")}
+record["stdin"] = sys.stdin.read()
+record["argv"] = sys.argv[1:]
+with open(sys.argv[1], "a") as out:
+    out.write(json.dumps(record) + "\\n")
+print("reported", sys.argv[2])
+sys.exit(int(sys.argv[3]) if len(sys.argv) > 3 else 0)
+"""
+
+
+def facts(tmp_path: Path, action: str = "deploy", **hooks: object) -> RunFacts:
+    script = tmp_path / "report.py"
+    script.write_text(REPORT)
+    assignments = [f"hooks.{event}={json.dumps(argv)}" for event, argv in hooks.items()]
+    playbook = load_playbook(PLAYBOOK_DIR / "qwen-dflash.yaml", assignments)
+    return RunFacts(action, "20261203T120000Z-abcdef", playbook, "inv.yaml", ["ct1", "ct2"], "ops")
+
+
+def hook(tmp_path: Path, name: str, exit_code: int = 0) -> list[str]:
+    return [
+        sys.executable,
+        str(tmp_path / "report.py"),
+        str(tmp_path / "ran"),
+        name,
+        str(exit_code),
+    ]
+
+
+def ran(tmp_path: Path) -> list[dict]:
+    path = tmp_path / "ran"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+DOCUMENT = {
+    "kind": "DeployRun",
+    "result": "not_applied",
+    "log": "/state/runs/x.log",
+    "targets": [
+        {"name": "ct1", "result": "rolled_back"},
+        {"name": "ct2", "result": "skipped"},
+    ],
+}
+
+
+def test_the_environment_tells_the_runs_facts(tmp_path: Path) -> None:
+    run = facts(tmp_path)
+    assert environment("pre_deploy", run, None) == {
+        "ORCH_HOOK": "pre_deploy",
+        "ORCH_ACTION": "deploy",
+        "ORCH_RUN_ID": "20261203T120000Z-abcdef",
+        "ORCH_PLAYBOOK": "qwen-dflash",
+        "ORCH_PLAYBOOK_FILE": str(PLAYBOOK_DIR / "qwen-dflash.yaml"),
+        "ORCH_INVENTORY": "inv.yaml",
+        "ORCH_CONTAINERS": "ct1,ct2",
+        "ORCH_USER": "ops",
+    }
+    after = environment("on_failure", run, DOCUMENT)
+    assert (after["ORCH_RESULT"], after["ORCH_RUN_LOG"]) == ("not_applied", "/state/runs/x.log")
+    assert (after["ORCH_ROLLED_BACK"], after["ORCH_SKIPPED"], after["ORCH_DEPLOYED"]) == (
+        "ct1", "ct2", ""
+    )  # fmt: skip
+
+
+def test_a_failing_pre_deploy_stops_the_run(tmp_path: Path) -> None:
+    said: list[str] = []
+    hooks = Hooks(facts(tmp_path, pre_deploy=hook(tmp_path, "pre", 3)), said.append)
+    with pytest.raises(CheckFailed, match=r"exit 3 after .* the deploy did not start") as raised:
+        hooks.before_deploy()
+    assert raised.value.exit_code == 1
+    (record,) = ran(tmp_path)
+    assert record["ORCH_HOOK"] == "pre_deploy" and "ORCH_RESULT" not in record
+    assert record["stdin"] == ""
+    assert said[-1] == "hook pre_deploy: reported pre"
+
+
+def test_a_passing_pre_deploy_lets_the_run_go_on(tmp_path: Path) -> None:
+    Hooks(facts(tmp_path, pre_deploy=hook(tmp_path, "pre")), lambda _: None).before_deploy()
+    assert [r["argv"][1] for r in ran(tmp_path)] == ["pre"]
+
+
+@pytest.mark.parametrize(
+    ("action", "document", "code", "expected"),
+    [
+        ("deploy", {**DOCUMENT, "result": "ok", "targets": []}, 0, ["post"]),
+        ("deploy", DOCUMENT, 1, ["rollback", "failure"]),
+        ("deploy", {**DOCUMENT, "targets": [{"name": "ct1", "result": "failed"}]}, 3, ["failure"]),
+        ("rollback", {**DOCUMENT, "result": "ok", "targets": []}, 0, ["rollback"]),
+    ],
+)
+def test_the_outcome_calls_its_hooks_and_they_never_change_it(
+    tmp_path: Path, action: str, document: dict, code: int, expected: list[str]
+) -> None:
+    run = facts(
+        tmp_path,
+        action,
+        post_deploy=hook(tmp_path, "post", 1),
+        on_rollback=hook(tmp_path, "rollback", 2),
+        on_failure=hook(tmp_path, "failure", 0),
+    )
+    document = json.loads(json.dumps(document))
+    Hooks(run, lambda _: None).after_run(document, code)
+    records = ran(tmp_path)
+    assert [r["argv"][1] for r in records] == expected
+    assert all(json.loads(r["stdin"])["kind"] == "DeployRun" for r in records)
+    assert [h["event"] for h in document["hooks"]] == [r["ORCH_HOOK"] for r in records]
+    assert document["result"] in ("ok", "not_applied")  # as it was
+
+
+def test_a_timeout_kills_the_hook_and_what_it_started(tmp_path: Path) -> None:
+    pid_file = tmp_path / "child.pid"
+    argv = ["/bin/sh", "-c", f'sleep 30 & echo $! > "{pid_file}"; wait']
+    started = time.monotonic()
+    result = run_hook("post_deploy", argv, {}, b"", 0.5)
+    assert time.monotonic() - started < 10
+    assert (result.exit_code, result.error) == (None, "killed at its timeout (0.5 s)")
+    child = int(pid_file.read_text())
+    deadline = time.monotonic() + 5
+    while pid_alive(child) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not pid_alive(child)
+
+
+def test_a_program_that_cannot_run_is_a_result(tmp_path: Path) -> None:
+    result = run_hook("on_failure", [str(tmp_path / "missing")], {}, b"", 5)
+    assert (result.exit_code, result.ok) == (None, False)
+    assert result.error == "cannot run: No such file or directory"
+
+
+def test_a_relative_program_is_the_playbooks_neighbour(tmp_path: Path) -> None:
+    book = load_playbook(PLAYBOOK_DIR / "qwen-dflash.yaml")
+    here = PLAYBOOK_DIR.resolve()
+    assert command(["hooks/notify", "x"], book) == [str(here / "hooks/notify"), "x"]
+    assert command(["notify-send", "x"], book) == ["notify-send", "x"]  # from PATH
+    assert command(["/bin/true"], book) == ["/bin/true"]
+
+
+def test_no_shell_reads_the_arguments(tmp_path: Path) -> None:
+    """`$(...)` and `;` in an argument reach the hook as text."""
+    marker = tmp_path / "marker"
+    result = run_hook(
+        "post_deploy", ["/bin/echo", f"$(touch {marker}); touch {marker}"], {}, b"", 5
+    )
+    assert result.ok and result.output.strip() == f"$(touch {marker}); touch {marker}"
+    assert not marker.exists()
+
+
+def test_hooks_are_checked_when_the_playbook_loads() -> None:
+    from orchestrator.errors import InputError
+
+    with pytest.raises(InputError, match=r"hooks\.pre_deploy: List should have at least 1 item"):
+        load_playbook(PLAYBOOK_DIR / "qwen-dflash.yaml", ["hooks.pre_deploy=[]"])
+    with pytest.raises(InputError, match=r"hooks\.post_deploy: Input should be a valid list"):
+        load_playbook(PLAYBOOK_DIR / "qwen-dflash.yaml", ["hooks.post_deploy=notify.sh"])

@@ -1,0 +1,40 @@
+"""The one way tests run the real CLI: `python -m orchestrator` in its own process,
+from the clone, as a user would, with the environment the test gives it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+PLAIN = {"NO_COLOR": "1", "COLUMNS": "200", "PATH": "/usr/bin:/bin"}
+"""A bare environment: no colour, wide, no inherited configuration."""
+COMMAND = [sys.executable, "-m", "orchestrator"]
+
+
+@dataclass
+class RunResult:
+    code: int
+    stdout: str
+    stderr: str
+
+    @property
+    def json(self) -> Any:
+        return json.loads(self.stdout)
+
+
+def orch(*args: str, env: Mapping[str, str] = PLAIN, timeout: float = 300) -> RunResult:
+    done = subprocess.run(
+        [*COMMAND, *args],
+        capture_output=True,
+        text=True,
+        env=dict(env),
+        timeout=timeout,
+        cwd=ROOT,
+    )
+    return RunResult(done.returncode, done.stdout, done.stderr)

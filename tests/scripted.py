@@ -1,0 +1,280 @@
+"""A scripted container: the deployment's files, links, lock and server kept in memory,
+answering each container command by concern (the builder that made it and its
+arguments, never by reading the script), and a vLLM that answers /health, /metrics
+(counters that grow with every scrape) and completions. No process, no network.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from orchestrator.container.audit import GATED
+from orchestrator.container.shell import Command
+from orchestrator.errors import TransportError
+from orchestrator.layout import Layout
+from orchestrator.transport.base import Result
+from orchestrator.transport.memory import MemoryTransport
+
+SERVER_PID = 4242
+
+
+def metrics(scrape: int) -> bytes:
+    """Counters after `scrape` intervals of 100 drafts of 4 tokens, 3.0 accepted each."""
+    drafts = 100 * scrape
+    per_pos = [int(drafts * r) for r in (0.9, 0.8, 0.7, 0.6)]
+    lines = []
+    for name, value in (
+        ("num_drafts", drafts),
+        ("num_draft_tokens", 4 * drafts),
+        ("num_accepted_tokens", sum(per_pos)),
+    ):
+        family = f"vllm:spec_decode_{name}"
+        lines += [f"# TYPE {family} counter", f"{family}_total {value}"]
+    lines.append("# TYPE vllm:spec_decode_num_accepted_tokens_per_pos counter")
+    lines += [
+        f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{position="{i}"}} {v}'
+        for i, v in enumerate(per_pos)
+    ]
+    return ("\n".join(lines) + "\n").encode()
+
+
+def serving(transport: MemoryTransport, served_name: str) -> list[str]:
+    """A vLLM that is ready at once; returns the model names its completions were asked for."""
+    asked: list[str] = []
+    scrapes = iter(range(1, 10_000))
+
+    def complete(body: bytes) -> tuple[int, bytes]:
+        model = json.loads(body)["model"]
+        asked.append(model)
+        time.sleep(0.01)  # a request takes a little while: the traffic outlasts a few scrapes
+        return (200, b"{}") if model == served_name else (404, b"no such model")
+
+    transport.on_http("GET", "/health", lambda _: (200, b""))
+    transport.on_http("GET", "/metrics", lambda _: (200, metrics(next(scrapes))))
+    transport.on_http("POST", "/v1/completions", complete)
+    return asked
+
+
+def frames(named: Sequence[tuple[str, bytes]]) -> bytes:
+    return b"".join(f"{name} {len(data)}\n".encode() + data for name, data in named)
+
+
+Handler = Callable[..., "bytes | str | tuple[int, bytes | str]"]
+
+
+class ScriptedContainer:
+    """One deployment on one container, in memory. `files` and `links` are keyed by
+    absolute path; `server` is the recorded server's PID while it runs; `events`
+    lists what changed, in order (lock, start, audit, journal, unlock)."""
+
+    def __init__(self, name: str, layout: Layout) -> None:
+        self.name, self.layout = name, layout
+        self.files: dict[str, bytes] = {}
+        self.links: dict[str, str] = {}
+        self.models: dict[str, Path] = {}
+        """Remote model dir -> the local dir whose files it holds."""
+        self.server: int | None = None
+        self.journal_steps: list[str] = []
+        self.events: list[str] = []
+        self.transport = MemoryTransport(name)
+        for concern, handler in self._handlers().items():
+            self.transport.on(concern, self._answer(handler))
+
+    # -- set-up ----------------------------------------------------------------------------
+    def release(self, release_id: str, files: dict[str, bytes], current: bool = False) -> None:
+        """A release dir holding `files` (a manifest among them, if the test wants one)."""
+        for name, data in files.items():
+            self.files[f"{self.layout.release(release_id)}/{name}"] = data
+        if current:
+            self.links[self.layout.current] = Layout.link_target(release_id)
+
+    def audit(self, *lines: str) -> None:
+        self.files[self.layout.audit_log] = (
+            self.files.get(self.layout.audit_log, b"")
+            + "".join(f"{line}\n" for line in lines).encode()
+        )
+
+    def run_server(self) -> None:
+        self.server = SERVER_PID
+
+    # -- the container ---------------------------------------------------------------------
+    def _answer(self, handler: Handler) -> Callable[[Sequence[str], bytes | None], Result]:
+        def answer(argv: Sequence[str], stdin: bytes | None) -> Result:
+            assert isinstance(argv, Command), f"not a container command: {argv}"
+            arguments = dict(argv.args)
+            if stdin is not None:
+                arguments["stdin"] = stdin
+            out = handler(**arguments)
+            code, data = out if isinstance(out, tuple) else (0, out)
+            return Result(tuple(argv), code, data.encode() if isinstance(data, str) else data, b"")
+
+        return answer
+
+    def _handlers(self) -> dict[str, Handler]:
+        return {
+            "write_file": self._write_file,
+            "remove_file": self._remove_file,
+            "point_link": self._point_link,
+            "read_link": lambda link: self.links.get(link, ""),
+            "append_line": self._append_line,
+            "read_files": lambda paths: frames(
+                [(p, self.files[p]) for p in paths if p in self.files]
+            ),
+            "acquire_lock": self._acquire_lock,
+            "release_lock": self._release_lock,
+            "take_over_lock": self._take_over_lock,
+            "make_drafter_view": self._make_drafter_view,
+            "list_releases": lambda releases_dir: self._listing(),
+            "remove_releases": self._remove_releases,
+            "release_records": self._release_records,
+            "server_state": lambda pid_file: self._server_state(),
+            "stop_server": self._stop_server,
+            "start_server": self._start_server,
+            "watch_server": lambda pid_file, log, since_byte, lines: frames(
+                [("server", f"{self._server_state()}\n".encode()), ("tail", b"")]
+            ),
+            "gpu_query": lambda nvidia_smi: (9, "no GPU here"),
+            "status_report": self._status_report,
+            "read_model_dir": self._read_model_dir,
+        }
+
+    def _write_file(self, path: str, mode: str, stdin: bytes) -> bytes:
+        self.files[path] = stdin
+        if path == self.layout.journal:
+            self.journal_steps.append(json.loads(stdin)["step"])
+        return b""
+
+    def _remove_file(self, path: str) -> bytes:
+        self.files.pop(path, None)
+        if path == self.layout.journal:
+            self.events.append("journal cleared")
+        return b""
+
+    def _point_link(self, link: str, target: str) -> bytes:
+        self.links[link] = target
+        return b""
+
+    def _append_line(self, path: str, line: str) -> bytes:
+        self.audit(line)
+        self.events.append("audit " + json.loads(line)["action"])
+        return b""
+
+    def _acquire_lock(self, lock_dir: str, owner_json: str) -> tuple[int, bytes]:
+        owner = f"{lock_dir}/owner.json"
+        if owner in self.files:
+            return 1, self.files[owner]
+        self.files[owner] = owner_json.encode()
+        self.events.append("lock")
+        return 0, b""
+
+    def _release_lock(self, lock_dir: str, run_id: str | None) -> bytes:
+        owner = f"{lock_dir}/owner.json"
+        if run_id is None or run_id in self.files.get(owner, b"").decode():
+            self.files.pop(owner, None)
+            self.events.append("unlock")
+        return b""
+
+    def _take_over_lock(self, lock_dir: str, stale_owner: str, owner_json: str) -> int | bytes:
+        owner = f"{lock_dir}/owner.json"
+        if self.files.get(owner, b"").decode() != stale_owner:
+            return 1, self.files.get(owner, b"")
+        self.files[owner] = owner_json.encode()
+        self.events.append("take over")
+        return 0, b""
+
+    def _make_drafter_view(self, weights_dir: str, view_dir: str) -> bytes:
+        config = f"{view_dir.rsplit('/', 1)[0]}/config.json"
+        self.files[f"{view_dir}/config.json"] = self.files[config]
+        return b""
+
+    def _release_ids(self) -> list[str]:
+        prefix = self.layout.releases + "/"
+        return list(
+            dict.fromkeys(
+                p[len(prefix) :].split("/")[0] for p in self.files if p.startswith(prefix)
+            )
+        )
+
+    def _listing(self) -> str:
+        return "".join(f"{n} {rid}\n" for n, rid in enumerate(self._release_ids(), 1000))
+
+    def _remove_releases(self, releases_dir: str, release_ids: Sequence[str]) -> bytes:
+        gone = tuple(f"{releases_dir}/{rid}/" for rid in release_ids)
+        self.files = {p: d for p, d in self.files.items() if not p.startswith(gone)}
+        return b""
+
+    def _release_records(self, layout: Layout, audit_lines: int) -> bytes:
+        audit = self.files.get(layout.audit_log, b"").decode().splitlines()[-audit_lines:]
+        manifests = [
+            (f"manifest {rid}", self.files[f"{layout.release(rid)}/manifest.json"])
+            for rid in self._release_ids()
+            if f"{layout.release(rid)}/manifest.json" in self.files
+        ]
+        return frames(
+            [
+                ("current", self._readlink(layout.current)),
+                ("releases", self._listing().encode()),
+                ("audit", "".join(f"{line}\n" for line in audit).encode()),
+                *manifests,
+            ]
+        )
+
+    def _readlink(self, link: str) -> bytes:
+        return f"{self.links[link]}\n".encode() if link in self.links else b""
+
+    def _server_state(self) -> str:
+        return f"running {self.server}" if self.server else "none"
+
+    def _stop_server(self, pid_file: str, timeout: float) -> str:
+        stopped, self.server = self.server, None
+        return f"stopped {stopped}" if stopped else "none"
+
+    def _start_server(
+        self, launch_script: str, log: str, pid_file: str, log_link: str, link_to: str
+    ) -> str:
+        self.events.append(f"start {self.links.get(self.layout.current)}")
+        self.server = SERVER_PID
+        return f"{SERVER_PID} 99 0"
+
+    def _status_report(self, layout: Layout) -> str:
+        audit = self.files.get(layout.audit_log, b"").decode().splitlines()
+        gated = [line for line in audit if GATED in line]
+        return (
+            f"current {self._readlink(layout.current).decode().strip()}\n"
+            f"server {self._server_state()}\n"
+            f"lock {self.files.get(layout.lock_owner, b'').decode()}\n"
+            f"audit {audit[-1] if audit else ''}\n"
+            f"gated {gated[-1] if gated else ''}\n"
+        )
+
+    def _read_model_dir(
+        self, directory: str, names: Sequence[str], header_limit: int
+    ) -> tuple[int, bytes]:
+        """As probe.read_model_dir prints it, from the local dir `models` maps it to."""
+        local = self.models.get(directory)
+        if local is None:
+            return 3, b""
+        files = sorted(p for p in local.iterdir() if p.is_file())
+        listing = "".join(f"{p.stat().st_size} {p.name}\n" for p in files)
+        wanted = [(n, (local / n).read_bytes()) for n in names if (local / n).is_file()]
+        headers = [(p.name, _header(p, header_limit)) for p in files if p.suffix == ".safetensors"]
+        return 0, frames([(".listing", listing.encode()), *wanted, *headers])
+
+
+def _header(path: Path, limit: int) -> bytes:
+    with path.open("rb") as file:
+        first8 = file.read(8)
+        size = int.from_bytes(first8, "little") if len(first8) == 8 else 0
+        return first8 + (file.read(size) if size <= limit else b"")
+
+
+class Unreachable(MemoryTransport):
+    """A container whose host does not answer."""
+
+    def run(
+        self, argv: Sequence[str], stdin: bytes | None = None, timeout: float | None = None
+    ) -> Result:
+        raise TransportError(self.label, "connect", "Connection refused")

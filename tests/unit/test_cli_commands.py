@@ -1,0 +1,368 @@
+"""The fleet commands on scripted containers (tests/scripted.py): status, unlock,
+releases, verify-config, rollback --to and the JSON contract of their documents,
+through the same operations the CLI runs, with in-memory connections. No process,
+no network: the lab keeps the end-to-end stories."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from scripted import ScriptedContainer, Unreachable, serving
+from test_plan import EXAMPLE, PLAYBOOK
+
+from orchestrator import cli_commands, release
+from orchestrator.cancel import Cancel
+from orchestrator.connections import Given
+from orchestrator.container.audit import audit_line
+from orchestrator.container.lock import Owner
+from orchestrator.documents import API_VERSION, Document
+from orchestrator.drafters.profiles import get_profile
+from orchestrator.errors import InputError
+from orchestrator.lab.models import write_drafter_dir, write_target_dir
+from orchestrator.layout import DRAFTER_CONFIG, VIEW_CONFIG
+from orchestrator.progress import no_progress
+from orchestrator.release import GateTarget
+from orchestrator.report import tables
+from orchestrator.transport.base import Transport
+
+FAST = ["gate.min_drafts=50", "gate.probe.scrape_interval=0.02", "gate.probe.concurrency=1"]
+RUN_A, RUN_B = "20261201T100000Z-aaaaaa", "20261202T100000Z-bbbbbb"
+
+
+def inputs(*assignments: str) -> cli_commands.Inputs:
+    return cli_commands.load(str(PLAYBOOK), EXAMPLE, [], list(assignments))
+
+
+class Fleet:
+    """The example inventory's containers (ct129 by SSH, ct200 by pct), scripted."""
+
+    def __init__(self, *assignments: str) -> None:
+        self.inputs = inputs(*assignments)
+        self.plans = {p.container: p for p in self.inputs.plans}
+        self.containers = {
+            name: ScriptedContainer(name, plan.layout) for name, plan in self.plans.items()
+        }
+        self.transports: dict[str, Transport] = {
+            name: c.transport for name, c in self.containers.items()
+        }
+
+    @property
+    def connect(self) -> Any:
+        return Given.connect(self.transports)
+
+    def deployed(self, name: str, run_id: str = RUN_A, release_id: str | None = None) -> str:
+        """The playbook's release on `name` as a deploy leaves it: files, manifest, view,
+        `current`, a running server, an audit line with a passed gate."""
+        plan, container = self.plans[name], self.containers[name]
+        files = dict(plan.files)
+        files["manifest.json"] = release.manifest(
+            plan, self.inputs.playbook, run_id, [], GateTarget.of(self.inputs.playbook)
+        )
+        if DRAFTER_CONFIG in files:
+            files[VIEW_CONFIG] = files[DRAFTER_CONFIG]
+        rid = release_id or plan.release_id
+        container.release(rid, files, current=True)
+        container.run_server()
+        outcome = {"result": "deployed", "release": rid, "current": rid}
+        container.audit(
+            audit_line(run_id, "ops", "deploy", {**outcome, "gate": {"verdict": "pass"}})
+        )
+        return rid
+
+
+def checked(document: dict[str, Any], kind: str) -> dict[str, Any]:
+    """Valid against the schema, its envelope first, `name` (never `container`) per target."""
+    Document.model_validate(document)
+    assert list(document)[:2] == ["kind", "api_version"]
+    assert (document["kind"], document["api_version"]) == (kind, API_VERSION)
+    assert all(list(t)[:2] == ["name", "host"] for t in document.get("targets", []))
+    assert "container" not in json.dumps(document)
+    return document
+
+
+def by_name(document: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {t["name"]: t for t in document["targets"]}
+
+
+# -- status ------------------------------------------------------------------------------------
+
+
+def test_status_before_anything_is_deployed_is_a_state_not_an_error(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fleet = Fleet()
+
+    document, code = cli_commands.status(fleet.inputs, fleet.connect)
+
+    assert code == 0
+    checked(document, "Status")
+    assert (document["result"], document["state"]) == ("ok", "nothing_deployed")
+    for target in document["targets"]:
+        assert (target["state"], target["release"], target["health"], target["lock"]) == (
+            "nothing_deployed",
+            None,
+            None,
+            None,
+        )
+    monkeypatch.setenv("NO_COLOR", "1")
+    monkeypatch.setenv("COLUMNS", "80")
+    tables.print_status(document)
+    shown = capsys.readouterr().out
+    assert "nothing deployed yet" in shown
+    assert not re.search(r"\bnull\b|\bNone\b", shown)
+
+
+def test_status_names_the_release_the_last_gate_the_lock_and_an_unreachable_host() -> None:
+    fleet = Fleet()
+    rid = fleet.deployed("ct200")
+    serving(fleet.containers["ct200"].transport, "qwen3.6-27b")
+    owner = Owner("run-x", "alice", "laptop", 99, 1_700_000_000.0)
+    fleet.containers["ct200"].files[fleet.plans["ct200"].layout.lock_owner] = (
+        owner.to_json().encode()
+    )
+    fleet.transports["ct129"] = Unreachable("pve-kpro5")
+
+    document, code = cli_commands.status(fleet.inputs, fleet.connect)
+
+    assert code == 3
+    checked(document, "Status")
+    targets = by_name(document)
+    assert (document["result"], document["state"]) == ("needs_attention", "unreachable")
+    assert targets["ct200"] | {"last_run": None} == {
+        "name": "ct200",
+        "host": "pve-train",
+        "release": rid,
+        "server": "running",
+        "pid": 4242,
+        "last_run": None,
+        "lock": {
+            "run_id": "run-x",
+            "user": "alice",
+            "control_host": "laptop",
+            "pid": 99,
+            "since": "2023-11-14T22:13:20+00:00",
+        },
+        "interrupted": None,
+        "health": 200,
+        "state": "serving",
+    }
+    assert targets["ct200"]["last_run"]["run_id"] == RUN_A
+    assert targets["ct200"]["last_run"]["verdict"] == "pass"
+    assert targets["ct129"]["state"] == "unreachable"
+    assert targets["ct129"]["error"] == "pve-kpro5: connect: Connection refused"
+
+
+def test_an_interrupted_switch_is_the_first_thing_status_says() -> None:
+    fleet = Fleet()
+    fleet.deployed("ct129")
+    layout = fleet.plans["ct129"].layout
+    fleet.containers["ct129"].files[layout.journal] = json.dumps(
+        {
+            "run_id": "run-dead",
+            "action": "deploy",
+            "owner": "ops@ctl pid 1",
+            "from_release": None,
+            "to_release": "abc",
+            "step": "wait ready",
+            "started": "t0",
+            "updated": "t1",
+        }
+    ).encode()
+
+    document, code = cli_commands.status(fleet.inputs, fleet.connect)
+
+    assert code == 3
+    assert by_name(document)["ct129"]["state"] == "interrupted"
+    assert "run run-dead (deploy nothing -> abc" in by_name(document)["ct129"]["interrupted"]
+    assert document["state"] == "interrupted"
+
+
+# -- unlock ------------------------------------------------------------------------------------
+
+
+def test_unlock_removes_each_lock_and_says_whose_it_was() -> None:
+    fleet = Fleet()
+    layout = fleet.plans["ct200"].layout
+    owner = Owner("run-x", "alice", "laptop", 99, 1_700_000_000.0)
+    fleet.containers["ct200"].files[layout.lock_owner] = owner.to_json().encode()
+    fleet.containers["ct129"].files[fleet.plans["ct129"].layout.lock_owner] = b"not json"
+
+    document, code = cli_commands.unlock(fleet.inputs, fleet.connect)
+
+    assert code == 0
+    checked(document, "Unlock")
+    targets = by_name(document)
+    assert targets["ct200"]["removed_lock"]["run_id"] == "run-x"
+    assert targets["ct129"]["removed_lock"] == {"text": "not json"}
+    assert layout.lock_owner not in fleet.containers["ct200"].files
+    assert fleet.containers["ct200"].events == ["unlock"]
+
+
+def test_unlock_of_an_unreachable_container_is_its_error_not_the_runs_end() -> None:
+    fleet = Fleet()
+    fleet.transports["ct200"] = Unreachable("pve-train")
+
+    document, code = cli_commands.unlock(fleet.inputs, fleet.connect)
+
+    assert code == 3
+    targets = by_name(document)
+    assert (targets["ct129"]["result"], targets["ct129"]["removed_lock"]) == ("ok", None)
+    assert targets["ct200"]["result"] == "error"
+    assert "Connection refused" in targets["ct200"]["error"]
+
+
+# -- releases and rollback --to ----------------------------------------------------------------
+
+
+def two_runs(fleet: Fleet) -> tuple[str, str]:
+    """RUN_A left both containers on release a, RUN_B moved ct200 on to b."""
+    fleet.deployed("ct129", RUN_A, "a" * 12)
+    fleet.deployed("ct200", RUN_A, "a" * 12)
+    fleet.deployed("ct200", RUN_B, "b" * 12)
+    return "a" * 12, "b" * 12
+
+
+def test_releases_lists_runs_newest_first_with_the_release_each_left() -> None:
+    fleet = Fleet()
+    a, b = two_runs(fleet)
+
+    document, code = cli_commands.releases(fleet.inputs, fleet.connect)
+
+    assert code == 0
+    checked(document, "Releases")
+    assert [r["run_id"] for r in document["runs"]] == [RUN_B, RUN_A]
+    newest, oldest = document["runs"]
+    assert newest["targets"] == [
+        {"name": "ct200", "result": "deployed", "release": b, "release_state": "current"}
+    ]
+    assert {t["name"]: t["release_state"] for t in oldest["targets"]} == {
+        "ct129": "current",
+        "ct200": "kept",
+    }
+    kept = by_name(document)["ct200"]["kept"]
+    assert [(k["release"], k["current"], k["made_by_run"]) for k in kept] == [
+        (b, True, RUN_B),
+        (a, False, RUN_A),
+    ]
+
+
+def test_rollback_to_a_run_switches_each_container_back_and_gates_it() -> None:
+    fleet = Fleet(*FAST)
+    a, _ = two_runs(fleet)
+    for container in fleet.containers.values():
+        serving(container.transport, "qwen3.6-27b")
+    options = cli_commands.Options(run_id="run-back", user="ops")
+
+    document, code = cli_commands.rollback(
+        fleet.inputs, options, RUN_A[:12], fleet.connect, no_progress, Cancel()
+    )
+
+    assert code == 0, document
+    checked(document, "RollbackRun")
+    assert document["to"] == {"query": RUN_A[:12], "run_id": RUN_A, "release": None}
+    targets = by_name(document)
+    assert (targets["ct129"]["result"], targets["ct129"]["current"]) == ("unchanged", a)
+    assert (targets["ct200"]["result"], targets["ct200"]["current"]) == ("rolled_back", a)
+    assert targets["ct200"]["gate"]["verdict"] == "pass"
+    ct200 = fleet.containers["ct200"]
+    assert ct200.links[ct200.layout.current] == f"releases/{a}"
+    assert ct200.events[-3:] == ["audit rollback", "journal cleared", "unlock"]
+
+
+def test_rollback_to_an_unknown_id_is_bad_input_with_nothing_touched() -> None:
+    fleet = Fleet()
+    two_runs(fleet)
+    before = {name: dict(c.files) for name, c in fleet.containers.items()}
+
+    with pytest.raises(InputError, match="no run or release has this id"):
+        cli_commands.rollback(
+            fleet.inputs,
+            cli_commands.Options(run_id="run-back", user="ops"),
+            "zzz",
+            fleet.connect,
+            no_progress,
+            Cancel(),
+        )
+
+    assert {name: c.files for name, c in fleet.containers.items()} == before
+
+
+# -- verify-config -----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def models(tmp_path: Path) -> dict[str, Path]:
+    """The published target and drafter dirs, as local files for the scripted containers."""
+    profile = get_profile("z-lab/Qwen3.6-27B-DFlash")
+    write_target_dir(tmp_path / "target", profile)
+    write_drafter_dir(tmp_path / "drafter", profile)
+    return {"target": tmp_path / "target", "drafter": tmp_path / "drafter"}
+
+
+def with_models(fleet: Fleet, models: dict[str, Path]) -> None:
+    for name, plan in fleet.plans.items():
+        fleet.containers[name].models[plan.target_dir] = models["target"]
+        if plan.drafter_weights:
+            fleet.containers[name].models[plan.drafter_weights] = models["drafter"]
+
+
+def test_verify_config_before_the_first_deploy_says_nothing_deployed() -> None:
+    fleet = Fleet()
+
+    document, code = cli_commands.verify_remote(fleet.inputs, fleet.connect)
+
+    assert code == 0
+    checked(document, "Verify")
+    assert [(t["result"], t["state"]) for t in document["targets"]] == [
+        ("ok", "nothing_deployed")
+    ] * 2
+
+
+def test_verify_config_finds_a_hand_edit_since_the_run_that_applied_it(
+    models: dict[str, Path],
+) -> None:
+    fleet = Fleet()
+    with_models(fleet, models)
+    fleet.deployed("ct129")
+    rid = fleet.deployed("ct200")
+    config = f"{fleet.plans['ct200'].layout.release(rid)}/{DRAFTER_CONFIG}"
+    edited = json.loads(fleet.containers["ct200"].files[config])
+    edited["target_layer_ids"] = [1, 17, 33, 49, 63]
+    fleet.containers["ct200"].files[config] = json.dumps(edited).encode()
+
+    document, code = cli_commands.verify_remote(fleet.inputs, fleet.connect)
+
+    assert code == 1
+    checked(document, "Verify")
+    targets = by_name(document)
+    assert (targets["ct129"]["result"], targets["ct129"]["changed_on_target"]) == ("ok", [])
+    assert targets["ct200"]["result"] == "drift"
+    [changed] = targets["ct200"]["changed_on_target"]
+    assert changed.startswith(f"changed on the target since run {RUN_A}: config.json: SHA-256")
+    assert "target_layer_ids" in changed
+    assert targets["ct200"]["applied"]["run_id"] == RUN_A
+
+
+def test_verify_config_shows_what_the_playbook_now_renders_differently(
+    models: dict[str, Path],
+) -> None:
+    fleet = Fleet()
+    with_models(fleet, models)
+    fleet.deployed("ct129")
+    fleet.deployed("ct200")
+    changed = Fleet("server.max_model_len=16384")
+    changed.transports = fleet.transports
+
+    document, code = cli_commands.verify_remote(changed.inputs, changed.connect)
+
+    assert code == 0
+    target = by_name(document)["ct200"]
+    assert target["result"] == "ok"
+    [differs] = target["playbook_differs"]
+    assert differs.startswith(f"serve.sh: the playbook now differs from what run {RUN_A}")
+    assert "+  --max-model-len 16384" in differs
+    assert target["apply_with"].endswith("--limit ct200 --set server.max_model_len=16384")

@@ -1,0 +1,347 @@
+"""The eagle3 kind: each EAGLE-3 mistake class judged as vLLM 0.34.0 treats it.
+
+Cases start from two heads for Qwen3-8B (tests/fixtures/drafters/eagle3): the
+speculators format with the published fields of RedHatAI/Qwen3-8B-speculator.eagle3
+(the profile) and a layer of its target's shape, and the same head in the plain
+format (an eagle_config block). Each expected verdict cites the vLLM 0.34.0 code
+that makes it so (paths under vllm/ in the wheel). Refused at start is an error,
+accepted but mis-served an error, harmless a warning or nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from orchestrator.drafters.findings import Finding
+from orchestrator.drafters.kinds import CheckInputs, detect_kind, get_kind
+from orchestrator.drafters.kinds.eagle3 import (
+    PLAIN_KEYS,
+    SPECULATORS_KEYS,
+    captured_layers,
+    config_format,
+    fc_width,
+    served,
+)
+from orchestrator.drafters.modelfiles import read_model_dir
+from orchestrator.drafters.profiles import Profile, get_profile
+
+FIXTURES = Path(__file__).parent.parent / "fixtures" / "drafters"
+QWEN3_8B = json.loads((FIXTURES / "Qwen3-8B.config.json").read_text())
+QWEN36 = json.loads((FIXTURES / "Qwen3.6-27B.config.json").read_text())
+PROFILE = "RedHatAI/Qwen3-8B-speculator.eagle3"
+IDS = "eagle_aux_hidden_state_layer_ids"
+NESTED = "eagle_config.eagle_aux_hidden_state_layer_ids"
+
+
+def head(form: str, **changes: object) -> dict:
+    """A head of `form` (speculators or plain) with dotted-path fields set (None removes)."""
+    config = json.loads((FIXTURES / "eagle3" / f"{form}.config.json").read_text())
+    for path, value in changes.items():
+        *parents, leaf = path.split("__")
+        node = config
+        for parent in parents:
+            node = node.setdefault(parent, {})
+        if value is None:
+            node.pop(leaf, None)
+        else:
+            node[leaf] = value
+    return config
+
+
+def weights(width: int = 3, draft_vocab: int = 32000, d2t: bool = True) -> dict[str, dict]:
+    """Safetensors header entries of a head for Qwen3-8B (hidden 4096)."""
+    shapes = {"fc.weight": [4096, width * 4096], "lm_head.weight": [draft_vocab, 4096]}
+    if d2t:
+        shapes["d2t"] = [draft_vocab]
+    return {
+        name: {"dtype": "BF16", "shape": shape, "data_offsets": [0, 0]}
+        for name, shape in shapes.items()
+    }
+
+
+def check(
+    config: dict,
+    target: dict = QWEN3_8B,
+    *,
+    tensors: dict[str, dict] | None = None,
+    profile: Profile | None = None,
+    tokens: int | None = None,
+) -> list[Finding]:
+    inputs = CheckInputs(
+        config, target, tensors=tensors, profile=profile, num_speculative_tokens=tokens
+    )
+    return get_kind("eagle3").check(inputs)
+
+
+def verdict(findings: list[Finding]) -> list[tuple[str, str]]:
+    return [(f.severity.value, f.field) for f in findings]
+
+
+# valid heads in either format: nothing to say
+
+
+@pytest.mark.parametrize("form", ["speculators", "plain"])
+def test_a_valid_head_in_either_format_passes(form: str) -> None:
+    profile = get_profile(PROFILE)
+    assert check(head(form), tensors=weights(), profile=profile, tokens=3) == []
+    unprofiled = check(head(form), tensors=weights(), tokens=3)
+    assert all(f.severity == "warning" for f in unprofiled)  # at most: the defaults are used
+
+
+def test_both_formats_are_recognised_and_a_plain_head_is_never_judged_as_dflash() -> None:
+    assert detect_kind(head("speculators")).name == "eagle3"
+    assert detect_kind(head("plain")).name == "eagle3"
+    assert config_format(head("speculators")) == "speculators"
+    assert config_format(head("plain")) == "plain"
+    # a plain head whose class names no EAGLE-3 is still one by its eagle_config block
+    assert detect_kind(head("plain", architectures=["LlamaForCausalLM"])).name == "eagle3"
+
+
+def test_the_served_config_is_what_the_speculators_converter_builds() -> None:
+    # speculators/algos.py:30-50: copied keys; default norm_before_residual true; class by type
+    config = served(head("speculators", norm_before_residual=None, **{IDS: [1, 2, 3]}))
+    assert config["norm_before_residual"] is True
+    assert config["architectures"] == ["Eagle3LlamaForCausalLM"]
+    assert config[IDS] == [1, 2, 3]
+    assert config["hidden_size"] == 4096  # from transformer_layer_config
+    qwen3 = served(head("speculators", transformer_layer_config__model_type="qwen3"))
+    assert qwen3["architectures"] == ["Eagle3Qwen3ForCausalLM"]
+    # configs/eagle.py:55-64: a plain class is renamed Eagle3<arch> unless it says Eagle3
+    assert served(head("plain", architectures=["Qwen3ForCausalLM"]))["architectures"] == [
+        "Eagle3Qwen3ForCausalLM"
+    ]
+
+
+def test_layer_resolution_and_fc_width_follow_vllm() -> None:
+    # eagle3_utils.py:103-139, interfaces.py:1764-1785: top-level ids, else the defaults
+    assert captured_layers(served(head("plain")), 36) == ([2, 18, 33], IDS)
+    assert captured_layers(served(head("plain", **{IDS: None})), 36) == ([2, 18, 33], None)
+    assert captured_layers({"eagle_config": {"layer_ids": [4, 5, 6]}}, 36) == (
+        [4, 5, 6],
+        "eagle_config.layer_ids",
+    )
+    # llama_eagle3.py:209-216: a llama head's width ignores the top-level ids
+    assert fc_width(served(head("speculators", **{IDS: [1, 2, 3, 4]}))) == (3, "the default")
+    # qwen3_eagle3.py:201-209: a qwen3 head's width counts them
+    qwen3 = head("speculators", transformer_layer_config__model_type="qwen3", **{IDS: [1, 2, 3, 4]})
+    assert fc_width(served(qwen3)) == (4, IDS)
+    assert fc_width(served(head("plain"))) == (3, NESTED)
+
+
+# refused at start by vLLM: errors quoting what vLLM says
+
+
+@pytest.mark.parametrize(
+    ("changes", "field", "quote"),
+    [
+        # speculators/algos.py:39-46
+        (
+            {"transformer_layer_config__model_type": "mistral"},
+            "transformer_layer_config.model_type",
+            "Unsupported model_type mistral for Eagle3 speculator",
+        ),
+        # speculators/base.py:51-56
+        ({"speculators_model_type": "eagle"}, "speculators_model_type", "Expected one of"),
+        # speculators/algos.py:53-55 (0.32.0 served it as eagle3 with parallel drafting)
+        ({"speculators_model_type": "peagle"}, "speculators_model_type", "P-EAGLE"),
+        # transformers_utils/config.py:366-372: parsed as a plain llama config
+        ({"model_type": "llama"}, "model_type", "are not supported"),
+        # transformers_utils/config.py:366-372: not recognised as speculators at all
+        ({"speculators_config": None}, "speculators_config", "Unrecognized model"),
+    ],
+)
+def test_a_speculators_head_vllm_refuses_is_an_error_quoting_it(
+    changes: dict, field: str, quote: str
+) -> None:
+    errors = [f for f in check(head("speculators", **changes)) if f.severity == "error"]
+    assert field in {f.field for f in errors}
+    assert any(quote in f.message for f in errors if f.field == field)
+
+
+def test_a_plain_head_of_a_class_vllm_lacks_is_refused() -> None:
+    # transformers_utils/configs/eagle.py:55-64, models/registry.py:732-744
+    findings = check(head("plain", architectures=["MistralForCausalLM"], model_type="mistral"))
+    assert verdict(findings)[:1] == [("error", "architectures")]
+    assert "Eagle3MistralForCausalLM" in findings[0].message
+
+
+def test_a_speculators_head_without_its_layer_config_is_an_error() -> None:
+    # speculators/base.py:58-63: the head's config is transformer_layer_config
+    assert ("error", "transformer_layer_config") in verdict(
+        check(head("speculators", transformer_layer_config=None))
+    )
+
+
+# accepted by vLLM but served wrong: errors naming what it costs
+
+
+@pytest.mark.parametrize("form", ["speculators", "plain"])
+@pytest.mark.parametrize(
+    ("ids", "why"),
+    [
+        ([2, 18, 37], "outside 0..36"),  # models/qwen2.py:420-431: 37 is never captured
+        ([2, 18, 18], "names a layer twice"),  # interfaces.py:1653-1663: captured once
+    ],
+)
+def test_layer_ids_the_target_cannot_feed_are_errors(form: str, ids: list, why: str) -> None:
+    changes = {IDS: ids}
+    if form == "plain":
+        changes["eagle_config__eagle_aux_hidden_state_layer_ids"] = ids
+    findings = [f for f in check(head(form, **changes)) if f.field == IDS]
+    assert [(f.severity.value, why in f.message) for f in findings][:1] == [("error", True)]
+
+
+def test_the_last_layers_output_is_a_valid_id() -> None:
+    # models/qwen2.py:420-431: id n is layer n - 1's output; ids run 0..n inclusive
+    ids = [0, 18, 36]
+    assert (
+        check(head("plain", eagle_config__eagle_aux_hidden_state_layer_ids=ids, **{IDS: ids})) == []
+    )
+
+
+def test_ids_only_in_eagle_config_are_silently_replaced_by_the_targets_defaults() -> None:
+    # eagle3_utils.py:103-139 never reads eagle_config.eagle_aux_hidden_state_layer_ids;
+    # llama_eagle3.py:213-216 takes only its length: the head is fed (2, 18, 33)
+    config = head(
+        "plain", eagle_config__eagle_aux_hidden_state_layer_ids=[1, 17, 32], **{IDS: None}
+    )
+    [finding] = [f for f in check(config) if f.severity == "error"]
+    assert (finding.field, finding.expected, finding.actual) == (NESTED, [1, 17, 32], [2, 18, 33])
+    assert "never reads it to choose layers" in finding.message
+    assert IDS in finding.message  # the key vLLM would read is named
+
+
+def test_more_ids_than_a_llama_heads_fc_takes_is_an_error() -> None:
+    # llama_eagle3.py:209-216: width from num_aux_hidden_states or eagle_config, else 3
+    findings = check(head("speculators", **{IDS: [2, 12, 24, 33]}), tensors=weights(width=4))
+    errors = verdict([f for f in findings if f.severity == "error"])
+    assert ("error", IDS) in errors  # fed 4, fc takes 3: the first forward fails
+    assert ("error", "transformer_layer_config.num_aux_hidden_states") in errors  # weights: 4
+    fixed = head(
+        "speculators", transformer_layer_config__num_aux_hidden_states=4, **{IDS: [2, 12, 24, 33]}
+    )
+    assert check(fixed, tensors=weights(width=4)) == []
+
+
+def test_ids_other_than_the_head_was_trained_on_are_an_error() -> None:
+    # the profile sets none: the head was trained on the target's defaults (2, 18, 33)
+    findings = check(head("speculators", **{IDS: [1, 17, 32]}), profile=get_profile(PROFILE))
+    assert verdict(findings) == [("error", IDS)]
+    assert findings[0].expected == [2, 18, 33]
+
+
+@pytest.mark.parametrize(
+    ("changes", "tensors", "field"),
+    [
+        # llama_eagle3.py:218-221: fc reads hidden states of the head's width
+        ({"transformer_layer_config__hidden_size": 5120}, None, "target_hidden_size"),
+        ({"target_hidden_size": 5120}, None, "target_hidden_size"),
+        # llama_eagle3.py:364-386: draft ids are mapped into the head's vocab_size
+        (
+            {"transformer_layer_config__vocab_size": 248320},
+            None,
+            "transformer_layer_config.vocab_size",
+        ),
+        # llama_eagle3.py:338-345, 376-386: no d2t: every draft id lands on the wrong token
+        ({}, weights(d2t=False), "draft_vocab_size"),
+        # llama_eagle3.py:329-334: lm_head rows must be draft_vocab_size
+        ({"draft_vocab_size": 64000}, weights(), "draft_vocab_size"),
+        # llama_eagle3.py:209-221: fc trained for 4 hidden states, sized for 3
+        ({}, weights(width=4), "transformer_layer_config.num_aux_hidden_states"),
+    ],
+)
+def test_a_head_vllm_serves_wrong_is_an_error(
+    changes: dict, tensors: dict | None, field: str
+) -> None:
+    findings = check(head("speculators", **changes), tensors=tensors)
+    assert ("error", field) in verdict(findings)
+
+
+def test_a_head_for_another_target_is_an_error() -> None:
+    errors = {f.field for f in check(head("speculators"), QWEN36) if f.severity == "error"}
+    assert {"target_hidden_size", "transformer_layer_config.vocab_size"} <= errors
+
+
+# harmless: warnings or nothing
+
+
+def test_what_vllm_never_reads_through_speculative_config_is_a_warning() -> None:
+    profile = get_profile(PROFILE)
+    config = head("speculators", speculators_config__verifier={"name_or_path": "Qwen/Qwen3-14B"})
+    # transformers_utils/config.py:870-919: read only when the head dir is --model
+    assert verdict(check(config, profile=profile)) == [
+        ("warning", "speculators_config.verifier.name_or_path")
+    ]
+    # speculators/algos.py:30-50: a top-level eagle_config is not copied
+    unread = check(
+        head("speculators", eagle_config={"use_aux_hidden_state": False}), profile=profile
+    )
+    assert verdict(unread) == [("warning", "eagle_config")]
+    assert "changes nothing" in unread[0].message
+
+
+def test_more_steps_than_trained_is_a_warning() -> None:
+    [finding] = check(head("speculators"), profile=get_profile(PROFILE), tokens=5)
+    assert (finding.severity.value, finding.field, finding.expected) == (
+        "warning",
+        "num_speculative_tokens",
+        3,
+    )
+
+
+def test_unsorted_ids_are_a_warning() -> None:
+    # models/qwen2.py:420-431: captured in layer order
+    ids = [33, 2, 18]
+    findings = check(
+        head("plain", eagle_config__eagle_aux_hidden_state_layer_ids=ids, **{IDS: ids})
+    )
+    assert verdict(findings) == [("warning", IDS)]
+
+
+def test_no_ids_and_no_profile_warns_that_the_defaults_are_used() -> None:
+    [finding] = check(head("speculators"))
+    assert (finding.severity.value, finding.field, finding.expected) == (
+        "warning",
+        IDS,
+        [2, 18, 33],
+    )
+
+
+def test_unknown_keys_name_the_nearest_known_one() -> None:
+    misspelt = check(head("plain", eagle_aux_hidden_state_layers_ids=[2, 18, 33]))
+    [finding] = [f for f in misspelt if f.field == "eagle_aux_hidden_state_layers_ids"]
+    assert finding.severity == "error"  # near a key vLLM reads: what was meant is not set
+    assert f"did you mean {IDS}?" in finding.message
+    [stray] = check(head("plain", my_note="trained in May"))
+    assert (stray.severity.value, stray.field) == ("warning", "my_note")
+
+
+def test_every_key_names_a_source() -> None:
+    for table in (SPECULATORS_KEYS, PLAIN_KEYS):
+        for key in table.keys.values():
+            assert key.source in table.sources, key.path
+        assert "vllm 0.34.0" in " ".join(table.sources.values())
+    assert SPECULATORS_KEYS.unknown(head("speculators")) == []
+    assert PLAIN_KEYS.unknown(head("plain")) == []
+
+
+# the lab's head and the CLI
+
+
+def test_the_labs_head_passes_with_its_weights(tmp_path: Path) -> None:
+    from orchestrator.lab.models import write_eagle3_dir
+
+    profile = get_profile(PROFILE)
+    config = write_eagle3_dir(tmp_path, profile)
+    files = read_model_dir(tmp_path)
+    assert check(config, profile=profile, tensors=files.tensors) == []
+
+
+def test_a_head_without_aux_hidden_states_captures_nothing() -> None:
+    # spec_decode/eagle/config.py:68-72, llama_eagle3.py:209: no fc, no capture
+    config = head("plain", eagle_config__use_aux_hidden_state=False, **{IDS: [2, 18, 99]})
+    tensors = {name: entry for name, entry in weights().items() if name != "fc.weight"}
+    assert check(config, tensors=tensors) == []

@@ -1,0 +1,73 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from orchestrator.errors import InputError, NeedsAttention
+from orchestrator.history import History, new_run_id, state_dir
+from orchestrator.probes import load_prompts
+
+
+def document(run_id: str, started: str, result: str) -> dict:
+    return {
+        "playbook": "qwen-dflash",
+        "run_id": run_id,
+        "started": started,
+        "result": result,
+        "targets": [{"name": "ct200", "result": "deployed"}],
+    }
+
+
+def test_history_returns_newest_runs_first_with_who_ran_them(tmp_path: Path) -> None:
+    history = History(tmp_path / "h.sqlite")
+    history.record(document("r1", "2026-12-01T10:00:00+00:00", "ok"), "deploy", "alice")
+    history.record(document("r2", "2026-12-02T10:00:00+00:00", "not applied"), "rollback", "bob")
+    runs = history.last(5)
+    assert [(r["run_id"], r["user"], r["command"], r["result"]) for r in runs] == [
+        ("r2", "bob", "rollback", "not applied"),
+        ("r1", "alice", "deploy", "ok"),
+    ]
+    assert history.last(1)[0]["targets"] == [{"name": "ct200", "result": "deployed"}]
+
+
+def test_empty_history_has_no_file_and_no_runs(tmp_path: Path) -> None:
+    assert History(tmp_path / "none.sqlite").last(3) == []
+    assert not (tmp_path / "none.sqlite").exists()
+
+
+def test_state_dir_follows_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("ORCH_STATE_DIR", str(tmp_path / "explicit"))
+    assert state_dir() == tmp_path / "explicit"
+    monkeypatch.delenv("ORCH_STATE_DIR")
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg"))
+    assert state_dir() == tmp_path / "xdg" / "orch"
+
+
+def test_run_ids_are_unique_and_sortable_by_time() -> None:
+    ids = {new_run_id() for _ in range(100)}
+    assert len(ids) == 100
+    assert all(len(i.split("-")[0]) == len("20261202T120000Z") for i in ids)
+
+
+def test_builtin_prompts_load() -> None:
+    prompts = load_prompts("builtin")
+    assert len(prompts) >= 10 and all(isinstance(p, str) and p for p in prompts)
+
+
+def test_user_prompt_file_errors_name_the_line(tmp_path: Path) -> None:
+    path = tmp_path / "p.jsonl"
+    path.write_text('{"prompt": "one"}\n\n{"text": "two"}\n')
+    with pytest.raises(InputError, match=rf"^{path}:3: expected a JSON object with \"prompt\""):
+        load_prompts(str(path))
+    path.write_text('{"prompt": "one"}\n{"prompt": "two"}\n')
+    assert load_prompts(str(path)) == ["one", "two"]
+    with pytest.raises(InputError, match="cannot read"):
+        load_prompts(str(tmp_path / "missing.jsonl"))
+
+
+def test_an_unwritable_history_is_a_project_error(tmp_path: Path) -> None:
+    blocker = tmp_path / "state"
+    blocker.write_text("a file where the state dir should be")
+    with pytest.raises(NeedsAttention, match="could not record the run"):
+        History(blocker / "history.sqlite").record(document("r1", "x", "ok"), "deploy", "a")

@@ -1,0 +1,291 @@
+from __future__ import annotations
+
+import io
+import re
+from datetime import UTC, datetime
+
+import pytest
+from rich.console import Console
+
+from orchestrator.report import live, screen, tables
+from orchestrator.report import run as run_report
+
+DOCUMENT = {
+    "playbook": "qwen-dflash",
+    "run_id": "r1",
+    "started": "2026-12-02T10:00:00+00:00",
+    "method": "dflash",
+    "drafter": "z-lab/Qwen3.6-27B-DFlash",
+    "model": "qwen3.6-27b",
+    "result": "not_applied",
+    "targets": [
+        {
+            "name": "ct200",
+            "host": "pve1",
+            "result": "rolled_back",
+            "release": "new",
+            "previous_release": "old",
+            "gate": {
+                "verdict": "fail",
+                "mean_acceptance_length": 1.1078,
+                "per_position_acceptance": [0.08, 0.03],
+                "drafts": 812,
+                "reason": "mean acceptance length 1.11 < required 2.50",
+                "explanation": "check dflash_config.target_layer_ids",
+            },
+            "rollback_gate": None,
+            "findings": [],
+            "error": "gate fail: mean acceptance length 1.11 < required 2.50",
+        }
+    ],
+    "warnings": ["could not record the run"],
+}
+
+
+@pytest.fixture(autouse=True)
+def plain_wide_console(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NO_COLOR", "1")
+    monkeypatch.setenv("COLUMNS", "160")
+
+
+def test_acceptance_bars_scale_to_the_width() -> None:
+    assert run_report.acceptance_bars([1.0, 0.5, 0.0], width=4) == (
+        "  pos  1 ████ 1.000\n  pos  2 ██░░ 0.500\n  pos  3 ░░░░ 0.000"
+    )
+
+
+def cells(out: str, first: str) -> list[str]:
+    """The cells of the table row that starts with `first` (columns: 2+ spaces apart)."""
+    row = next(line for line in out.splitlines() if line.startswith(first))
+    return re.split(r"\s{2,}", row.strip())
+
+
+def test_run_report_shows_outcome_gate_reason_and_warnings(capsys: pytest.CaptureFixture) -> None:
+    run_report.print_run(DOCUMENT)
+    out = capsys.readouterr().out
+    assert out.startswith("qwen-dflash run r1: not applied\n")
+    assert cells(out, "ct200") == ["ct200", "rolled back", "new", "old", "fail", "1.11", "812"]
+    assert "ct200 gate: mean acceptance length 1.11 < required 2.50" in out
+    assert "  why: check dflash_config.target_layer_ids" in out
+    assert "pos  1 ███░" in out
+    assert "warning: could not record the run" in out
+    assert out.count("ct200: gate fail") == 1
+
+
+def test_history_lists_one_row_per_target_with_its_method(
+    capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "260")
+    second = {**DOCUMENT["targets"][0], "name": "ct201"}  # type: ignore[dict-item]
+    run = {**DOCUMENT, "targets": [*DOCUMENT["targets"], second], "user": "alice"}  # type: ignore[list-item]
+    tables.print_history({"runs": [{**run, "command": "deploy"}]})
+    out = capsys.readouterr().out
+    assert cells(out, "r1") == [
+        "r1", "ct200", "rolled back", "new", "1.11", "0.08", "old", "2026-12-02T10:00:00+00:00",
+        "deploy", "qwen-dflash", "alice", "qwen3.6-27b", "dflash", "z-lab/Qwen3.6-27B-DFlash",
+    ]  # fmt: skip
+    assert cells(out, " " * 5 + "ct201") == ["ct201", "rolled back", "new", "1.11", "0.08", "old"]
+
+
+COLUMNS = [
+    screen.Column("ID", identifier=True),
+    screen.Column("STATE"),
+    screen.Column("NOTE", drop=2),
+    screen.Column("WHERE", drop=1),
+]
+ROWS = [["release-0123456789abcdef", "serving", "a fairly long note", "pve1"]]
+
+
+def printed(renderable: object, width: int) -> str:
+    out = Console(width=width, file=io.StringIO(), markup=False)
+    out.print(renderable, crop=False)
+    return out.file.getvalue()  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("width", "shown", "left_out"),
+    [
+        (80, ["ID", "STATE", "NOTE", "WHERE"], None),
+        (50, ["ID", "STATE", "WHERE"], "NOTE"),
+        (36, ["ID", "STATE"], "NOTE, WHERE"),
+    ],
+)
+def test_narrow_tables_leave_columns_out_but_never_cut_an_identifier(
+    width: int, shown: list[str], left_out: str | None
+) -> None:
+    out = printed(screen.fitted_table(Console(width=width), COLUMNS, ROWS), width)
+    assert out.splitlines()[0].split() == shown
+    assert "release-0123456789abcdef" in out
+    assert all(len(line) <= width for line in out.splitlines())
+    note = f"(narrow terminal: {left_out} not shown)"
+    assert (note in " ".join(out.split())) == (left_out is not None)
+
+
+def test_too_narrow_for_the_identifiers_side_by_side_gives_one_record_per_row() -> None:
+    out = printed(screen.fitted_table(Console(width=20), COLUMNS, ROWS), 20)
+    assert "ID     release-0123456789abcdef" in out
+    assert "NOTE   a fairly long\nnote" in out  # free text folds
+
+
+def test_empty_columns_are_left_out_without_a_note() -> None:
+    rows = [["r1", "serving", "", ""]]
+    out = printed(screen.fitted_table(Console(width=80), COLUMNS, rows), 80)
+    assert out.splitlines()[0].split() == ["ID", "STATE"]
+    assert "narrow" not in out
+
+
+def test_lock_holders_and_server_state_in_words() -> None:
+    since = datetime(2026, 12, 2, 10, 0, tzinfo=UTC).isoformat()
+    lock = {"run_id": "r", "user": "root", "control_host": "ops1", "pid": 7, "since": since}
+    assert tables.locked_by(lock).startswith("root@ops1 ")
+    assert screen.ago(since, now=datetime(2026, 12, 2, 10, 3, 5, tzinfo=UTC).timestamp()) == (
+        "3m ago"
+    )
+    assert tables.locked_by({"text": "not json"}) == "not json"
+    assert tables.locked_by(None) == ""
+    assert tables.server_words({"server": "running", "pid": 12}) == "running pid 12"
+    assert tables.server_words({"server": "none", "pid": None}) == "not started"
+    assert screen.mean_length(4.23456789) == "4.23"
+
+
+HOSTILE = "alice [/] [bold red]x[/bold red] [link=http://e]y"
+
+
+def test_remote_text_with_markup_is_printed_verbatim(capsys: pytest.CaptureFixture) -> None:
+    target = {**DOCUMENT["targets"][0], "error": f"lock held by {HOSTILE}"}  # type: ignore[dict-item]
+    run_report.print_run({**DOCUMENT, "targets": [target], "warnings": [HOSTILE]})
+    out = capsys.readouterr().out
+    assert f"ct200: lock held by {HOSTILE}" in out
+    assert f"warning: {HOSTILE}" in out
+
+
+def test_status_with_markup_and_terminal_escapes_is_shown_as_text(
+    capsys: pytest.CaptureFixture,
+) -> None:
+    target = {
+        "name": "ct200",
+        "host": "pve1",
+        "state": "unreachable",
+        "lock": {"text": HOSTILE},
+        "error": "a\x1b[2Jb\x9bc\x07",
+    }
+    tables.print_status({"playbook": "p", "state": "unreachable", "targets": [target]})
+    out = capsys.readouterr().out
+    assert HOSTILE in out
+    assert "ct200: error: a\\x1b[2Jb\\x9bc\\x07" in out
+    assert "\x1b" not in out and "\x9b" not in out
+
+
+def test_printable_keeps_newlines_and_tabs() -> None:
+    assert screen.printable("a\tb\nc\rd\x00") == "a\tb\nc\\x0dd\\x00"
+
+
+def test_wave_lines_summarise_each_wave() -> None:
+    rollout = {
+        "waves": [
+            {
+                "wave": 1,
+                "kind": "canary",
+                "targets": ["a"],
+                "results": {"deployed": 1},
+                "seconds": 3.44,
+                "paused": 5.0,
+            },
+            {
+                "wave": 2,
+                "kind": "wave",
+                "targets": ["b", "c"],
+                "results": {"rolled_back": 1, "deployed": 1},
+                "seconds": 7.0,
+                "paused": 0.0,
+            },
+        ]
+    }
+    assert run_report.wave_lines(rollout) == [
+        "canary 1 of 2: 1 container(s), deployed 1, 3.4 s, then paused 5 s",
+        "wave 2 of 2: 2 container(s), deployed 1, rolled_back 1, 7.0 s",
+    ]
+    assert run_report.wave_lines(None) == []
+
+
+def test_queue_lines_name_only_hosts_where_commands_waited() -> None:
+    connections = [
+        {"endpoint": "pve1", "max_sessions": 10, "peak_sessions": 10, "waited": 33, "refused": 2},
+        {"endpoint": "pve2", "max_sessions": 10, "peak_sessions": 4, "waited": 0, "refused": 0},
+    ]
+    assert run_report.queue_lines(connections) == [
+        "pve1: 33 command(s) queued for a session on its one SSH connection "
+        "(max_sessions 10, peak 10, 2 open(s) refused by sshd and tried again)"
+    ]
+
+
+def test_run_report_shows_each_phase_and_the_advice(capsys: pytest.CaptureFixture) -> None:
+    phase = {
+        "context": "long",
+        "min_tokens": 2048,
+        "max_tokens": None,
+        "endpoint": "/v1/chat/completions",
+        "chat_template_kwargs": {"enable_thinking": False},
+        "verdict": "fail",
+        "mean_acceptance_length": 1.904,
+        "drafts": 4122,
+    }
+    gate = {
+        **DOCUMENT["targets"][0]["gate"],  # type: ignore[index]
+        "by_context": [phase],
+        "advice": {"text": "positions 11-15 accept under 2% of drafts"},
+    }
+    document = {**DOCUMENT, "targets": [{**DOCUMENT["targets"][0], "gate": gate}]}  # type: ignore[index]
+    run_report.print_run(document)
+    out = capsys.readouterr().out
+    assert cells(out, "long") == [
+        "long", "2048..", "/v1/chat/completions", '{"enable_thinking": false}', "fail", "1.90",
+        "4122",
+    ]  # fmt: skip
+    assert "  advice: positions 11-15 accept under 2% of drafts" in out
+
+
+def test_a_wait_is_one_step_however_often_it_is_polled(capsys: pytest.CaptureFixture) -> None:
+    view = live.StepView(["ct200"])
+    view("ct200", "wait ready")
+    began = view.steps["ct200"].since
+    view("ct200", "wait ready (up to 600 s)", "server log: INFO loading")
+    view("ct200", "wait ready (up to 600 s)", "server log: INFO loaded")
+    assert view.steps["ct200"].since == began  # the clock counts the whole wait
+    assert view.steps["ct200"].detail == "server log: INFO loaded"
+    view("ct200", "gate")
+    assert (view.steps["ct200"].step, view.steps["ct200"].detail) == ("gate", "")
+    printed = capsys.readouterr()
+    assert printed.out == ""  # progress is never on stdout
+    steps = [line.split(": ", 1)[1] for line in printed.err.splitlines()]
+    assert steps == ["wait ready", "gate"]  # a poll is no new line; a heartbeat needs 5 s
+
+
+def test_a_piped_report_keeps_every_line_whole_and_the_phases_a_table_at_80_columns(
+    capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Off a terminal nothing wraps a line (a run id in the last line stays whole); the
+    phase table drops a column rather than turning into records."""
+    monkeypatch.setenv("COLUMNS", "80")
+    run_id = "20261202T213333Z-ac274d"
+    reason = "every phase passed (95% lower bounds): " + "; ".join(["short context ok"] * 8)
+    phase = {
+        "context": "long",
+        "min_tokens": 2048,
+        "max_tokens": 32768,
+        "endpoint": "/v1/chat/completions",
+        "chat_template_kwargs": {"enable_thinking": False},
+        "verdict": "pass",
+        "mean_acceptance_length": 4.18,
+        "drafts": 4691,
+    }
+    target = DOCUMENT["targets"][0]  # type: ignore[index]
+    gate = {**target["gate"], "reason": reason, "by_context": [phase]}
+    log = f"/home/operator/.local/state/orch/runs/{run_id}.log"
+    run_report.print_run(
+        {**DOCUMENT, "run_id": run_id, "log": log, "targets": [{**target, "gate": gate}]}
+    )
+    lines = capsys.readouterr().out.splitlines()
+    assert f"ct200 gate: {reason}" in lines
+    assert f"run log: {log} (orch history --show {run_id})" in lines
+    assert cells("\n".join(lines), "long")[:3] == ["long", "2048..32768", "/v1/chat/completions"]

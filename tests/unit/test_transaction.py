@@ -1,0 +1,201 @@
+"""The transaction and the gate on an in-memory container: fast, no processes.
+
+`Container` is a scripted container (tests/scripted.py): the deployment in memory,
+answering each container command by concern; its vLLM answers /health, /metrics
+(counters that grow with every scrape) and completions.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+from scripted import ScriptedContainer, metrics, serving
+from test_plan import EXAMPLE, PLAYBOOK
+
+from orchestrator.cancel import Cancel
+from orchestrator.container.gpu import wait_free
+from orchestrator.container.lock import Owner
+from orchestrator.deploy import Options, TargetRun
+from orchestrator.drafters.kinds import get_kind
+from orchestrator.gate import run_gate
+from orchestrator.inventory import load_inventory
+from orchestrator.plan import TargetPlan, plan_deploy
+from orchestrator.playbook import Gate, Playbook, Probe, load_playbook
+from orchestrator.probes.context import ContextBucket
+from orchestrator.release import GateTarget
+from orchestrator.transport.base import Result
+from orchestrator.transport.memory import MemoryTransport
+
+CAUSES = get_kind("dflash").failure_causes
+
+FAST_GATE = Gate(
+    min_drafts=50,
+    probe=Probe(scrape_interval=0.02, concurrency=1, max_tokens=8, endpoints=["completions"]),
+)
+BUCKETS = [ContextBucket("short", 0, None, ("hello",))]
+
+
+# -- the gate ------------------------------------------------------------------------------------
+
+
+def test_gate_passes_on_counters_that_grow_well() -> None:
+    transport = MemoryTransport()
+    serving(transport, "m")
+    report = run_gate(transport, "10.0.0.5", 8000, "m", FAST_GATE, BUCKETS, CAUSES)
+    assert report.verdict.outcome == "pass", report.verdict.reason
+    assert report.verdict.mean_acceptance_length == pytest.approx(4.0)
+    assert ("GET", "/metrics") in transport.requests
+
+
+def test_gate_on_garbage_metrics_could_not_measure() -> None:
+    transport = MemoryTransport()
+    serving(transport, "m")
+    transport.on_http("GET", "/metrics", lambda _: (200, b"<html>nope</html>"))
+    report = run_gate(transport, "10.0.0.5", 8000, "m", FAST_GATE, BUCKETS, CAUSES)
+    assert report.verdict.outcome == "inconclusive"
+    assert "could not measure" in report.verdict.reason
+
+
+def test_a_stop_request_ends_the_gate_undecided() -> None:
+    transport = MemoryTransport()
+    serving(transport, "m")
+    transport.on_http("GET", "/metrics", lambda _: (200, metrics(1)))  # never moves
+    stop = threading.Event()
+    threading.Timer(0.2, stop.set).start()
+    report = run_gate(transport, "10.0.0.5", 8000, "m", FAST_GATE, BUCKETS, CAUSES, stop)
+    assert report.verdict.outcome == "inconclusive"
+    assert "interrupted" in report.verdict.reason
+
+
+# -- the transaction -----------------------------------------------------------------------------
+
+
+class Container(ScriptedContainer):
+    """The deployment of `plan` in memory, its server running."""
+
+    def __init__(self, plan: TargetPlan) -> None:
+        super().__init__(plan.container, plan.layout)
+        self.run_server()
+
+    def gated_release(self, release_id: str, served_name: str) -> None:
+        """A release on the container whose manifest records its own gate settings."""
+        gate = GateTarget(served_name, 8000, FAST_GATE)
+        manifest = {"release_id": release_id, "gate_target": gate.to_dict()}
+        self.release(release_id, {"manifest.json": json.dumps(manifest).encode()})
+
+
+def setup(served_name: str = "new-name") -> tuple[Playbook, TargetPlan, Container]:
+    playbook = load_playbook(
+        PLAYBOOK,
+        [
+            f"target.served_name={served_name}",
+            "gate.min_drafts=50",
+            "gate.probe.scrape_interval=0.02",
+            "gate.probe.concurrency=1",
+        ],
+    )
+    plan = plan_deploy(playbook, load_inventory(EXAMPLE))[0]
+    return playbook, plan, Container(plan)
+
+
+def target_run(
+    playbook: Playbook, plan: TargetPlan, container: Container, cancel: Cancel | None = None
+) -> TargetRun:
+    options = Options(run_id="run-now", user="ops")
+    return TargetRun(
+        plan, container.transport, playbook, BUCKETS, "nvidia-smi", options, cancel=cancel
+    )
+
+
+def test_rollback_regates_the_old_release_with_its_own_served_name() -> None:
+    playbook, plan, container = setup(served_name="new-name")
+    container.gated_release("aaaaaaaaaaaa", "old-name")
+    container.gated_release("bbbbbbbbbbbb", "new-name")
+    container.links[container.layout.current] = "releases/bbbbbbbbbbbb"
+    container.links[container.layout.previous] = "releases/aaaaaaaaaaaa"
+    asked = serving(container.transport, "old-name")
+
+    outcome = target_run(playbook, plan, container).rollback(None)
+
+    assert outcome.result == "rolled_back", outcome.error
+    assert set(asked) == {"old-name"}
+    assert container.links[container.layout.current] == "releases/aaaaaaaaaaaa"
+    assert container.links[container.layout.previous] == "releases/bbbbbbbbbbbb"
+    assert container.journal_steps == [
+        "begin",
+        "stop server",
+        "switch current",
+        "start server",
+        "wait ready",
+        "gate",
+        "gate passed",
+    ]
+    assert container.events == [
+        "lock",
+        "start releases/aaaaaaaaaaaa",
+        "audit rollback",
+        "journal cleared",
+        "unlock",
+    ]
+    assert container.layout.journal not in container.files
+
+
+def test_a_stop_request_during_the_gate_goes_back_to_the_previous_release() -> None:
+    playbook, plan, container = setup(served_name="old-name")
+    container.gated_release("aaaaaaaaaaaa", "old-name")
+    container.gated_release("bbbbbbbbbbbb", "old-name")
+    container.links[container.layout.current] = "releases/aaaaaaaaaaaa"
+    serving(container.transport, "old-name")
+    container.transport.on_http("GET", "/metrics", lambda _: (200, metrics(1)))  # undecided
+    cancel = Cancel()
+    threading.Timer(0.3, cancel.request, [15]).start()
+
+    outcome = target_run(playbook, plan, container, cancel).rollback("bbbbbbbbbbbb")
+
+    assert (outcome.result, outcome.exit_code, outcome.current) == (
+        "interrupted",
+        143,
+        "aaaaaaaaaaaa",
+    )
+    assert container.links[container.layout.current] == "releases/aaaaaaaaaaaa"
+    assert "rollback gate" in container.journal_steps
+    assert container.events[-3:] == ["audit rollback", "journal cleared", "unlock"]
+
+
+def test_a_live_owner_on_another_host_is_refused_with_its_name() -> None:
+    playbook, plan, container = setup()
+    alive = Owner("run-alive", "alice", "elsewhere", 1, time.time())
+    container.files[container.layout.lock_owner] = alive.to_json().encode()
+
+    outcome = target_run(playbook, plan, container).rollback("aaaaaaaaaaaa")
+
+    assert outcome.exit_code == 3
+    assert "deploy lock held" in (outcome.error or "") and "alice" in (outcome.error or "")
+    assert container.files[container.layout.lock_owner] == alive.to_json().encode()
+
+
+def test_an_expired_lease_is_taken_over() -> None:
+    playbook, plan, container = setup()
+    playbook = playbook.model_copy(update={"lock_lease": 60.0})
+    old = Owner("run-old", "alice", "elsewhere", 1, time.time() - 3600)
+    assert old.gone(60.0) and "lock_lease" in (old.gone(60.0) or "")
+    assert Owner("run-new", "alice", "elsewhere", 1, time.time()).gone(60.0) is None
+    container.files[container.layout.lock_owner] = old.to_json().encode()
+
+    outcome = target_run(playbook, plan, container).rollback(None)
+
+    assert "no previous release" in (outcome.error or "")
+    assert container.events == ["take over", "unlock"]
+
+
+def test_the_wait_for_gpu_memory_says_what_each_short_gpu_has_free() -> None:
+    looks = iter([b"0, GPU-a, 49140, 48000, 1140\n", b"0, GPU-a, 49140, 100, 49040\n"])
+    transport = MemoryTransport().on(
+        "gpu_query", lambda argv, _stdin: Result(tuple(argv), 0, next(looks), b"")
+    )
+    heard: list[str] = []
+    wait_free(transport, "nvidia-smi", 1, 0.9, timeout=30, tick=heard.append)
+    assert heard == ["GPU 0: 1140 of 49140 MiB free"]  # the second look found it free
