@@ -23,6 +23,8 @@ LOAD_SECONDS = 0.3
 """How long a lab's vLLM stand-in loads: long enough that orch must wait for /health."""
 FAST = ["--set", "gate.probe.scrape_interval=0.25", "--set", "gate.ready_timeout=30"]
 """A deploy's gate on the lab: scrapes often, and still waits generously for a busy machine."""
+ALL_AT_ONCE = ["--set", "rollout.canary=0", "--set", "rollout.parallel=100%"]
+"""Every container of the run at once: no canary, one wave."""
 _networks = itertools.count(random.randrange(100, 200))
 
 

@@ -10,8 +10,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import pytest
-from conftest import ALL_AT_ONCE
-from labtools import FAST, LabHandle
+from labtools import ALL_AT_ONCE, FAST, LabHandle
 
 from orchestrator.cli_commands import load
 from orchestrator.documents import Document
