@@ -68,8 +68,6 @@ def lab(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[LabHandle]:
         stop(the_lab)
 
 
-
-
 def deploy_everywhere(handle: LabHandle) -> LabHandle:
     """qwen-dflash deployed on every container of the lab at once; fails unless all are."""
     inventory = str(handle.inventory)
