@@ -1044,6 +1044,14 @@ lab_dir_option = click.option(
     "about 30 for a 27B target on two A6000.",
 )
 @click.option(
+    "--server",
+    type=click.Choice(["standin", "vllm"]),
+    default="standin",
+    show_default=True,
+    help="Each container's vLLM: the stand-in (fast, with version eras and fault knobs) or "
+    "the real vLLM for CPUs serving tiny models made here (needs scripts/setup-vllm.sh).",
+)
+@click.option(
     "--vllm-version",
     metavar="VERSION",
     help="The vLLM release the stand-ins claim and behave as (default: the newest the "
@@ -1079,6 +1087,7 @@ def lab_up(
     containers_per_host: int,
     load_seconds: float,
     network: str,
+    server: str,
     vllm_version: str | None,
     direct_ssh: bool,
     max_sessions: int | None,
@@ -1091,6 +1100,8 @@ def lab_up(
     from orchestrator.lab.cluster import Lab, LabSpec, default_lab_dir
     from orchestrator.lab.releases import default_release
 
+    if server == "vllm" and vllm_version:
+        raise click.UsageError("--vllm-version is the stand-in's; the real server is its own")
     the_lab = Lab(lab_dir or default_lab_dir())
     spec = LabSpec(
         hosts,
@@ -1103,8 +1114,10 @@ def lab_up(
         max_startups,
         tokens_per_second=tokens_per_second,
         standalone=standalone,
+        server=server,
     )
     started = the_lab.up(spec)
+    running = the_lab.server()
     if as_json:
         from orchestrator.documents import document
         from orchestrator.report.screen import print_json
@@ -1116,15 +1129,22 @@ def lab_up(
                 started=started,
                 dir=str(the_lab.root),
                 inventory=str(the_lab.inventory),
-                vllm_version=spec.vllm_version,
+                server=running["kind"],
+                vllm_version=running["vllm_version"],
             )
         )
         return
     click.echo(
         f"lab {'started' if started else 'already running'} in {the_lab.root} "
-        f"(vLLM {spec.vllm_version})"
+        f"({_server_words(running)})"
     )
-    click.echo(f"next: orch deploy qwen-dflash -i {the_lab.inventory}")
+    playbook = "lab-draft-model" if running["kind"] == "vllm" else "qwen-dflash"
+    click.echo(f"next: orch deploy {playbook} -i {the_lab.inventory}")
+
+
+def _server_words(server: dict[str, str]) -> str:
+    kind = "the real vLLM" if server["kind"] == "vllm" else "vLLM stand-in"
+    return f"{kind} {server['vllm_version']}"
 
 
 @lab.command("down")
@@ -1168,7 +1188,14 @@ def lab_status(lab_dir: Path | None, as_json: bool) -> None:
     from orchestrator.report import screen, tables
 
     the_lab = Lab(lab_dir or default_lab_dir())
-    doc = document("LabStatus", dir=str(the_lab.root), targets=the_lab.status())
+    server = the_lab.server()
+    doc = document(
+        "LabStatus",
+        dir=str(the_lab.root),
+        server=server["kind"],
+        vllm_version=server["vllm_version"],
+        targets=the_lab.status(),
+    )
     screen.print_json(doc) if as_json else tables.print_lab_status(doc)
 
 

@@ -20,6 +20,12 @@ Mark the test `lab` (`pytestmark = pytest.mark.lab`), then take one of:
   tests that read a deployment (status, verify-config, render, a dry run with --diff,
   a deploy of the same inputs that changes nothing) or restore what they edit.
 
+- `real_lab`: a lab whose one container (reached by pct) runs the real vLLM for CPUs
+  (`--server vllm`), shared by every `realvllm` test of the session. Those tests run
+  in one process, in file order (scripts/test), since each server start costs 20 s to
+  minutes of CPU; the last one (test_realvllm_lab.py) brings the lab down. Skipped,
+  with the command to run, when the real server's venv is missing.
+
 Every test gets its own `ORCH_STATE_DIR` (local history) in its tmp_path, shared lab
 or not. Write anything you derive from a shared lab (an edited inventory, a
 known_hosts to fill) to tmp_path, never into the lab's directory. After each test the
@@ -41,6 +47,7 @@ machine itself past what others can bear beside it (the 16-container fleet) is m
 
 from __future__ import annotations
 
+import glob
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -48,8 +55,33 @@ import pytest
 from labtools import ALL_AT_ONCE, FAST, LabHandle, changes, cli_env, lab_state, start_lab
 from shelltools import Processes
 
+from orchestrator.errors import InputError
+from orchestrator.lab import realserver
 from orchestrator.lab.cluster import Lab
 from orchestrator.lab.paths import pid_alive
+
+
+@pytest.fixture(scope="session")
+def dist_stores_before() -> set[str]:
+    """vLLM's torch.distributed stores in /tmp before any real server of the session."""
+    return set(glob.glob("/tmp/vllm_dist_*"))
+
+
+@pytest.fixture(scope="session")
+def real_lab(
+    tmp_path_factory: pytest.TempPathFactory, dist_stores_before: set[str]
+) -> Iterator[LabHandle]:
+    """A lab of one pct container serving with the real vLLM, shared by the session."""
+    try:
+        realserver.require_venv()
+    except InputError as exc:
+        pytest.skip(str(exc))
+    root = tmp_path_factory.mktemp("real")
+    the_lab = start_lab(root / "lab", server="vllm", containers_per_host=1, direct_ssh=False)
+    try:
+        yield LabHandle(the_lab, cli_env(root / "state"))
+    finally:
+        stop(the_lab)
 
 
 def stop(lab: Lab) -> None:

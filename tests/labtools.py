@@ -8,7 +8,9 @@ import itertools
 import json
 import os
 import random
+import re
 import socket
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -131,3 +133,22 @@ def changes(before: dict, after: dict, where: str = "") -> list[str]:
             found += changes(before.get(key), after.get(key), f"{where}.{key}".lstrip("."))
         return found
     return [] if before == after else [f"{where}: {before!r:.80} -> {after!r:.80}"]
+
+
+def metrics_text(address: str, port: int) -> str:
+    """A server's /metrics as Prometheus text (vLLM's names, colons unescaped)."""
+    request = urllib.request.Request(
+        f"http://{address}:{port}/metrics", headers={"Accept": "text/plain; version=0.0.4"}
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return response.read().decode()
+
+
+def spec_decode_totals(text: str) -> dict[str, float]:
+    """Each vllm:spec_decode_*_total counter of a /metrics text, summed over its labels."""
+    totals: dict[str, float] = {}
+    for line in text.splitlines():
+        found = re.match(r"^vllm:spec_decode_(\w+)_total(?:\{[^}]*\})? (\S+)$", line)
+        if found:
+            totals[found[1]] = totals.get(found[1], 0.0) + float(found[2])
+    return totals

@@ -7,6 +7,7 @@ started: it is stopped by that PID and its process group, never by name.
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -182,6 +183,27 @@ WATCH_SECONDS = 30.0
 HEALTH_SECONDS = 10.0
 
 
+FAILURE_LOG_LINES = 400
+"""How much of the log a failed start reads, once: vLLM's engine process prints its cause
+above the API server's own traceback."""
+EXCEPTION_LINE = re.compile(
+    r"^(?:\([^)]*\) )?(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception): .+"
+)
+"""`ValueError: ...`, `pydantic_core._pydantic_core.ValidationError: ...`, also behind the
+`(EngineCore_DP0 pid=N) ` prefix vLLM puts on its engine process's lines."""
+
+
+def root_causes(log: str, most: int = 5) -> list[str]:
+    """The log's distinct exception lines, first first: when vLLM's engine process dies at
+    start, its cause comes before the API server's generic "See root cause above"."""
+    found: list[str] = []
+    for line in log.splitlines():
+        line = line.strip()
+        if EXCEPTION_LINE.match(line) and line not in found:
+            found.append(line)
+    return found[:most]
+
+
 def last_line(log: str) -> str:
     """The last non-blank line of a log tail ('' for none)."""
     return next((line for line in reversed(log.splitlines()) if line.strip()), "")
@@ -240,6 +262,16 @@ class Server:
             "utf-8", "replace"
         )
 
+    def failure_log(self, timeout: float = WATCH_SECONDS) -> str:
+        """What explains a failed start: the log's exception lines, the root cause first,
+        then its last lines. One larger read, made only once the start has failed."""
+        argv = watch_server(self.pid_file, self.log, self.log_start, FAILURE_LOG_LINES)
+        result = run_step(self.transport, argv, "read the server log", timeout=timeout)
+        log = parse_frames(result.stdout)["tail"].decode("utf-8", "replace")
+        tail = "\n".join(log.splitlines()[-LOG_TAIL_LINES:])
+        causes = root_causes(log)
+        return "\n".join([*causes, "...", tail]) if causes else tail
+
     def health(self, timeout: float = HEALTH_SECONDS) -> int:
         """/health's status, answered in full within `timeout` seconds."""
         return http.request(
@@ -268,10 +300,16 @@ class Server:
             state, tail = self.watch(deadline.limit(WATCH_SECONDS))
             tick(time.monotonic() - started, last_line(tail))
             if not state.running or state.pid != pid:
-                raise ServerFailed("the server exited while starting", tail)
+                raise ServerFailed(
+                    "the server exited while starting",
+                    self.failure_log(deadline.limit(WATCH_SECONDS)),
+                )
             marker = next((m for m in FATAL_LOG_MARKERS if m in tail), None)
             if marker:
-                raise ServerFailed(f"the server log shows a fatal error ({marker})", tail)
+                raise ServerFailed(
+                    f"the server log shows a fatal error ({marker})",
+                    self.failure_log(deadline.limit(WATCH_SECONDS)),
+                )
             try:
                 status = self.health(deadline.limit(HEALTH_SECONDS, floor=0.1))
             except TransportError:  # refused while loading, or dropped: the next look decides

@@ -3,7 +3,9 @@
 Host i is a real sshd at NETWORK.i.1:2222 with a `pct` stand-in; its
 containers are directory trees at NETWORK.i.(10+j), every second one with an
 sshd of its own (direct SSH) unless the spec turns that off. Every sshd keeps
-OpenSSH's session limits unless the spec raises them. `lab.json` records what runs, by PID, so
+OpenSSH's session limits unless the spec raises them. Each container's `vllm` is
+the stand-in, or with `server="vllm"` the real vLLM built for CPUs serving tiny
+models made here (realserver.py). `lab.json` records what runs, by PID, so
 `down` stops exactly what `up` started.
 """
 
@@ -14,6 +16,7 @@ import getpass
 import json
 import os
 import re
+import shutil
 import signal
 import sys
 import time
@@ -25,7 +28,7 @@ import yaml
 from orchestrator.drafters.profiles import list_profiles
 from orchestrator.errors import InputError
 from orchestrator.history import state_dir
-from orchestrator.lab import pveconf, sshd
+from orchestrator.lab import pveconf, realserver, sshd, tiny_cache
 from orchestrator.lab.models import install_models
 from orchestrator.lab.paths import (
     DEFAULT_TOKENS_PER_SECOND,
@@ -51,6 +54,8 @@ GPUS_PER_CONTAINER = 2
 # What a Proxmox host's sessions find after the host's own tools (Debian's root PATH).
 STANDARD_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 LOAD_SECONDS_ENV = "ORCH_LAB_LOAD_SECONDS"
+SERVERS = ("standin", "vllm")
+"""What runs as each container's vLLM: the stand-in, or the real vLLM for CPUs."""
 
 
 def default_lab_dir() -> Path:
@@ -71,8 +76,11 @@ class LabSpec:
     tokens_per_second: float = DEFAULT_TOKENS_PER_SECOND
     standalone: bool = False
     """One node in no cluster: pvesh's /cluster/status has no `cluster` entry, nodeid 0."""
+    server: str = "standin"
 
     def __post_init__(self) -> None:
+        if self.server not in SERVERS:
+            raise InputError(f"--server {self.server!r}: expected one of {', '.join(SERVERS)}")
         try:
             release(self.vllm_version)
         except UnknownRelease as exc:
@@ -156,6 +164,7 @@ class Lab:
             return False
         sshd.require_sshd()
         self.down()
+        real = self._real_server(spec)
         hosts, containers = self._topology(spec)
         for node in [*hosts, *[n for n in containers if n]]:
             sshd.ensure_bindable(node.address, node.port)
@@ -163,7 +172,7 @@ class Lab:
         authorized = self.root / "ssh" / "authorized_keys"
         authorized.write_text(Path(f"{self.key}.pub").read_text())
         known_lines, started = [], []
-        lab_containers = self._build_containers(spec)
+        lab_containers = self._build_containers(spec, real)
         for node in [*hosts, *[n for n in containers if n]]:
             node_dir = Path(node.config).parent
             host_key = node_dir / "ssh_host_ed25519_key"
@@ -190,6 +199,10 @@ class Lab:
             self.state_file,
             {
                 "spec": asdict(spec),
+                "server": {
+                    "kind": spec.server,
+                    "vllm_version": real["version"] if real else spec.vllm_version,
+                },
                 "nodes": [asdict(n) for n in started],
                 "containers": [asdict(c) for c in lab_containers],
             },
@@ -202,16 +215,25 @@ class Lab:
         return True
 
     def down(self) -> list[int]:
-        """Stop every process the lab started, by PID; return the PIDs stopped."""
+        """Stop every process the lab started, by PID (a real server by its process group,
+        with the /dev/shm files it held); return the PIDs stopped."""
         if not self.state_file.exists():
             return []
-        servers = [
-            record["pid"]
-            for container in self.containers()
-            for record in server_records(ContainerPaths(Path(container.root)))
-        ]
+        paths = [ContainerPaths(Path(container.root)) for container in self.containers()]
+        records = [record for container in paths for record in server_records(container)]
+        real = [r for r in records if r.get("server") == "vllm"]
+        standins = [r["pid"] for r in records if r.get("server") != "vllm"]
         nodes = [n.pid for n in self.nodes() if sshd.is_our_sshd(n.pid, Path(n.config))]
-        return stop_pids(servers) + stop_pids(nodes)
+        stopped = realserver.stop_servers(real) + stop_pids(standins) + stop_pids(nodes)
+        for container in paths:
+            shutil.rmtree(realserver.tmp_dir(container), ignore_errors=True)
+        return stopped
+
+    def server(self) -> dict:
+        """What serves in the containers: `kind` (standin or vllm) and `vllm_version`."""
+        state = self.load()
+        recorded = {"kind": "standin", "vllm_version": state["spec"]["vllm_version"]}
+        return state.get("server") or recorded
 
     def set_acceptance(self, name: str, scale: float) -> Path:
         """Scale every position's acceptance on the servers of container `name` from their
@@ -281,7 +303,18 @@ class Lab:
                 )
         return hosts, containers
 
-    def _build_containers(self, spec: LabSpec) -> list[LabContainer]:
+    def _real_server(self, spec: LabSpec) -> dict | None:
+        """The real server's venv, version and tiny models, when the spec asks for it."""
+        if spec.server != "vllm":
+            return None
+        venv = realserver.require_venv()
+        return {
+            "venv": venv,
+            "version": realserver.server_version(venv),
+            "models": tiny_cache.ensure_made(venv),
+        }
+
+    def _build_containers(self, spec: LabSpec, real: dict | None) -> list[LabContainer]:
         profiles = list_profiles()
         python = sys.executable
         built = []
@@ -322,8 +355,14 @@ class Lab:
                         for g, minor in enumerate(minors)
                     ],
                 )
-                for profile in profiles:
-                    install_models(container, container.rootfs / "opt" / "models", profile)
+                models_dir = container.rootfs / "opt" / "models"
+                if real:
+                    realserver.write_launcher(container, real["venv"])
+                    tiny_cache.link_into(real["models"], models_dir)
+                else:
+                    for profile in profiles:
+                        install_models(container, models_dir, profile)
+                    tiny_cache.write_stubs(container, models_dir)
                 (container.rootfs / "var" / "lib" / "orch").mkdir(parents=True, exist_ok=True)
                 built.append(
                     LabContainer(

@@ -314,8 +314,29 @@ def is_vllm_standin(pid: int) -> bool:
     return pid_alive(pid) and VLLM_MODULE.encode() in cmdline
 
 
+def process_start(pid: int) -> int | None:
+    """When the process started, in clock ticks since boot (/proc/PID/stat field 22)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[19])
+
+
+def is_live_server(record: dict) -> bool:
+    """The server a record names is running: a stand-in by its command line, the real
+    vLLM (`"server": "vllm"`) by the start time its launcher recorded."""
+    pid = record.get("pid")
+    if not isinstance(pid, int):
+        return False
+    if record.get("server") == "vllm":
+        return pid_alive(pid) and process_start(pid) == record.get("start")
+    return is_vllm_standin(pid)
+
+
 def server_records(container: ContainerPaths) -> list[dict]:
-    """Records of the container's running vLLM stand-ins; stale or half-written ones skipped."""
+    """Records of the container's running vLLM servers (stand-ins or real); stale or
+    half-written ones skipped."""
     if not container.servers_dir.is_dir():
         return []
     records = []
@@ -324,8 +345,7 @@ def server_records(container: ContainerPaths) -> list[dict]:
             record = json.loads(path.read_text())
         except (OSError, ValueError):
             continue
-        pid = record.get("pid") if isinstance(record, dict) else None
-        if isinstance(pid, int) and is_vllm_standin(pid):
+        if isinstance(record, dict) and is_live_server(record):
             records.append(record)
     return records
 

