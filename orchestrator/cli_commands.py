@@ -133,6 +133,8 @@ def _document(
         method=drafter.kind,
         drafter=drafter.profile or drafter.weights,
         model=inputs.playbook.target.served_name,
+        inventory=str(inputs.inventory_path.resolve()),
+        assignments=list(inputs.playbook.assignments),
         result=documents.run_result(code),
         targets=[o.to_dict() for o in outcomes],
     ), code
@@ -178,6 +180,14 @@ def _recovered_runs(document: dict[str, Any]) -> list[dict[str, Any]]:
             }
         )
     return list(runs.values())
+
+
+def _with_changes(document: dict[str, Any], outcomes: list[Outcome]) -> dict[str, Any]:
+    """The run as history keeps it: each target also with the files' diff it read
+    (`changes`), which `orch report` shows."""
+    changes = {o.name: o.changes for o in outcomes}
+    targets = [{**t, "changes": changes.get(t["name"])} for t in document["targets"]]
+    return {**document, "targets": targets}
 
 
 def _open_log(command: str, inputs: Inputs, options: Options) -> runlog.RunLog:
@@ -257,7 +267,7 @@ def deploy(
     document["connections"] = usage
     _close_log(log, document, code)
     if not options.dry_run:
-        _remember(document, "deploy", options.user)
+        _remember(_with_changes(document, rollout.outcomes), "deploy", options.user)
     return document, code
 
 

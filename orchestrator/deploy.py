@@ -557,23 +557,26 @@ class TargetRun:
             )
 
     def _diff(self, current: str | None) -> None:
-        """With --diff: each file of the current release against the new one, recorded
-        and shown at once (on a deploy: before the old server stops)."""
-        if not self.options.diff:
+        """Each file of the current release against the new one: recorded for the run's
+        report on every deploy, and with --diff also shown at once (on a deploy: before
+        the old server stops). A dry run reads it only with --diff."""
+        if self.options.dry_run and not self.options.diff:
             return
         old = (
             store.read_back(self.transport, self.layout.release(current), list(release.RENDERED))
             if current
             else {}
         )
-        self.outcome.diff = release.changes(
+        self.outcome.changes = release.changes(
             self.plan.container,
             self.layout.release(current) if current else None,
             old,
             self.plan.release_dir,
             self.plan.files,
         )
-        self.show_diff(self.plan.container, self.outcome.diff)
+        if self.options.diff:
+            self.outcome.diff = self.outcome.changes
+            self.show_diff(self.plan.container, self.outcome.diff)
 
     def _guard(self, body: Callable[[], None]) -> Outcome:
         """The outcome, whatever ended the run on this container."""

@@ -32,6 +32,7 @@ Kind = Literal[
     "Completion",
     "Alerts",
     "Explain",
+    "Watch",
     "LabUp",
     "LabDown",
     "LabStatus",

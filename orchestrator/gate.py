@@ -133,6 +133,7 @@ class GateReport:
     seconds: float = 0.0
     phases: list[PhaseReport] = field(default_factory=list)
     advice: Advice | None = None
+    criteria: GateCriteria | None = None
     sampling: dict[str, Any] | None = None
     """The sampling fields every probe request carried: the figures hold under it (None:
     no probe was sent, the server never became ready)."""
@@ -140,6 +141,7 @@ class GateReport:
     def to_dict(self) -> dict[str, object]:
         return {
             **self.verdict.to_dict(),
+            "criteria": dataclasses.asdict(self.criteria) if self.criteria else None,
             "sampling": self.sampling,
             "explanation": self.explanation,
             "requests": self.requests,
@@ -300,7 +302,9 @@ def run_gate(
     requests = RequestCriteria(gate.min_probe_responses, gate.max_probe_error_share)
     endpoints = probe_endpoints(gate.probe.endpoints, gate.probe.chat_template_kwargs)
     phases = [(bucket, endpoint) for bucket in buckets for endpoint in endpoints]
-    report = GateReport(assess([], criteria), sampling=request_fields(gate.probe.sampling))
+    report = GateReport(
+        assess([], criteria), sampling=request_fields(gate.probe.sampling), criteria=criteria
+    )
     started = time.monotonic()
     target = _Target(transport, address, port, served_name)
     for index, (bucket, endpoint) in enumerate(phases):
