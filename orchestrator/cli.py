@@ -11,7 +11,8 @@ from typing import Any, NoReturn
 
 import click
 
-from orchestrator.errors import OrchError
+from orchestrator import completion as complete
+from orchestrator.errors import InputError, OrchError
 from orchestrator.lab.paths import DEFAULT_TOKENS_PER_SECOND
 
 EXIT_CODES = """Exit codes: 0 success; 1 the change did not pass its gate or checks (rolled back
@@ -105,6 +106,7 @@ limit_option = click.option(
     "--limit",
     multiple=True,
     metavar="PATTERN",
+    shell_complete=complete.limit_patterns,
     help="Only these containers: names, groups, globs, comma lists, !exclusions.",
 )
 set_option = click.option(
@@ -127,25 +129,34 @@ file_json_option = click.option(
 """`--json` alone, for the commands whose `-o` names a file to write."""
 
 
-def json_option(command: Callable[..., None]) -> Callable[..., None]:
+def json_choice(
+    help_text: str = "Print one JSON document (also on errors).",
+) -> Callable[[Callable[..., None]], Callable[..., None]]:
     """`--json`, and `-o json|table` (kubectl's spelling) for the same choice."""
-    as_json = click.option(
-        "--json",
-        "as_json",
-        is_flag=True,
-        callback=lambda ctx, _p, value: bool(value) or ctx.meta.get(OUTPUT) == "json",
-        help="Print one JSON document (also on errors).",
-    )
-    output = click.option(
-        "-o",
-        "--output",
-        type=click.Choice(["json", "table"]),
-        expose_value=False,
-        is_eager=True,
-        callback=_remember_output,
-        help="json: as --json; table: for people (the default).",
-    )
-    return output(as_json(command))
+
+    def decorate(command: Callable[..., None]) -> Callable[..., None]:
+        as_json = click.option(
+            "--json",
+            "as_json",
+            is_flag=True,
+            callback=lambda ctx, _p, value: bool(value) or ctx.meta.get(OUTPUT) == "json",
+            help=help_text,
+        )
+        output = click.option(
+            "-o",
+            "--output",
+            type=click.Choice(["json", "table"]),
+            expose_value=False,
+            is_eager=True,
+            callback=_remember_output,
+            help="json: as --json; table: for people (the default).",
+        )
+        return output(as_json(command))
+
+    return decorate
+
+
+json_option = json_choice()
 
 
 accept_keys_option = click.option(
@@ -156,7 +167,7 @@ accept_keys_option = click.option(
 
 
 @cli.command()
-@click.argument("playbook")
+@click.argument("playbook", shell_complete=complete.playbooks)
 @inventory_option
 @limit_option
 @set_option
@@ -241,7 +252,7 @@ def _stoppable(inputs: Any, as_json: bool) -> Iterator[tuple[Any, Any]]:
 
 
 @cli.command()
-@click.argument("playbook")
+@click.argument("playbook", shell_complete=complete.playbooks)
 @inventory_option
 @limit_option
 @set_option
@@ -249,8 +260,14 @@ def _stoppable(inputs: Any, as_json: bool) -> Iterator[tuple[Any, Any]]:
     "--to",
     "to_release",
     metavar="ID",
+    shell_complete=complete.run_ids,
     help="A run id (every container back to what that run left it on), a release id, or a "
     "unique prefix of either (see `orch releases`). Default: each container's previous release.",
+)
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Roll back to a release whose files no longer match its manifest (changed by hand).",
 )
 @accept_keys_option
 @json_option
@@ -260,6 +277,7 @@ def rollback(
     limit: tuple[str, ...],
     assignments: tuple[str, ...],
     to_release: str | None,
+    force: bool,
     accept_new_host_keys: bool,
     as_json: bool,
 ) -> None:
@@ -272,7 +290,7 @@ def rollback(
     from orchestrator.report import screen
 
     inputs = cli_commands.load(playbook, inventory_path, list(limit), list(assignments))
-    options = cli_commands.new_options()
+    options = cli_commands.new_options(force=force)
     with _stoppable(inputs, as_json) as (view, cancel):
         document, code = cli_commands.rollback(
             inputs, options, to_release, ssh(accept_new_host_keys), view, cancel
@@ -283,7 +301,7 @@ def rollback(
 
 
 @cli.command()
-@click.argument("playbook", required=False)
+@click.argument("playbook", required=False, shell_complete=complete.playbooks)
 @click.option(
     "-i",
     "--inventory",
@@ -380,7 +398,7 @@ def verify_config(
 def fleet_read_options(command: Callable[..., None]) -> Callable[..., None]:
     """PLAYBOOK -i INVENTORY [--limit] [--accept-new-host-keys] [--json]."""
     options: list[Callable[[Any], Any]] = [
-        click.argument("playbook"),
+        click.argument("playbook", shell_complete=complete.playbooks),
         inventory_option,
         limit_option,
         accept_keys_option,
@@ -443,7 +461,7 @@ def unlock(**options: Any) -> None:
 
 
 @cli.command()
-@click.argument("playbook")
+@click.argument("playbook", shell_complete=complete.playbooks)
 @inventory_option
 @limit_option
 @click.option(
@@ -520,16 +538,105 @@ def _stop_on_signals() -> Iterator[Any]:
 
 
 @cli.command()
+@click.argument("playbook", shell_complete=complete.playbooks)
+@inventory_option
+@limit_option
+@set_option
+@click.option(
+    "--interval", default="5s", show_default=True, help="Seconds (or 2s, 1m) between scrapes."
+)
+@click.option(
+    "--window",
+    default="1m",
+    show_default=True,
+    help="The sliding window the rates are taken over (30s, 5m, or seconds).",
+)
+@click.option(
+    "--once", is_flag=True, help="Watch one window, print it, exit 1 if any container is below."
+)
+@accept_keys_option
+@json_choice("One JSON document per line, each round (one Error document on bad input).")
+def watch(
+    playbook: str,
+    inventory_path: Path,
+    limit: tuple[str, ...],
+    assignments: tuple[str, ...],
+    interval: str,
+    window: str,
+    once: bool,
+    accept_new_host_keys: bool,
+    as_json: bool,
+) -> None:
+    """Live acceptance per container (mean length, position-1 rate, drafts/s) from the
+    servers' counters over a sliding window, against the playbook's gate thresholds;
+    a container below them is marked BELOW (with --once: exit 1)."""
+    import json
+
+    from orchestrator import cli_commands
+    from orchestrator import watch as live
+    from orchestrator.connections import ssh
+    from orchestrator.durations import seconds
+    from orchestrator.report.screen import printable
+
+    every, span = seconds(interval, "--interval"), seconds(window, "--window")
+    inputs = cli_commands.load(playbook, inventory_path, list(limit), list(assignments))
+
+    def emit(doc: dict[str, Any]) -> None:
+        if as_json:
+            click.echo(json.dumps(doc))
+            return
+        if not once:
+            click.echo(f"-- {doc['time'][11:19]} (window {doc['window_seconds']:g} s)")
+        for line in live.lines(doc):
+            click.echo(printable(line))
+
+    with (
+        ssh(accept_new_host_keys)(inputs.inventory, None) as connections,
+        _stop_on_signals() as stop,
+    ):
+        the_watch = live.Watch(
+            inputs.playbook.name,
+            inputs.plans,
+            connections.container,
+            inputs.playbook.gate,
+            span,
+        )
+        code = live.watch(the_watch, every, once, emit, stop.wait)
+    sys.exit(code if once else 0)
+
+
+@cli.command()
 @click.option("-n", "count", default=20, show_default=True, help="How many runs.")
 @click.option(
     "--show",
     "show_run",
     metavar="RUN_ID",
+    shell_complete=complete.run_ids,
     help="Print that run's log (a unique prefix of the id will do).",
 )
+@click.option("--playbook", "playbook_name", metavar="NAME", help="Only runs of this playbook.")
+@click.option(
+    "--since",
+    metavar="SPAN|DATE",
+    help="Only runs started since then: a span ago (2h, 7d) or a date (2026-12-01).",
+)
+@click.option(
+    "--inventory",
+    "inventory_file",
+    type=click.Path(path_type=Path),
+    help="Only runs on this inventory file (the cluster it describes).",
+)
 @json_option
-def history(count: int, show_run: str | None, as_json: bool) -> None:
+def history(
+    count: int,
+    show_run: str | None,
+    playbook_name: str | None,
+    since: str | None,
+    inventory_file: Path | None,
+    as_json: bool,
+) -> None:
     """Runs from the local history: when, who, what, and each target's outcome."""
+    from orchestrator.durations import since as moment
     from orchestrator.history import History, history_document
     from orchestrator.report import screen, tables
 
@@ -547,7 +654,8 @@ def history(count: int, show_run: str | None, as_json: bool) -> None:
             for line in log.lines:
                 click.echo(screen.printable(line))
         return
-    runs = history_document(History().last(count))
+    after = moment(since, "--since") if since else None
+    runs = history_document(History().last(count, playbook_name, after, inventory_file))
     screen.print_json(runs) if as_json else tables.print_history(runs)
 
 
@@ -562,7 +670,7 @@ def profiles(as_json: bool) -> None:
 
 
 @cli.command()
-@click.argument("playbook")
+@click.argument("playbook", shell_complete=complete.playbooks)
 @inventory_option
 @limit_option
 @set_option
@@ -606,7 +714,7 @@ def render(
 
 
 @cli.command()
-@click.argument("playbook", required=False)
+@click.argument("playbook", required=False, shell_complete=complete.playbooks)
 @inventory_option
 @limit_option
 @set_option
@@ -721,7 +829,37 @@ def inventory_discover(
 
 
 @cli.command()
-@click.argument("playbook")
+@click.argument("run_id", metavar="RUN_ID", shell_complete=complete.run_ids)
+@click.option(
+    "--format",
+    "output_format",
+    type=click.Choice(["markdown", "html"]),
+    default="markdown",
+    show_default=True,
+    help="Markdown (a text chart) or one self-contained HTML page (an inline SVG chart).",
+)
+@click.option("-o", "--output", type=click.Path(path_type=Path), help="Write it to FILE.")
+def report(run_id: str, output_format: str, output: Path | None) -> None:
+    """One run to share, from the local history and run log: who, when, what changed,
+    each container's steps and gate per phase (threshold, bound, acceptance curve), the
+    rollback and the errors."""
+    from orchestrator.report import runpage
+
+    run, lines = runpage.load(run_id)
+    parts = runpage.sections(run, lines)
+    page = runpage.to_html(parts) if output_format == "html" else runpage.markdown(parts)
+    if output is None:
+        click.echo(page, nl=False)
+        return
+    try:
+        output.write_text(page, encoding="utf-8")
+    except OSError as exc:
+        raise InputError(f"{output}: cannot write the report: {exc.strerror}") from None
+    click.echo(f"wrote {output}", err=True)
+
+
+@cli.command()
+@click.argument("playbook", shell_complete=complete.playbooks)
 @set_option
 @click.option(
     "--format",
@@ -1036,6 +1174,19 @@ def lab_down(lab_dir: Path | None, as_json: bool) -> None:
         print_json(document("LabDown", result="ok", dir=str(the_lab.root), stopped=stopped))
         return
     click.echo(f"stopped {len(stopped)} process(es)" + (f": {stopped}" if stopped else ""))
+
+
+@lab.command("acceptance")
+@click.argument("container")
+@click.argument("scale", type=click.FloatRange(0, 1))
+@lab_dir_option
+def lab_acceptance(container: str, scale: float, lab_dir: Path | None) -> None:
+    """Scale every draft position's acceptance on CONTAINER's running servers, from now
+    on and without a restart (a fault for `orch watch`; 1 restores)."""
+    from orchestrator.lab.cluster import Lab, default_lab_dir
+
+    knob = Lab(lab_dir or default_lab_dir()).set_acceptance(container, scale)
+    click.echo(f"{container}: acceptance scaled by {scale:g} ({knob})")
 
 
 @lab.command("status")

@@ -20,7 +20,7 @@ from orchestrator.cancel import Cancel
 from orchestrator.connections import SSH, Connect, Pool
 from orchestrator.container import lock
 from orchestrator.container import release as store
-from orchestrator.container.journal import Journal, Transaction
+from orchestrator.container.journal import UNKNOWN_RUN, Journal, Transaction, Unreadable
 from orchestrator.container.lock import Owner, lock_holder
 from orchestrator.container.server import Server
 from orchestrator.container.status import read_status
@@ -30,7 +30,7 @@ from orchestrator.drafters.findings import Finding, Severity
 from orchestrator.drafters.modelfiles import parse_json_document
 from orchestrator.errors import NeedsAttention, OrchError
 from orchestrator.fanout import READ_PARALLEL, GroupResult, fan_out
-from orchestrator.history import History, new_run_id
+from orchestrator.history import History, check_writable, new_run_id
 from orchestrator.inventory import Inventory, load_inventory
 from orchestrator.layout import DRAFTER_CONFIG, LAUNCH_SCRIPT, SECRETS_FILE, VIEW_CONFIG
 from orchestrator.outcome import Outcome
@@ -144,17 +144,61 @@ def _document(
         method=drafter.kind,
         drafter=drafter.profile or drafter.weights,
         model=inputs.playbook.target.served_name,
+        inventory=str(inputs.inventory_path.resolve()),
+        assignments=list(inputs.playbook.assignments),
         result=documents.run_result(code),
         targets=[o.to_dict() for o in outcomes],
     ), code
 
 
 def _remember(document: dict[str, Any], command: str, user: str) -> None:
-    """History is a record, not the change: failing to write it only warns."""
+    """History is a record, not the change: failing to write it only warns. A run this
+    one recovered (it died in its switch, before its own row) is recorded too, as the
+    containers' records show it: interrupted, and where its recovery left each."""
     try:
         History().record(document, command, user)
+        for interrupted in _recovered_runs(document):
+            History().record_if_missing(interrupted, "deploy", user)
     except NeedsAttention as exc:
         document.setdefault("warnings", []).append(str(exc))
+
+
+def _recovered_runs(document: dict[str, Any]) -> list[dict[str, Any]]:
+    runs: dict[str, dict[str, Any]] = {}
+    for target in document["targets"]:
+        recovered = target.get("recovered")
+        if not recovered or recovered["run_id"] == UNKNOWN_RUN:
+            continue  # none, or a run the container could not name (unreadable journal)
+        run = runs.setdefault(
+            recovered["run_id"],
+            documents.document(
+                "DeployRun",
+                playbook=document["playbook"],
+                run_id=recovered["run_id"],
+                started=recovered["started"],
+                result="interrupted",
+                recovered_by=document["run_id"],
+                targets=[],
+            ),
+        )
+        run["targets"].append(
+            {
+                "name": target["name"],
+                "result": "interrupted",
+                "step": recovered.get("step"),
+                "release": recovered.get("to_release"),
+                "current": recovered.get("back_on"),
+            }
+        )
+    return list(runs.values())
+
+
+def _with_changes(document: dict[str, Any], outcomes: list[Outcome]) -> dict[str, Any]:
+    """The run as history keeps it: each target also with the files' diff it read
+    (`changes`), which `orch report` shows."""
+    changes = {o.name: o.changes for o in outcomes}
+    targets = [{**t, "changes": changes.get(t["name"])} for t in document["targets"]]
+    return {**document, "targets": targets}
 
 
 def _open_log(command: str, inputs: Inputs, options: Options) -> runlog.RunLog:
@@ -177,7 +221,7 @@ def _close_log(log: runlog.RunLog, document: dict[str, Any], code: int) -> None:
         error = f": {target['error']}" if target.get("error") else ""
         log.note(target["name"], f"result {target['result']}{judged}{error}")
     log.note("", f"result {document['result']} (exit {code})")
-    document["log"] = str(log.path)
+    document["log"] = None if log.warning else str(log.path)  # never a path it did not write
     if log.warning:
         document.setdefault("warnings", []).append(log.warning)
 
@@ -192,6 +236,8 @@ def deploy(
 ) -> tuple[dict[str, Any], int]:
     """With `options.diff`, `show_diff` gets each container's diff before its switch."""
     prompts = load_prompts(inputs.playbook.gate.probe.prompts)
+    if not options.dry_run:
+        check_writable()
     started = now()
     plans = {p.container: p for p in inputs.plans}
     log = _open_log("deploy", inputs, options)
@@ -232,7 +278,7 @@ def deploy(
     document["connections"] = usage
     _close_log(log, document, code)
     if not options.dry_run:
-        _remember(document, "deploy", options.user)
+        _remember(_with_changes(document, rollout.outcomes), "deploy", options.user)
     return document, code
 
 
@@ -249,6 +295,7 @@ def rollback(
     container's records before anything is switched: an unknown or ambiguous id is
     an InputError with nothing touched."""
     prompts = load_prompts(inputs.playbook.gate.probe.prompts)
+    check_writable()
     started = now()
     plans = {p.container: p for p in inputs.plans}
     log = _open_log("rollback", inputs, options)
@@ -604,22 +651,27 @@ def _status_entry(transport: Transport, plan: TargetPlan, lease: float | None) -
     journal = Journal(transport, plan.layout).read()
     entry = read_status(transport, plan.layout)
     owner = Owner.parse(entry["lock"] or "")
-    live = owner if owner and owner.gone(lease) is None else None
+    # Status reads no heartbeat: a lock is live unless its owner's process on this
+    # machine is provably gone (the lease is the deploy's to judge, on the container).
+    live = owner if owner and owner.gone(lease or 0.0, 0.0) is None else None
     entry["lock"] = lock_holder(str(entry["lock"] or ""))
     entry["deploying"] = _deploying(live, journal) if live else None
     entry["interrupted"] = journal.describe() if journal and not live else None
     server = Server(transport, plan.layout, plan.address, plan.port)
     entry["health"] = _health(server) if entry["server"] == "running" else None
+    if entry.pop("release_missing"):
+        entry["error"] = f"current points at release {entry['release']}, whose dir is missing"
     entry["state"] = _target_state(entry)
     return entry
 
 
-def _deploying(owner: Owner, journal: Transaction | None) -> dict[str, Any]:
+def _deploying(owner: Owner, journal: Transaction | Unreadable | None) -> dict[str, Any]:
     """The run holding the lock: its id, the step its journal says (None before its
-    switch begins), who, and for how long."""
+    switch begins, or when the journal is unreadable), who, and for how long."""
+    mine = isinstance(journal, Transaction) and journal.run_id == owner.run_id
     return {
         "run_id": owner.run_id,
-        "step": journal.step if journal and journal.run_id == owner.run_id else None,
+        "step": journal.step if mine and isinstance(journal, Transaction) else None,
         "owner": f"{owner.user}@{owner.control_host}",
         "elapsed": round(max(0.0, time.time() - owner.since), 1),
     }
@@ -628,6 +680,8 @@ def _deploying(owner: Owner, journal: Transaction | None) -> dict[str, Any]:
 def _target_state(entry: dict[str, Any]) -> str:
     if entry["interrupted"]:
         return "interrupted"
+    if entry.get("error"):  # `current` names a release whose dir is gone: not serving it
+        return "unhealthy" if entry["server"] == "running" else "stopped"
     if entry["deploying"]:
         return "deploying"
     if entry["server"] != "running":

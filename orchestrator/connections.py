@@ -1,7 +1,8 @@
 """The connections of one run: one SSH connection per Proxmox host (or per directly
 reached container), shared by every step and every container of the run, with each
 container's transport (pct over its host's SSH, or its own SSH) wrapped so that every
-command it runs reaches the run's log."""
+command it runs is bounded on the container too (BoundedTransport) and reaches the
+run's log."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
+from orchestrator.container.shell import BoundedTransport
 from orchestrator.errors import InputError
 from orchestrator.inventory import Inventory, SshSettings
 from orchestrator.runlog import RunLog
@@ -108,6 +110,7 @@ class Connections:
         if container.access != "ssh":
             pct = self.inventory.pct_path(container.host)
             transport = PctTransport(name, ssh, pct, container.vmid)
+        transport = BoundedTransport(transport)
         return RecordedTransport(transport, name, self.run_log) if self.run_log else transport
 
     def usage(self) -> list[dict[str, object]]:

@@ -26,9 +26,16 @@ from orchestrator.cancel import Cancel
 from orchestrator.container import audit
 from orchestrator.container import release as store
 from orchestrator.container.gpu import wait_free
-from orchestrator.container.journal import GATE_PASSED, Journal, Transaction
+from orchestrator.container.journal import (
+    GATE_PASSED,
+    UNKNOWN_RUN,
+    Journal,
+    Transaction,
+    Unreadable,
+)
 from orchestrator.container.lock import DeployLock, Owner
 from orchestrator.container.server import Server
+from orchestrator.deadline import now
 from orchestrator.drafters.findings import Finding, Severity
 from orchestrator.errors import Interrupted, NeedsAttention, OrchError, ServerFailed
 from orchestrator.gate import GateReport, run_gate
@@ -101,12 +108,14 @@ class TargetRun:
             if previous == self.plan.release_id and facts.server.running and self._unchanged():
                 self.outcome.current = previous
                 self._diff(previous)
+                self._regate_if_settings_changed(previous)
                 self._audit("deploy")  # the run names this container's state too
                 return
             self.cancel.check()
             self._write_release(forced)
             self._diff(previous)
             self.cancel.check()  # the last safe point before the old server stops
+            self._still_ours()
             self._switch_and_judge("deploy", previous, self.plan.release_id, forced)
 
     def _rollback(self, to: str | None) -> None:
@@ -127,8 +136,68 @@ class TargetRun:
                 self.outcome.result, self.outcome.current = "unchanged", current
                 self._audit("rollback")
                 return
+            self._verify_kept(target)
             self.cancel.check()
+            self._still_ours()
             self._switch_and_judge("rollback", current, target, [])
+
+    def _regate_if_settings_changed(self, release_id: str) -> None:
+        """The same release with other gate settings: the running server gated again
+        with them, no restart; on a pass its manifest records them (later rollbacks
+        to it gate so), on a fail it keeps serving with its recorded settings."""
+        wanted = GateTarget.of(self.playbook)
+        if release.gate_target(self.transport, self.layout, release_id, wanted) == wanted:
+            return
+        with self._step("gate (new settings)"):
+            report = run_gate(
+                self.transport,
+                self.plan.address,
+                wanted.port,
+                wanted.served_name,
+                wanted.gate,
+                self.buckets,
+                self.plan.kind.failure_causes,
+                self.cancel.event,
+            )
+        self.outcome.gate = report
+        if self._passed(report):
+            release.record_gate_target(
+                self.transport, self.layout, release_id, wanted, self.options.run_id
+            )
+            self.outcome.result = "regated"
+            return
+        self.outcome.result, self.outcome.exit_code = "failed", 1
+        self.outcome.error = (
+            f"gate {report.verdict.outcome} with the new settings: {report.verdict.reason}; "
+            f"{release_id} keeps serving, its manifest keeps its recorded settings"
+        )
+
+    def _still_ours(self) -> None:
+        """A lock broken and taken by another run meanwhile (its heartbeat found it
+        gone): this run switches nothing."""
+        if self.lock.lost:
+            raise NeedsAttention(
+                f"{self.lock.lost}; nothing was switched", subject=self.plan.container
+            )
+
+    def _verify_kept(self, target: str) -> None:
+        """The rollback target's files against its manifest, before anything stops: a
+        release changed by hand is refused (with --force: recorded and rolled back to)."""
+        with self._step("verify rollback target"):
+            mismatches = release.verify_kept(self.transport, self.plan, target)
+        if not mismatches:
+            return
+        listed = "\n".join(str(m) for m in mismatches)
+        if self.options.force:
+            self.outcome.notes.append(
+                f"rolling back to {target} changed on the target (--force):\n{listed}"
+            )
+            return
+        raise _Stop(
+            1,
+            f"release {target} changed on the target since it was applied; nothing was "
+            f"changed (--force rolls back to it anyway):\n{listed}",
+        )
 
     def _switch_and_judge(
         self, action: str, previous: str | None, new: str, forced: list[Finding]
@@ -161,13 +230,20 @@ class TargetRun:
         if out.rollback_gate and not self._passed(out.rollback_gate):
             out.result, out.exit_code = "failed", 3
             reason = out.rollback_gate.verdict.reason
-            out.error += f"; ROLLBACK to {back} did not pass either: {reason}"
+            gated = bool(out.rollback_gate.phases)  # else the switch back failed before a gate
+            out.error += (
+                f"; ROLLBACK to {back} did not pass either: {reason}"
+                if gated
+                else f"; ROLLBACK to {back} failed: {reason}"
+            )
         if self.cancel.requested:
             out.result, out.exit_code = "interrupted", max(out.exit_code, self.cancel.exit_code)
             out.error = "interrupted before its gate passed; " + (
                 f"back on {back}" if back else "its server stopped (nothing to go back to)"
             )
         self._finish(action)
+        if action == "deploy":  # releases of failed and interrupted runs count too
+            self._prune_after_failure({new, back or ""})
 
     def _go_back(self, to: str | None) -> GateReport | None:
         """Undo a switch: `to` made ready and gated with its own settings, or, with
@@ -190,7 +266,10 @@ class TargetRun:
     def _recover(self) -> None:
         """A journal left by a run that died in its switch: keep what was gated, undo
         the rest, before this run does its own work."""
-        interrupted = self.journal.read()
+        found = self.journal.read()
+        if found is None:
+            return
+        interrupted = found if isinstance(found, Transaction) else self._infer(found)
         if interrupted is None:
             return
         self._step_note(f"recover interrupted {interrupted.describe()}")
@@ -205,7 +284,9 @@ class TargetRun:
         self._audit_recovery(interrupted, back_on, report)
         self.journal.clear()
         self.outcome.recovered = {
+            "inferred": None if isinstance(found, Transaction) else interrupted.owner,
             "run_id": interrupted.run_id,
+            "started": interrupted.started,
             "action": interrupted.action,
             "step": interrupted.step,
             "from_release": interrupted.from_release,
@@ -223,6 +304,43 @@ class TargetRun:
                 f"{back_on} did not pass its gate: {report.verdict.reason}",
                 subject=self.plan.container,
             )
+
+    def _infer(self, unreadable: Unreadable) -> Transaction | None:
+        """The interrupted transaction as the container shows it, for a journal that
+        cannot be read: `current` is where its switch got to; the release the last
+        recorded run left current on (the audit) is where it started; a server
+        running on that same release means nothing was left to undo. Says so."""
+        records = store.read_records(self.transport, self.layout)
+        started_on = next((r.current for r in reversed(records.audit) if r.current), None)
+        current = records.current
+        server = Server(self.transport, self.layout, self.plan.address, self.plan.port).state()
+        taken = self.lock.taken_from
+        run_id = taken.run_id if taken else UNKNOWN_RUN
+        origin = started_on or current
+        seen = (
+            f"{unreadable.describe()}; inferred from the container: current names "
+            f"{current or 'nothing'}, the audit's last run left {started_on or 'nothing'} "
+            f"current, the server is {server.status}"
+            + (f" (pid {server.pid})" if server.pid else "")
+        )
+        kept = current is not None and current == origin and server.running
+        verdict = "nothing to undo" if kept else f"going back to {origin or 'nothing'}"
+        self.outcome.notes.append(f"{seen}: {verdict}")
+        self._step_note(f"{seen}: {verdict}")
+        if current is None and origin is None:
+            self.journal.clear()
+            return None
+        stamp = now()
+        return Transaction(
+            run_id,
+            "unknown",
+            f"{seen}: {verdict}",
+            origin,
+            current or origin or "",
+            GATE_PASSED if kept else "unknown",
+            stamp,
+            stamp,
+        )
 
     # -- the switch ------------------------------------------------------------
     def switch(
@@ -395,6 +513,15 @@ class TargetRun:
         if previous and previous != current:
             store.point(self.transport, self.layout.previous, previous, "record previous")
 
+    def _prune_after_failure(self, keep: set[str]) -> None:
+        """Pruned as after a pass, so releases left by failed runs (and by runs
+        interrupted while writing one) never pile up past `releases_kept`; a failure to
+        prune is a note, the transaction is already finished."""
+        try:
+            self._prune(keep)
+        except OrchError as exc:
+            self.outcome.notes.append(f"old releases not pruned: {exc}")
+
     def _prune(self, keep: set[str]) -> None:
         ordered = store.kept(self.transport, self.layout)
         old = [r for r in ordered[: -self.playbook.releases_kept] if r not in keep]
@@ -441,9 +568,10 @@ class TargetRun:
             )
 
     def _diff(self, current: str | None) -> None:
-        """With --diff: each file of the current release against the new one, recorded
-        and shown at once (on a deploy: before the old server stops)."""
-        if not self.options.diff:
+        """Each file of the current release against the new one: recorded for the run's
+        report on every deploy, and with --diff also shown at once (on a deploy: before
+        the old server stops). A dry run reads it only with --diff."""
+        if self.options.dry_run and not self.options.diff:
             return
         old = (
             store.read_back(
@@ -453,7 +581,7 @@ class TargetRun:
             else {}
         )
         applied = release.Applied.parse(old.pop(release.MANIFEST, None))
-        self.outcome.diff = release.changes(
+        self.outcome.changes = release.changes(
             self.plan.container,
             self.layout.release(current) if current else None,
             old,
@@ -461,7 +589,9 @@ class TargetRun:
             self.plan.files,
             (applied.secrets if applied else {}, self.plan.secrets),
         )
-        self.show_diff(self.plan.container, self.outcome.diff)
+        if self.options.diff:
+            self.outcome.diff = self.outcome.changes
+            self.show_diff(self.plan.container, self.outcome.diff)
 
     def _guard(self, body: Callable[[], None]) -> Outcome:
         """The outcome, whatever ended the run on this container."""

@@ -32,6 +32,7 @@ Kind = Literal[
     "Completion",
     "Alerts",
     "Explain",
+    "Watch",
     "LabUp",
     "LabDown",
     "LabStatus",
@@ -44,6 +45,7 @@ RunResult = Literal["ok", "not_applied", "bad_input", "needs_attention", "interr
 TargetResult = Literal[
     "deployed",
     "unchanged",
+    "regated",
     "rolled_back",
     "failed",
     "skipped",

@@ -28,10 +28,12 @@ from orchestrator.metrics.advice import Advice, speculative_tokens_advice
 from orchestrator.metrics.assess import (
     FailureCauses,
     GateCriteria,
+    RequestCriteria,
     Verdict,
     assess,
     explain,
     explain_context,
+    judge_requests,
     no_spec_decode_verdict,
 )
 from orchestrator.metrics.evaluate import CounterReset, Measurement, combine, measure
@@ -134,6 +136,7 @@ class GateReport:
     seconds: float = 0.0
     phases: list[PhaseReport] = field(default_factory=list)
     advice: Advice | None = None
+    criteria: GateCriteria | None = None
     sampling: dict[str, Any] | None = None
     """The sampling fields every probe request carried: the figures hold under it (None:
     no probe was sent, the server never became ready)."""
@@ -141,6 +144,7 @@ class GateReport:
     def to_dict(self) -> dict[str, object]:
         return {
             **self.verdict.to_dict(),
+            "criteria": dataclasses.asdict(self.criteria) if self.criteria else None,
             "sampling": self.sampling,
             "explanation": self.explanation,
             "requests": self.requests,
@@ -197,7 +201,8 @@ class _Probe:
         self._budget = max_requests
         self._lock = threading.Lock()
         self.stop = threading.Event()
-        self.sent = self.errors = 0
+        self.sent = self.answered = self.errors = 0
+        self.first_error = ""
         self.prompt_tokens: tuple[int, int] | None = None
         self.refused: str | None = None
         """Why the server refused a probe request (HTTP 401), if it did."""
@@ -227,16 +232,21 @@ class _Probe:
                     timeout=self.deadline.limit(REQUEST_SECONDS),
                     headers=target.key.header() if target.key else None,
                 )
-            except OrchError:
-                response = None
+            except OrchError as exc:
+                response, problem = None, str(exc)
             if response is not None and response.status == 200:
                 self._count_prompt_tokens(response)
+                with self._lock:
+                    self.answered += 1
                 continue
-            if response is not None and response.status == 401:
-                self.refused = refused_reason(target.key, response.body)
-                self.stop.set()
+            if response is not None:
+                problem = f"HTTP {response.status} from {self.endpoint.path}"
+                if response.status == 401:
+                    self.refused = refused_reason(target.key, response.body)
+                    self.stop.set()
             with self._lock:
                 self.errors += 1
+                self.first_error = self.first_error or problem[:200]
             self.deadline.pause(0.2)
 
     def _count_prompt_tokens(self, response: http.HttpResponse) -> None:
@@ -314,16 +324,21 @@ def run_gate(
         gate.min_drafts,
         gate.confidence,
     )
+    requests = RequestCriteria(gate.min_probe_responses, gate.max_probe_error_share)
     endpoints = probe_endpoints(gate.probe.endpoints, gate.probe.chat_template_kwargs)
     phases = [(bucket, endpoint) for bucket in buckets for endpoint in endpoints]
-    report = GateReport(assess([], criteria), sampling=request_fields(gate.probe.sampling))
+    report = GateReport(
+        assess([], criteria), sampling=request_fields(gate.probe.sampling), criteria=criteria
+    )
     started = time.monotonic()
     target = _Target(transport, address, port, served_name, key)
     for index, (bucket, endpoint) in enumerate(phases):
         left = len(phases) - index
         seconds = (gate.time_budget - (time.monotonic() - started)) / left
         deadline = Deadline.after(max(0.0, seconds), stop)
-        phase, go_on = _run_phase(target, gate, criteria, bucket, endpoint, deadline, report)
+        phase, go_on = _run_phase(
+            target, gate, (criteria, requests), bucket, endpoint, deadline, report
+        )
         report.phases.append(phase)
         if not go_on:
             break
@@ -341,7 +356,7 @@ def run_gate(
 def _run_phase(
     target: _Target,
     gate: Gate,
-    criteria: GateCriteria,
+    judged_by: tuple[GateCriteria, RequestCriteria],
     bucket: ContextBucket,
     endpoint: Endpoint,
     deadline: Deadline,
@@ -349,9 +364,12 @@ def _run_phase(
 ) -> tuple[PhaseReport, bool]:
     """One phase: scrape, probe, scrape every interval until a verdict or a budget is spent.
 
+    Acceptance is judged from the counters and the probe requests' own outcome on
+    top (`judge_requests`): counters that move while requests fail do not pass.
     Returns the phase and whether later phases are worth running (not after a
     failure or when /metrics cannot be read).
     """
+    criteria, request_criteria = judged_by
     transport, address, port = target.transport, target.address, target.port
     probe = _Probe(
         target,
@@ -413,7 +431,13 @@ def _run_phase(
                 except MetricsFormatError:
                     report.scrape_errors += 1  # read mid-update: start again from this scrape
             previous = current
-            phase.verdict = assess(phase.batches, criteria)
+            phase.verdict = judge_requests(
+                assess(phase.batches, criteria),
+                probe.answered,
+                probe.errors,
+                probe.first_error,
+                request_criteria,
+            )
             if phase.verdict.outcome != "inconclusive":
                 break
             out_of_traffic = not any(w.is_alive() for w in workers)
@@ -431,6 +455,15 @@ def _run_phase(
             if worker.is_alive():
                 worker.join(timeout=deadline.limit(REQUEST_SECONDS))
     phase.requests, phase.request_errors = probe.sent, probe.errors
+    if phase.verdict.outcome != "fail":
+        phase.verdict = judge_requests(
+            phase.verdict,
+            probe.answered,
+            probe.errors,
+            probe.first_error,
+            request_criteria,
+            final=True,
+        )
     phase.prompt_tokens = probe.prompt_tokens
     if probe.refused:
         phase.refused = probe.refused

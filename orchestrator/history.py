@@ -12,7 +12,7 @@ from typing import Any
 
 from orchestrator.deadline import now
 from orchestrator.documents import document
-from orchestrator.errors import NeedsAttention
+from orchestrator.errors import InputError, NeedsAttention
 from orchestrator.secrets import mask_document
 
 SCHEMA = """
@@ -56,10 +56,20 @@ class History:
         except (sqlite3.Error, OSError) as exc:
             raise NeedsAttention(f"could not record the run in {self.path}: {exc}") from None
 
-    def _insert(self, document: dict[str, Any], command: str, user: str) -> None:
+    def record_if_missing(self, document: dict[str, Any], command: str, user: str) -> None:
+        """A run known only from a container's records (it died before writing its
+        own row): added once, never over the run's own row."""
+        try:
+            self._insert(document, command, user, "INSERT OR IGNORE")
+        except (sqlite3.Error, OSError) as exc:
+            raise NeedsAttention(f"could not record the run in {self.path}: {exc}") from None
+
+    def _insert(
+        self, document: dict[str, Any], command: str, user: str, verb: str = "INSERT OR REPLACE"
+    ) -> None:
         with closing(self._connect()) as db, db:
             db.execute(
-                "INSERT OR REPLACE INTO runs VALUES (?, ?, ?, ?, ?, ?, ?)",
+                f"{verb} INTO runs VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (
                     document["run_id"],
                     document.get("started", now()),
@@ -71,19 +81,99 @@ class History:
                 ),
             )
 
-    def last(self, limit: int) -> list[dict[str, Any]]:
-        """The newest runs first, each as recorded plus who ran what."""
+    def last(
+        self,
+        limit: int,
+        playbook: str | None = None,
+        since: datetime | None = None,
+        inventory: Path | None = None,
+    ) -> list[dict[str, Any]]:
+        """The newest runs first, each as recorded plus who ran what; only those of
+        `playbook`, started at or after `since`, or run on `inventory` (the file, by its
+        absolute path; runs recorded before runs named their inventory have none). A
+        store that cannot be read (full disk, not a database, a row that is not JSON) is
+        an error naming it, never a traceback."""
+        if not self.path.exists():
+            return []
+        where, values = ["1"], []
+        if playbook is not None:
+            where.append("playbook = ?")
+            values.append(playbook)
+        if since is not None:
+            where.append("started >= ?")
+            values.append(since.astimezone(UTC).isoformat(timespec="seconds"))
+        if inventory is not None:
+            where.append("json_extract(document, '$.inventory') = ?")
+            values.append(str(inventory.resolve()))
+        try:
+            with closing(self._connect()) as db:
+                rows = db.execute(
+                    f"SELECT user, command, document FROM runs WHERE {' AND '.join(where)} "
+                    "ORDER BY started DESC, rowid DESC LIMIT ?",
+                    (*values, limit),
+                ).fetchall()
+            return [_run(*row) for row in rows]
+        except (sqlite3.Error, OSError, ValueError, TypeError) as exc:
+            raise NeedsAttention(f"cannot read the history {self.path}: {exc}") from None
+
+    def find(self, run_id: str) -> dict[str, Any]:
+        """The run with this id, or the one run whose id starts with it."""
+        rows = []
+        if self.path.exists():
+            with closing(self._connect()) as db:
+                rows = db.execute(
+                    "SELECT user, command, document FROM runs WHERE run_id = ? "
+                    "UNION SELECT user, command, document FROM runs "
+                    "WHERE substr(run_id, 1, length(?)) = ? LIMIT 3",
+                    (run_id, run_id, run_id),
+                ).fetchall()
+        runs = [_run(*row) for row in rows]
+        exact = [run for run in runs if run["run_id"] == run_id]
+        if exact or len(runs) == 1:
+            return (exact or runs)[0]
+        if not runs:
+            raise InputError(f"run {run_id!r}: not in the local history ({self.path})")
+        ids = ", ".join(run["run_id"] for run in runs)
+        raise InputError(f"run {run_id!r} is ambiguous: {ids}...")
+
+    def run_ids(self, limit: int = 200) -> list[tuple[str, str]]:
+        """(run id, playbook) of the newest runs, for completion."""
         if not self.path.exists():
             return []
         with closing(self._connect()) as db:
-            rows = db.execute(
-                "SELECT user, command, document FROM runs ORDER BY started DESC, rowid DESC "
-                "LIMIT ?",
-                (limit,),
+            return db.execute(
+                "SELECT run_id, playbook FROM runs ORDER BY started DESC LIMIT ?", (limit,)
             ).fetchall()
-        return [
-            {**json.loads(doc), "user": user, "command": command} for user, command, doc in rows
-        ]
+
+
+def _run(user: str, command: str, document: str) -> dict[str, Any]:
+    return {**json.loads(document), "user": user, "command": command}
+
+
+ROOM_NEEDED = 16 * 1024 * 1024
+"""Free bytes the state dir needs before a run changes anything: its log and history row."""
+
+
+def check_writable(directory: Path | None = None) -> None:
+    """The local record before the fleet: the state dir exists, takes a file, and has
+    room for the run's log and history row; else NeedsAttention, nothing touched."""
+    directory = directory or state_dir()
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        probe = directory / f".writable-{os.getpid()}"
+        probe.write_bytes(b"x")
+        probe.unlink()
+        free = os.statvfs(directory).f_bavail * os.statvfs(directory).f_frsize
+    except OSError as exc:
+        raise NeedsAttention(
+            f"the state dir {directory} cannot be written ({exc.strerror or exc}): "
+            "nothing was changed; the run's record would be lost (ORCH_STATE_DIR chooses another)"
+        ) from None
+    if free < ROOM_NEEDED:
+        raise NeedsAttention(
+            f"the state dir {directory} has {free // 1024} KiB free, "
+            f"{ROOM_NEEDED // 1024 // 1024} MiB needed for the run's record: nothing was changed"
+        )
 
 
 def history_document(runs: list[dict[str, Any]]) -> dict[str, Any]:

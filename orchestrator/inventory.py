@@ -36,11 +36,19 @@ def _address(value: str) -> str:
     return value
 
 
+PATH_MAX = 4095
+"""Linux's PATH_MAX (4096) less its NUL: a longer path reaches no file on a container."""
+
+
 def _path(value: str) -> str:
     if not value.startswith(("/", "~")):
         raise ValueError(f"{value!r} must be an absolute path (or start with ~)")
     if any(c in value for c in "\n\r\0"):
         raise ValueError(f"{value!r} contains a line break or NUL")
+    if len(value.encode()) > PATH_MAX:
+        raise ValueError(
+            f"a path of {len(value.encode())} bytes: at most {PATH_MAX} (Linux PATH_MAX)"
+        )
     return value
 
 

@@ -25,6 +25,8 @@ class Outcome:
     error: str | None = None
     exit_code: int = 0
     diff: str | None = None  # with --diff: `diff -u` of current vs new ("" = no change)
+    changes: str | None = None
+    """The same diff, read on every deploy: kept in the local history for `orch report`."""
     steps: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     recovered: dict[str, Any] | None = None

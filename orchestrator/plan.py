@@ -16,7 +16,7 @@ from orchestrator.drafters.findings import Finding
 from orchestrator.drafters.kinds import CheckInputs, DrafterKind, get_kind
 from orchestrator.drafters.profiles import Profile, get_profile, merge_overrides, target_files
 from orchestrator.errors import InputError
-from orchestrator.inventory import Inventory
+from orchestrator.inventory import PATH_MAX, Inventory
 from orchestrator.layout import DRAFTER_CONFIG, LAUNCH_SCRIPT, SECRETS_FILE, VIEW_CONFIG, Layout
 from orchestrator.playbook import Playbook
 from orchestrator.render import render_field, render_template, template_source
@@ -122,6 +122,11 @@ def plan_target(
         if any(c in value for c in "\n\r\0"):
             raise InputError(
                 f"{playbook.source}: {where} for {container_name}: contains a line break or NUL"
+            )
+        if len(value.encode()) > PATH_MAX:
+            raise InputError(
+                f"{playbook.source}: {where} for {container_name}: a path of "
+                f"{len(value.encode())} bytes: at most {PATH_MAX} (Linux PATH_MAX)"
             )
         return value
 

@@ -322,6 +322,16 @@ class Gate(Schema):
         description="What an inconclusive gate does: `rollback` (as a failure), or `keep` "
         "the release when the server answered and drafts were measured.",
     )
+    min_probe_responses: Positive = Field(
+        default=4,
+        description="Successful probe responses each phase needs before it can pass: "
+        "counters that move while no request is answered prove nothing.",
+    )
+    max_probe_error_share: Fraction = Field(
+        default=0.05,
+        description="Failed probe requests above this share of a phase's finished ones "
+        "fail the phase, whatever its acceptance (the verdict says how many and why).",
+    )
     probe: Probe = Probe()
 
 

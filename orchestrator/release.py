@@ -23,7 +23,7 @@ from pydantic import ValidationError
 
 from orchestrator.container import release as store
 from orchestrator.drafters.findings import Finding
-from orchestrator.errors import InputError
+from orchestrator.errors import InputError, NeedsAttention
 from orchestrator.layout import DRAFTER_CONFIG, LAUNCH_SCRIPT, SECRETS_FILE, VIEW_CONFIG, Layout
 from orchestrator.plan import TargetPlan
 from orchestrator.playbook import Gate, Playbook
@@ -143,6 +143,30 @@ def gate_target(
         )
     except (ValueError, TypeError, KeyError, ValidationError):
         return fallback
+
+
+def record_gate_target(
+    transport: Transport, layout: Layout, release_id: str, gate: GateTarget, run_id: str
+) -> None:
+    """A re-gated release's manifest with its new gate settings and the run that set
+    them; the rest of what was applied stays as it was."""
+    path = f"{layout.release(release_id)}/{MANIFEST}"
+    raw = store.read_back(transport, layout.release(release_id), [MANIFEST]).get(MANIFEST)
+    try:
+        document = json.loads(raw or b"null")
+        document["gate_target"] = gate.to_dict()
+    except (ValueError, TypeError):
+        raise NeedsAttention(
+            f"{path}: unreadable manifest, its gate settings cannot be recorded",
+            subject=transport.label,
+        ) from None
+    document["regated_by"] = run_id
+    store.write(
+        transport,
+        layout.release(release_id),
+        {MANIFEST: (json.dumps(document, indent=2) + "\n").encode()},
+        MODES,
+    )
 
 
 @dataclass(frozen=True)
@@ -301,6 +325,21 @@ def changes(
     old = f"{container}:{current_dir}/{SECRETS_FILE} (current)" if was else "/dev/null"
     made = f"{container}:{new_dir}/{SECRETS_FILE} (new)" if now else "/dev/null"
     return files + f"--- {old}\n+++ {made}\n" + "".join(f"{line}\n" for line in changed)
+
+
+def verify_kept(transport: Transport, plan: TargetPlan, release_id: str) -> list[Mismatch]:
+    """A kept release's files against the hashes its own manifest recorded, as a new
+    release is cat-verified: a rollback checks its target so before anything stops.
+    Where the playbook renders what the manifest recorded, a mismatch has its diff."""
+    names = [MANIFEST, *plan.read_back_files]
+    actual = store.read_back(transport, plan.layout.release(release_id), names)
+    applied = Applied.parse(actual.pop(MANIFEST, None))
+    if applied is None:
+        return [Mismatch(MANIFEST, "missing or unreadable: the files cannot be verified")]
+    rendered = plan.read_back_files
+    known = {n: d for n, d in rendered.items() if sha256(d) == applied.files.get(n)}
+    label = f"applied by run {applied.run_id}"
+    return compare_hashes(applied.files, known, actual, plan.kind.key_fields, label)
 
 
 def verify(transport: Transport, plan: TargetPlan, written: Mapping[str, bytes]) -> list[Mismatch]:

@@ -52,7 +52,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from labtools import FAST, LabHandle, changes, cli_env, lab_state, start_lab
+from labtools import ALL_AT_ONCE, FAST, LabHandle, changes, cli_env, lab_state, start_lab
 from shelltools import Processes
 
 from orchestrator.errors import InputError
@@ -98,9 +98,6 @@ def lab(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[LabHandle]:
         yield LabHandle(the_lab, cli_env(tmp_path / "state"))
     finally:
         stop(the_lab)
-
-
-ALL_AT_ONCE = ["--set", "rollout.canary=0", "--set", "rollout.parallel=100%"]
 
 
 def deploy_everywhere(handle: LabHandle) -> LabHandle:

@@ -25,6 +25,8 @@ LOAD_SECONDS = 0.3
 """How long a lab's vLLM stand-in loads: long enough that orch must wait for /health."""
 FAST = ["--set", "gate.probe.scrape_interval=0.25", "--set", "gate.ready_timeout=30"]
 """A deploy's gate on the lab: scrapes often, and still waits generously for a busy machine."""
+ALL_AT_ONCE = ["--set", "rollout.canary=0", "--set", "rollout.parallel=100%"]
+"""Every container of the run at once: no canary, one wave."""
 _networks = itertools.count(random.randrange(100, 200))
 
 
@@ -97,6 +99,7 @@ def lab_state(lab: Lab) -> dict:
             "status": json.loads(paths.state.read_text())["status"],
             "servers": sorted(record["pid"] for record in server_records(paths)),
             "faults": paths.faults.read_text() if paths.faults.exists() else None,
+            "live": paths.live.read_text() if paths.live.exists() else None,
             "deployed": tree(paths.rootfs / "var" / "lib" / "orch"),
         }
     files = {path.name: path.read_text() for path in (lab.inventory, lab.known_hosts)}

@@ -55,6 +55,7 @@ def serving(transport: MemoryTransport, served_name: str) -> list[str]:
     transport.on_http("GET", "/health", lambda _: (200, b""))
     transport.on_http("GET", "/metrics", lambda _: (200, metrics(next(scrapes))))
     transport.on_http("POST", "/v1/completions", complete)
+    transport.on_http("POST", "/v1/chat/completions", complete)
     return asked
 
 
@@ -77,6 +78,8 @@ class ScriptedContainer:
         self.models: dict[str, Path] = {}
         """Remote model dir -> the local dir whose files it holds."""
         self.server: int | None = None
+        self.heartbeat_age = 0
+        """Seconds since the lock's heartbeat was touched, on the container's clock."""
         self.journal_steps: list[str] = []
         self.events: list[str] = []
         self.transport = MemoryTransport(name)
@@ -126,6 +129,7 @@ class ScriptedContainer:
             "acquire_lock": self._acquire_lock,
             "release_lock": self._release_lock,
             "take_over_lock": self._take_over_lock,
+            "renew_lock": self._renew_lock,
             "make_drafter_view": self._make_drafter_view,
             "list_releases": lambda releases_dir: self._listing(),
             "remove_releases": self._remove_releases,
@@ -143,11 +147,13 @@ class ScriptedContainer:
             "read_model_dir": self._read_model_dir,
         }
 
-    def _write_file(self, path: str, mode: str, stdin: bytes) -> bytes:
+    def _write_file(self, path: str, data: bytes, mode: str, stdin: bytes) -> tuple[int, bytes]:
+        if stdin != data:  # as the container's length and SHA-256 check refuses it
+            return 1, b"incomplete write: the old file is kept"
         self.files[path] = stdin
         if path == self.layout.journal:
             self.journal_steps.append(json.loads(stdin)["step"])
-        return b""
+        return 0, b""
 
     def _remove_file(self, path: str) -> bytes:
         self.files.pop(path, None)
@@ -167,8 +173,9 @@ class ScriptedContainer:
     def _acquire_lock(self, lock_dir: str, owner_json: str) -> tuple[int, bytes]:
         owner = f"{lock_dir}/owner.json"
         if owner in self.files:
-            return 1, self.files[owner]
+            return 1, f"heartbeat 1000 {self.heartbeat_age}\n".encode() + self.files[owner]
         self.files[owner] = owner_json.encode()
+        self.heartbeat_age = 0
         self.events.append("lock")
         return 0, b""
 
@@ -179,11 +186,20 @@ class ScriptedContainer:
             self.events.append("unlock")
         return b""
 
-    def _take_over_lock(self, lock_dir: str, stale_owner: str, owner_json: str) -> int | bytes:
+    def _renew_lock(self, lock_dir: str, run_id: str) -> tuple[int, bytes]:
+        if run_id not in self.files.get(f"{lock_dir}/owner.json", b"").decode():
+            return 1, b""
+        self.heartbeat_age = 0
+        return 0, b""
+
+    def _take_over_lock(
+        self, lock_dir: str, stale_owner: str, stale_heartbeat: str, owner_json: str
+    ) -> tuple[int, bytes]:
         owner = f"{lock_dir}/owner.json"
-        if self.files.get(owner, b"").decode() != stale_owner:
+        if self.files.get(owner, b"").decode() != stale_owner or stale_heartbeat != "1000":
             return 1, self.files.get(owner, b"")
         self.files[owner] = owner_json.encode()
+        self.heartbeat_age = 0
         self.events.append("take over")
         return 0, b""
 

@@ -11,6 +11,11 @@ is still there when a run starts is the record of a run that never finished:
 
 `step` is the step being done; `gate passed` means `to_release` passed its gate
 and is kept, every other step means it was never gated and must be undone.
+
+Every write is checked whole on the container before it replaces the last one,
+so a run cut mid-write leaves the previous step's journal. A journal that still
+cannot be read (cut by an older orch, edited by hand) is `Unreadable`: never a
+dead end, the recovering run infers the transaction from the container itself.
 """
 
 from __future__ import annotations
@@ -21,11 +26,12 @@ from dataclasses import dataclass
 
 from orchestrator.container.shell import read_whole, remove_file, run_step, write_file
 from orchestrator.deadline import now
-from orchestrator.errors import NeedsAttention
 from orchestrator.layout import Layout
 from orchestrator.transport.base import Transport
 
 GATE_PASSED = "gate passed"
+UNKNOWN_RUN = "unknown"
+"""The run id of a transaction inferred from a container whose journal could not be read."""
 
 
 @dataclass(frozen=True)
@@ -51,6 +57,17 @@ class Transaction:
         )
 
 
+@dataclass(frozen=True)
+class Unreadable:
+    """A journal file that is there but is not a transaction orch wrote."""
+
+    path: str
+    problem: str
+
+    def describe(self) -> str:
+        return f"{self.path} is unreadable ({self.problem}): a run stopped in its switch"
+
+
 class Journal:
     """The journal file of one deployment; `active` is the transaction this run writes."""
 
@@ -58,7 +75,7 @@ class Journal:
         self.transport, self.layout = transport, layout
         self.active: Transaction | None = None
 
-    def read(self) -> Transaction | None:
+    def read(self) -> Transaction | Unreadable | None:
         raw = read_whole(self.transport, [self.layout.journal], "journal").get(self.layout.journal)
         if raw is None:
             return None
@@ -66,11 +83,8 @@ class Journal:
             data = json.loads(raw)
             return Transaction(**{f.name: data[f.name] for f in dataclasses.fields(Transaction)})
         except (ValueError, TypeError, KeyError) as exc:
-            raise NeedsAttention(
-                f"{self.layout.journal} is unreadable ({exc}); "
-                "check the container by hand, then remove it",
-                subject=self.transport.label,
-            ) from None
+            problem = "empty" if not raw else f"{len(raw)} bytes, {type(exc).__name__}: {exc}"
+            return Unreadable(self.layout.journal, problem)
 
     def begin(
         self, run_id: str, action: str, owner: str, from_release: str | None, to_release: str
@@ -90,5 +104,5 @@ class Journal:
 
     def _write(self, transaction: Transaction) -> None:
         data = json.dumps(dataclasses.asdict(transaction), sort_keys=True).encode()
-        run_step(self.transport, write_file(self.layout.journal), "journal", stdin=data)
+        run_step(self.transport, write_file(self.layout.journal, data), "journal", stdin=data)
         self.active = transaction

@@ -128,11 +128,12 @@ def write(
     files: Mapping[str, bytes],
     modes: Mapping[str, str],
 ) -> None:
-    """Each file streamed through stdin to a temp file, fsynced, renamed."""
+    """Each file streamed through stdin to a temp file, checked whole (length and
+    SHA-256) on the container, fsynced, renamed."""
     for name, data in files.items():
         run_step(
             transport,
-            write_file(f"{release_dir}/{name}", modes.get(name, "0644")),
+            write_file(f"{release_dir}/{name}", data, modes.get(name, "0644")),
             f"write {name}",
             stdin=data,
         )

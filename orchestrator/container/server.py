@@ -56,15 +56,20 @@ def start_server(
     )
 
 
+LOG_LINE_BYTES = 2000
+"""A log line is cut here in what a look brings back: one 1 MB line is not a report."""
+
+
 @builder
 def watch_server(pid_file: str, log: str, since_byte: int, lines: int) -> list[str]:
     """One look at a starting server, as frames: `server` (as server_state prints it)
-    and `tail` (the log's last lines since `since_byte`)."""
+    and `tail` (the log's last lines since `since_byte`, each cut at LOG_LINE_BYTES)."""
     return script(
         PROCESS_FUNCTIONS
         + FRAME_FUNCTIONS
         + f'recorded {q(pid_file)} > "$tmp"; frame server "$tmp"\n'
-        + f'tail -c +{int(since_byte) + 1} {q(log)} 2>/dev/null | tail -n {int(lines)} > "$tmp"\n'
+        + f"tail -c +{int(since_byte) + 1} {q(log)} 2>/dev/null | tail -n {int(lines)} "
+        + f'| cut -c 1-{LOG_LINE_BYTES} > "$tmp"\n'
         + 'frame tail "$tmp"'
     )
 

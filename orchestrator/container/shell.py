@@ -11,15 +11,17 @@ from __future__ import annotations
 
 import csv
 import functools
+import hashlib
 import inspect
 import io
+import math
 import shlex
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import ParamSpec
 
 from orchestrator.errors import NeedsAttention, StepFailed
-from orchestrator.transport.base import Result, Transport
+from orchestrator.transport.base import Result, Stream, Transport
 
 SH = "/bin/sh"
 DEFAULT_TIMEOUT = 120.0
@@ -48,6 +50,11 @@ def builder(build: Callable[P, list[str]]) -> Callable[P, list[str]]:
 
     return named
 
+
+KILL_AFTER_SECONDS = 5
+REMOTE_GRACE_SECONDS = 5.0
+"""The remote bound is the caller's timeout plus this: the caller gives up first and
+reports its own timeout; the container then ends what is left."""
 
 # Shell helpers shared by the scripts that look at a recorded server process:
 # alive() holds for a live, non-zombie PID whose start time is still the recorded one.
@@ -92,16 +99,36 @@ def q(value: object) -> str:
 
 
 @builder
-def write_file(path: str, mode: str = "0644") -> list[str]:
-    """Atomically replace `path` with stdin: temp file, fsync, rename, fsync dir."""
+def write_file(path: str, data: bytes, mode: str = "0644") -> list[str]:
+    """Atomically replace `path` with stdin, only if stdin was all of `data`: temp file,
+    then its length and SHA-256 checked against `data`'s, fsync, rename, fsync dir.
+
+    A stdin cut short (orch killed, SSH dropped) ends `cat` as a complete one would:
+    the check is what keeps the partial file from replacing the good one (exit 1,
+    the temp file removed, stderr saying what arrived)."""
     directory, name = path.rsplit("/", 1)
+    size, digest = len(data), hashlib.sha256(data).hexdigest()
     return script(
         f"set -e; umask 022; mkdir -p {q(directory)}; "
         f"tmp=$(mktemp {q(f'{directory}/.{name}.XXXXXX')}); "
         f"trap 'rm -f \"$tmp\"' EXIT; "
-        f'cat > "$tmp"; sync "$tmp"; chmod {q(mode)} "$tmp"; '
+        f'cat > "$tmp"; n=$(wc -c < "$tmp"); h=$(sha256sum < "$tmp"); '
+        f'if [ "$n" -ne {size} ] || [ "${{h%% *}}" != {digest} ]; then '
+        f'echo "incomplete write: $n of {size} bytes arrived, '
+        f'SHA-256 ${{h%% *}} (expected {digest}); the old file is kept" >&2; exit 1; fi; '
+        f'sync "$tmp"; chmod {q(mode)} "$tmp"; '
         f'mv -f "$tmp" {q(path)}; trap - EXIT; sync {q(directory)}'
     )
+
+
+def bounded(argv: Sequence[str], seconds: float) -> list[str]:
+    """argv under the container's own `timeout`: its process group (everything the
+    command started, unless it left with `setsid` as a server does) gets SIGTERM after
+    `seconds`, SIGKILL 5 s later. So a command whose caller gave up (its deadline, or
+    orch killed and the connection gone) never runs on: a hung `vllm --version` that
+    holds a port is ended with its children. A builder's Command keeps its concern."""
+    wrapped = ["timeout", "-k", str(KILL_AFTER_SECONDS), f"{max(1, math.ceil(seconds))}", *argv]
+    return Command(wrapped, argv.concern, argv.args) if isinstance(argv, Command) else wrapped
 
 
 @builder
@@ -197,6 +224,26 @@ def run_step(
             f"{step}: exit {result.exit_code}: {detail[-800:]}", subject=transport.label
         )
     return result
+
+
+class BoundedTransport:
+    """A container's transport whose every command with a timeout runs under the
+    container's `timeout` (`bounded`), a little longer than the caller waits."""
+
+    def __init__(self, inner: Transport) -> None:
+        self.inner = inner
+        self.label = inner.label
+
+    def run(
+        self, argv: Sequence[str], stdin: bytes | None = None, timeout: float | None = None
+    ) -> Result:
+        if timeout is None:
+            return self.inner.run(argv, stdin, timeout)
+        result = self.inner.run(bounded(argv, timeout + REMOTE_GRACE_SECONDS), stdin, timeout)
+        return Result(tuple(argv), result.exit_code, result.stdout, result.stderr)
+
+    def open_stream(self, address: str, port: int, timeout: float = 10.0) -> Stream:
+        return self.inner.open_stream(address, port, timeout)
 
 
 def read_whole(transport: Transport, paths: Sequence[str], step: str) -> dict[str, bytes]:

@@ -16,11 +16,12 @@ TIMEOUT = 60.0
 
 @builder
 def status_report(layout: Layout) -> list[str]:
-    """`key value` lines: current release, server state, lock owner, then the audit
-    log's last lines (`audit LINE` each)."""
+    """`key value` lines: current release (and `dangling yes` when its dir is gone),
+    server state, lock owner, then the audit log's last lines (`audit LINE` each)."""
     return script(
         PROCESS_FUNCTIONS
         + f'echo "current $(readlink {q(layout.current)} 2>/dev/null)"\n'
+        + f'[ -L {q(layout.current)} ] && [ ! -d {q(layout.current)} ] && echo "dangling yes"\n'
         + f'echo "server $(recorded {q(layout.server_pid)})"\n'
         + f'echo "lock $(cat {q(layout.lock_owner)} 2>/dev/null)"\n'
         + audit.status_lines(layout.audit_log)
@@ -37,6 +38,7 @@ def parse_status_report(text: str) -> dict[str, Any]:
         release = release_id_of(fields.get("current", ""))
         return {
             "release": release,
+            "release_missing": fields.get("dangling") == "yes",
             "server": server[0],
             "pid": int(server[1]) if len(server) > 1 else None,
             "release_gate": audit.release_gate(audit_lines, release),

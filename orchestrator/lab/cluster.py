@@ -235,6 +235,19 @@ class Lab:
         recorded = {"kind": "standin", "vllm_version": state["spec"]["vllm_version"]}
         return state.get("server") or recorded
 
+    def set_acceptance(self, name: str, scale: float) -> Path:
+        """Scale every position's acceptance on the servers of container `name` from their
+        next draft on, without a restart (1 restores them); returns the knob's file."""
+        if not 0 <= scale <= 1:
+            raise InputError(f"acceptance scale {scale}: expected 0..1")
+        found = [c for c in self.containers() if c.name == name]
+        if not found:
+            known = ", ".join(c.name for c in self.containers())
+            raise InputError(f"no container {name!r} in the lab (it has {known})")
+        paths = ContainerPaths(Path(found[0].root))
+        write_json_atomic(paths.live, {"acceptance_scale": scale})
+        return paths.live
+
     def status(self) -> list[dict]:
         rows = []
         node_by_name = {n.name: n for n in self.nodes()}

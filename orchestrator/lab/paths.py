@@ -80,6 +80,11 @@ class ContainerPaths:
         return self.lab / "faults.json"
 
     @property
+    def live(self) -> Path:
+        """Knobs a running server re-reads (`acceptance_scale`), set without a restart."""
+        return self.lab / "live.json"
+
+    @property
     def truth_dir(self) -> Path:
         return self.lab / "truth"
 

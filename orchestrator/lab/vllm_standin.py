@@ -26,7 +26,9 @@ its methods and SpeculativeConfig fields, pydantic's errors for others, how it
 reads VLLM_USE_V2_MODEL_RUNNER, what it does with a DFlash drafter mixing
 sliding and full layers or lacking a window, the zero lm_head of its V2 runner,
 its flags (the `swa_as_full_attention` fault knob runs sliding layers as full
-attention on any release). Imports stay light: an idle server must stay small.
+attention on any release; `lab/live.json`'s `acceptance_scale`, re-read while
+serving, scales every position's acceptance: `orch lab acceptance`). Imports stay
+light: an idle server must stay small.
 """
 
 from __future__ import annotations
@@ -83,6 +85,7 @@ LOAD_SECONDS_ENV = "ORCH_LAB_LOAD_SECONDS"
 STATS_INTERVAL_ENV = "VLLM_LOG_STATS_INTERVAL"
 DEFAULT_LOAD_SECONDS = 2.0
 DEFAULT_STATS_INTERVAL = 5.0
+LIVE_RECHECK_SECONDS = 0.5
 WATCHDOG_SECONDS = 5.0
 """The API server's check for a dead engine (VLLM_WATCHDOG_TIME_S, launcher.py:319 in 0.32.0)."""
 GENERATION_CONFIG = "generation_config.json"
@@ -188,6 +191,8 @@ class Faults:
     """/health answers one byte of its response every this many seconds."""
     drip_metrics_seconds: float | None = None
     swa_as_full_attention: bool = False
+    fail_completions: bool = False
+    """Every completion runs (its drafts are counted) and then answers HTTP 500."""
 
 
 def read_faults(container: ContainerPaths) -> Faults:
@@ -566,6 +571,31 @@ class Interval:
         )
 
 
+class LiveKnobs:
+    """The container's `lab/live.json`, re-read when it changes (looked at every
+    LIVE_RECHECK_SECONDS at most): knobs the lab turns on a running server."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.acceptance_scale = 1.0
+        self._seen: int | None = None
+        self._checked = -LIVE_RECHECK_SECONDS
+
+    def scale(self) -> float:
+        now = time.monotonic()
+        if now - self._checked >= LIVE_RECHECK_SECONDS:
+            self._checked = now
+            try:
+                changed = self.path.stat().st_mtime_ns
+            except FileNotFoundError:
+                changed = None
+            if changed != self._seen:
+                self._seen = changed
+                knobs = read_json(self.path) if changed is not None else {}
+                self.acceptance_scale = float(knobs.get("acceptance_scale", 1.0))
+        return self.acceptance_scale
+
+
 class Engine:
     """Generates tokens at a simulated rate, drafting and counting as vLLM's engine does."""
 
@@ -575,9 +605,11 @@ class Engine:
         drafting: Drafting | None,
         seed: int,
         tokens_per_second: float = DEFAULT_TOKENS_PER_SECOND,
+        live: LiveKnobs | None = None,
     ) -> None:
         self.metrics = metrics
         self.drafting = drafting
+        self.live = live
         self.step_seconds = 1 / tokens_per_second
         self.rng = random.Random(seed)
         self.lock = threading.Lock()
@@ -622,6 +654,9 @@ class Engine:
             return 1
         k = self.drafting.num_speculative_tokens
         profile = self.drafting.profile_at(context_tokens)
+        scale = self.live.scale() if self.live else 1.0
+        if scale != 1.0:
+            profile = [share * scale for share in profile]
         metrics = self.metrics
         with self.lock:  # one draft is one update: a scrape never sees half of it
             accepted = sample_accepted(profile, k, multiplier, self.rng)
@@ -811,7 +846,10 @@ class Handler(BaseHTTPRequestHandler):
             request = json.loads(body)
             if not isinstance(request, dict):
                 raise RequestError("the request body must be a JSON object")
-            self._send_json(200, completion_body(self.server.app, request, routes[self.path]))
+            answer = completion_body(self.server.app, request, routes[self.path])
+            if self.server.app.faults.fail_completions:
+                raise RequestError("lab fault: fail_completions", "InternalServerError", 500)
+            self._send_json(200, answer)
         except json.JSONDecodeError as error:
             self._send_json(400, error_body(f"invalid JSON: {error}", "BadRequestError", 400))
         except RequestError as error:
@@ -894,7 +932,7 @@ def build_app(
     model_name = (args.served_model_name or [args.model_tag])[0]
     metrics = Metrics(model_name, drafting, not faults.drop_spec_decode)
     seed = args.port if args.seed is None else args.seed
-    engine = Engine(metrics, drafting, seed, args.tokens_per_second)
+    engine = Engine(metrics, drafting, seed, args.tokens_per_second, LiveKnobs(container.live))
     text = dflash_reading.text_config(config)
     max_model_len = args.max_model_len or text.get("max_position_embeddings")
     defaults = default_sampling(Path(args.model_tag), args)

@@ -8,7 +8,7 @@ verdict when the traffic budget or time runs out.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from orchestrator.metrics.evaluate import Measurement, combine
@@ -136,6 +136,55 @@ def assess(batches: Sequence[Measurement], criteria: GateCriteria) -> Verdict:
     open_check = next(check for check in checks if not check.cleared)
     reason = f"not enough evidence yet: {open_check.describe(level)} {over}"
     return _verdict("inconclusive", total, length, reason)
+
+
+@dataclass(frozen=True)
+class RequestCriteria:
+    """What the probe traffic itself must show: a server that answers no request has
+    not passed, whatever its counters say."""
+
+    min_responses: int = 4
+    max_error_share: float = 0.05
+
+
+def judge_requests(
+    verdict: Verdict,
+    answered: int,
+    failed: int,
+    first_error: str,
+    criteria: RequestCriteria,
+    final: bool = False,
+) -> Verdict:
+    """The verdict with the probe requests' outcome applied: failed requests above the
+    allowed share fail the phase (once `min_responses` requests finished, or at the
+    phase's end with `final`); too few answered keeps a pass undecided."""
+    finished = answered + failed
+    share = failed / finished if finished else 0.0
+    if (
+        failed
+        and share > criteria.max_error_share
+        and (final or finished >= criteria.min_responses)
+    ):
+        return replace(
+            verdict,
+            outcome="fail",
+            reason=(
+                f"{failed} of {finished} probe requests failed ({share:.0%}, more than the "
+                f"{criteria.max_error_share:.0%} allowed; first: {first_error}); "
+                f"acceptance: {verdict.reason}"
+            ),
+        )
+    if verdict.outcome == "pass" and answered < criteria.min_responses:
+        return replace(
+            verdict,
+            outcome="inconclusive",
+            reason=(
+                f"not enough evidence yet: {answered} probe responses of the "
+                f"{criteria.min_responses} required ({failed} failed); acceptance: "
+                f"{verdict.reason}"
+            ),
+        )
+    return verdict
 
 
 def no_spec_decode_verdict() -> Verdict:

@@ -32,10 +32,12 @@ if TYPE_CHECKING:
     pass
 
 
-# C0 and C1 control characters but newline and tab, shown as Python escapes.
+# C0 and C1 control characters but newline and tab, shown as Python escapes; and the
+# bidirectional controls (U+202E turns the rest of a line around), shown as \u escapes.
+_BIDI = [0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A)]
 _CONTROLS = {
     code: f"\\x{code:02x}" for code in [*range(0x20), *range(0x7F, 0xA0)] if chr(code) not in "\n\t"
-}
+} | {code: f"\\u{code:04x}" for code in _BIDI}
 
 
 FOLD_AFTER = 24  # free text up to this wide stays on one line; longer folds

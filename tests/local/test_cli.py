@@ -380,6 +380,22 @@ def test_logs_cannot_follow_as_one_json_document() -> None:
     assert done.code == 2 and "--follow" in done.stderr
 
 
+def test_a_path_longer_than_path_max_is_bad_input_with_its_field(tmp_path: Path) -> None:
+    inventory = tmp_path / "inventory.yaml"
+    long_dir = "/" + "s" * 100_000
+    inventory.write_text(
+        EXAMPLE.read_text().replace("state_dir: /var/lib/orch", f"state_dir: {long_dir}")
+    )
+    assert long_dir in inventory.read_text()
+    done = render("-i", str(inventory))
+    assert done.code == 2
+    assert "defaults.vars.state_dir: " in done.stderr
+    assert "a path of 100001 bytes: at most 4095 (Linux PATH_MAX)" in done.stderr
+    assert len(done.stderr) < 2000  # the value is not echoed back
+    over = render("-i", str(EXAMPLE), "--set", f"state_dir={long_dir}")
+    assert over.code == 2 and "state_dir for " in over.stderr and len(over.stderr) < 2000
+
+
 # the kind verify-config judges by
 
 

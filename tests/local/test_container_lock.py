@@ -3,14 +3,23 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+import time
 from pathlib import Path
 
 from shelltools import (
     run,
+    tree,
 )
 
-from orchestrator.container.lock import acquire_lock, release_lock, take_over_lock
+from orchestrator.container.lock import (
+    acquire_lock,
+    parse_held,
+    release_lock,
+    renew_lock,
+    take_over_lock,
+)
 from orchestrator.container.shell import (
     point_link,
 )
@@ -26,18 +35,25 @@ def test_point_link_and_lock_scripts() -> None:
     assert acquire_lock("/var/lib/orch/q/lock", '{"user": "o\'brien"}') == [
         "/bin/sh",
         "-c",
-        "mkdir -p /var/lib/orch/q || exit 2\n"
-        "if mkdir /var/lib/orch/q/lock 2>/dev/null; "
-        """then printf %s '{"user": "o'"'"'brien"}' > /var/lib/orch/q/lock/owner.json; """
-        "exit 0; fi\n"
-        "[ -d /var/lib/orch/q/lock ] || { mkdir /var/lib/orch/q/lock; exit 2; }\n"
+        "mkdir -p /var/lib/orch/q && new=$(mktemp -d /var/lib/orch/q/.lock.XXXXXX) || exit 2\n"
+        """trap 'rm -rf "$new"' EXIT\n"""
+        """printf %s '{"user": "o'"'"'brien"}' > "$new/owner.json" """
+        """&& : > "$new/heartbeat" || exit 2\n"""
+        """if mv -T "$new" /var/lib/orch/q/lock 2>/dev/null; then trap - EXIT; exit 0; fi\n"""
+        """[ -d /var/lib/orch/q/lock ] || { mv -T "$new" /var/lib/orch/q/lock; exit 2; }\n"""
+        "hb=$(stat -c %Y /var/lib/orch/q/lock/heartbeat 2>/dev/null "
+        "|| stat -c %Y /var/lib/orch/q/lock/owner.json 2>/dev/null "
+        "|| stat -c %Y /var/lib/orch/q/lock) || exit 2\n"
+        'echo "heartbeat $hb $(($(date +%s) - hb))"\n'
         "cat /var/lib/orch/q/lock/owner.json 2>/dev/null; exit 1",
     ]
     assert release_lock("/var/lib/orch/q/lock") == [
         "/bin/sh",
         "-c",
-        "rm -f /var/lib/orch/q/lock/owner.json; "
-        "rmdir /var/lib/orch/q/lock/takeover /var/lib/orch/q/lock 2>/dev/null || true",
+        "[ -d /var/lib/orch/q/lock ] || exit 0\n"
+        "gone=$(mktemp -d /var/lib/orch/q/lock.gone.XXXXXX) || exit 1\n"
+        'mv -T /var/lib/orch/q/lock "$gone/lock" || { rmdir "$gone"; exit 1; }\n'
+        'rm -rf "$gone"',
     ]
     assert release_lock("/l/lock", "run 1")[2].startswith(
         "grep -qF 'run 1' /l/lock/owner.json 2>/dev/null || exit 0\n"
@@ -69,7 +85,8 @@ def test_first_mkdir_wins_the_lock_and_the_second_sees_the_owner(tmp_path: Path)
     lost = run(acquire_lock(lock, second))
 
     assert (won.returncode, won.stdout) == (0, b"")
-    assert (lost.returncode, lost.stdout.decode()) == (1, first)
+    assert lost.returncode == 1
+    assert parse_held(lost.stdout.decode()).owner_text == first
     assert run(release_lock(lock)).returncode == 0
     assert not Path(lock).exists()
     assert run(acquire_lock(lock, second)).returncode == 0
@@ -91,28 +108,75 @@ def test_concurrent_acquires_have_exactly_one_winner(tmp_path: Path) -> None:
     assert json.loads(Path(lock, "owner.json").read_text()) == {"n": winner}
 
 
+def held(lock: str, owner: str) -> str:
+    """The heartbeat mtime a second acquire sees (what a take-over must still find)."""
+    done = run(acquire_lock(lock, owner))
+    assert done.returncode == 1
+    return parse_held(done.stdout.decode()).heartbeat
+
+
 def test_take_over_replaces_only_the_stale_owner_it_was_given(tmp_path: Path) -> None:
     lock = str(tmp_path / "it's" / "lock")
     stale, mine, theirs = '{"run_id": "dead"}', '{"run_id": "me"}', '{"run_id": "other"}'
     assert run(acquire_lock(lock, stale)).returncode == 0
+    beat = held(lock, theirs)
 
-    assert run(take_over_lock(lock, theirs, mine)).returncode == 1
+    assert run(take_over_lock(lock, theirs, beat, mine)).returncode == 1
     assert Path(lock, "owner.json").read_text() == stale
-    assert run(take_over_lock(lock, stale, mine)).returncode == 0
+    assert run(take_over_lock(lock, stale, beat, mine)).returncode == 0
     assert Path(lock, "owner.json").read_text() == mine
-    again = run(take_over_lock(lock, stale, theirs))
+    again = run(take_over_lock(lock, stale, beat, theirs))
     assert (again.returncode, again.stdout.decode()) == (1, mine)
-    assert sorted(p.name for p in Path(lock).iterdir()) == ["owner.json"]
+    assert sorted(p.name for p in Path(lock).iterdir()) == ["heartbeat", "owner.json"]
     run(release_lock(lock, "me"))
     assert not Path(lock).exists()
+    assert tree(tmp_path) == {"it's"}
+
+
+def test_a_renewed_heartbeat_keeps_the_lock_from_a_take_over(tmp_path: Path) -> None:
+    lock = str(tmp_path / "lock")
+    owner = '{"run_id": "alive"}'
+    assert run(acquire_lock(lock, owner)).returncode == 0
+    os.utime(Path(lock, "heartbeat"), (1000, 1000))  # a heartbeat seen long ago...
+    seen = held(lock, "{}")
+    assert seen == "1000"
+    assert run(renew_lock(lock, "alive")).returncode == 0  # ...renewed since
+
+    assert run(take_over_lock(lock, owner, seen, '{"run_id": "thief"}')).returncode == 1
+    assert Path(lock, "owner.json").read_text() == owner
+    assert run(renew_lock(lock, "thief")).returncode == 1  # only the holder renews
+
+
+def test_the_heartbeat_age_is_measured_on_the_containers_clock(tmp_path: Path) -> None:
+    lock = str(tmp_path / "lock")
+    assert run(acquire_lock(lock, '{"run_id": "a"}')).returncode == 0
+    os.utime(Path(lock, "heartbeat"), (time.time() - 7200, time.time() - 7200))
+
+    age = parse_held(run(acquire_lock(lock, "{}")).stdout.decode()).age
+
+    assert 7199 <= age <= 7230
+
+
+def test_a_lock_is_never_seen_without_its_owner(tmp_path: Path) -> None:
+    """Built whole and renamed in: a racing reader finds either no lock or its owner."""
+    lock = tmp_path / "lock"
+    seen: list[bool] = []
+    for n in range(20):
+        assert run(acquire_lock(str(lock), f'{{"n": {n}}}')).returncode == 0
+        seen.append(Path(lock, "owner.json").read_text() == f'{{"n": {n}}}')
+        assert run(release_lock(str(lock))).returncode == 0
+    assert all(seen) and tree(tmp_path) == set()
 
 
 def test_concurrent_take_overs_of_one_stale_owner_have_exactly_one_winner(tmp_path: Path) -> None:
     lock = str(tmp_path / "lock")
     stale = '{"run_id": "dead"}'
     assert run(acquire_lock(lock, stale)).returncode == 0
+    beat = held(lock, "{}")
     racers = [
-        subprocess.Popen(take_over_lock(lock, stale, f'{{"n": {n}}}'), stdout=subprocess.DEVNULL)
+        subprocess.Popen(
+            take_over_lock(lock, stale, beat, f'{{"n": {n}}}'), stdout=subprocess.DEVNULL
+        )
         for n in range(8)
     ]
     codes = [racer.wait(timeout=30) for racer in racers]

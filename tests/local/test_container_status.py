@@ -45,6 +45,7 @@ def test_status_report_parses_into_a_status_row(
     parsed = parse_status_report(done.stdout.decode())
     assert parsed == {
         "release": a,
+        "release_missing": True,  # `current` names a dir that is not there
         "server": "running",
         "pid": server.pid,
         "release_gate": {  # the re-gate that kept `a`, not r2's failed gate of `b`
@@ -65,6 +66,9 @@ def test_status_report_parses_into_a_status_row(
         },
         "lock": '{"run_id": "r1", "user": "ops"}',
     }
+    (deployment / "releases" / a).mkdir(parents=True)
+    there = run(status_report(Layout(str(deployment))))
+    assert parse_status_report(there.stdout.decode())["release_missing"] is False
     (deployment / "current").unlink()  # a run killed after its switch: `b` never gated
     (deployment / "current").symlink_to(f"releases/{b}")
     killed = parse_status_report(run(status_report(Layout(str(deployment)))).stdout.decode())
@@ -72,6 +76,7 @@ def test_status_report_parses_into_a_status_row(
     empty = run(status_report(Layout(str(tmp_path / "never deployed"))))
     assert parse_status_report(empty.stdout.decode()) == {
         "release": None,
+        "release_missing": False,
         "server": "none",
         "pid": None,
         "release_gate": None,
@@ -83,6 +88,7 @@ def test_status_report_parses_into_a_status_row(
 def test_status_report_as_a_row() -> None:
     assert parse_status_report(captured("status-report.txt")) == {
         "release": "0123456789ab",
+        "release_missing": False,
         "server": "running",
         "pid": 31337,
         "release_gate": {  # a line written before `current_gate` was recorded
@@ -108,6 +114,7 @@ def test_status_report_as_a_row() -> None:
 def test_status_report_of_a_container_never_deployed() -> None:
     assert parse_status_report(captured("status-report-empty.txt")) == {
         "release": None,
+        "release_missing": False,
         "server": "none",
         "pid": None,
         "release_gate": None,

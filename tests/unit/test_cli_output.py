@@ -36,6 +36,7 @@ def typo(tmp_path: Path) -> Path:
         ["status", "qwen-dflash", "-i", "TYPO", "--json"],
         ["deploy", "qwen-dflash", "-i", "TYPO", "--check", "-o", "json"],
         ["doctor", "qwen-dflash", "-i", "TYPO", "-ojson"],
+        ["watch", "qwen-dflash", "-i", "TYPO", "-o", "json"],
     ],
 )
 def test_a_bad_inventory_gives_one_bad_input_document_naming_file_line_column_field(
@@ -64,6 +65,8 @@ def test_a_bad_inventory_gives_one_bad_input_document_naming_file_line_column_fi
         (["status", "qwen-dflash", "-i", str(EXAMPLE), "--bogus", "--json"], "--bogus"),
         (["status", "no-such-playbook", "-i", str(EXAMPLE), "--json"], "no-such-playbook"),
         (["status", "qwen-dflash", "-i", str(EXAMPLE), "-l", "ct999", "--json"], "ct999"),
+        (["watch", "qwen-dflash", "-i", str(EXAMPLE), "--window", "soon", "--json"], "--window"),
+        (["history", "--since", "soon", "-o", "json"], "--since"),
     ],
 )
 def test_every_json_invocation_prints_one_document_even_when_it_stops_early(

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.errors import InputError, NeedsAttention
-from orchestrator.history import History, new_run_id, state_dir
+from orchestrator.history import History, check_writable, new_run_id, state_dir
 from orchestrator.probes import load_prompts
 
 
@@ -71,3 +71,23 @@ def test_an_unwritable_history_is_a_project_error(tmp_path: Path) -> None:
     blocker.write_text("a file where the state dir should be")
     with pytest.raises(NeedsAttention, match="could not record the run"):
         History(blocker / "history.sqlite").record(document("r1", "x", "ok"), "deploy", "a")
+
+
+def test_a_history_that_is_not_a_database_is_an_error_naming_it(tmp_path: Path) -> None:
+    store = tmp_path / "history.sqlite"
+    store.write_bytes(b"not a database, as a full disk or a stray copy leaves it" * 100)
+
+    with pytest.raises(NeedsAttention, match=f"cannot read the history {store}"):
+        History(store).last(5)
+
+
+def test_a_state_dir_that_cannot_be_written_stops_the_run_before_the_fleet(
+    tmp_path: Path,
+) -> None:
+    blocker = tmp_path / "a file"
+    blocker.write_text("where the state dir should be")
+
+    with pytest.raises(NeedsAttention, match=r"cannot be written .* nothing was changed"):
+        check_writable(blocker / "orch")
+    check_writable(tmp_path / "orch")  # a fresh one is made and probed
+    assert list((tmp_path / "orch").iterdir()) == []

@@ -22,9 +22,11 @@ from test_metrics_simulation import (
 from orchestrator.metrics.assess import (
     FailureCauses,
     GateCriteria,
+    RequestCriteria,
     Verdict,
     assess,
     explain,
+    judge_requests,
     no_spec_decode_verdict,
 )
 from orchestrator.metrics.evaluate import Measurement
@@ -207,3 +209,36 @@ def test_the_outcome_follows_the_bounds(
         assert verdict.drafts >= criteria.min_drafts
     if verdict.outcome == "fail" and verdict.upper is not None and verdict.upper >= threshold:
         assert "position-1 acceptance" in verdict.reason
+
+
+PASSED = Verdict("pass", 4.1, 3.9, 4.3, (0.8,), 900, "mean acceptance length 4.10 >= 2.50")
+REQUESTS = RequestCriteria(min_responses=4, max_error_share=0.05)
+
+
+def test_counters_that_pass_while_every_request_fails_do_not_pass() -> None:
+    """The field's case: acceptance read from /metrics, `requests 4, request_errors 4`."""
+    verdict = judge_requests(PASSED, 0, 4, "HTTP 500 from /v1/completions", REQUESTS)
+
+    assert verdict.outcome == "fail"
+    assert verdict.reason.startswith(
+        "4 of 4 probe requests failed (100%, more than the 5% allowed; "
+        "first: HTTP 500 from /v1/completions)"
+    )
+
+
+def test_request_errors_within_the_share_leave_the_verdict_alone() -> None:
+    assert judge_requests(PASSED, 40, 2, "timeout", REQUESTS) == PASSED
+
+
+def test_a_share_above_the_limit_fails_only_once_enough_requests_finished() -> None:
+    early = judge_requests(PASSED, 1, 1, "timeout", REQUESTS)
+    assert early.outcome == "inconclusive" and "1 probe responses of the 4 required" in early.reason
+    assert judge_requests(PASSED, 1, 1, "timeout", REQUESTS, final=True).outcome == "fail"
+    assert judge_requests(PASSED, 3, 1, "timeout", REQUESTS).outcome == "fail"
+
+
+def test_too_few_answers_keep_a_pass_undecided_and_leave_a_fail_a_fail() -> None:
+    failed = Verdict("fail", 1.1, 1.0, 1.2, (0.05,), 900, "misaligned")
+    assert judge_requests(PASSED, 3, 0, "", REQUESTS).outcome == "inconclusive"
+    assert judge_requests(PASSED, 4, 0, "", REQUESTS) == PASSED
+    assert judge_requests(failed, 0, 0, "", REQUESTS) == failed

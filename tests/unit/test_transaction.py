@@ -50,6 +50,16 @@ def test_gate_passes_on_counters_that_grow_well() -> None:
     assert ("GET", "/metrics") in transport.requests
 
 
+def test_a_gate_whose_requests_all_fail_fails_though_its_counters_pass() -> None:
+    transport = MemoryTransport()
+    serving(transport, "someone-else")  # every completion is a 404; the counters still grow
+    report = run_gate(transport, "10.0.0.5", 8000, "m", FAST_GATE, BUCKETS, CAUSES)
+    assert report.verdict.outcome == "fail", report.verdict.reason
+    assert report.request_errors == report.requests > 0
+    assert "probe requests failed" in report.verdict.reason
+    assert "first: HTTP 404 from /v1/completions" in report.verdict.reason
+
+
 def test_gate_on_garbage_metrics_could_not_measure() -> None:
     transport = MemoryTransport()
     serving(transport, "m")
@@ -83,7 +93,12 @@ class Container(ScriptedContainer):
     def gated_release(self, release_id: str, served_name: str) -> None:
         """A release on the container whose manifest records its own gate settings."""
         gate = GateTarget(served_name, 8000, FAST_GATE)
-        manifest = {"release_id": release_id, "gate_target": gate.to_dict()}
+        manifest = {
+            "release_id": release_id,
+            "run_id": "run-before",
+            "files": {},
+            "gate_target": gate.to_dict(),
+        }
         self.release(release_id, {"manifest.json": json.dumps(manifest).encode()})
 
 
@@ -180,10 +195,11 @@ def test_a_live_owner_on_another_host_is_refused_with_its_name() -> None:
 def test_an_expired_lease_is_taken_over() -> None:
     playbook, plan, container = setup()
     playbook = playbook.model_copy(update={"lock_lease": 60.0})
-    old = Owner("run-old", "alice", "elsewhere", 1, time.time() - 3600)
-    assert old.gone(60.0) and "lock_lease" in (old.gone(60.0) or "")
-    assert Owner("run-new", "alice", "elsewhere", 1, time.time()).gone(60.0) is None
+    old = Owner("run-old", "alice", "elsewhere", 1, time.time())
+    assert "heartbeat stopped 3600 s ago" in (old.gone(60.0, 3600) or "")
+    assert old.gone(60.0, 59) is None  # a renewed heartbeat keeps a live owner's lock
     container.files[container.layout.lock_owner] = old.to_json().encode()
+    container.heartbeat_age = 3600
 
     outcome = target_run(playbook, plan, container).rollback(None)
 

@@ -1,0 +1,46 @@
+"""Spans of time as people type them: `90s`, `5m`, `1h30m`, `2d`, or plain seconds;
+and points in time given as a span ago or as a date."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta
+
+from orchestrator.errors import InputError
+
+UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+SPAN = re.compile(r"^(?:[0-9]+(?:\.[0-9]+)?(?:ms|s|m|h|d|w))+$")
+PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h|d|w)")
+
+
+def seconds(text: str, option: str) -> float:
+    """`text` as seconds; a bare number is seconds. Zero or less is refused."""
+    value = text.strip()
+    try:
+        total = float(value)
+    except ValueError:
+        if not SPAN.match(value):
+            raise InputError(
+                f"{option} {text!r}: expected seconds or a span such as 30s, 5m, 1h30m, 2d"
+            ) from None
+        total = sum(float(n) * UNITS[unit] for n, unit in PART.findall(value))
+    if not total > 0:
+        raise InputError(f"{option} {text!r}: must be more than zero")
+    return total
+
+
+def since(text: str, option: str, now: datetime | None = None) -> datetime:
+    """A point in time: a span ago (`2h`, `7d`) or an ISO date or time (UTC unless it
+    says otherwise)."""
+    try:
+        moment = datetime.fromisoformat(text.strip())
+    except ValueError:
+        try:
+            span = seconds(text, option)
+        except InputError:
+            raise InputError(
+                f"{option} {text!r}: expected a span ago (30m, 2h, 7d) or a date "
+                "(2026-12-01, 2026-12-01T08:00)"
+            ) from None
+        return (now or datetime.now(UTC)) - timedelta(seconds=span)
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)

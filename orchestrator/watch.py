@@ -1,0 +1,269 @@
+"""`orch watch`: acceptance on live traffic after the gate.
+
+Each round scrapes every container's /metrics (the gate's `scrape`); a container's
+scrapes within the last `window` seconds give, from the first to the last, the
+counter deltas (`metrics.evaluate.measure`): mean acceptance length, position-1
+acceptance and drafts per second, judged against the playbook's gate thresholds as
+a point estimate with at least `min_drafts` drafts (as `orch alerts` does). A
+counter that went down is a restart: that container's window starts again. A
+container `below` in consecutive rounds keeps the time it first was (`below_since`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from orchestrator.deadline import Deadline
+from orchestrator.documents import document, run_result
+from orchestrator.errors import NeedsAttention
+from orchestrator.fanout import READ_PARALLEL, fan_out
+from orchestrator.gate import SCRAPE_SECONDS, ScrapeFailed, scrape
+from orchestrator.metrics.evaluate import Measurement, is_reset, measure
+from orchestrator.metrics.scrape import MetricsFormatError, SpecDecodeCounters
+from orchestrator.plan import TargetPlan
+from orchestrator.playbook import Gate
+from orchestrator.transport.base import Transport
+
+State = Literal["ok", "below", "too_few_drafts", "not_drafting", "unreachable"]
+EXIT_CODES: dict[str, int] = {"below": 1, "unreachable": 3}
+"""A watch's exit code is the worst of its containers' (others: 0)."""
+
+
+@dataclass(frozen=True)
+class Sample:
+    at: float
+    counters: SpecDecodeCounters
+
+
+@dataclass
+class Window:
+    """One container's scrapes over the last `seconds` (the oldest kept one at or before
+    the window's start, so the deltas span the whole window once it is full)."""
+
+    seconds: float
+    samples: deque[Sample] = field(default_factory=deque)
+    restarts: int = 0
+
+    def add(self, sample: Sample) -> None:
+        if self.samples and is_reset(self.samples[-1].counters, sample.counters):
+            self.samples.clear()
+            self.restarts += 1
+        self.samples.append(sample)
+        start = sample.at - self.seconds
+        while len(self.samples) > 2 and self.samples[1].at <= start:
+            self.samples.popleft()
+
+    def measurement(self) -> tuple[Measurement, float] | None:
+        """The drafts between the window's first and last scrape, and the seconds between
+        them; None before two scrapes."""
+        if len(self.samples) < 2:
+            return None
+        first, last = self.samples[0], self.samples[-1]
+        return measure(first.counters, last.counters), last.at - first.at
+
+
+@dataclass(frozen=True)
+class Judgement:
+    state: State
+    reason: str
+
+
+def judge(measured: Measurement, gate: Gate) -> Judgement:
+    """The window against the gate's minimums, once it holds `min_drafts` drafts."""
+    if measured.drafts < gate.min_drafts:
+        return Judgement(
+            "too_few_drafts", f"{measured.drafts} of {gate.min_drafts} drafts in the window"
+        )
+    mean = measured.mean_acceptance_length or 1.0
+    first = (measured.per_position_acceptance or (0.0,))[0]
+    misses = []
+    if mean < gate.min_mean_acceptance_length:
+        misses.append(f"mean acceptance length {mean:.2f} < {gate.min_mean_acceptance_length:.2f}")
+    if gate.min_position1_acceptance is not None and first < gate.min_position1_acceptance:
+        misses.append(f"position-1 acceptance {first:.2f} < {gate.min_position1_acceptance:.2f}")
+    if misses:
+        return Judgement("below", "; ".join(misses) + f" over {measured.drafts} drafts")
+    return Judgement("ok", f"mean acceptance length {mean:.2f} over {measured.drafts} drafts")
+
+
+@dataclass
+class Watched:
+    """What the watch knows of one container between rounds."""
+
+    plan: TargetPlan
+    window: Window
+    state: State = "too_few_drafts"
+    reason: str = "no scrape yet"
+    measured: Measurement | None = None
+    span: float = 0.0
+    below_since: str | None = None
+
+    def observe(self, counters: SpecDecodeCounters | None, at: float, gate: Gate) -> None:
+        if counters is None:
+            self._set("not_drafting", "/metrics has no vllm:spec_decode_* series")
+            return
+        self.window.add(Sample(at, counters))
+        try:
+            found = self.window.measurement()
+        except MetricsFormatError as exc:  # a torn scrape: start again from this one
+            self.window.samples = deque([Sample(at, counters)])
+            found, self.reason = None, f"could not read the counters: {exc}"
+        if found is None:
+            self.measured, self.span = None, 0.0
+            self._set("too_few_drafts", "one scrape in the window so far")
+            return
+        self.measured, self.span = found
+        verdict = judge(self.measured, gate)
+        self._set(verdict.state, verdict.reason)
+
+    def unreached(self, why: str) -> None:
+        self._set("unreachable", why)
+
+    def _set(self, state: State, reason: str) -> None:
+        if state == "below" and self.state != "below":
+            self.below_since = datetime.now(UTC).isoformat(timespec="seconds")
+        elif state != "below":
+            self.below_since = None
+        self.state, self.reason = state, reason
+
+    def to_dict(self) -> dict[str, Any]:
+        measured = self.measured
+        curve = list(measured.per_position_acceptance or ()) if measured else []
+        drafts = measured.drafts if measured else 0
+        return {
+            "name": self.plan.container,
+            "host": self.plan.host,
+            "acceptance": self.state,
+            "mean_acceptance_length": measured.mean_acceptance_length if measured else None,
+            "position1_acceptance": curve[0] if curve else None,
+            "per_position_acceptance": curve,
+            "drafts": drafts,
+            "drafts_per_second": round(drafts / self.span, 3) if self.span else None,
+            "window_seconds": round(self.span, 3),
+            "below_since": self.below_since,
+            "counter_resets": self.window.restarts,
+            "reason": self.reason,
+        }
+
+
+class Watch:
+    """Rounds of scrapes over a fleet, each turned into one `Watch` document."""
+
+    def __init__(
+        self,
+        playbook: str,
+        plans: Sequence[TargetPlan],
+        transport_of: Callable[[str], Transport],
+        gate: Gate,
+        window_seconds: float,
+    ) -> None:
+        self.playbook, self.gate, self.transport_of = playbook, gate, transport_of
+        self.window_seconds = window_seconds
+        self.watched = {p.container: Watched(p, Window(window_seconds)) for p in plans}
+
+    def round(self) -> dict[str, Any]:
+        """Scrape every container once (side by side) and judge its window."""
+
+        def one(name: str) -> tuple[SpecDecodeCounters | None, float]:
+            plan = self.watched[name].plan
+            transport = self.transport_of(name)
+            try:
+                counters = scrape(
+                    transport, plan.address, plan.port, Deadline.after(SCRAPE_SECONDS)
+                )
+            except ScrapeFailed as exc:
+                raise NeedsAttention(f"could not read /metrics: {exc}") from None
+            return counters, time.monotonic()
+
+        group = fan_out(list(self.watched), one, READ_PARALLEL)
+        for name, watched in self.watched.items():
+            if name in group.failed:
+                watched.unreached(group.failed[name].message_for(name))
+            else:
+                watched.observe(*group.succeeded[name], self.gate)
+        return self.document()
+
+    def exit_code(self) -> int:
+        return max((EXIT_CODES.get(w.state, 0) for w in self.watched.values()), default=0)
+
+    def document(self) -> dict[str, Any]:
+        gate = self.gate
+        return document(
+            "Watch",
+            playbook=self.playbook,
+            result=run_result(self.exit_code()),
+            time=datetime.now(UTC).isoformat(timespec="seconds"),
+            window_seconds=self.window_seconds,
+            thresholds={
+                "min_mean_acceptance_length": gate.min_mean_acceptance_length,
+                "min_position1_acceptance": gate.min_position1_acceptance,
+                "min_drafts": gate.min_drafts,
+            },
+            targets=[w.to_dict() for w in self.watched.values()],
+        )
+
+
+def watch(
+    the_watch: Watch,
+    interval: float,
+    once: bool,
+    emit: Callable[[dict[str, Any]], None],
+    stop: Callable[[float], bool],
+) -> int:
+    """Scrape every `interval` seconds. With `once`: for one window, then emit its one
+    document; else emit each round's until `stop(seconds)` (a wait that returns True
+    when asked to stop). Returns the exit code of the last round."""
+    started = time.monotonic()
+    while True:
+        last = the_watch.round()
+        if once:
+            if time.monotonic() - started >= the_watch.window_seconds:
+                emit(last)
+                return the_watch.exit_code()
+        else:
+            emit(last)
+        if stop(interval):
+            return the_watch.exit_code()
+
+
+MARKS = {
+    "ok": "ok",
+    "below": "BELOW",
+    "too_few_drafts": "few drafts",
+    "not_drafting": "NOT DRAFTING",
+    "unreachable": "UNREACHABLE",
+}
+
+
+def lines(doc: dict[str, Any]) -> list[str]:
+    """One line per container of a `Watch` document, the mark first after its name."""
+    limits = doc["thresholds"]
+    position1_min = limits["min_position1_acceptance"]
+    width = max((len(t["name"]) for t in doc["targets"]), default=0)
+    out = []
+    for target in doc["targets"]:
+        mark = MARKS[target["acceptance"]]
+        if target["below_since"]:
+            mark += f" since {target['below_since'][11:19]}"
+        figures = []
+        if target["mean_acceptance_length"] is not None:
+            figures.append(
+                f"mean length {target['mean_acceptance_length']:.2f}"
+                f" (min {limits['min_mean_acceptance_length']:.2f})"
+            )
+        if target["position1_acceptance"] is not None:
+            bound = f" (min {position1_min:.2f})" if position1_min is not None else ""
+            figures.append(f"position-1 {target['position1_acceptance']:.2f}{bound}")
+        if target["drafts_per_second"] is not None:
+            figures.append(
+                f"{target['drafts_per_second']:.1f} drafts/s over {target['window_seconds']:.0f} s"
+            )
+        if target["acceptance"] != "ok":
+            figures.append(target["reason"])
+        out.append(f"{target['name']:<{width}}  {mark:<12}  " + "  ".join(figures))
+    return out

@@ -1,0 +1,125 @@
+"""`orch report`'s pages from a recorded run, without a lab: escaping, the chart, lookup."""
+
+from __future__ import annotations
+
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from orchestrator.errors import InputError
+from orchestrator.history import History
+from orchestrator.report import runpage
+
+HOSTILE = '<script>alert(1)</script><img src="http://evil.example/x.png">'
+
+
+def run(run_id: str = "20261203T120000Z-abcdef") -> dict:
+    gate = {
+        "verdict": "fail",
+        "reason": "mean acceptance length 1.12 (95% upper bound 1.20) < required 2.50",
+        "mean_acceptance_length": 1.12,
+        "lower": 1.05,
+        "upper": 1.2,
+        "per_position_acceptance": [0.08, 0.03, 0.0],
+        "drafts": 900,
+        "explanation": "check dflash_config.target_layer_ids",
+        "criteria": {
+            "min_mean_acceptance_length": 2.5,
+            "min_position1_acceptance": 0.5,
+            "min_drafts": 200,
+            "confidence": 0.95,
+        },
+        "by_context": [
+            {"context": "short", "endpoint": "/v1/completions", "verdict": "fail",
+             "mean_acceptance_length": 1.12, "lower": 1.05, "upper": 1.2, "drafts": 900,
+             "seconds": 3.2},
+        ],
+    }  # fmt: skip
+    return {
+        "kind": "DeployRun",
+        "api_version": "orch/v1",
+        "playbook": "qwen-dflash",
+        "run_id": run_id,
+        "started": "2026-12-03T12:00:00+00:00",
+        "method": "dflash",
+        "drafter": "z-lab/Qwen3.6-27B-DFlash",
+        "model": "qwen3.6-27b",
+        "inventory": "/srv/inv.yaml",
+        "assignments": ["gate.time_budget=60"],
+        "result": "not_applied",
+        "targets": [
+            {
+                "name": "ct200",
+                "host": "pve1",
+                "result": "rolled_back",
+                "release": "bbbbbbbbbbbb",
+                "previous_release": "aaaaaaaaaaaa",
+                "current": "aaaaaaaaaaaa",
+                "gate": gate,
+                "rollback_gate": {**gate, "verdict": "pass", "explanation": None},
+                "findings": [{"severity": "error", "field": "x", "message": HOSTILE}],
+                "error": f"gate failed: {HOSTILE}",
+                "steps": {"preflight": 0.4, "gate": 3.2},
+                "notes": [],
+                "changes": f"--- a\n+++ b\n-{HOSTILE}\n+```\n",
+            }
+        ],
+    }
+
+
+class Page(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[str] = []
+        self.urls: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append(tag)
+        self.urls += [v or "" for k, v in attrs if k in ("src", "href")]
+
+
+@pytest.fixture
+def history(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> History:
+    monkeypatch.setenv("ORCH_STATE_DIR", str(tmp_path))
+    store = History()
+    store.record(run(), "deploy", "ops")
+    return store
+
+
+def test_html_escapes_what_came_from_files_and_fetches_nothing(history: History) -> None:
+    found, lines = runpage.load("20261203T120000Z-ab")
+    page_text = runpage.to_html(runpage.sections(found, lines))
+    page = Page()
+    page.feed(page_text)
+    assert "script" not in page.tags and "img" not in page.tags
+    assert page.urls == []
+    assert "&lt;script&gt;" in page_text
+    assert page.tags.count("rect") == 6  # the failed gate's curve and the rollback's
+    assert "mean acceptance length &gt;= 2.5, position-1 acceptance &gt;= 0.5" in page_text
+
+
+def test_markdown_has_a_bar_chart_and_a_fence_longer_than_any_in_the_diff(
+    history: History,
+) -> None:
+    found, lines = runpage.load("20261203T120000Z-abcdef")
+    text = runpage.markdown(runpage.sections(found, lines))
+    assert "  1 " + "#" * 2 + " " * 28 + " 0.08" in text  # 0.08 of 30 columns
+    assert "````diff" in text
+    assert "- **who**: ops" in text
+    assert "| ct200 | pve1 | rolled_back | aaaaaaaaaaaa | bbbbbbbbbbbb |" in text
+
+
+def test_unknown_and_ambiguous_run_ids(history: History) -> None:
+    history.record(run("20261203T120000Z-abffff"), "deploy", "ops")
+    with pytest.raises(InputError, match="ambiguous"):
+        history.find("20261203T120000Z-ab")
+    with pytest.raises(InputError, match="not in the local history"):
+        history.find("1999")
+
+
+def test_markdown_shows_markup_from_files_as_text(history: History) -> None:
+    found, lines = runpage.load("20261203T120000Z-abcdef")
+    text = runpage.markdown(runpage.sections(found, lines))
+    outside_fences = text.split("````diff")[0]
+    assert "<" not in outside_fences and "&lt;script>alert(1)&lt;/script>" in outside_fences
