@@ -79,7 +79,7 @@ def ask(
     )
     [plan] = plan_deploy(playbook, load_inventory(inventory))
     launch = read_launch(plan.files[LAUNCH_SCRIPT].decode())
-    found = ask_server(MemoryTransport().on("/bin/sh", local), plan, launch)
+    found = ask_server(MemoryTransport().on("validate_launch", local), plan, launch)
     assert found.reply is not None, found.unavailable
     assert not list((tmp_path / "state").glob("**/*")), "the check wrote into the deployment"
     return found, server_check.findings(found, launch), launch, plan
