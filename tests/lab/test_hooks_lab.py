@@ -47,7 +47,8 @@ def test_a_failing_pre_deploy_changes_nothing(shared_lab: LabHandle, tmp_path: P
         *FAST, *hooks(tmp_path, pre_deploy=4),
     )  # fmt: skip
     assert result.code == 1, result.stderr
-    assert result.stdout == ""
+    # --json prints one document, errors included: the hook's refusal as an Error document.
+    assert (result.json["kind"], result.json["result"]) == ("Error", "not_applied")
     assert "error: hook pre_deploy (" in result.stderr
     assert "exit 4 after" in result.stderr and "the deploy did not start" in result.stderr
     (record,) = ran(tmp_path)
