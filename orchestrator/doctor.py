@@ -80,7 +80,8 @@ class Doctor:
             transport = self.connections.container(name)
         except OrchError as exc:
             return [_failed(name, "inventory", exc)]
-        ssh = transport.host if isinstance(transport, PctTransport) else transport
+        pct = _pct_of(transport)
+        ssh = pct.host if pct else transport
         checks: list[Check] = []
         if label not in self.logins:
             who = f"{settings.user or 'your user'}@{address}"
@@ -91,7 +92,7 @@ class Doctor:
             login = self._login(label, ssh, who)
             self.logins[label] = login.status == OK
             checks.append(login)
-            if login.status == OK and isinstance(transport, PctTransport):
+            if login.status == OK and pct:
                 checks.append(self._sshd_limits(label, ssh))
         if not self.logins[label]:
             return [
@@ -104,8 +105,8 @@ class Doctor:
                     f"fix the login of {label} first",
                 ),
             ]
-        if isinstance(transport, PctTransport):
-            running = self._pct_status(name, transport)
+        if pct:
+            running = self._pct_status(name, pct)
             checks.append(running)
             if running.status != OK:
                 return checks
@@ -269,3 +270,13 @@ def run_doctor(
 def exit_code(checks: list[Check]) -> int:
     """0 when everything a deploy needs is there, 3 (needs attention) otherwise."""
     return 3 if any(c.status == FAIL for c in checks) else 0
+
+
+def _pct_of(transport: Transport) -> PctTransport | None:
+    """The `pct exec` transport under the wrappers the pool adds (recording, deadlines)."""
+    while not isinstance(transport, PctTransport):
+        inner = getattr(transport, "inner", None)
+        if inner is None:
+            return None
+        transport = inner
+    return transport
