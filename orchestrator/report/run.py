@@ -81,9 +81,11 @@ def print_run(doc: dict[str, Any]) -> None:
         if target.get("findings"):
             out.print(
                 findings_table(
+                    out,
                     [Finding(**f) for f in target["findings"]],
                     title=text(f"{target['name']}: findings"),
-                )
+                ),
+                crop=False,
             )
         for note in target.get("notes") or []:
             out.print(f"{target['name']}: {note}", markup=False, highlight=False)

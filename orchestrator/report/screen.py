@@ -9,6 +9,7 @@ shows control characters (a terminal escape in a lock owner) as escapes.
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 import textwrap
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from rich import box
 from rich.console import Console, Group, RenderableType
 from rich.measure import Measurement
+from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 
@@ -40,14 +42,30 @@ _CONTROLS = {
 } | {code: f"\\u{code:04x}" for code in _BIDI}
 
 
-FOLD_AFTER = 24  # free text up to this wide stays on one line; longer folds
+FOLD_NARROWEST = 12  # free text is folded no narrower than this (or its longest word)
+WHOLE_WORD = 48  # a word up to this long (an id, a field path, a number) is never split
+UNBOUNDED = 1_000_000  # the width of a pipe: whole lines
 
 
 def console(stderr: bool = False) -> Console:
     """Results go to stdout, progress to stderr. Rich honours NO_COLOR (colour only)
     and falls back to plain text off a terminal; no markup. Lines are never wrapped
-    by orch (a pipe gets whole lines, a terminal wraps them); tables fit the width."""
-    return Console(soft_wrap=True, markup=False, stderr=stderr)
+    by orch; tables fit a terminal's width, or COLUMNS. Off a terminal without
+    COLUMNS nothing is fitted to a width: whole lines, as kubectl and Ansible print
+    to a pipe (rich would assume 80 columns)."""
+    out = Console(soft_wrap=True, markup=False, stderr=stderr)
+    if not out.is_terminal and "COLUMNS" not in os.environ:
+        out.width = UNBOUNDED
+    return out
+
+
+def heading(out: Console, title: Text) -> None:
+    """A rule with `title` in it on a terminal (or COLUMNS wide); a plain line of the
+    title in a pipe."""
+    if out.width >= UNBOUNDED:
+        out.print(Text("== ") + title + Text(" =="), highlight=False)
+    else:
+        out.rule(title)
 
 
 @dataclass(frozen=True)
@@ -69,17 +87,17 @@ Cell = str | Text
 def fitted_table(
     out: Console, columns: Sequence[Column], rows: Sequence[Sequence[Cell]]
 ) -> RenderableType:
-    """A table that fits `out`'s width (print it with crop=False): free text folds,
-    other columns go (a note says which); when even the identifiers do not fit side by
-    side, one record per row. A column with nothing in it is left out."""
+    """A table that fits `out`'s width (print it with crop=False): free text folds at
+    word boundaries, other columns go (a note says which); when even the identifiers
+    do not fit side by side, one record per row. A column with nothing in it is left
+    out. In a pipe (`console()`'s unbounded width) every line is whole."""
     filled = [i for i in range(len(columns)) if any(_plain(row[i]) for row in rows)]
     keep = list(filled)
-    unbounded = out.options.update(width=1_000_000)
     while True:
         table = _table(columns, rows, keep, wrap_headers=False)
-        if Measurement.get(out, unbounded, table).minimum > out.width:
+        if not _fits(out, table):
             table = _table(columns, rows, keep, wrap_headers=True)
-        if Measurement.get(out, unbounded, table).minimum <= out.width:
+        if _fits(out, table):
             dropped = [columns[i].header for i in filled if i not in keep]
             if not dropped:
                 return table
@@ -91,6 +109,18 @@ def fitted_table(
         keep.remove(max(droppable, key=lambda i: columns[i].drop))
 
 
+def _fits(out: Console, table: Table) -> bool:
+    """Whether `table` fits `out`'s width with no column under its minimum (rich's
+    measure) and, rendered, no line wider (its sharing of width can round past it)."""
+    if out.width >= UNBOUNDED:
+        return True
+    unbounded = out.options.update(width=UNBOUNDED)
+    if Measurement.get(out, unbounded, table).minimum > out.width:
+        return False
+    lines = Segment.split_lines(out.render(table, out.options))
+    return max((Segment.get_line_length(line) for line in lines), default=0) <= out.width
+
+
 def _plain(cell: Cell) -> str:
     return cell.plain if isinstance(cell, Text) else cell
 
@@ -100,16 +130,20 @@ def _table(
 ) -> Table:
     """Every column but free text exactly as wide as its widest cell (its header on
     one line, or with `wrap_headers` a line per word), so nothing in it is cut; free
-    text folds only beyond FOLD_AFTER."""
+    text folds at spaces, never inside a word up to WHOLE_WORD long (an id, a field
+    path, a number)."""
     table = Table(box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), pad_edge=False, show_edge=False)
     for i in keep:
         column = columns[i]
         header = max(column.header.split(), key=len) if wrap_headers else column.header
         natural = max([len(header), *(Text(_plain(row[i])).cell_len for row in rows)])
+        word = max((len(w) for row in rows for w in _plain(row[i]).split()), default=0)
         table.add_column(
             column.header,
             width=None if column.fold else natural,
-            min_width=min(natural, FOLD_AFTER) if column.fold else None,
+            min_width=max(min(natural, FOLD_NARROWEST), min(word, WHOLE_WORD))
+            if column.fold
+            else None,
             overflow="fold",
             justify=column.justify,  # type: ignore[arg-type]
         )
@@ -171,20 +205,34 @@ def sorted_findings(findings: Iterable[Finding]) -> list[Finding]:
     return sorted(findings, key=lambda f: f.severity != Severity.ERROR)
 
 
-def findings_table(findings: Iterable[Finding], title: str | Text | None = None) -> Table:
-    table = Table(title=title, show_lines=False)
-    for column in ("severity", "field", "expected", "actual", "hint"):
-        table.add_column(column, overflow="fold")
+FINDINGS_COLUMNS = [
+    Column("SEVERITY"),
+    Column("FIELD", identifier=True),
+    Column("EXPECTED", fold=True),
+    Column("ACTUAL", fold=True),
+    Column("HINT", fold=True),
+]
+
+
+def findings_table(
+    out: Console, findings: Iterable[Finding], title: str | Text | None = None
+) -> RenderableType:
+    """Findings as a fitted table: the field path (what is typed back into --set) is
+    never split, values and hints wrap at word boundaries."""
+    rows: list[list[Cell]] = []
     for f in sorted_findings(findings):
         style = "red" if f.severity == Severity.ERROR else "yellow"
-        table.add_row(
-            text(str(f.severity), style),
-            text(f.field),
-            text(f.expected),
-            text(f.actual),
-            text(f.message),
+        rows.append(
+            [
+                text(str(f.severity), style),
+                text(f.field),
+                text(f.expected),
+                text(f.actual),
+                text(f.message),
+            ]
         )
-    return table
+    table = fitted_table(out, FINDINGS_COLUMNS, rows)
+    return Group(title if isinstance(title, Text) else text(title), table) if title else table
 
 
 def write_plain(value: str, stream: TextIO | None = None) -> None:

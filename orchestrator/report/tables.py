@@ -21,6 +21,7 @@ from orchestrator.report.screen import (
     findings_table,
     fitted_table,
     has_errors,
+    heading,
     mean_length,
     mean_length_of,
     print_json,
@@ -55,7 +56,7 @@ def print_findings(
     if judged:
         out.print(Text(judged.line()))
     if findings:
-        out.print(findings_table(findings))
+        out.print(findings_table(out, findings), crop=False)
     errors = sum(f.severity == Severity.ERROR for f in findings)
     out.print(f"{errors} error(s), {len(findings) - errors} warning(s)")
 
@@ -141,7 +142,10 @@ def print_plans(plans: Iterable[TargetPlan], written: dict[str, list[str]] | Non
                 write_plain(f"==> {plan.container}:{plan.release_dir}/{name} <==\n")
                 write_plain(data.decode("utf-8", "replace"))
         if plan.findings:
-            out.print(findings_table(plan.findings, title="drafter checks against the profile"))
+            out.print(
+                findings_table(out, plan.findings, title="drafter checks against the profile"),
+                crop=False,
+            )
         else:
             out.print("drafter checks: no findings")
 
@@ -184,7 +188,7 @@ def print_verify(doc: dict[str, Any]) -> None:
     for target in doc["targets"]:
         release_id = target.get("release")
         on = f": release {release_id}" if release_id else ""
-        out.rule(text(f"{target['name']} on {target['host']}{on}"))
+        heading(out, text(f"{target['name']} on {target['host']}{on}"))
         if target.get("error"):
             out.print(text(target["error"], "red"), highlight=False)
         if target.get("state") == "nothing_deployed":
@@ -196,7 +200,7 @@ def print_verify(doc: dict[str, Any]) -> None:
         if target.get("apply_with"):
             out.print(text(f"apply it with: {target['apply_with']}"))
         if target.get("findings"):
-            out.print(findings_table([Finding(**f) for f in target["findings"]]))
+            out.print(findings_table(out, [Finding(**f) for f in target["findings"]]), crop=False)
     ok = doc["result"] == "ok"
     out.print(text("ok") if ok else text(f"problems found: {words(doc['result'])}", "red"))
 
@@ -225,12 +229,13 @@ KEPT_COLUMNS = [
 def print_releases(doc: dict[str, Any]) -> None:
     """One row per run and container, newest run first; then the releases kept on a
     container that no listed run names. Ids are never cut (they are typed back): on a
-    narrow terminal the other columns go, WHEN and USER first."""
+    narrow terminal the other columns go, WHEN and USER first. In a pipe every row
+    carries its run's fields."""
     out = console()
     rows: list[list[Cell]] = []
     for run in doc["runs"]:
         for i, target in enumerate(run["targets"]):
-            first = i == 0
+            first = i == 0 or not out.is_terminal  # a pipe: every line a whole record
             rows.append(
                 [
                     text(run["run_id"] if first else ""),
@@ -299,7 +304,9 @@ HISTORY_COLUMNS = [
 
 
 def print_history(doc: dict[str, Any]) -> None:
-    """One row per run and container; a run's own fields on its first row only."""
+    """One row per run and container; on a terminal a run's own fields on its first
+    row only, in a pipe on every row (`orch history | grep ct200` keeps the run id)."""
+    out = console()
     rows: list[list[Cell]] = []
     for run in doc["runs"]:
         first = True
@@ -321,8 +328,7 @@ def print_history(doc: dict[str, Any]) -> None:
                     *own,
                 ]
             )
-            first = False
-    out = console()
+            first = not out.is_terminal  # a pipe: every line a whole record, for grep
     if not rows:
         out.print("no runs recorded yet")
         return

@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 import pytest
 from rich.console import Console
 
+from orchestrator.drafters.findings import Finding, Severity
 from orchestrator.report import live, screen, tables
 from orchestrator.report import run as run_report
 
@@ -81,6 +82,7 @@ def test_history_lists_one_row_per_target_with_its_method(
     capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("COLUMNS", "260")
+    monkeypatch.setenv("TTY_COMPATIBLE", "1")  # a terminal: a run's fields on its first row
     second = {**DOCUMENT["targets"][0], "name": "ct201"}  # type: ignore[dict-item]
     run = {**DOCUMENT, "targets": [*DOCUMENT["targets"], second], "user": "alice"}  # type: ignore[list-item]
     tables.print_history({"runs": [{**run, "command": "deploy"}]})
@@ -297,3 +299,82 @@ def test_a_piped_report_keeps_every_line_whole_and_the_phases_a_table_at_80_colu
     assert f"ct200   long context via /v1/chat/completions: {said}" in lines  # one line a phase
     assert f"run log: {log} (orch history --show {run_id})" in lines
     assert cells("\n".join(lines), "long")[:3] == ["long", "2048..32768", "/v1/chat/completions"]
+
+
+def test_a_pipe_gets_whole_lines_and_every_row_names_its_run(
+    capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Off a terminal without COLUMNS nothing is fitted to 80 columns: every column is
+    there, no row is a `FIELD value` record, and `orch history | grep ct201` keeps the
+    run id on the matching line."""
+    monkeypatch.delenv("COLUMNS")
+    second = {**DOCUMENT["targets"][0], "name": "ct201"}  # type: ignore[dict-item]
+    run = {**DOCUMENT, "targets": [*DOCUMENT["targets"], second], "user": "alice"}  # type: ignore[list-item]
+    tables.print_history(
+        {"runs": [{**run, "command": "deploy", "run_id": "20261202T213333Z-ac274d"}]}
+    )
+    out = capsys.readouterr().out
+    (line,) = [line for line in out.splitlines() if "ct201" in line]
+    assert line.split()[:2] == ["20261202T213333Z-ac274d", "ct201"]
+    assert line.rstrip().endswith("z-lab/Qwen3.6-27B-DFlash") and len(line) > 80
+    assert "narrow terminal" not in out and "\nRUN " not in out
+
+
+def test_a_piped_status_keeps_its_last_run_column(
+    capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("COLUMNS")
+    target = {
+        "name": "ct200",
+        "host": "pve1",
+        "state": "serving",
+        "release": "12abebba241d",
+        "server": "running",
+        "pid": 26173,
+        "health": 200,
+        "release_gate": {"result": "pass", "mean_acceptance_length": 4.2},
+        "last_run": {
+            "action": "deploy",
+            "result": "rolled_back",
+            "release": "536fae0d5d06",
+            "time": "2026-12-02T10:00:00+00:00",
+        },
+    }
+    tables.print_status({"playbook": "p", "state": "serving", "targets": [target]})
+    out = capsys.readouterr().out
+    assert cells(out, "ct200")[:8] == [
+        "ct200", "serving", "12abebba241d", "running pid 26173", "ok", "pass", "4.20",
+        cells(out, "ct200")[7],
+    ]  # fmt: skip
+    assert cells(out, "ct200")[7].startswith("deploy rolled back 536fae0d5d06 ")
+    assert cells(out, "ct200")[-1] == "pve1" and "narrow" not in out
+
+
+FINDING = Finding(
+    severity=Severity.ERROR,
+    field="drafter.overrides.dflash_config.target_layer_ids",
+    expected="[1, 16, 31, 46, 61]",
+    actual="[1, 17, 33, 49, 63]",
+    message="the drafter reads the hidden states of these target layers; a wrong guess "
+    "collapses acceptance to about 1.1 tokens per draft",
+)
+
+
+@pytest.mark.parametrize("width", [60, 80, 100])
+def test_findings_on_a_terminal_never_split_a_field_path_or_a_number(width: int) -> None:
+    out = printed(screen.findings_table(Console(width=width), [FINDING]), width)
+    assert FINDING.field in out  # whole, on one line: it is pasted into --set
+    words = out.split()
+    for value in ("16,", "31,", "46,", "61]", "17,", "33,", "49,", "63]", "collapses"):
+        assert value in words  # wrapped at spaces, never inside a number or a word
+    assert all(len(line.rstrip()) <= width for line in out.splitlines())
+
+
+def test_piped_findings_are_one_line_each(
+    capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("COLUMNS")
+    tables.print_findings([FINDING])
+    lines = capsys.readouterr().out.splitlines()
+    (row,) = [line for line in lines if FINDING.field in line]
+    assert row.split(None, 1)[0] == "error" and row.rstrip().endswith("tokens per draft")
