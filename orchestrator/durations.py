@@ -1,9 +1,11 @@
 """Spans of time as people type them: `90s`, `5m`, `1h30m`, `2d`, or plain seconds;
-and points in time given as a span ago or as a date."""
+points in time given as a span ago or as a date; and a time as people read it,
+`3m ago`."""
 
 from __future__ import annotations
 
 import re
+import time
 from datetime import UTC, datetime, timedelta
 
 from orchestrator.errors import InputError
@@ -44,3 +46,17 @@ def since(text: str, option: str, now: datetime | None = None) -> datetime:
             ) from None
         return (now or datetime.now(UTC)) - timedelta(seconds=span)
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def ago(iso_time: str | float, now: float | None = None) -> str:
+    """`3m ago` for a time given as ISO 8601 or seconds since the epoch."""
+    then = (
+        iso_time
+        if isinstance(iso_time, float | int)
+        else datetime.fromisoformat(iso_time).astimezone(UTC).timestamp()
+    )
+    elapsed = max(0, int((now if now is not None else time.time()) - then))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if elapsed >= size:
+            return f"{elapsed // size}{unit} ago"
+    return f"{elapsed}s ago"

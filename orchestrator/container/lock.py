@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 
 from orchestrator.container.shell import builder, q, read_whole, reading, run_step, script
+from orchestrator.durations import ago
 from orchestrator.errors import LockHeld, OrchError, StepFailed
 from orchestrator.layout import Layout
 from orchestrator.transport.base import Transport
@@ -177,12 +178,12 @@ class Owner:
             return f"its process {self.pid} on {self.control_host} is gone"
         return heartbeat_stopped(lease, heartbeat_age)
 
+    def who(self) -> str:
+        """`root@ops1 3m ago`: the holder as status, unlock and a refused deploy say it."""
+        return f"{self.user}@{self.control_host} {ago(self.since)}"
+
     def __str__(self) -> str:
-        since = datetime.fromtimestamp(self.since, UTC).isoformat(timespec="seconds")
-        return (
-            f"run {self.run_id} by {self.user} on {self.control_host} (pid {self.pid}) "
-            f"since {since}"
-        )
+        return f"run {self.run_id} of {self.who()} (pid {self.pid})"
 
 
 def heartbeat_stopped(lease: float, heartbeat_age: float) -> str | None:

@@ -13,10 +13,8 @@ import os
 import re
 import sys
 import textwrap
-import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TextIO
 
 from rich import box
@@ -171,20 +169,6 @@ def _records(columns: Sequence[Column], rows: Sequence[Sequence[Cell]]) -> Rende
 def mean_length(value: float | None) -> str:
     """An acceptance length as people read it: 4.23 (empty when not measured)."""
     return "" if value is None else f"{value:.2f}"
-
-
-def ago(iso_time: str | float, now: float | None = None) -> str:
-    """`3m ago` for a time given as ISO 8601 or seconds since the epoch."""
-    then = (
-        iso_time
-        if isinstance(iso_time, float | int)
-        else datetime.fromisoformat(iso_time).astimezone(UTC).timestamp()
-    )
-    seconds = max(0, int((now if now is not None else time.time()) - then))
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            return f"{seconds // size}{unit} ago"
-    return f"{seconds}s ago"
 
 
 def printable(value: str) -> str:

@@ -12,11 +12,11 @@ from rich.text import Text
 from orchestrator.documents import document
 from orchestrator.drafters.findings import Finding, Severity
 from orchestrator.drafters.kinds import get_kind
+from orchestrator.durations import ago
 from orchestrator.probes.sampling import describe
 from orchestrator.report.screen import (
     Cell,
     Column,
-    ago,
     console,
     findings_table,
     fitted_table,

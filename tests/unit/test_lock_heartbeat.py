@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import re
+import time
 from collections.abc import Sequence
 
+import pytest
 from shelltools import wait_until
 
-from orchestrator.container.lock import DeployLock, Owner
+from orchestrator.container.lock import DeployLock, Owner, lock_holder
+from orchestrator.errors import LockHeld
 from orchestrator.layout import Layout
+from orchestrator.report import tables
 from orchestrator.transport.base import Result
 from orchestrator.transport.memory import MemoryTransport, reply
 
@@ -40,3 +45,21 @@ def test_the_holder_renews_its_heartbeat_while_it_holds_the_lock() -> None:
     assert len(beats) >= 3 and set(beats) == {"r1"}
     assert lock.lost and "no longer this run's" in lock.lost
     assert released == ["r1"]  # released at the end, only if still this run's
+
+
+def test_a_held_lock_names_its_holder_as_status_and_unlock_do() -> None:
+    """`run R of alice@ops1 36s ago (pid 4242)`, never the owner file's JSON or its epoch."""
+    holder = Owner("r-other", "alice", "ops1", 4242, time.time() - 36)
+    printed = f"heartbeat 1700000000 5\n{holder.to_json()}"
+    transport = MemoryTransport().on("acquire_lock", reply(printed.encode(), exit_code=1))
+    lock = DeployLock(transport, Layout("/srv/q"), Owner.me("r1", "ops"), lease=600)
+
+    with pytest.raises(LockHeld) as refused:
+        lock.acquire()
+
+    message = str(refused.value)
+    assert re.search(
+        r"deploy lock held by run r-other of alice@ops1 3\ds ago \(pid 4242\), ", message
+    )
+    assert "{" not in message and str(int(holder.since)) not in message
+    assert tables.locked_by(lock_holder(holder.to_json())) == holder.who()

@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 import pytest
 from rich.console import Console
 
+from orchestrator import durations
 from orchestrator.drafters.findings import Finding, Severity
 from orchestrator.report import live, screen, tables
 from orchestrator.report import run as run_report
@@ -145,7 +146,7 @@ def test_lock_holders_and_server_state_in_words() -> None:
     since = datetime(2026, 12, 2, 10, 0, tzinfo=UTC).isoformat()
     lock = {"run_id": "r", "user": "root", "control_host": "ops1", "pid": 7, "since": since}
     assert tables.locked_by(lock).startswith("root@ops1 ")
-    assert screen.ago(since, now=datetime(2026, 12, 2, 10, 3, 5, tzinfo=UTC).timestamp()) == (
+    assert durations.ago(since, now=datetime(2026, 12, 2, 10, 3, 5, tzinfo=UTC).timestamp()) == (
         "3m ago"
     )
     assert tables.locked_by({"text": "not json"}) == "not json"
