@@ -247,13 +247,16 @@ class TargetRun:
 
     def _go_back(self, to: str | None) -> GateReport | None:
         """Undo a switch: `to` made ready and gated with its own settings, or, with
-        nothing to go back to, the new server stopped. Never cut short by a stop request."""
+        nothing to go back to, the new server stopped and `current` removed (the
+        container is as before its first deploy: nothing deployed, nothing broken).
+        Never cut short by a stop request."""
         if not to:
             self._step_note("stop failed server (no previous release)")
             self.journal.advance("stop failed server")
             Server(self.transport, self.layout, self.plan.address, self.plan.port).stop(
                 self.playbook.server.stop_timeout
             )
+            store.unpoint(self.transport, self.layout.current, "unlink current")
             return None
         self._step_note(f"roll back to {to}")
         return self.switch(to, self._gate_target(to), phase="rollback")

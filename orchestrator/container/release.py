@@ -22,6 +22,7 @@ from orchestrator.container.shell import (
     read_link,
     read_whole,
     reading,
+    remove_link,
     run_step,
     script,
     write_file,
@@ -158,6 +159,11 @@ def linked(transport: Transport, link: str) -> str | None:
 def point(transport: Transport, link: str, release_id: str, step: str) -> None:
     """Point `current` or `previous` at a release, atomically."""
     run_step(transport, point_link(link, Layout.link_target(release_id)), step)
+
+
+def unpoint(transport: Transport, link: str, step: str) -> None:
+    """Point `current` at nothing, as before a first deploy."""
+    run_step(transport, remove_link(link), step)
 
 
 def kept(transport: Transport, layout: Layout) -> list[str]:

@@ -144,6 +144,12 @@ def point_link(link: str, target: str) -> list[str]:
 
 
 @builder
+def remove_link(link: str) -> list[str]:
+    """Remove `link` (a link that is not there is fine)."""
+    return script(f"rm -f {q(link)}")
+
+
+@builder
 def read_link(link: str) -> list[str]:
     return script(f"readlink {q(link)} || true")
 

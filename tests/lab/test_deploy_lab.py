@@ -206,6 +206,16 @@ def test_sliding_layers_run_as_full_attention_fail_the_long_bucket(lab: LabHandl
     assert phase_outcomes(entry["gate"]) == SHORT_PASSES_LONG_FAILS
     assert "2048-token sliding window" in entry["gate"]["explanation"]
     assert server_records(container) == []
+    # Nothing broken: ct200 is as before its first deploy, and status says so with exit 0.
+    assert not (lab.deployment_dir("ct200") / "current").is_symlink()
+    status = lab.orch("status", "qwen-dflash", "-i", str(lab.inventory), "-l", "ct200", "--json")
+    assert status.code == 0, status.stdout
+    (ct200,) = status.json["targets"]
+    assert (ct200["state"], ct200["release"]) == ("nothing_deployed", None)
+    assert (ct200["last_run"]["result"], ct200["last_run"]["release"]) == (
+        "failed",
+        entry["release"],
+    )
 
 
 def test_server_ignoring_sigterm_is_killed_by_pid(lab: LabHandle) -> None:
