@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
+import signal
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import yaml
 from labtools import FAST, LabHandle
+from orchrun import ROOT
 
 from orchestrator.lab.paths import ContainerPaths, server_records
 
@@ -402,3 +406,42 @@ def test_rollback_regates_the_previous_release_with_its_own_served_name(lab: Lab
         (lab.deployment_dir("ct201") / "releases" / good / "manifest.json").read_text()
     )
     assert manifest["gate_target"]["served_name"] == "qwen3.6-27b"
+
+
+def test_after_ctrl_c_the_containers_not_started_say_the_run_was_interrupted(
+    lab: LabHandle,
+) -> None:
+    """SIGINT during the canary: the next wave is skipped because of the interrupt, and
+    says so, not that a failure budget was spent."""
+    slow = json.dumps(json.dumps({"load_seconds": 6}))
+    args = ["deploy", "qwen-dflash", "-i", str(lab.inventory), *FAST]
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "orchestrator",
+            *args,
+            "--set",
+            f"server.env.ORCH_LAB_FAULTS={slow}",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=lab.env,
+        cwd=ROOT,
+    )
+    assert process.stderr
+    for line in process.stderr:  # progress: one line per step off a terminal
+        if line.rstrip().endswith("ct200: wait ready"):
+            process.send_signal(signal.SIGINT)
+            break
+    out, _ = process.communicate(timeout=120)
+
+    assert process.returncode == 130, out
+    rows: dict[str, str] = {}
+    for line in out.splitlines():  # the table's rows come first
+        if line.startswith("ct2"):
+            rows.setdefault(line.split()[0], line.split()[1])
+    assert (rows["ct200"], rows["ct201"]) == ("interrupted", "skipped")
+    assert "ct201: not started: the run was interrupted" in out
+    assert "failure budget" not in out
