@@ -735,13 +735,17 @@ def doctor(
     from orchestrator.report import tables
 
     if playbook:
-        from orchestrator import cli_commands
+        from orchestrator.inventory import load_inventory
+        from orchestrator.plan import plan_each
+        from orchestrator.playbook import find_playbook, load_playbook
 
-        inputs = cli_commands.load(playbook, inventory_path, list(limit), list(assignments))
-        names = [plan.container for plan in inputs.plans]
-        checks = run_doctor(
-            inputs.inventory, names, ssh(accept_new_host_keys), inputs.playbook, inputs.plans
-        )
+        book = load_playbook(find_playbook(playbook), list(assignments))
+        inv = load_inventory(inventory_path)
+        plans, errors = plan_each(book, inv, list(limit))
+        names = [
+            n for n in inv.select(book.targets) if n in {p.container for p in plans} | set(errors)
+        ]
+        checks = run_doctor(inv, names, ssh(accept_new_host_keys), book, plans, errors)
     else:
         from orchestrator.inventory import load_inventory
 

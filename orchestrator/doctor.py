@@ -26,9 +26,9 @@ from orchestrator.container.host import (
 from orchestrator.discovery import commands as proxmox
 from orchestrator.discovery.facts import parse_guest_config
 from orchestrator.drafters.findings import Severity
-from orchestrator.errors import HostKeyError, OrchError, TransportError
+from orchestrator.errors import HostKeyError, InputError, OrchError, TransportError
 from orchestrator.inventory import Inventory
-from orchestrator.plan import TargetPlan
+from orchestrator.plan import MissingVars, TargetPlan
 from orchestrator.playbook import Playbook
 from orchestrator.serving import server_check
 from orchestrator.transport.base import Transport
@@ -50,6 +50,13 @@ class Check:
         return asdict(self)
 
 
+def _plan_failed(target: str, exc: InputError) -> Check:
+    """The playbook cannot be rendered for this container: what it lacks, and the fix."""
+    if isinstance(exc, MissingVars):
+        return Check(target, "vars", FAIL, exc.problem, exc.fix)
+    return Check(target, "playbook", FAIL, str(exc))
+
+
 def _failed(target: str, check: str, exc: OrchError) -> Check:
     if isinstance(exc, TransportError):
         return Check(target, check, FAIL, exc.reason, exc.hint)
@@ -65,11 +72,15 @@ class Doctor:
         connections: Pool,
         playbook: Playbook | None = None,
         plans: dict[str, TargetPlan] | None = None,
+        plan_errors: dict[str, InputError] | None = None,
     ) -> None:
         self.inventory = inventory
         self.connections = connections
         self.playbook = playbook
         self.plans = plans or {}
+        self.plan_errors = plan_errors or {}
+        """Containers the playbook cannot be planned for (a var the inventory lacks):
+        each a failed check, the other checks still run."""
         self.logins: dict[str, bool] = {}
 
     def container(self, name: str) -> list[Check]:
@@ -190,6 +201,8 @@ class Doctor:
     def _inside(self, name: str, transport: Transport, listed_gpus: int) -> list[Check]:
         nvidia_smi = self.inventory.container_vars(name).get("nvidia_smi", DEFAULT_NVIDIA_SMI)
         checks = [self._gpus(name, transport, nvidia_smi, listed_gpus)]
+        if name in self.plan_errors:
+            checks.append(_plan_failed(name, self.plan_errors[name]))
         plan = self.plans.get(name)
         if plan is None or self.playbook is None:
             return checks
@@ -260,10 +273,11 @@ def run_doctor(
     connect: Connect = SSH,
     playbook: Playbook | None = None,
     plans: list[TargetPlan] | None = None,
+    plan_errors: dict[str, InputError] | None = None,
 ) -> list[Check]:
     by_name = {plan.container: plan for plan in plans or []}
     with connect(inventory, None) as connections:
-        doctor = Doctor(inventory, connections, playbook, by_name)
+        doctor = Doctor(inventory, connections, playbook, by_name, plan_errors)
         return [check for name in names for check in doctor.container(name)]
 
 

@@ -18,7 +18,7 @@ from pydantic import AfterValidator, ConfigDict, Field
 from orchestrator.errors import InputError
 from orchestrator.schema import Name, Port, Schema, validate_document
 from orchestrator.transport.login import JUMP
-from orchestrator.yamlsource import YamlDocument, load_yaml_file
+from orchestrator.yamlsource import YamlDocument, load_yaml_file, places
 
 VMID_RANGE = (100, 999_999_999)
 
@@ -205,6 +205,9 @@ class Inventory(Schema):
         description="Named lists of containers, for playbooks' `targets` and `--limit`.",
     )
     source: str = Field(default="", exclude=True)
+    places: dict[str, str] = Field(
+        default={}, exclude=True, description="Where each key stands, by its dotted path."
+    )
     identity_files: dict[str, str] = Field(
         default={},
         exclude=True,
@@ -281,6 +284,24 @@ class Inventory(Schema):
     def pct_path(self, host_name: str) -> str:
         return self.hosts[host_name].pct_path or self.defaults.pct_path
 
+    def vars_place(self, container_name: str) -> str:
+        """Where a var of this container is set, in words with file:line:col: its own
+        `vars`, else the container, and `defaults.vars` (or where defaults would go)."""
+        own = f"containers.{container_name}"
+        mine = (
+            f"{own}.vars ({self.places[own + '.vars']})"
+            if own + ".vars" in self.places
+            else f"{own}.vars ({own} is at {self.places.get(own, self.source)})"
+        )
+        default = (
+            f"defaults.vars ({self.places['defaults.vars']})"
+            if "defaults.vars" in self.places
+            else f"defaults.vars ({self.places['defaults']})"
+            if "defaults" in self.places
+            else "a top-level defaults.vars"
+        )
+        return f"under {mine}, or for every container under {default}"
+
     def container_vars(self, container_name: str) -> dict[str, Any]:
         own = self.containers[container_name].vars
         return {
@@ -306,7 +327,11 @@ def load_inventory(path: Path) -> Inventory:
 def inventory_from_document(document: YamlDocument) -> Inventory:
     """Validate a parsed inventory: its schema, then the names it refers to."""
     inventory = validate_document(Inventory, document).model_copy(
-        update={"source": document.source, "identity_files": _identity_file_positions(document)}
+        update={
+            "source": document.source,
+            "places": places(document),
+            "identity_files": _identity_file_positions(document),
+        }
     )
     _check_references(inventory, document)
     return inventory

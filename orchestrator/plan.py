@@ -19,7 +19,7 @@ from orchestrator.errors import InputError
 from orchestrator.inventory import PATH_MAX, Inventory
 from orchestrator.layout import DRAFTER_CONFIG, LAUNCH_SCRIPT, SECRETS_FILE, VIEW_CONFIG, Layout
 from orchestrator.playbook import Playbook
-from orchestrator.render import render_field, render_template, template_source
+from orchestrator.render import MissingVar, render_field, render_template, template_source
 from orchestrator.secrets import digests, secrets_file
 
 
@@ -111,9 +111,14 @@ def plan_target(
     playbook with secrets gets a plan whose release id no release has (for commands
     that only read: status, logs, rollback)."""
     context = field_context(inventory, container_name)
+    missing: dict[str, list[str]] = {}  # var -> the fields that need it
 
     def resolve(text: str, where: str) -> str:
-        value = render_field(text, context, f"{playbook.source}: {where} for {container_name}")
+        try:
+            value = render_field(text, context, f"{playbook.source}: {where} for {container_name}")
+        except MissingVar as exc:  # every field is still looked at: one error says all
+            missing.setdefault(exc.name, []).append(where)
+            return "/"
         if not value.startswith("/") and where != "server.host":
             raise InputError(
                 f"{playbook.source}: {where} for {container_name}: "
@@ -149,6 +154,8 @@ def plan_target(
         "host": resolve(server.host, "server.host"),
         "deployment_dir": f"{resolve(playbook.state_dir, 'state_dir').rstrip('/')}/{playbook.name}",
     }
+    if missing:
+        raise missing_vars(playbook, inventory, container_name, missing)
     secret_digests = digests(playbook, secret_values)
     fingerprint_inputs = {
         "templates": [template_source(n) for n in (template, server.template) if n],
@@ -271,16 +278,73 @@ def _drafter_config(
     return merge_overrides(profile.config if profile else {}, drafter.overrides)
 
 
-def plan_deploy(
+class MissingVars(InputError):
+    """A container's vars lack what the playbook's fields need: what, and the fix."""
+
+    def __init__(self, problem: str, fix: str) -> None:
+        super().__init__(f"{problem}; {fix}")
+        self.problem, self.fix = problem, fix
+
+
+def missing_vars(
+    playbook: Playbook, inventory: Inventory, container_name: str, missing: dict[str, list[str]]
+) -> MissingVars:
+    """One error for a container whose vars lack what the playbook's fields need: at the
+    container in the inventory, naming each var, the fields (file:line) that use it,
+    and where to set it."""
+    key = f"containers.{container_name}"
+    at = inventory.places.get(f"{key}.vars") or inventory.places.get(key) or inventory.source
+
+    def field(name: str) -> str:
+        place = playbook.places.get(name)
+        if place is None:
+            return f"{name} (its default)"
+        line = place.removeprefix(f"{playbook.source}:").split(":")[0]
+        return (
+            f"{name} line {line}"
+            if place.startswith(f"{playbook.source}:")
+            else (f"{name} ({place})")
+        )
+
+    names = ", ".join(missing)
+    uses = "; ".join(f"{var}: {', '.join(map(field, fields))}" for var, fields in missing.items())
+    return MissingVars(
+        f"{at}: {key}.vars: no {names}, which {playbook.source} uses ({uses})",
+        f"set {'them' if len(missing) > 1 else 'it'} {inventory.vars_place(container_name)}",
+    )
+
+
+def plan_each(
     playbook: Playbook,
     inventory: Inventory,
     limit: list[str] | None = None,
     secret_values: dict[str, str] | None = None,
-) -> list[TargetPlan]:
+) -> tuple[list[TargetPlan], dict[str, InputError]]:
+    """Each target container's plan, or the error that stopped it."""
     names = inventory.select(playbook.targets)
     if limit:
         chosen = set(inventory.select(limit))
         names = [n for n in names if n in chosen]
         if not names:
             raise InputError(f"--limit {' '.join(limit)}: no container of the playbook's targets")
-    return [plan_target(playbook, inventory, name, secret_values) for name in names]
+    plans, errors = [], {}
+    for name in names:
+        try:
+            plans.append(plan_target(playbook, inventory, name, secret_values))
+        except InputError as exc:
+            errors[name] = exc
+    return plans, errors
+
+
+def plan_deploy(
+    playbook: Playbook,
+    inventory: Inventory,
+    limit: list[str] | None = None,
+    secret_values: dict[str, str] | None = None,
+) -> list[TargetPlan]:
+    """Every target container's plan; the errors of all of them at once (the same one
+    once), so an inventory short of a var says so for each container."""
+    plans, errors = plan_each(playbook, inventory, limit, secret_values)
+    if errors:
+        raise InputError("\n".join(dict.fromkeys(str(exc) for exc in errors.values())))
+    return plans

@@ -21,7 +21,7 @@ from pydantic import AfterValidator, BaseModel, Field, model_validator
 from orchestrator.drafters.kinds import DEFAULT_KIND, get_kind
 from orchestrator.errors import InputError
 from orchestrator.schema import Name, Port, Schema, validate_document
-from orchestrator.yamlsource import YamlDocument, load_yaml_file, parse_yaml
+from orchestrator.yamlsource import YamlDocument, load_yaml_file, parse_yaml, places
 
 PLAYBOOK_DIR = Path(__file__).resolve().parent / "playbooks"
 
@@ -449,6 +449,9 @@ class Playbook(Schema):
     hooks: Hooks = Hooks()
     source: str = Field(default="", exclude=True)
     source_sha256: str = Field(default="", exclude=True)
+    places: dict[str, str] = Field(
+        default={}, exclude=True, description="Where each field stands, by its dotted path."
+    )
     assignments: tuple[str, ...] = Field(
         default=(), exclude=True, description="The `--set` assignments applied over the file."
     )
@@ -477,6 +480,7 @@ def load_playbook(path: Path, assignments: Sequence[str] = ()) -> Playbook:
         update={
             "source": str(path),
             "source_sha256": document.sha256,
+            "places": places(applied),
             "assignments": tuple(assignments),
         }
     )

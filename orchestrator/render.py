@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import shlex
-from functools import cache
+from functools import cache, partial
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -66,11 +66,46 @@ def _small_power(base: Any, exponent: Any) -> bool:
     return not numbers or (abs(base) <= MAX_POWER[0] and abs(exponent) <= MAX_POWER[1])
 
 
+class Missing(jinja2.UndefinedError):
+    """A name or attribute a template asked for and its context lacks: which, of what."""
+
+    def __init__(self, owner: Any, name: str | None, message: str) -> None:
+        super().__init__(message)
+        self.owner, self.name = owner, name
+
+
+class _Strict(jinja2.StrictUndefined):
+    """StrictUndefined whose error keeps what was missing, so a caller can say where
+    to set it (an inventory's vars) rather than "'dict object' has no attribute"."""
+
+    __slots__ = ()
+
+    def __init__(
+        self,
+        hint: str | None = None,
+        obj: Any = jinja2.utils.missing,
+        name: str | None = None,
+        exc: Any = None,
+    ) -> None:
+        # `exc` is given by the sandbox (SecurityError) and kept; otherwise a Missing that
+        # knows what was missing (jinja calls `exc(message)`, as a partial allows)
+        missing = partial(Missing, obj, name)
+        super().__init__(hint, obj, name, exc or missing)  # type: ignore[arg-type]
+
+
+class MissingVar(InputError):
+    """A playbook field refers to `vars.NAME` and the container has no such var."""
+
+    def __init__(self, message: str, name: str) -> None:
+        super().__init__(message)
+        self.name = name
+
+
 @cache
 def environment(template_dir: Path = TEMPLATE_DIR) -> jinja2.Environment:
     env = _Sandbox(
         loader=jinja2.FileSystemLoader(template_dir),
-        undefined=jinja2.StrictUndefined,
+        undefined=_Strict,
         autoescape=False,
         keep_trailing_newline=True,
         trim_blocks=True,
@@ -107,9 +142,14 @@ def template_source(name: str, template_dir: Path = TEMPLATE_DIR) -> str:
 
 
 def render_field(text: str, context: dict[str, Any], where: str) -> str:
-    """Render a playbook field such as `{{ vars.models_dir }}/Qwen3.6-27B`."""
+    """Render a playbook field such as `{{ vars.models_dir }}/Qwen3.6-27B`; a var the
+    context's `vars` lacks is a MissingVar naming it."""
     try:
         return environment().from_string(text).render(context)
+    except Missing as exc:
+        if exc.owner is context.get("vars") and exc.name:
+            raise MissingVar(f"{where}: needs vars.{exc.name}", exc.name) from None
+        raise InputError(f"{where}: {_reason(exc)}") from None
     except RENDER_ERRORS as exc:
         raise InputError(f"{where}: {_reason(exc)}") from None
 

@@ -64,6 +64,12 @@ class YamlDocument:
         return parts
 
 
+def places(document: YamlDocument) -> dict[str, str]:
+    """Where each key of the document stands (`file:line:col`, or the `--set` that
+    set it), by its dotted path: for errors that name a field of a loaded file."""
+    return {dotted(loc): document.where(loc) for loc in [*document.positions, *document.origins]}
+
+
 def dotted(loc: Iterable[str | int]) -> str:
     """('containers', 'ct1', 'gpus', 0) -> 'containers.ct1.gpus[0]'."""
     text = ""

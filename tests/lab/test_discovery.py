@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -295,6 +296,30 @@ def test_discover_writes_the_labs_containers_and_render_and_doctor_accept_it(
         assert found["containers"][name]["gpus"] == container["gpus"]
         assert found["containers"][name]["address"] == container["address"]
     assert found["groups"]["gpu"] == expected["groups"]["gpu"]
+
+    # As written (vars left commented): doctor runs every check and fails the vars one per
+    # container, naming each var, the playbook fields that use it and where to set it.
+    doctor = shared_lab.orch("doctor", "qwen-dflash", "-i", str(output))
+    assert doctor.code == 3, doctor.stdout + doctor.stderr
+    lines = doctor.stdout.splitlines()
+    text = first.splitlines()
+    defaults_line = text.index("defaults:") + 1
+    for name in ("ct200", "ct201"):
+        assert any(re.match(rf"{name} +container +ok ", line) for line in lines), doctor.stdout
+        (row,) = [line for line in lines if re.match(rf"{name} +vars +FAIL ", line)]
+        fix = lines[lines.index(row) + 1].strip()
+        line = text.index(f"  {name}:") + 1
+        assert f"{output}:{line}:3: containers.{name}.vars: no models_dir, vllm, state_dir" in row
+        assert re.search(r"models_dir: drafter\.weights line \d+, target\.path line \d+;", row)
+        assert f"under containers.{name}.vars (containers.{name} is at {output}:{line}:3)" in fix
+        assert f"under defaults.vars ({output}:{defaults_line}:1)" in fix
+    dry_run = shared_lab.orch("deploy", "qwen-dflash", "-i", str(output), "--dry-run", "--json")
+    assert dry_run.code == 2
+    errors = dry_run.json["errors"]
+    assert [(e["file"], e["field"]) for e in errors] == [
+        (str(output), "containers.ct200.vars"),
+        (str(output), "containers.ct201.vars"),
+    ]
 
     # Filled in as the comment says (the lab's paths differ per container), render accepts it.
     for name, container in found["containers"].items():

@@ -11,7 +11,12 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent.parent / "orchestrator"
-BASE = {"orchestrator.errors", "orchestrator.deadline", "orchestrator.layout"}
+BASE = {
+    "orchestrator.errors",
+    "orchestrator.deadline",
+    "orchestrator.layout",
+    "orchestrator.durations",
+}
 ALLOWED = {
     "orchestrator.transport": (
         "orchestrator.transport",
@@ -26,6 +31,7 @@ ALLOWED = {
     "orchestrator.errors": (),
     "orchestrator.deadline": (),
     "orchestrator.layout": (),
+    "orchestrator.durations": ("orchestrator.errors",),
 }
 
 

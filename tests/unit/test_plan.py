@@ -160,7 +160,6 @@ def test_limit_plans_only_the_chosen_containers() -> None:
         ("target.path=models/Qwen3.6-27B", "target.path", "is not an absolute path"),
         ("state_dir=var/lib/orch", "state_dir", "is not an absolute path"),
         ("server.vllm=vllm", "server.vllm", "is not an absolute path"),
-        ("drafter.weights='{{ vars.nope }}/x'", "drafter.weights", "has no attribute 'nope'"),
         ("target.path='{{ models_dir }}/x'", "target.path", "'models_dir' is undefined"),
         ("server.host='{{ container.ip }}'", "server.host", "has no attribute 'ip'"),
         ('target.path="/opt/a\\nb"', "target.path", "contains a line break or NUL"),
@@ -172,3 +171,19 @@ def test_a_bad_field_is_an_input_error_naming_it(assignment: str, field: str, pr
     message = str(caught.value)
     assert message.startswith(f"{PLAYBOOK}: {field} for ct129: ")
     assert problem in message
+
+
+def test_vars_the_inventory_lacks_are_one_error_per_container_saying_where_to_set_them() -> None:
+    """Each container: at its place in the inventory, each var with the playbook fields
+    (and lines) that use it, and where to set it (the container's vars, or defaults)."""
+    with pytest.raises(InputError) as caught:
+        plans("drafter.weights='{{ vars.nope }}/x'", "target.path='{{ vars.nope }}/y'")
+    ct129, ct200 = str(caught.value).splitlines()
+    uses = "(nope: drafter.weights (--set drafter.weights), target.path (--set target.path))"
+    assert ct129 == (
+        f"{EXAMPLE}:22:3: containers.ct129.vars: no nope, which {PLAYBOOK} uses {uses}; set it "
+        f"under containers.ct129.vars (containers.ct129 is at {EXAMPLE}:22:3), or for every "
+        f"container under defaults.vars ({EXAMPLE}:8:3)"
+    )
+    assert ct200.startswith(f"{EXAMPLE}:40:5: containers.ct200.vars: no nope, which ")
+    assert f"set it under containers.ct200.vars ({EXAMPLE}:40:5), or " in ct200

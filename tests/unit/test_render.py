@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.errors import InputError
-from orchestrator.render import render_field, render_template
+from orchestrator.render import MissingVar, render_field, render_template
 
 
 def write(directory: Path, name: str, text: str) -> Path:
@@ -42,8 +42,10 @@ def test_tojson_round_trips() -> None:
 
 
 def test_field_with_undefined_var_names_where() -> None:
-    with pytest.raises(InputError, match=r"^playbook.yaml: target.path: 'dict object' has no"):
+    with pytest.raises(MissingVar, match=r"^playbook.yaml: target.path: needs vars.models_dir$"):
         render_field("{{ vars.models_dir }}/x", {"vars": {}}, "playbook.yaml: target.path")
+    with pytest.raises(InputError, match=r"^f: 'dict object' has no attribute 'ip'$"):
+        render_field("{{ container.ip }}", {"vars": {}, "container": {}}, "f")
 
 
 def test_launch_script_quotes_every_value() -> None:
