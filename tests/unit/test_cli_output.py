@@ -52,7 +52,7 @@ def test_a_bad_inventory_gives_one_bad_input_document_naming_file_line_column_fi
         "line": 4,
         "column": 34,
         "field": "containers.ct200.adress",
-        "message": "unknown field",
+        "message": "unknown field (did you mean 'address'?)",
     } in document["errors"]
     assert "containers.ct200.adress: unknown field" in err  # people still read stderr
 

@@ -63,7 +63,10 @@ def test_schema_errors_name_line_and_field_in_file_order() -> None:
     lines = str(caught.value).splitlines()
     source = FIXTURES / "bad-gate.yaml"
     assert lines[0].startswith(f"{source}:10:3: gate.confidence: ")
-    assert lines[1] == f"{source}:12:5: gate.probe.concurency: unknown field"
+    assert (
+        lines[1]
+        == f"{source}:12:5: gate.probe.concurency: unknown field (did you mean 'concurrency'?)"
+    )
 
 
 @pytest.mark.parametrize(
@@ -92,3 +95,32 @@ def test_set_value_is_parsed_with_the_same_bounds_as_files() -> None:
     bomb = "drafter.overrides.x={" + ", ".join(levels) + "}"
     with pytest.raises(InputError, match=r"^--set drafter.overrides.x:1:\d+: aliases expand"):
         load_playbook(QWEN, [bomb])
+
+
+@pytest.mark.parametrize(
+    ("typo", "line"),
+    [
+        ("  wieghts:", "drafter.wieghts: unknown field (did you mean 'weights'?)"),
+        ("    max_token:", "gate.probe.max_token: unknown field (did you mean 'max_tokens'?)"),
+        ("rolout:", "rolout: unknown field (did you mean 'rollout'?)"),
+        ("  colour:", "server.colour: unknown field"),  # nothing close: no guess
+    ],
+)
+def test_a_mistyped_key_gets_the_field_it_is_closest_to(
+    tmp_path: Path, typo: str, line: str
+) -> None:
+    original = {
+        "  wieghts:": "  weights:",
+        "    max_token:": "    max_tokens:",
+        "rolout:": "rollout:",
+        "  colour:": "  port:",
+    }[typo]
+    text = find_playbook("qwen-dflash").read_text()
+    assert f"\n{original}" in text
+    path = tmp_path / "typo.yaml"
+    path.write_text(text.replace(f"\n{original}", f"\n{typo}", 1))
+    with pytest.raises(InputError) as caught:
+        load_playbook(path)
+    assert any(found.endswith(f": {line}") for found in str(caught.value).splitlines()), str(
+        caught.value
+    )
