@@ -201,8 +201,36 @@ def print_verify(doc: dict[str, Any]) -> None:
             out.print(text(f"apply it with: {target['apply_with']}"))
         if target.get("findings"):
             out.print(findings_table(out, [Finding(**f) for f in target["findings"]]), crop=False)
-    ok = doc["result"] == "ok"
-    out.print(text("ok") if ok else text(f"problems found: {words(doc['result'])}", "red"))
+    for line in verify_summary(doc):
+        out.print(text(line, "" if doc["result"] == "ok" else "red"), highlight=False)
+
+
+def verify_summary(doc: dict[str, Any]) -> list[str]:
+    """What verify-config found, in words: per container that drifted, what (hand edits
+    since the run that applied its release, drafter checks its files fail, or what
+    stopped the check); `no drift` when there is none."""
+    lines = []
+    for target in doc["targets"]:
+        parts = []
+        if target.get("changed_on_target"):
+            run = (target.get("applied") or {}).get("run_id")
+            parts.append(
+                f"its release was changed on the container since run {run} applied it"
+                if run
+                else "its release differs from a fresh render (no readable manifest)"
+            )
+        errors = sum(f["severity"] == "error" for f in target.get("findings") or [])
+        if errors:
+            parts.append(f"its files fail {errors} drafter check(s)")
+        if parts:
+            lines.append(f"{target['name']}: drift: {'; '.join(parts)}")
+        if target.get("interrupted"):
+            lines.append(f"{target['name']}: a run was interrupted there: {target['interrupted']}")
+        elif target.get("error"):
+            lines.append(f"{target['name']}: not checked: {target['error']}")
+    if doc["result"] == "ok":
+        return ["no drift: each container holds what its run applied"]
+    return lines or [f"not ok: {words(doc['result'])}"]
 
 
 RELEASES_COLUMNS = [

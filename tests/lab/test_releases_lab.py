@@ -143,3 +143,7 @@ def test_runs_name_the_fleet_and_rollback_to_a_run_restores_it(lab: LabHandle) -
     assert any(f["field"] == "dflash_config.mask_token_id" for f in entry["findings"])
     text = lab.orch("verify-config", "qwen-dflash", "-i", str(lab.inventory), "--limit", "ct200")
     assert text.code == 1 and "changed on the target since run" in text.stdout
+    assert text.stdout.splitlines()[-1] == (
+        f"ct200: drift: its release was changed on the container since run {first['run_id']} "
+        "applied it; its files fail 2 drafter check(s)"
+    )

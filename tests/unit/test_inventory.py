@@ -55,10 +55,8 @@ def test_vmid_out_of_range_names_file_line_column_and_field() -> None:
 
 def test_unknown_key_is_refused_at_its_line() -> None:
     message = load_error("unknown-key.yaml")
-    assert (
-        message
-        == f"{FIXTURES / 'unknown-key.yaml'}:4:5: hosts.pve1.adress: unknown field (did you mean 'address'?)"
-    )
+    where = f"{FIXTURES / 'unknown-key.yaml'}:4:5"
+    assert message == f"{where}: hosts.pve1.adress: unknown field (did you mean 'address'?)"
 
 
 def test_duplicate_container_name_is_refused() -> None:

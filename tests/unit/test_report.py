@@ -379,3 +379,26 @@ def test_piped_findings_are_one_line_each(
     lines = capsys.readouterr().out.splitlines()
     (row,) = [line for line in lines if FINDING.field in line]
     assert row.split(None, 1)[0] == "error" and row.rstrip().endswith("tokens per draft")
+
+
+def test_verify_says_what_drifted_in_words(capsys: pytest.CaptureFixture) -> None:
+    drifted = {
+        "name": "ct200",
+        "host": "pve1",
+        "release": "12abebba241d",
+        "result": "drift",
+        "applied": {"run_id": "20261203T151150Z-037112"},
+        "changed_on_target": ["changed on the target since run 20261203T151150Z-037112: x"],
+        "findings": [{**FINDING.to_dict(), "severity": "error"}],
+    }
+    clean = {"name": "ct201", "host": "pve1", "release": "426ecd26673b", "result": "ok"}
+    tables.print_verify({"playbook": "p", "result": "not_applied", "targets": [drifted, clean]})
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert last == (
+        "ct200: drift: its release was changed on the container since run "
+        "20261203T151150Z-037112 applied it; its files fail 1 drafter check(s)"
+    )
+    tables.print_verify({"playbook": "p", "result": "ok", "targets": [clean]})
+    out = capsys.readouterr().out
+    assert out.splitlines()[-1] == "no drift: each container holds what its run applied"
+    assert "problems found" not in out
