@@ -98,13 +98,26 @@ def fitted_table(
         if _fits(out, table):
             dropped = [columns[i].header for i in filled if i not in keep]
             if not dropped:
-                return table
+                return _trimmed(out, table) if out.width >= UNBOUNDED else table
             note = f"(narrow terminal: {', '.join(dropped)} not shown)"
             return Group(table, Text(textwrap.fill(note, out.width)))
         droppable = [i for i in keep if columns[i].drop and not columns[i].identifier]
         if not droppable:
             return _records(columns, rows)
         keep.remove(max(droppable, key=lambda i: columns[i].drop))
+
+
+def _trimmed(out: Console, table: Table) -> RenderableType:
+    """`table` as its lines with no trailing blanks (a pipe: cells are not padded out
+    to the widest row)."""
+    lines = []
+    for segments in Segment.split_lines(out.render(table, out.options)):
+        line = Text()
+        for segment in segments:
+            line.append(segment.text, segment.style)
+        line.rstrip()
+        lines.append(line)
+    return Group(*lines)
 
 
 def _fits(out: Console, table: Table) -> bool:

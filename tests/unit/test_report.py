@@ -317,7 +317,7 @@ def test_a_pipe_gets_whole_lines_and_every_row_names_its_run(
     out = capsys.readouterr().out
     (line,) = [line for line in out.splitlines() if "ct201" in line]
     assert line.split()[:2] == ["20261202T213333Z-ac274d", "ct201"]
-    assert line.rstrip().endswith("z-lab/Qwen3.6-27B-DFlash") and len(line) > 80
+    assert line.endswith("z-lab/Qwen3.6-27B-DFlash") and len(line) > 80  # no padding after
     assert "narrow terminal" not in out and "\nRUN " not in out
 
 
