@@ -614,6 +614,12 @@ def watch(
     shell_complete=complete.run_ids,
     help="Print that run's log (a unique prefix of the id will do).",
 )
+@click.option(
+    "--steps",
+    "steps_only",
+    is_flag=True,
+    help="With --show: only the run's steps and results, not every remote command.",
+)
 @click.option("--playbook", "playbook_name", metavar="NAME", help="Only runs of this playbook.")
 @click.option(
     "--since",
@@ -630,6 +636,7 @@ def watch(
 def history(
     count: int,
     show_run: str | None,
+    steps_only: bool,
     playbook_name: str | None,
     since: str | None,
     inventory_file: Path | None,
@@ -644,16 +651,19 @@ def history(
         from orchestrator import runlog
 
         log = runlog.read(show_run)
+        lines = runlog.steps_only(log.lines) if steps_only else log.lines
         if as_json:
             from orchestrator.documents import document
 
             screen.print_json(
-                document("RunLog", run_id=log.run_id, path=str(log.path), lines=log.lines)
+                document("RunLog", run_id=log.run_id, path=str(log.path), lines=lines)
             )
         else:
-            for line in log.lines:
+            for line in lines:
                 click.echo(screen.printable(line))
         return
+    if steps_only:
+        raise InputError("--steps goes with --show RUN_ID")
     after = moment(since, "--since") if since else None
     runs = history_document(History().last(count, playbook_name, after, inventory_file))
     screen.print_json(runs) if as_json else tables.print_history(runs)

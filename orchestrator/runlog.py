@@ -183,6 +183,20 @@ def read(run_id: str) -> Recorded:
     return Recorded(path.name[: -len(SUFFIX)], path, text.splitlines())
 
 
+STEP_LABELS = ("step", "note")
+"""The labels of a run's own story (its steps, what it said), apart from the commands."""
+
+
+def steps_only(lines: Sequence[str]) -> list[str]:
+    """The lines of a run log that are steps and notes: each container's path through
+    the run and its result, without every remote command and its output."""
+    return [
+        line
+        for line in lines
+        if line.split(" ", 4)[3:4] in ([f"{label}:"] for label in STEP_LABELS)
+    ]
+
+
 def find(run_id: str) -> Path:
     """The log of the run with this id, or of the one run whose id starts with it."""
     if not RUN_ID.fullmatch(run_id):

@@ -6,7 +6,9 @@ import threading
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
+from orchestrator.cli import cli
 from orchestrator.connections import RecordedTransport
 from orchestrator.errors import InputError, TransportError
 from orchestrator.runlog import FIELD_LIMIT, RunLog, bounded, find, prune, read
@@ -146,3 +148,32 @@ def test_only_the_newest_run_logs_are_kept(tmp_path: Path, monkeypatch: pytest.M
     ]
     prune(keep=5)
     assert len(list((tmp_path / "runs").iterdir())) == 2
+
+
+def test_history_show_steps_prints_the_runs_steps_and_results_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ORCH_STATE_DIR", str(tmp_path))
+    log = RunLog(RUN)
+    log.note("", "deploy qwen-dflash by ops: ct200 on pve1")
+    log.step("ct200", "preflight")
+    transport = RecordedTransport(
+        MemoryTransport("ct200").on("/bin/sh", reply("x\n" * 50)), "ct200", log
+    )
+    transport.run(["/bin/sh", "-c", "step: not a step\nnote: nor a note"])
+    log.step("ct200", "gate")
+    log.note("ct200", "result deployed, gate pass")
+
+    shown = CliRunner().invoke(cli, ["history", "--show", RUN[:12], "--steps"])
+
+    assert shown.exit_code == 0, shown.output
+    assert [line.split(" ", 3)[2:] for line in shown.output.splitlines()] == [
+        ["-", "note: deploy qwen-dflash by ops: ct200 on pve1"],
+        ["ct200", "step: preflight"],
+        ["ct200", "step: gate"],
+        ["ct200", "note: result deployed, gate pass"],
+    ]
+    whole = CliRunner().invoke(cli, ["history", "--show", RUN[:12]])
+    assert len(whole.output.splitlines()) > 50
+    alone = CliRunner().invoke(cli, ["history", "--steps"])
+    assert alone.exit_code == 2 and "--steps goes with --show RUN_ID" in alone.output
