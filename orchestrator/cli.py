@@ -376,7 +376,10 @@ def verify_config(
             raise InputError("verify-config PLAYBOOK needs -i INVENTORY")
         inputs = cli_commands.load(playbook, inventory_path, list(limit), list(assignments), True)
         document, code = cli_commands.verify_remote(inputs, ssh(accept_new_host_keys))
-        screen.print_json(document) if as_json else tables.print_verify(document)
+        if as_json:
+            screen.print_json(document)
+        else:
+            tables.print_verify(document, inputs.deploy_command())
         sys.exit(code)
     if not target:
         raise InputError(
@@ -411,21 +414,22 @@ def fleet_read_options(command: Callable[..., None]) -> Callable[..., None]:
 
 def _fleet_read(
     operation: Callable[[Any, Any], tuple[dict[str, Any], int]],
-    printer: Callable[[dict[str, Any]], None],
+    printer: Callable[[dict[str, Any], Any], None],
     playbook: str,
     inventory_path: Path,
     limit: tuple[str, ...],
     accept_new_host_keys: bool,
     as_json: bool,
 ) -> None:
-    """One look at every selected container, printed as a table or one document."""
+    """One look at every selected container, printed as a table (given the command's
+    inputs, for hints with the real paths) or one document."""
     from orchestrator import cli_commands
     from orchestrator.connections import ssh
     from orchestrator.report import screen
 
     inputs = cli_commands.load(playbook, inventory_path, list(limit), [])
     document, code = operation(inputs, ssh(accept_new_host_keys))
-    screen.print_json(document) if as_json else printer(document)
+    screen.print_json(document) if as_json else printer(document, inputs)
     sys.exit(code)
 
 
@@ -436,7 +440,11 @@ def status(**options: Any) -> None:
     from orchestrator import cli_commands
     from orchestrator.report import tables
 
-    _fleet_read(cli_commands.status, tables.print_status, **options)
+    _fleet_read(
+        cli_commands.status,
+        lambda doc, inputs: tables.print_status(doc, inputs.deploy_command()),
+        **options,
+    )
 
 
 @cli.command()
@@ -447,7 +455,7 @@ def releases(**options: Any) -> None:
     from orchestrator import cli_commands
     from orchestrator.report import tables
 
-    _fleet_read(cli_commands.releases, tables.print_releases, **options)
+    _fleet_read(cli_commands.releases, lambda doc, _: tables.print_releases(doc), **options)
 
 
 @cli.command()
@@ -457,7 +465,7 @@ def unlock(**options: Any) -> None:
     from orchestrator import cli_commands
     from orchestrator.report import tables
 
-    _fleet_read(cli_commands.unlock, tables.print_unlock, **options)
+    _fleet_read(cli_commands.unlock, lambda doc, _: tables.print_unlock(doc), **options)
 
 
 @cli.command()

@@ -57,13 +57,13 @@ class Inputs:
     """The playbook as the user named it (a name or a path)."""
     inventory_path: Path
 
-    def apply_command(self, container: str) -> str:
-        """The deploy that applies the playbook as loaded here to one container."""
+    def deploy_command(self, container: str | None = None) -> str:
+        """`orch deploy PLAYBOOK -i INVENTORY [--limit C] [--set ...]` with the paths and
+        values given here, for a hint the operator can paste."""
         sets = [arg for a in self.playbook.assignments for arg in ("--set", a)]
+        limit = ["--limit", container] if container else []
         inventory = str(self.inventory_path)
-        return shlex.join(
-            ["orch", "deploy", self.playbook_ref, "-i", inventory, "--limit", container, *sets]
-        )
+        return shlex.join(["orch", "deploy", self.playbook_ref, "-i", inventory, *limit, *sets])
 
 
 def load(
@@ -465,7 +465,7 @@ def verify_remote(inputs: Inputs, connect: Connect = SSH) -> tuple[dict[str, Any
     def one(transport: Transport, plan: TargetPlan) -> tuple[dict[str, Any], int]:
         entry, code = _verify_one(transport, plan, inputs.playbook)
         if entry.get("playbook_differs"):
-            entry["apply_with"] = inputs.apply_command(plan.container)
+            entry["apply_with"] = inputs.deploy_command(plan.container)
         return entry, code
 
     read = fleet_read(inputs, connect, one)

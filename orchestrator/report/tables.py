@@ -181,7 +181,7 @@ def print_lab_status(doc: dict[str, Any]) -> None:
     out.print(fitted_table(out, columns, rows), crop=False)
 
 
-def print_verify(doc: dict[str, Any]) -> None:
+def print_verify(doc: dict[str, Any], deploy_with: str | None = None) -> None:
     """Per container: hand edits first (they fail the check), then what the playbook
     would change now (information, with the deploy that applies it)."""
     out = console()
@@ -192,7 +192,7 @@ def print_verify(doc: dict[str, Any]) -> None:
         if target.get("error"):
             out.print(text(target["error"], "red"), highlight=False)
         if target.get("state") == "nothing_deployed":
-            out.print(text(f"nothing deployed yet: orch deploy {doc['playbook']} -i INVENTORY"))
+            out.print(text(f"nothing deployed yet: {deploy_with or _deploy(doc)}"))
         for change in target.get("changed_on_target", []):  # whole lines, as diff prints them
             out.print(text(change, "red"), highlight=False)
         for change in target.get("playbook_differs", []):
@@ -410,7 +410,13 @@ def locked_by(lock: dict[str, Any] | None) -> str:
     return f"{lock['user']}@{lock['control_host']} {ago(lock['since'])}"
 
 
-def print_status(doc: dict[str, Any]) -> None:
+def _deploy(doc: dict[str, Any]) -> str:
+    """The deploy command when the inventory's path is not known here."""
+    return f"orch deploy {doc['playbook']} -i INVENTORY"
+
+
+def print_status(doc: dict[str, Any], deploy_with: str | None = None) -> None:
+    """`deploy_with`: the deploy command with the real inventory, for the hint."""
     out = console()
     rows: list[list[Cell]] = []
     for t in doc["targets"]:
@@ -439,7 +445,7 @@ def print_status(doc: dict[str, Any]) -> None:
             if t.get(key):
                 out.print(text(f"{t['name']}: {key}: {t[key]}", "red"), highlight=False)
     if doc["state"] == "nothing_deployed":
-        out.print(text(f"nothing deployed yet: orch deploy {doc['playbook']} -i INVENTORY"))
+        out.print(text(f"nothing deployed yet: {deploy_with or _deploy(doc)}"))
 
 
 def print_unlock(doc: dict[str, Any]) -> None:

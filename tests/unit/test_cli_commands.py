@@ -111,9 +111,10 @@ def test_status_before_anything_is_deployed_is_a_state_not_an_error(
         )
     monkeypatch.setenv("NO_COLOR", "1")
     monkeypatch.setenv("COLUMNS", "80")
-    tables.print_status(document)
+    tables.print_status(document, fleet.inputs.deploy_command())
     shown = capsys.readouterr().out
-    assert "nothing deployed yet" in shown
+    # the hint is a command to paste: the real inventory path, not -i INVENTORY
+    assert f"nothing deployed yet: orch deploy {PLAYBOOK} -i {EXAMPLE}\n" in shown
     assert not re.search(r"\bnull\b|\bNone\b", shown)
 
 
