@@ -222,8 +222,53 @@ def deploy(
         )
     if hooks:
         hooks.after_run(document, code)
-    screen.print_json(document) if as_json else run_report.print_run(document)
+    if as_json:
+        screen.print_json(document)
+    else:  # a dry run's diff is the result: the summary goes beside the progress
+        run_report.print_run(document, stderr=dry_run and diff)
     sys.exit(code)
+
+
+@cli.command("diff")
+@click.argument("playbook", shell_complete=complete.playbooks)
+@inventory_option
+@limit_option
+@set_option
+@accept_keys_option
+@json_option
+def diff_command(
+    playbook: str,
+    inventory_path: Path,
+    limit: tuple[str, ...],
+    assignments: tuple[str, ...],
+    accept_new_host_keys: bool,
+    as_json: bool,
+) -> None:
+    """What a deploy would change, as `kubectl diff` says it: stdout is one unified patch
+    of every container's files (current against new) and nothing else, the summary goes
+    to stderr; exit 0 when nothing would change, 1 when something would, 2 or more on an
+    error (a preflight error included). Connects, takes no lock, changes nothing."""
+    from orchestrator import cli_commands
+    from orchestrator.connections import ssh
+    from orchestrator.report import live, screen
+    from orchestrator.report import run as run_report
+
+    inputs = cli_commands.load(playbook, inventory_path, list(limit), list(assignments), True)
+    options = cli_commands.new_options(dry_run=True, diff=True)
+    with _stoppable(inputs, as_json) as (view, cancel):
+        document, code = cli_commands.deploy(
+            inputs,
+            options,
+            ssh(accept_new_host_keys),
+            view,
+            cancel,
+            live.DiffPrinter(view, as_json),
+        )
+    if as_json:
+        screen.print_json(document)
+    else:
+        run_report.print_run(document, stderr=True)
+    sys.exit(cli_commands.diff_exit_code(document, code))
 
 
 def _say(message: str) -> None:

@@ -282,6 +282,16 @@ def deploy(
     return document, code
 
 
+def diff_exit_code(document: dict[str, Any], dry_run_code: int) -> int:
+    """`orch diff`'s exit status, as `kubectl diff`'s: 0 nothing would change, 1 something
+    would, 2 or more an error. A dry run's 1 (preflight found an error) is an error here."""
+    if dry_run_code == 1:
+        return 2
+    if dry_run_code:
+        return dry_run_code
+    return 1 if any(target.get("diff") for target in document["targets"]) else 0
+
+
 def rollback(
     inputs: Inputs,
     options: Options,
@@ -503,7 +513,9 @@ def _verify_one(
         on_target = release.read_secrets(transport, plan.layout.release(current))
         entry["changed_on_target"] += _secrets_changed(plan, applied, on_target)
     findings = _remote_findings(transport, plan, playbook, actual.get(DRAFTER_CONFIG))
-    findings += preflight.server_check_of_release(transport, plan, actual.get(LAUNCH_SCRIPT))
+    findings += preflight.server_check_of_release(
+        transport, plan, current, actual.get(LAUNCH_SCRIPT)
+    )
     entry["findings"] = [f.to_dict() for f in findings]
     bad = entry["changed_on_target"] or any(f.severity == Severity.ERROR for f in findings)
     entry["result"] = "drift" if bad else "ok"

@@ -28,6 +28,12 @@ SECRETS_FILE = "secrets.env"
 """A release's secret values (mode 0600), read by its serve.sh; only with server.secrets."""
 VIEW_CONFIG = f"drafter/{DRAFTER_CONFIG}"
 """A release's rendered drafter config, launch script, and the drafter view's config."""
+OWN_RELEASE = "@@release-id@@"
+"""A release's id where its own launch script names a path of the release: the script
+reads the id from its own directory at start (`RELEASE_WORD`), so no file of a release
+holds its id (only its path does) and a one-field change is a one-line diff."""
+RELEASE_WORD = '"$release"'
+"""How the launch script says its release's id, in the shell's words."""
 
 
 @dataclass(frozen=True)

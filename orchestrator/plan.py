@@ -17,7 +17,14 @@ from orchestrator.drafters.kinds import CheckInputs, DrafterKind, get_kind
 from orchestrator.drafters.profiles import Profile, get_profile, merge_overrides, target_files
 from orchestrator.errors import InputError
 from orchestrator.inventory import PATH_MAX, Inventory
-from orchestrator.layout import DRAFTER_CONFIG, LAUNCH_SCRIPT, SECRETS_FILE, VIEW_CONFIG, Layout
+from orchestrator.layout import (
+    DRAFTER_CONFIG,
+    LAUNCH_SCRIPT,
+    OWN_RELEASE,
+    SECRETS_FILE,
+    VIEW_CONFIG,
+    Layout,
+)
 from orchestrator.playbook import Playbook
 from orchestrator.render import MissingVar, render_field, render_template, template_source
 from orchestrator.secrets import digests, secrets_file
@@ -168,13 +175,12 @@ def plan_target(
     release_id = hashlib.sha256(
         json.dumps(fingerprint_inputs, sort_keys=True).encode()
     ).hexdigest()[:12]
-    release_dir = Layout(paths["deployment_dir"]).release(release_id)
-    drafter_dir = f"{release_dir}/drafter" if files else drafter_weights
+    own_dir = Layout(paths["deployment_dir"]).release(OWN_RELEASE)  # as serve.sh names it
+    drafter_dir = f"{own_dir}/drafter" if files else drafter_weights
     launch = render_template(
         server.template,
         {
             "playbook": playbook.name,
-            "release_id": release_id,
             "container": container_name,
             "env": server.env,
             "vllm": paths["vllm"],
@@ -189,7 +195,7 @@ def plan_target(
             "max_model_len": server.max_model_len,
             "attention_backend": server.attention_backend,
             "extra_args": server.extra_args,
-            "secrets_file": f"{release_dir}/{SECRETS_FILE}" if server.secrets else None,
+            "secrets_file": f"{own_dir}/{SECRETS_FILE}" if server.secrets else None,
             "secret_names": ", ".join(server.secrets),
         },
     )

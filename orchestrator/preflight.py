@@ -107,7 +107,7 @@ def gather(transport: Transport, plan: TargetPlan, nvidia_smi: str) -> Facts:
             port_taken = True
         except ServiceUnavailable:
             port_taken = False
-    launch = read_launch(plan.files[LAUNCH_SCRIPT].decode("utf-8", "replace"))
+    launch = read_launch(plan.files[LAUNCH_SCRIPT].decode("utf-8", "replace"), plan.release_id)
     return Facts(
         target=target,
         drafter=drafter,
@@ -125,11 +125,11 @@ def gather(transport: Transport, plan: TargetPlan, nvidia_smi: str) -> Facts:
 
 
 def server_check_of_release(
-    transport: Transport, plan: TargetPlan, script: bytes | None
+    transport: Transport, plan: TargetPlan, release_id: str, script: bytes | None
 ) -> list[Finding]:
     """The target's vLLM over the launch script of a release already on the container
     (`verify-config PLAYBOOK`): its files are where the script names them."""
-    launch = read_launch((script or b"").decode("utf-8", "replace"))
+    launch = read_launch((script or b"").decode("utf-8", "replace"), release_id)
     if not launch.executable:
         return []
     found = validator.check(transport, plan.vllm, validator.request(launch.argv, launch.env, {}))
@@ -220,7 +220,7 @@ def drafter_findings(
 def server_findings(facts: Facts, plan: TargetPlan) -> list[Finding]:
     """The release's launch script and drafter config judged against the vLLM version
     found on the container, with the target's own config.json."""
-    launch = read_launch(plan.files[LAUNCH_SCRIPT].decode("utf-8", "replace"))
+    launch = read_launch(plan.files[LAUNCH_SCRIPT].decode("utf-8", "replace"), plan.release_id)
     target = facts.target.files.config if facts.target.files else None
     shipped = facts.drafter.files.config if facts.drafter and facts.drafter.files else None
     checked = server_check.findings(facts.server_check, launch) if facts.server_check else []

@@ -22,6 +22,7 @@ import jinja2
 from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
 
 from orchestrator.errors import InputError
+from orchestrator.layout import OWN_RELEASE, RELEASE_WORD
 
 TEMPLATE_DIR = Path(__file__).resolve().parent / "templates"
 MAX_REPEAT_ITEMS = 1 << 16
@@ -37,7 +38,9 @@ def to_json(value: Any, indent: int | None = None) -> str:
 
 
 def shquote(value: Any) -> str:
-    return shlex.quote(str(value))
+    """`value` as one shell word; where it names the launch script's own release
+    (OWN_RELEASE), the script's `$release` stands in, double-quoted."""
+    return RELEASE_WORD.join(shlex.quote(part) for part in str(value).split(OWN_RELEASE))
 
 
 class _Sandbox(ImmutableSandboxedEnvironment):

@@ -27,9 +27,10 @@ if TYPE_CHECKING:
     pass
 
 
-def print_run(doc: dict[str, Any]) -> None:
-    """The final table of a deploy or rollback, with per-position acceptance bars."""
-    out = console()
+def print_run(doc: dict[str, Any], stderr: bool = False) -> None:
+    """The final table of a deploy or rollback, with per-position acceptance bars (on
+    stderr when stdout holds the result, a dry run's diff)."""
+    out = console(stderr=stderr)
     out.print(
         text(f"{doc['playbook']} run {doc['run_id']}: {words(doc['result'])}"),
         highlight=False,

@@ -12,6 +12,7 @@ import shlex
 from dataclasses import dataclass, field
 
 from orchestrator.drafters.findings import Finding
+from orchestrator.layout import RELEASE_WORD
 from orchestrator.serving.capabilities import (
     FULL_ATTENTION,
     INTEGER,
@@ -46,10 +47,13 @@ class Launch:
     argv: tuple[str, ...] = field(default=(), compare=False)
 
 
-def read_launch(script: str) -> Launch:
+def read_launch(script: str, release_id: str | None = None) -> Launch:
     """`export NAME=VALUE` lines, `--attention-backend`, the speculative config and the
     `exec VLLM serve ...` words of a rendered launch script (as the shell would split
-    it). Unreadable parts are skipped: they are then judged as not set."""
+    it), the script's own `$release` read as `release_id` (the release it is in).
+    Unreadable parts are skipped: they are then judged as not set."""
+    if release_id is not None:
+        script = script.replace(RELEASE_WORD, release_id)
     try:  # the shell drops a backslash-newline before it splits words
         words = shlex.split(script.replace("\\\n", ""), comments=True)
     except ValueError:

@@ -78,10 +78,11 @@ def test_dry_run_exit_codes_diffs_and_rendered_files_match_the_deploy(
     assert header and header[1] != old
     new = header[1]
     assert "-  --max-model-len 32768 \\" in lines and "+  --max-model-len 16384 \\" in lines
-    drafter = f'"model": "{ct200}/releases/{new}/drafter", "num_speculative_tokens": 15}}\' \\'
-    assert any(
-        line.startswith("+  --speculative-config '") and line.endswith(drafter) for line in lines
-    )
+    # the release id is in no file (serve.sh reads it from its own path): one changed line
+    assert [line for line in lines if re.match(r"[-+](?![-+]{2} )", line)] == [
+        "-  --max-model-len 32768 \\",
+        "+  --max-model-len 16384 \\",
+    ]
     assert [p.name for p in (ct200 / "releases").iterdir()] == [old]
 
     # On a real deploy --diff is shown before the old server stops (ct200, as people see it)
@@ -104,3 +105,55 @@ def test_dry_run_exit_codes_diffs_and_rendered_files_match_the_deploy(
     assert entry["result"] == "deployed"
     assert "-  --max-model-len 32768 \\\n" in entry["diff"]
     assert f"+++ ct201:{lab.deployment_dir('ct201')}/releases/{entry['release']}/" in entry["diff"]
+
+
+def test_orch_diff_is_a_patch_on_stdout_and_says_by_its_exit_whether_anything_would_change(
+    deployed_lab: LabHandle, tmp_path: Path
+) -> None:
+    """As `kubectl diff`: stdout one unified patch of every container and nothing else
+    (GNU patch turns the current files into the rendered ones with it), the summary on
+    stderr, exit 0 when nothing would change, 1 when something would, 2 on an error."""
+    lab, inventory = deployed_lab, str(deployed_lab.inventory)
+    same = lab.orch("diff", "qwen-dflash", "-i", inventory)
+    assert (same.code, same.stdout) == (0, ""), same.stderr
+    assert "qwen-dflash run " in same.stderr  # the summary, beside the progress
+
+    changed = lab.orch("diff", "qwen-dflash", "-i", inventory, *SHORTER)
+    assert changed.code == 1, changed.stderr
+    patch = changed.stdout
+    assert "CONTAINER" not in patch and "run log" not in patch
+    assert all(re.match(r"(--- |\+\+\+ |@@ | |-|\+)", line) for line in patch.splitlines())
+    removed = [line for line in patch.splitlines() if re.match(r"-(?!--)", line)]
+    added = [line for line in patch.splitlines() if re.match(r"\+(?!\+\+)", line)]
+    assert removed == ["-  --max-model-len 32768 \\"] * 2  # one field: one line a container
+    assert added == ["+  --max-model-len 16384 \\"] * 2
+
+    work = tmp_path / "work"
+    for name in ("ct200", "ct201"):
+        current = (lab.deployment_dir(name) / "current").resolve()
+        copy = work / f"{name}:{current}"  # the patch's names, relative to work/
+        copy.mkdir(parents=True)
+        for file in ("config.json", "serve.sh"):
+            (copy / file).write_bytes((current / file).read_bytes())
+    applied = subprocess.run(
+        ["patch", "-p0", "-d", str(work)], input=patch, text=True, capture_output=True
+    )
+    assert applied.returncode == 0, applied.stdout + applied.stderr
+    rendered = tmp_path / "rendered"
+    made = lab.orch("render", "qwen-dflash", "-i", inventory, *SHORTER, "--output", str(rendered))
+    assert made.code == 0, made.stderr
+    for name in ("ct200", "ct201"):
+        current = (lab.deployment_dir(name) / "current").resolve()
+        for file in ("config.json", "serve.sh"):
+            patched = work / f"{name}:{current}" / file
+            assert patched.read_bytes() == (rendered / name / file).read_bytes()
+
+    broken = lab.orch("diff", "qwen-dflash", "-i", inventory, "--set", "target.path=/no/such")
+    assert broken.code == 2, broken.stderr  # preflight found an error: an error here
+    bad = lab.orch("diff", "qwen-dflash", "-i", str(tmp_path / "none.yaml"), "--json")
+    assert bad.code == 2 and bad.json["kind"] == "Error"
+
+    # deploy --dry-run --diff keeps its exit codes; its summary is on stderr too
+    dry = lab.orch("deploy", "qwen-dflash", "-i", inventory, "--dry-run", "--diff", *SHORTER)
+    assert dry.code == 0, dry.stderr
+    assert dry.stdout == patch and "qwen-dflash run " in dry.stderr

@@ -37,13 +37,21 @@ def test_the_launch_script_runs_vllm_with_exactly_the_planned_arguments(tmp_path
         "server.env={ODD: \"a 'b' $(c) `d`\"}",
         "server.extra_args=['--x=1 2']",
     )["ct129"]
-    script = tmp_path / LAUNCH_SCRIPT
+    # In its release's directory, run through a `current` link: the script takes its
+    # release's id from where it is (no file of the release holds it).
+    script = tmp_path / "releases" / plan.release_id / LAUNCH_SCRIPT
+    script.parent.mkdir(parents=True)
     script.write_bytes(plan.files[LAUNCH_SCRIPT])
+    (tmp_path / "current").symlink_to(f"releases/{plan.release_id}")
     cwd = tmp_path / "cwd"
     cwd.mkdir()
 
     done = subprocess.run(
-        ["/bin/sh", str(script)], capture_output=True, cwd=cwd, timeout=30, check=False
+        ["/bin/sh", str(tmp_path / "current" / LAUNCH_SCRIPT)],
+        capture_output=True,
+        cwd=cwd,
+        timeout=30,
+        check=False,
     )
 
     assert done.returncode == 0, done.stderr
@@ -73,6 +81,6 @@ def test_the_launch_script_runs_vllm_with_exactly_the_planned_arguments(tmp_path
     ]
     assert list(cwd.iterdir()) == []
     # What the server's dry run reads from the script is what the shell ran.
-    launch = read_launch(plan.files[LAUNCH_SCRIPT].decode())
+    launch = read_launch(plan.files[LAUNCH_SCRIPT].decode(), plan.release_id)
     assert (launch.executable, list(launch.argv)) == (str(fake_vllm), argv)
     assert launch.env == {"ODD": ran["env"]}

@@ -42,8 +42,10 @@ def plan(playbook: str, *assignments: str) -> TargetPlan:
     return plan_deploy(book, load_inventory(EXAMPLE), ["ct129"])[0]
 
 
-def speculative_config(launch: bytes) -> dict:
-    words = shlex.split(launch.decode().replace("\\\n", " "))
+def speculative_config(launch: bytes, release_id: str = "RELEASE") -> dict:
+    """The launch's speculative config as the shell passes it, serve.sh in `release_id`."""
+    script = launch.decode().replace("\\\n", " ").replace('"$release"', release_id)
+    words = shlex.split(script)
     return json.loads(words[words.index("--speculative-config") + 1])
 
 
@@ -83,7 +85,7 @@ def test_every_profile_names_a_registered_kind_and_lists_by_it() -> None:
 def test_every_playbook_launches_its_kinds_method(path: Path) -> None:
     book = load_playbook(path)
     for each in plan_deploy(book, load_inventory(EXAMPLE)):
-        launch = speculative_config(each.files[LAUNCH_SCRIPT])
+        launch = speculative_config(each.files[LAUNCH_SCRIPT], each.release_id)
         assert launch["method"] == book.drafter.kind
         assert launch["num_speculative_tokens"] == book.server.num_speculative_tokens
         assert launch.get("model") == each.drafter_dir
