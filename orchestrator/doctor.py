@@ -12,11 +12,13 @@ port, free disk under the state dir. Every failure carries its fix.
 
 from __future__ import annotations
 
+import re
+import shlex
 from dataclasses import asdict, dataclass
 
 from orchestrator import preflight
 from orchestrator.connections import SSH, Connect, Pool
-from orchestrator.container.gpu import gpu_query, parse_gpus
+from orchestrator.container.gpu import gpu_holders, gpu_query, parse_gpu_holders, parse_gpus
 from orchestrator.container.host import (
     container_status,
     parse_container_status,
@@ -25,7 +27,7 @@ from orchestrator.container.host import (
 )
 from orchestrator.discovery import commands as proxmox
 from orchestrator.discovery.facts import parse_guest_config
-from orchestrator.drafters.findings import Severity
+from orchestrator.drafters.findings import Finding, Severity
 from orchestrator.errors import HostKeyError, InputError, OrchError, TransportError
 from orchestrator.inventory import Inventory
 from orchestrator.plan import MissingVars, TargetPlan
@@ -224,10 +226,12 @@ class Doctor:
             server.num_speculative_tokens,
             self.playbook.gate.probe.sampling,
         )
+        holders = self._gpu_holders(transport, plan, facts, findings)
         for finding in findings:
             expected = "" if finding.expected is None else f"expected {finding.expected}"
             status = FAIL if finding.severity == Severity.ERROR else INFO
-            checks.append(Check(name, finding.field, status, finding.message, expected))
+            check = Check(name, finding.field, status, finding.message, expected)
+            checks.append(_held(check, facts, holders, self.inventory.source))
         if not any(f.field.startswith(("target", "drafter")) for f in findings):
             weights = sum(n.endswith(".safetensors") for n in facts.target.sizes)
             checks.append(
@@ -244,6 +248,24 @@ class Doctor:
         if facts.free_disk_kib >= preflight.MIN_FREE_DISK_KIB:
             checks.append(Check(name, "disk", OK, f"{free_mib} MiB free for {plan.deployment_dir}"))
         return checks
+
+    def _gpu_holders(
+        self,
+        transport: Transport,
+        plan: TargetPlan,
+        facts: preflight.Facts,
+        findings: list[Finding],
+    ) -> dict[int, str]:
+        """When a GPU is short of memory: which orch deployment's server holds it, by the
+        PID nvidia-smi names (the server's own, or one of its group's workers)."""
+        if not any(_GPU_MEMORY.fullmatch(f.field) for f in findings) or not facts.gpu_apps:
+            return {}
+        state_dir = plan.deployment_dir.rsplit("/", 1)[0]
+        argv = gpu_holders(state_dir, sorted({app.pid for app in facts.gpu_apps}))
+        try:
+            return parse_gpu_holders(transport.run(argv, timeout=60).text)
+        except OrchError:
+            return {}  # the finding stands without its holder's name
 
     def _gpus(self, name: str, transport: Transport, nvidia_smi: str, listed: int) -> Check:
         fix = "check the GPU passthrough (devN: /dev/nvidiaN in pct config) and vars.nvidia_smi"
@@ -265,6 +287,43 @@ class Doctor:
             )
         memory = ", ".join(f"{g.free_mib}/{g.total_mib} MiB free" for g in gpus)
         return Check(name, "nvidia-smi", OK, f"{len(gpus)} GPU(s): {memory or 'none'}")
+
+
+_GPU_MEMORY = re.compile(r"gpu\[(\d+)\]\.memory")
+
+
+def _held(check: Check, facts: preflight.Facts, holders: dict[int, str], inventory: str) -> Check:
+    """A GPU short of memory, with who holds it: each process nvidia-smi lists on it
+    (PID, name, MiB) and, for another orch deployment's server, the command that stops it."""
+    found = _GPU_MEMORY.fullmatch(check.check)
+    if not found or check.status != FAIL or facts.gpus is None:
+        return check
+    index = int(found[1])
+    uuid = next((g.uuid for g in facts.gpus if g.index == index), None)
+    apps = [app for app in facts.gpu_apps if app.gpu_uuid == uuid]
+    if not apps:
+        return check
+    held = "; ".join(
+        f"PID {app.pid} ({app.name or 'unnamed'}, {app.used_mib} MiB)"
+        + (
+            f": the server of playbook {holders[app.pid]} on {check.target}"
+            if app.pid in holders
+            else ""
+        )
+        for app in apps
+    )
+    playbooks = sorted({holders[app.pid] for app in apps if app.pid in holders})
+    fix = (
+        "free it with: "
+        + " and ".join(
+            shlex.join(["orch", "stop", p, "-i", inventory, "-l", check.target]) for p in playbooks
+        )
+        if playbooks
+        else f"stop what holds it (PID {', '.join(str(app.pid) for app in apps)}), or deploy "
+        "where a GPU is free"
+    )
+    detail = f"{check.detail.split(' (PIDs ')[0]}, held by {held}"
+    return Check(check.target, check.check, check.status, detail, f"{fix} ({check.fix})")
 
 
 def run_doctor(

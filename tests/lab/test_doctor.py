@@ -3,7 +3,9 @@ is named with its fix and exit 3; a ready lab exits 0."""
 
 from __future__ import annotations
 
+import re
 import subprocess
+from pathlib import Path
 
 import pytest
 from labtools import LabHandle
@@ -18,6 +20,7 @@ from orchestrator.container.host import (
 from orchestrator.doctor import Check, Doctor, exit_code
 from orchestrator.errors import NeedsAttention
 from orchestrator.inventory import Inventory
+from orchestrator.playbook import find_playbook
 from orchestrator.report.tables import print_checks
 from orchestrator.transport.memory import MemoryTransport, reply
 from orchestrator.transport.pct import PctTransport
@@ -112,3 +115,28 @@ def test_doctor_names_the_stopped_container_and_exits_3(shared_lab: LabHandle) -
     assert f"fix: start it on pve1 with: {pct} start 200\n" in stopped.stdout
     assert "ct201  server         ok" in stopped.stdout
     assert stopped.stdout.endswith("1 check(s) failed\n")
+
+
+@pytest.mark.lab
+def test_a_gpu_held_by_another_playbooks_server_is_named_with_the_command_that_frees_it(
+    deployed_lab: LabHandle, tmp_path: Path
+) -> None:
+    """qwen-dflash serves on ct201; a second playbook there finds its GPUs short: doctor
+    names the PID nvidia-smi reports, that it is qwen-dflash's server, and the stop."""
+    lab = deployed_lab
+    other = tmp_path / "other.yaml"
+    shipped = find_playbook("qwen-dflash").read_text()
+    other.write_text(shipped.replace("name: qwen-dflash", "name: other").replace("8000", "8001"))
+    serving = int((lab.deployment_dir("ct201") / "server.pid").read_text().split()[0])
+
+    found = lab.orch("doctor", str(other), "-i", str(lab.inventory), "-l", "ct201")
+
+    assert found.code == 3, found.stdout + found.stderr
+    lines = found.stdout.splitlines()
+    (row,) = [line for line in lines if line.startswith("ct201  gpu[0].memory  FAIL  ")]
+    assert re.search(
+        rf"held by PID {serving} \(\S+, \d+ MiB\): the server of playbook qwen-dflash on ct201$",
+        row,
+    )
+    fix = lines[lines.index(row) + 1].strip()
+    assert fix.startswith(f"fix: free it with: orch stop qwen-dflash -i {lab.inventory} -l ct201")
