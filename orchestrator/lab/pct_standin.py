@@ -7,7 +7,8 @@ level: the message, then exit with errno when one is set, else 255 (perl.c
 `Perl_my_failure_exit`). A VMID without a configuration file dies with ENOENT
 still set from pmxcfs (pve-cluster `Cluster.pm` `$ipcc_get_config`): exit 2.
 pct runs only as root ("please run as root", pve-common `RESTEnvironment.pm`);
-the lab's root is the uid in the host's `root-uid`. Sources: docs/field-notes.md.
+the lab's root is the uid in the host's `root-uid`. Sources:
+docs/field-notes/proxmox.md.
 
 `exec VMID -- ARGV...` replaces this process with ARGV (no shell, no parent
 left behind), so signals, stdin and the exit status are the command's own. The
