@@ -50,17 +50,21 @@ SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL")
 def resolve(playbook: Playbook) -> dict[str, str]:
     """Every `server.secrets` value, read from its source now; each is registered for
     masking. A missing or empty one is an InputError naming the secret and its source."""
-    values = {}
-    for name, source in playbook.server.secrets.items():
-        where = f"{playbook.source}: server.secrets.{name}"
-        value = _read(source, where)
-        if not value:
-            raise InputError(f"{where}: {source.describe()} is empty")
-        if any(c in value for c in "\n\r\0"):
-            raise InputError(f"{where}: {source.describe()}: a secret is one line (no line break)")
-        values[name] = value
+    values = {name: resolve_one(playbook, name) for name in playbook.server.secrets}
     register(values.values())
     return values
+
+
+def resolve_one(playbook: Playbook, name: str) -> str:
+    """One secret's value from its source, or an InputError naming both (never a value)."""
+    source = playbook.server.secrets[name]
+    where = f"{playbook.source}: server.secrets.{name}"
+    value = _read(source, where)
+    if not value:
+        raise InputError(f"{where}: {source.describe()} is empty")
+    if any(c in value for c in "\n\r\0"):
+        raise InputError(f"{where}: {source.describe()}: a secret is one line (no line break)")
+    return value
 
 
 def _read(source: SecretSource, where: str) -> str:

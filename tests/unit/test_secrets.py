@@ -9,6 +9,7 @@ import pytest
 from pydantic import ValidationError
 
 from orchestrator import secrets
+from orchestrator.doctor import secret_checks
 from orchestrator.errors import InputError
 from orchestrator.playbook import Server, load_playbook
 
@@ -75,3 +76,26 @@ def test_keys_in_the_open_are_warnings_naming_the_secrets_form() -> None:
     assert [f.field for f in findings] == ["server.env.HF_TOKEN", "server.extra_args"]
     assert "server.secrets.HF_TOKEN" in findings[0].message
     assert "server.secrets.VLLM_API_KEY" in findings[1].message
+
+
+def test_doctor_checks_each_secret_resolves_and_never_shows_a_value(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GIVEN", "s3cret-value")
+    monkeypatch.delenv("MISSING", raising=False)
+    (tmp_path / "empty").write_text("")
+    playbook = book(
+        tmp_path,
+        f"{{A: {{env: GIVEN}}, B: {{env: MISSING}}, C: {{file: {tmp_path / 'empty'}}}}}",
+    )
+    checks = secret_checks(playbook)  # type: ignore[arg-type]
+    assert [(c.target, c.check, c.status) for c in checks] == [
+        ("control", "secret A", "ok"),
+        ("control", "secret B", "fail"),
+        ("control", "secret C", "fail"),
+    ]
+    assert checks[0].detail == "environment variable GIVEN gives a value"
+    assert checks[1].detail.endswith("server.secrets.B: environment variable MISSING is not set")
+    assert checks[2].detail.endswith(f"server.secrets.C: file {tmp_path / 'empty'} is empty")
+    assert checks[1].fix == "make environment variable MISSING give the value before deploying"
+    assert "s3cret-value" not in repr(checks)
