@@ -3,6 +3,7 @@ file, the key vLLM would check, masking, and the warnings for keys in the open."
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import pytest
@@ -99,3 +100,16 @@ def test_doctor_checks_each_secret_resolves_and_never_shows_a_value(
     assert checks[2].detail.endswith(f"server.secrets.C: file {tmp_path / 'empty'} is empty")
     assert checks[1].fix == "make environment variable MISSING give the value before deploying"
     assert "s3cret-value" not in repr(checks)
+
+
+def test_a_value_split_across_writes_is_masked_and_other_text_still_flows() -> None:
+    secrets.register(["hunter2-split-value"])
+    out = io.StringIO()
+    stream = secrets.MaskedStream(out)
+    stream.write("key=hunter2-")
+    assert out.getvalue() == "key="  # the start of a value waits for the next write
+    stream.write("split-value and more\n")
+    stream.write("hun")
+    stream.write("ting season, hunter")
+    stream.flush()  # the writer asks for all of it: a start that never became a value
+    assert out.getvalue() == "key=*** and more\nhunting season, hunter"
