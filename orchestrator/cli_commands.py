@@ -33,6 +33,7 @@ from orchestrator.fanout import READ_PARALLEL, GroupResult, fan_out
 from orchestrator.history import History, check_writable, new_run_id
 from orchestrator.inventory import Inventory, load_inventory
 from orchestrator.layout import DRAFTER_CONFIG, LAUNCH_SCRIPT, SECRETS_FILE, VIEW_CONFIG
+from orchestrator.lifecycle import Action, ServerRun
 from orchestrator.outcome import Outcome
 from orchestrator.plan import TargetPlan, plan_deploy
 from orchestrator.playbook import Playbook, find_playbook, load_playbook
@@ -46,6 +47,7 @@ from orchestrator.secrets import resolve as resolve_secrets
 from orchestrator.transport.base import Transport
 
 DEFAULT_NVIDIA_SMI = "/usr/bin/nvidia-smi"
+R = TypeVar("R", bound=TargetRun)
 
 
 @dataclass(frozen=True)
@@ -82,6 +84,7 @@ def load(
 
 
 def _target_run(
+    run_class: type[R],
     inputs: Inputs,
     connections: Pool,
     plan: TargetPlan,
@@ -90,7 +93,7 @@ def _target_run(
     prompts: list[str],
     cancel: Cancel,
     show_diff: ShowDiff = lambda *_: None,
-) -> TargetRun:
+) -> R:
     nvidia_smi = inputs.inventory.container_vars(plan.container).get(
         "nvidia_smi", DEFAULT_NVIDIA_SMI
     )
@@ -101,7 +104,7 @@ def _target_run(
         inputs.playbook.server.max_model_len,
         inputs.playbook.gate.probe.max_tokens,
     )
-    return TargetRun(
+    return run_class(
         plan,
         connections.container(plan.container),
         inputs.playbook,
@@ -248,20 +251,20 @@ def deploy(
             if cancel.requested:
                 return not_started(name)
             run = _target_run(
-                inputs, connections, plans[name], options, progress, prompts, cancel, show_diff
+                TargetRun,
+                inputs,
+                connections,
+                plans[name],
+                options,
+                progress,
+                prompts,
+                cancel,
+                show_diff,
             )
             return run.deploy()
 
         def not_started(name: str) -> Outcome:
-            """Skipped: after an interrupt, or once the failure budget is spent."""
-            why = (
-                "the run was interrupted"
-                if cancel.requested
-                else "the rollout's failure budget was spent"
-            )
-            return Outcome(
-                name, plans[name].host, result="skipped", exit_code=0, error=f"not started: {why}"
-            )
+            return _not_started(plans[name], cancel)
 
         rollout = run_rollout(
             list(plans),
@@ -280,6 +283,61 @@ def deploy(
     if not options.dry_run:
         _remember(_with_changes(document, rollout.outcomes), "deploy", options.user)
     return document, code
+
+
+def server_action(
+    inputs: Inputs,
+    options: Options,
+    action: Action,
+    connect: Connect,
+    progress: Progress,
+    cancel: Cancel,
+) -> tuple[dict[str, Any], int]:
+    """`orch stop|start|restart|remove` on every selected container, in the rollout's
+    order (canaries first, then waves, within its failure budget): a rolling restart."""
+    prompts = load_prompts(inputs.playbook.gate.probe.prompts)
+    check_writable()
+    started = now()
+    plans = {p.container: p for p in inputs.plans}
+    log = _open_log(action, inputs, options)
+    progress = log.recording(progress)
+    with connect(inputs.inventory, log) as connections:
+
+        def one(name: str) -> Outcome:
+            if cancel.requested:
+                return not_started(name)
+            run = _target_run(
+                ServerRun, inputs, connections, plans[name], options, progress, prompts, cancel
+            )
+            return run.act(action)
+
+        def not_started(name: str) -> Outcome:
+            return _not_started(plans[name], cancel)
+
+        rollout = run_rollout(
+            list(plans),
+            inputs.playbook.rollout,
+            one,
+            not_started,
+            lambda name, exc: _unreached(plans[name], exc),
+        )
+    document, code = _document(
+        "ServerRun", inputs, options.run_id, started, rollout.outcomes, cancel
+    )
+    document = {**document, "action": action, "rollout": rollout.to_dict()}
+    _close_log(log, document, code)
+    _remember(document, action, options.user)
+    return document, code
+
+
+def _not_started(plan: TargetPlan, cancel: Cancel) -> Outcome:
+    """Skipped: after an interrupt, or once the failure budget is spent."""
+    why = (
+        "the run was interrupted" if cancel.requested else "the rollout's failure budget was spent"
+    )
+    return Outcome(
+        plan.container, plan.host, result="skipped", exit_code=0, error=f"not started: {why}"
+    )
 
 
 def rollback(
@@ -314,7 +372,9 @@ def rollback(
         )
 
         def one(name: str) -> Outcome:
-            run = _target_run(inputs, connections, plans[name], options, progress, prompts, cancel)
+            run = _target_run(
+                TargetRun, inputs, connections, plans[name], options, progress, prompts, cancel
+            )
             return run.rollback(wanted[name])
 
         parallel = RolloutPlan.of(inputs.playbook.rollout, len(plans)).parallel
@@ -616,7 +676,7 @@ def status(inputs: Inputs, connect: Connect = SSH) -> tuple[dict[str, Any], int]
         lambda name, exc: {"state": "unreachable", "error": exc.message_for(name)},
     )
     states = [t["state"] for t in targets]
-    code = 0 if set(states) <= {"serving", "nothing_deployed", "deploying"} else 3
+    code = 0 if all(_as_meant(t) for t in targets) else 3
     return documents.document(
         "Status",
         playbook=inputs.playbook.name,
@@ -624,6 +684,17 @@ def status(inputs: Inputs, connect: Connect = SSH) -> tuple[dict[str, Any], int]
         state=_fleet_state(states),
         targets=targets,
     ), code
+
+
+def _as_meant(target: dict[str, Any]) -> bool:
+    """Serving, nothing deployed yet, a run at work, or stopped by `orch stop` (its last
+    run a stop, or an interrupted stop finished): no one needs to look."""
+    if target["state"] in ("serving", "nothing_deployed", "deploying"):
+        return True
+    last = target.get("last_run") or {}
+    return target["state"] == "stopped" and (
+        last.get("action") == "stop" or last.get("result") == "stopped"
+    )
 
 
 _STATE_ORDER = (

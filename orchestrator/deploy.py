@@ -52,6 +52,8 @@ from orchestrator.transport.base import Transport
 
 ShowDiff = Callable[[str, str], None]  # (container, its release's diff), before the switch
 GPU_RELEASE_TIMEOUT = 120.0
+FINISHED_ON_RECOVERY = {"stop": "stopped", "remove": "removed"}
+"""Interrupted actions the next run finishes rather than undoes, with the result it records."""
 
 
 @dataclass(frozen=True)
@@ -124,10 +126,10 @@ class TargetRun:
             self.outcome.current = current
             target = to or store.linked(self.transport, self.layout.previous)
             if not target:
-                raise _Stop(2, "no previous release to roll back to (give --to RELEASE_ID)")
+                raise Refused(2, "no previous release to roll back to (give --to RELEASE_ID)")
             on_target = store.kept(self.transport, self.layout)
             if target not in on_target:
-                raise _Stop(
+                raise Refused(
                     2, f"release {target!r} is not on the target (kept: {', '.join(on_target)})"
                 )
             self.outcome.release, self.outcome.previous_release = target, current
@@ -193,7 +195,7 @@ class TargetRun:
                 f"rolling back to {target} changed on the target (--force):\n{listed}"
             )
             return
-        raise _Stop(
+        raise Refused(
             1,
             f"release {target} changed on the target since it was applied; nothing was "
             f"changed (--force rolls back to it anyway):\n{listed}",
@@ -275,7 +277,9 @@ class TargetRun:
         self._step_note(f"recover interrupted {interrupted.describe()}")
         self.journal.active = interrupted
         back_on: str | None
-        if interrupted.gated:
+        if interrupted.action in FINISHED_ON_RECOVERY:
+            back_on, report = self._finish_interrupted(interrupted), None
+        elif interrupted.gated:
             self._record_previous(interrupted.from_release, interrupted.to_release)
             back_on, report = interrupted.to_release, None
         else:
@@ -296,7 +300,13 @@ class TargetRun:
         }
         self.outcome.notes.append(
             f"recovered interrupted run {interrupted.run_id} (stopped at '{interrupted.step}'): "
-            + (f"now on {back_on}" if back_on else "its server stopped, nothing to go back to")
+            + (
+                f"finished its {interrupted.action}"
+                if interrupted.action in FINISHED_ON_RECOVERY
+                else f"now on {back_on}"
+                if back_on
+                else "its server stopped, nothing to go back to"
+            )
         )
         if report is not None and not self._passed(report):
             raise NeedsAttention(
@@ -304,6 +314,18 @@ class TargetRun:
                 f"{back_on} did not pass its gate: {report.verdict.reason}",
                 subject=self.plan.container,
             )
+
+    def _finish_interrupted(self, interrupted: Transaction) -> str | None:
+        """A stop or remove that died half way is finished, as its operator asked:
+        the server stopped by its PID (and the deployment removed). Returns the
+        release left current."""
+        Server(self.transport, self.layout, self.plan.address, self.plan.port).stop(
+            self.playbook.server.stop_timeout
+        )
+        if interrupted.action == "remove":
+            store.remove_deployment(self.transport, self.layout)
+            return None
+        return interrupted.from_release
 
     def _infer(self, unreadable: Unreadable) -> Transaction | None:
         """The interrupted transaction as the container shows it, for a journal that
@@ -468,7 +490,7 @@ class TargetRun:
         """Preflight errors; they stop the deploy unless forced (then they are recorded)."""
         errors = [f for f in self.outcome.findings if f.severity == Severity.ERROR]
         if errors and not self.options.force:
-            raise _Stop(
+            raise Refused(
                 1,
                 f"preflight found {len(errors)} error(s); nothing was changed "
                 "(--force deploys anyway, and keeps the rollback)",
@@ -494,7 +516,7 @@ class TargetRun:
         with self._step("cat-verify"):
             mismatches = release.verify(self.transport, self.plan, files)
         if mismatches:
-            raise _Stop(
+            raise Refused(
                 1,
                 "cat-verify failed, the server was not touched:\n"
                 + "\n".join(str(m) for m in mismatches),
@@ -537,7 +559,7 @@ class TargetRun:
         self._append_audit(
             "recover",
             {
-                "result": "recovered",
+                "result": FINISHED_ON_RECOVERY.get(interrupted.action, "recovered"),
                 "release": back_on,
                 "current": back_on,
                 "previous_release": interrupted.to_release,
@@ -598,7 +620,7 @@ class TargetRun:
         out = self.outcome
         try:
             body()
-        except _Stop as stop:
+        except Refused as stop:
             out.exit_code, out.error = stop.exit_code, stop.message
         except Interrupted as exc:
             out.result, out.exit_code = "interrupted", exc.exit_code
@@ -613,7 +635,9 @@ class TargetRun:
         return out
 
 
-class _Stop(Exception):
+class Refused(Exception):
+    """The run stops on this container with nothing changed (or nothing more)."""
+
     def __init__(self, exit_code: int, message: str) -> None:
         super().__init__(message)
         self.exit_code, self.message = exit_code, message
