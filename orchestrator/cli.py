@@ -188,6 +188,13 @@ accept_keys_option = click.option(
     help="Show each file's `diff -u` against the current release (before the switch).",
 )
 @click.option("--force", is_flag=True, help="Deploy despite preflight errors (recorded).")
+@click.option(
+    "--replace",
+    metavar="PLAYBOOK",
+    shell_complete=complete.playbooks,
+    help="Stop this other playbook's server on each container as part of the transaction "
+    "(it frees the port and GPUs), and start it again if the new release fails its gate.",
+)
 @accept_keys_option
 @json_option
 def deploy(
@@ -198,6 +205,7 @@ def deploy(
     dry_run: bool,
     diff: bool,
     force: bool,
+    replace: str | None,
     accept_new_host_keys: bool,
     as_json: bool,
 ) -> None:
@@ -210,7 +218,11 @@ def deploy(
     from orchestrator.report import run as run_report
 
     inputs = cli_commands.load(playbook, inventory_path, list(limit), list(assignments), True)
-    options = cli_commands.new_options(force=force, dry_run=dry_run, diff=diff)
+    if replace is not None:
+        cli_commands.check_replace(inputs, replace)
+    options = cli_commands.new_options(
+        force=force, dry_run=dry_run, diff=diff, replace=replace, inventory=str(inventory_path)
+    )
     hooks = None if dry_run else Hooks.for_run("deploy", inputs, options, _say)
     if hooks:
         hooks.before_deploy()

@@ -28,7 +28,7 @@ from orchestrator.deadline import now
 from orchestrator.deploy import Options, ShowDiff, TargetRun
 from orchestrator.drafters.findings import Finding, Severity
 from orchestrator.drafters.modelfiles import parse_json_document
-from orchestrator.errors import NeedsAttention, OrchError
+from orchestrator.errors import InputError, NeedsAttention, OrchError
 from orchestrator.fanout import READ_PARALLEL, GroupResult, fan_out
 from orchestrator.history import History, check_writable, new_run_id
 from orchestrator.inventory import Inventory, load_inventory
@@ -83,6 +83,13 @@ def load(
     return Inputs(book, inv, plan_deploy(book, inv, limit, values), playbook, inventory)
 
 
+def check_replace(inputs: Inputs, other: str) -> None:
+    """`--replace` names another playbook that loads: bad input before anything is touched."""
+    book = load_playbook(find_playbook(other), [])
+    if book.name == inputs.playbook.name:
+        raise InputError(f"--replace {other}: that is the playbook being deployed")
+
+
 def _target_run(
     run_class: type[R],
     inputs: Inputs,
@@ -104,6 +111,26 @@ def _target_run(
         inputs.playbook.server.max_model_len,
         inputs.playbook.gate.probe.max_tokens,
     )
+
+    def neighbour(playbook: str) -> TargetRun | None:
+        """Another playbook's run on this container (deploy --replace, its recovery)."""
+        try:
+            other = load(playbook, inputs.inventory_path, [plan.container], [])
+        except OrchError:
+            return None
+        if not other.plans or other.playbook.name == inputs.playbook.name:
+            return None
+        return _target_run(
+            TargetRun,
+            other,
+            connections,
+            other.plans[0],
+            options,
+            progress,
+            load_prompts(other.playbook.gate.probe.prompts),
+            cancel,
+        )
+
     return run_class(
         plan,
         connections.container(plan.container),
@@ -114,6 +141,7 @@ def _target_run(
         progress,
         cancel,
         show_diff,
+        neighbour,
     )
 
 
