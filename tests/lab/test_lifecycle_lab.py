@@ -123,7 +123,9 @@ def test_start_of_a_release_whose_gate_now_fails_rolls_nothing_back(lab: LabHand
     assert code == 0, deployed
     release = deployed["targets"][0]["release"]
     assert run(lab, "stop", "qwen-dflash")[0] == 0
-    ContainerPaths(lab.deployment_dir(NAME).parents[4]).faults.write_text(json.dumps({"drop_spec_decode": True}))
+    ContainerPaths(lab.deployment_dir(NAME).parents[4]).faults.write_text(
+        json.dumps({"drop_spec_decode": True})
+    )
 
     code, started = run(lab, "start", "qwen-dflash", *FAST)
 
