@@ -315,19 +315,23 @@ def rollback(
     sys.exit(code)
 
 
-def server_action_options(command: Callable[..., None]) -> Callable[..., None]:
-    """PLAYBOOK -i INVENTORY [--limit] [--set] [--accept-new-host-keys] [--json]."""
+def fleet_read_options(command: Callable[..., None]) -> Callable[..., None]:
+    """PLAYBOOK -i INVENTORY [--limit] [--accept-new-host-keys] [--json]."""
     options: list[Callable[[Any], Any]] = [
         click.argument("playbook", shell_complete=complete.playbooks),
         inventory_option,
         limit_option,
-        set_option,
         accept_keys_option,
         json_option,
     ]
     for option in reversed(options):
         command = option(command)
     return command
+
+
+def server_action_options(command: Callable[..., None]) -> Callable[..., None]:
+    """PLAYBOOK -i INVENTORY [--limit] [--set] [--accept-new-host-keys] [--json]."""
+    return fleet_read_options(set_option(command))
 
 
 def _server_action(
@@ -486,20 +490,6 @@ def verify_config(
     )
     tables.print_findings(findings, as_json=as_json, judged=judged)
     sys.exit(1 if screen.has_errors(findings) else 0)
-
-
-def fleet_read_options(command: Callable[..., None]) -> Callable[..., None]:
-    """PLAYBOOK -i INVENTORY [--limit] [--accept-new-host-keys] [--json]."""
-    options: list[Callable[[Any], Any]] = [
-        click.argument("playbook", shell_complete=complete.playbooks),
-        inventory_option,
-        limit_option,
-        accept_keys_option,
-        json_option,
-    ]
-    for option in reversed(options):
-        command = option(command)
-    return command
 
 
 def _fleet_read(

@@ -40,7 +40,7 @@ from orchestrator.playbook import Playbook, find_playbook, load_playbook
 from orchestrator.probes import load_passages, load_prompts
 from orchestrator.probes.context import context_buckets
 from orchestrator.progress import Progress
-from orchestrator.rollout import RolloutPlan, run_rollout
+from orchestrator.rollout import RolloutPlan, RolloutRun, run_rollout
 from orchestrator.runs import TargetRecord, fleet_runs, resolve
 from orchestrator.secrets import digest, parse_exports
 from orchestrator.secrets import resolve as resolve_secrets
@@ -276,8 +276,6 @@ def deploy(
     with connect(inputs.inventory, log) as connections:
 
         def one(name: str) -> Outcome:
-            if cancel.requested:
-                return not_started(name)
             run = _target_run(
                 TargetRun,
                 inputs,
@@ -291,16 +289,7 @@ def deploy(
             )
             return run.deploy()
 
-        def not_started(name: str) -> Outcome:
-            return _not_started(plans[name], cancel)
-
-        rollout = run_rollout(
-            list(plans),
-            inputs.playbook.rollout,
-            one,
-            not_started,
-            lambda name, exc: _unreached(plans[name], exc),
-        )
+        rollout = _rolled_out(inputs, plans, cancel, one)
         usage = connections.usage()
     document, code = _document(
         "DeployRun", inputs, options.run_id, started, rollout.outcomes, cancel
@@ -332,23 +321,12 @@ def server_action(
     with connect(inputs.inventory, log) as connections:
 
         def one(name: str) -> Outcome:
-            if cancel.requested:
-                return not_started(name)
             run = _target_run(
                 ServerRun, inputs, connections, plans[name], options, progress, prompts, cancel
             )
             return run.act(action)
 
-        def not_started(name: str) -> Outcome:
-            return _not_started(plans[name], cancel)
-
-        rollout = run_rollout(
-            list(plans),
-            inputs.playbook.rollout,
-            one,
-            not_started,
-            lambda name, exc: _unreached(plans[name], exc),
-        )
+        rollout = _rolled_out(inputs, plans, cancel, one)
     document, code = _document(
         "ServerRun", inputs, options.run_id, started, rollout.outcomes, cancel
     )
@@ -358,13 +336,29 @@ def server_action(
     return document, code
 
 
-def _not_started(plan: TargetPlan, cancel: Cancel) -> Outcome:
-    """Skipped: after an interrupt, or once the failure budget is spent."""
-    why = (
-        "the run was interrupted" if cancel.requested else "the rollout's failure budget was spent"
-    )
-    return Outcome(
-        plan.container, plan.host, result="skipped", exit_code=0, error=f"not started: {why}"
+def _rolled_out(
+    inputs: Inputs, plans: dict[str, TargetPlan], cancel: Cancel, one: Callable[[str], Outcome]
+) -> RolloutRun:
+    """`one` on each container in the rollout's order; after an interrupt, or once the
+    failure budget is spent, the rest are skipped."""
+
+    def not_started(name: str) -> Outcome:
+        why = (
+            "the run was interrupted"
+            if cancel.requested
+            else "the rollout's failure budget was spent"
+        )
+        plan = plans[name]
+        return Outcome(
+            plan.container, plan.host, result="skipped", exit_code=0, error=f"not started: {why}"
+        )
+
+    return run_rollout(
+        list(plans),
+        inputs.playbook.rollout,
+        lambda name: not_started(name) if cancel.requested else one(name),
+        not_started,
+        lambda name, exc: _unreached(plans[name], exc),
     )
 
 

@@ -51,12 +51,13 @@ LONG_GATE = [*NEW_RELEASE, "--set", "gate.min_drafts=8000"]  # passes, after sev
 
 
 class Orch:
-    """`orch deploy` as a real process whose progress lines are watched as they come."""
+    """`orch deploy` (or the command `argv`) as a real process whose progress lines are
+    watched as they come."""
 
-    def __init__(self, lab: LabHandle, *args: str) -> None:
+    def __init__(self, lab: LabHandle, *args: str, argv: list[str] | None = None) -> None:
         self.lines: list[str] = []
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "orchestrator", *deploy_args(lab, *args)],
+            [sys.executable, "-m", "orchestrator", *(argv or deploy_args(lab, *args))],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,

@@ -8,58 +8,19 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
-import sys
-import threading
-import time
 
 import pytest
 from labtools import LabHandle
-from orchrun import ROOT
-from test_fault_matrix import FAST, NAME, SLOW_GATE, SLOW_LOAD, server_processes
+from test_fault_matrix import FAST, NAME, SLOW_GATE, SLOW_LOAD, Orch, server_processes
 
 pytestmark = [pytest.mark.lab, pytest.mark.faults]
 
 REPLACE = ["deploy", "qwen-mtp", "--replace", "qwen-dflash"]
 
 
-class Run:
-    """An orch command as a real process whose progress lines are watched as they come."""
-
-    def __init__(self, lab: LabHandle, *args: str) -> None:
-        self.lines: list[str] = []
-        argv = [*args, "-i", str(lab.inventory), "--limit", NAME, *FAST]
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "orchestrator", *argv],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            env=lab.env,
-            cwd=ROOT,
-        )
-        self.reader = threading.Thread(target=self._read, daemon=True)
-        self.reader.start()
-
-    def _read(self) -> None:
-        assert self.process.stdout
-        for line in self.process.stdout:
-            self.lines.append(line)
-
-    def wait_for_step(self, step: str, timeout: float = 120) -> None:
-        deadline = time.monotonic() + timeout
-        while not any(f"{NAME}: {step}" in line for line in self.lines):
-            assert self.process.poll() is None, self.output
-            assert time.monotonic() < deadline, f"never reached {step!r}:\n{self.output}"
-            time.sleep(0.05)
-
-    def finish(self, timeout: float = 240) -> int:
-        code = self.process.wait(timeout=timeout)
-        self.reader.join(timeout=10)
-        return code
-
-    @property
-    def output(self) -> str:
-        return "".join(self.lines)
+def replace(lab: LabHandle, *knobs: str) -> Orch:
+    """`deploy qwen-mtp --replace qwen-dflash` as a real process, watched."""
+    return Orch(lab, argv=[*REPLACE, "-i", str(lab.inventory), "--limit", NAME, *FAST, *knobs])
 
 
 def orch(lab: LabHandle, *args: str) -> tuple[int, str]:
@@ -94,7 +55,7 @@ def assert_back_on_dflash(lab: LabHandle, dflash: str) -> None:
 @pytest.mark.parametrize(
     ("step", "knobs"),
     [
-        ("stop qwen-dflash's server", SLOW_LOAD),
+        ("stop qwen-dflash's server (replaced by qwen-mtp)", SLOW_LOAD),
         ("wait ready", SLOW_LOAD),
         ("gate", SLOW_GATE),
     ],
@@ -103,7 +64,7 @@ def test_sigint_in_a_replace_restores_the_replaced_server(
     lab: LabHandle, step: str, knobs: list[str]
 ) -> None:
     dflash = serving_dflash(lab)
-    run = Run(lab, *REPLACE, *knobs)
+    run = replace(lab, *knobs)
     run.wait_for_step(step)
     run.process.send_signal(signal.SIGINT)
     assert run.finish() == 130, run.output
@@ -115,7 +76,7 @@ def test_sigint_in_a_replace_restores_the_replaced_server(
 
 def test_sigkill_in_a_replace_then_the_next_run_restores_and_replaces(lab: LabHandle) -> None:
     dflash = serving_dflash(lab)
-    run = Run(lab, *REPLACE, *SLOW_GATE)
+    run = replace(lab, *SLOW_GATE)
     run.wait_for_step("gate")
     journal = json.loads((lab.deployment_dir(NAME, "qwen-mtp") / "journal.json").read_text())
     assert journal["replaced"]["playbook"] == "qwen-dflash"
