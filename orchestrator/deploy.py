@@ -587,9 +587,10 @@ class TargetRun:
             yield
 
     def _step(self, name: str) -> _Timer:
-        """Shown, timed, and (during a switch) written to the journal."""
-        self.progress(self.plan.container, name)
+        """Written to the journal (during a switch), then shown, and timed: a step that
+        is shown is already on record."""
         self.journal.advance(name)
+        self.progress(self.plan.container, name)
         return _Timer(self.outcome.steps, name)
 
     def _step_note(self, text: str) -> None:
