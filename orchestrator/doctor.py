@@ -1,24 +1,23 @@
 """`orch doctor`: is everything a deploy needs there? Read-only, one check per line.
 
-Per SSH login: that it logs in (host key verified, sudo without a prompt when the
-login uses `become`) and, on a Proxmox host, the sshd session limit when
-`sshd -T` can be read. Per container: `pct` finds it running (else says why: no such
-vmid, a template, stopped, or a login pct refuses as not root), `nvidia-smi`
-answers with the GPUs the inventory lists and, with a playbook, preflight's own
-read-only facts and findings: the server's vLLM version against the capability
-table, model dirs and weights, the drafter against the target, GPU memory, the
-port, free disk under the state dir. Every failure carries its fix.
+With a playbook, first on this machine: that each of its `server.secrets` resolves from
+its source (never showing the value). Per SSH login: that it logs in (host key
+verified, sudo without a prompt when the login uses `become`) and, on a Proxmox host,
+the sshd session limit when `sshd -T` can be read. Per container: `pct` finds it
+running (else says why: no such vmid, a template, stopped, or a login pct refuses as
+not root), `nvidia-smi` answers with the GPUs the inventory lists and, with a
+playbook, preflight's own read-only facts and findings: the server's vLLM version
+against the capability table, model dirs and weights, the drafter against the target,
+GPU memory, the port, free disk under the state dir. Every failure carries its fix.
 """
 
 from __future__ import annotations
 
-import re
-import shlex
 from dataclasses import asdict, dataclass
 
-from orchestrator import preflight
+from orchestrator import preflight, secrets
 from orchestrator.connections import SSH, Connect, Pool
-from orchestrator.container.gpu import gpu_holders, gpu_query, parse_gpu_holders, parse_gpus
+from orchestrator.container.gpu import gpu_query, parse_gpus
 from orchestrator.container.host import (
     container_status,
     parse_container_status,
@@ -27,7 +26,7 @@ from orchestrator.container.host import (
 )
 from orchestrator.discovery import commands as proxmox
 from orchestrator.discovery.facts import parse_guest_config
-from orchestrator.drafters.findings import Finding, Severity
+from orchestrator.drafters.findings import Severity
 from orchestrator.errors import HostKeyError, InputError, OrchError, TransportError
 from orchestrator.inventory import Inventory
 from orchestrator.plan import MissingVars, TargetPlan
@@ -225,13 +224,12 @@ class Doctor:
             server.tensor_parallel_size,
             server.num_speculative_tokens,
             self.playbook.gate.probe.sampling,
+            preflight.Others(inventory=self.inventory.source),  # hints name the real file
         )
-        holders = self._gpu_holders(transport, plan, facts, findings)
         for finding in findings:
             expected = "" if finding.expected is None else f"expected {finding.expected}"
             status = FAIL if finding.severity == Severity.ERROR else INFO
-            check = Check(name, finding.field, status, finding.message, expected)
-            checks.append(_held(check, facts, holders, self.inventory.source))
+            checks.append(Check(name, finding.field, status, finding.message, expected))
         if not any(f.field.startswith(("target", "drafter")) for f in findings):
             weights = sum(n.endswith(".safetensors") for n in facts.target.sizes)
             checks.append(
@@ -248,24 +246,6 @@ class Doctor:
         if facts.free_disk_kib >= preflight.MIN_FREE_DISK_KIB:
             checks.append(Check(name, "disk", OK, f"{free_mib} MiB free for {plan.deployment_dir}"))
         return checks
-
-    def _gpu_holders(
-        self,
-        transport: Transport,
-        plan: TargetPlan,
-        facts: preflight.Facts,
-        findings: list[Finding],
-    ) -> dict[int, str]:
-        """When a GPU is short of memory: which orch deployment's server holds it, by the
-        PID nvidia-smi names (the server's own, or one of its group's workers)."""
-        if not any(_GPU_MEMORY.fullmatch(f.field) for f in findings) or not facts.gpu_apps:
-            return {}
-        state_dir = plan.deployment_dir.rsplit("/", 1)[0]
-        argv = gpu_holders(state_dir, sorted({app.pid for app in facts.gpu_apps}))
-        try:
-            return parse_gpu_holders(transport.run(argv, timeout=60).text)
-        except OrchError:
-            return {}  # the finding stands without its holder's name
 
     def _gpus(self, name: str, transport: Transport, nvidia_smi: str, listed: int) -> Check:
         fix = "check the GPU passthrough (devN: /dev/nvidiaN in pct config) and vars.nvidia_smi"
@@ -289,43 +269,6 @@ class Doctor:
         return Check(name, "nvidia-smi", OK, f"{len(gpus)} GPU(s): {memory or 'none'}")
 
 
-_GPU_MEMORY = re.compile(r"gpu\[(\d+)\]\.memory")
-
-
-def _held(check: Check, facts: preflight.Facts, holders: dict[int, str], inventory: str) -> Check:
-    """A GPU short of memory, with who holds it: each process nvidia-smi lists on it
-    (PID, name, MiB) and, for another orch deployment's server, the command that stops it."""
-    found = _GPU_MEMORY.fullmatch(check.check)
-    if not found or check.status != FAIL or facts.gpus is None:
-        return check
-    index = int(found[1])
-    uuid = next((g.uuid for g in facts.gpus if g.index == index), None)
-    apps = [app for app in facts.gpu_apps if app.gpu_uuid == uuid]
-    if not apps:
-        return check
-    held = "; ".join(
-        f"PID {app.pid} ({app.name or 'unnamed'}, {app.used_mib} MiB)"
-        + (
-            f": the server of playbook {holders[app.pid]} on {check.target}"
-            if app.pid in holders
-            else ""
-        )
-        for app in apps
-    )
-    playbooks = sorted({holders[app.pid] for app in apps if app.pid in holders})
-    fix = (
-        "free it with: "
-        + " and ".join(
-            shlex.join(["orch", "stop", p, "-i", inventory, "-l", check.target]) for p in playbooks
-        )
-        if playbooks
-        else f"stop what holds it (PID {', '.join(str(app.pid) for app in apps)}), or deploy "
-        "where a GPU is free"
-    )
-    detail = f"{check.detail.split(' (PIDs ')[0]}, held by {held}"
-    return Check(check.target, check.check, check.status, detail, f"{fix} ({check.fix})")
-
-
 def run_doctor(
     inventory: Inventory,
     names: list[str],
@@ -335,9 +278,29 @@ def run_doctor(
     plan_errors: dict[str, InputError] | None = None,
 ) -> list[Check]:
     by_name = {plan.container: plan for plan in plans or []}
+    checks = secret_checks(playbook) if playbook else []
     with connect(inventory, None) as connections:
         doctor = Doctor(inventory, connections, playbook, by_name, plan_errors)
-        return [check for name in names for check in doctor.container(name)]
+        return checks + [check for name in names for check in doctor.container(name)]
+
+
+CONTROL = "control"
+"""The target name of checks made on the machine running orch."""
+
+
+def secret_checks(playbook: Playbook) -> list[Check]:
+    """Each `server.secrets` entry read from its source now, as a deploy will read it."""
+    checks = []
+    for name, source in playbook.server.secrets.items():
+        check = f"secret {name}"
+        try:
+            secrets.resolve_one(playbook, name)
+        except InputError as exc:
+            fix = f"make {source.describe()} give the value before deploying"
+            checks.append(Check(CONTROL, check, FAIL, exc.message, fix))
+        else:
+            checks.append(Check(CONTROL, check, OK, f"{source.describe()} gives a value"))
+    return checks
 
 
 def exit_code(checks: list[Check]) -> int:

@@ -3,17 +3,10 @@ the wait for an old server's GPU memory to come free."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from orchestrator.container.shell import (
-    PROCESS_FUNCTIONS,
-    builder,
-    parse_csv_rows,
-    q,
-    reading,
-    script,
-)
+from orchestrator.container.shell import builder, parse_csv_rows, reading
 from orchestrator.deadline import Deadline
 from orchestrator.errors import NeedsAttention
 from orchestrator.transport.base import Transport
@@ -48,24 +41,6 @@ class Gpu:
     free_mib: int
 
 
-@builder
-def gpu_holders(state_dir: str, pids: Sequence[int]) -> list[str]:
-    """Whose are these GPU processes: prints `server PID DEPLOYMENT` for each live server
-    orch recorded under `state_dir` (any playbook's), and `group PID PGID` for each of
-    `pids` this container's /proc shows (vLLM's workers are in their server's group)."""
-    return script(
-        PROCESS_FUNCTIONS
-        + f"for f in {q(state_dir)}/*/server.pid; do\n"
-        + '  [ -f "$f" ] && read -r _pid _st < "$f" && alive "$_pid" "$_st" || continue\n'
-        + '  d=${f%/server.pid}; echo "server $_pid ${d##*/}"\n'
-        + "done\n"
-        + f"for p in {' '.join(str(int(pid)) for pid in pids)}; do\n"
-        + '  read -r _ps < "/proc/$p/stat" 2>/dev/null || continue; set -- ${_ps##*) }\n'
-        + '  echo "group $p $3"\n'
-        + "done"
-    )
-
-
 @dataclass(frozen=True)
 class GpuApp:
     pid: int
@@ -89,25 +64,6 @@ def parse_gpu_apps(text: str) -> list[GpuApp]:
         return []
     with reading("nvidia-smi's process list", text):
         return [GpuApp(int(p), int(m), u, ", ".join(n)) for p, m, u, *n in parse_csv_rows(text)]
-
-
-def parse_gpu_holders(text: str) -> dict[int, str]:
-    """What gpu_holders printed -> the deployment (playbook) whose server each PID is,
-    or belongs to by its process group; PIDs of no orch server are left out."""
-    servers: dict[int, str] = {}
-    groups: dict[int, int] = {}
-    with reading("the GPU processes' owners", text):
-        for line in text.splitlines():
-            kind, pid, rest = line.split(" ", 2)
-            if kind == "server":
-                servers[int(pid)] = rest
-            elif kind == "group":
-                groups[int(pid)] = int(rest)
-    return {
-        pid: servers.get(pid) or servers[group]
-        for pid, group in groups.items()
-        if pid in servers or group in servers
-    }
 
 
 def wait_free(

@@ -122,7 +122,8 @@ def test_a_gpu_held_by_another_playbooks_server_is_named_with_the_command_that_f
     deployed_lab: LabHandle, tmp_path: Path
 ) -> None:
     """qwen-dflash serves on ct201; a second playbook there finds its GPUs short: doctor
-    names the PID nvidia-smi reports, that it is qwen-dflash's server, and the stop."""
+    names the process nvidia-smi reports, that it is qwen-dflash's server, and the stop
+    with the inventory given."""
     lab = deployed_lab
     other = tmp_path / "other.yaml"
     shipped = find_playbook("qwen-dflash").read_text()
@@ -135,8 +136,8 @@ def test_a_gpu_held_by_another_playbooks_server_is_named_with_the_command_that_f
     lines = found.stdout.splitlines()
     (row,) = [line for line in lines if line.startswith("ct201  gpu[0].memory  FAIL  ")]
     assert re.search(
-        rf"held by PID {serving} \(\S+, \d+ MiB\): the server of playbook qwen-dflash on ct201$",
+        rf"used by PID {serving} \(\S+, \d+ MiB\): held by qwen-dflash's server \(pid {serving}\), "
+        rf"another orch playbook on this container: `orch stop qwen-dflash -i {lab.inventory} "
+        "--limit ct201` frees it",
         row,
     )
-    fix = lines[lines.index(row) + 1].strip()
-    assert fix.startswith(f"fix: free it with: orch stop qwen-dflash -i {lab.inventory} -l ct201")

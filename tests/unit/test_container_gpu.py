@@ -12,7 +12,6 @@ from orchestrator.container.gpu import (
     GpuApp,
     gpu_query,
     parse_gpu_apps,
-    parse_gpu_holders,
     parse_gpus,
 )
 from orchestrator.errors import NeedsAttention
@@ -83,13 +82,3 @@ def test_gpu_apps_with_their_process_names_a_comma_included() -> None:
         GpuApp(pid=31337, used_mib=45296, gpu_uuid=GPU0, name="/usr/bin/python3"),
         GpuApp(pid=4242, used_mib=512, gpu_uuid=GPU0, name="worker, rank 1"),
     ]
-
-
-def test_gpu_holders_are_servers_or_their_groups_workers() -> None:
-    printed = (
-        "server 100 qwen-dflash\nserver 300 other one\ngroup 100 100\ngroup 101 100\ngroup 7 7\n"
-    )
-    assert parse_gpu_holders(printed) == {100: "qwen-dflash", 101: "qwen-dflash"}
-    assert parse_gpu_holders("group 5 5\n") == {}
-    with pytest.raises(NeedsAttention):
-        parse_gpu_holders("server x\n")

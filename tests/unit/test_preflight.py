@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.container.gpu import Gpu, GpuApp
+from orchestrator.container.probe import Sibling, parse_siblings
 from orchestrator.container.server import ServerState
 from orchestrator.drafters.findings import Finding, Severity
 from orchestrator.drafters.kinds.dflash import IDS, weight_layout
@@ -23,6 +24,7 @@ from orchestrator.preflight import (
     MIN_FREE_DISK_KIB,
     Facts,
     ModelDir,
+    Others,
     drafter_findings,
     judge,
 )
@@ -197,12 +199,15 @@ def busy(facts: Facts, apps: list[GpuApp], server: ServerState) -> Facts:
 
 
 def test_gpu_memory_held_by_another_process(facts: Facts, plan: TargetPlan) -> None:
-    held = busy(facts, [GpuApp(4242, 48140, "GPU-0")], ServerState("none"))
+    held = busy(facts, [GpuApp(4242, 48140, "GPU-0", "/usr/bin/python3")], ServerState("none"))
 
     [finding] = judge(held, plan, TP, SPEC_TOKENS)
 
     assert (finding.field, finding.actual) == ("gpu[0].memory", 1000)
-    assert "PIDs [4242]" in finding.message
+    # the process nvidia-smi names (--query-compute-apps), with what it holds
+    assert finding.message == (
+        "GPU 0 has 1000 MiB of 49140 MiB free, used by PID 4242 (/usr/bin/python3, 48140 MiB)"
+    )
 
 
 def test_gpu_memory_held_by_our_own_server_counts_as_available(
@@ -225,7 +230,10 @@ def test_only_other_processes_are_named_and_only_ours_is_freed(
     [finding] = judge(shared, plan, TP, SPEC_TOKENS)
 
     assert finding.actual == 21000
-    assert "PIDs [4242]" in finding.message
+    assert (
+        "used by PID 4242 (unnamed, 28140 MiB)" in finding.message
+        and "31337" not in (finding.message.split(";")[0])
+    )
     # With our server running, its workers may hold memory under PIDs we cannot see:
     # the switch stops it and waits for the memory, so this is a warning, not a stop.
     assert finding.severity == Severity.WARNING
@@ -251,6 +259,52 @@ def test_port_taken_by_a_process_orch_did_not_start(facts: Facts, plan: TargetPl
     [finding] = judge(dataclasses.replace(facts, port_taken=True), plan, TP, SPEC_TOKENS)
     assert finding.field == "server.port"
     assert f"{plan.address}:{plan.port} is in use" in finding.message
+
+
+def test_a_port_and_gpus_held_by_another_playbooks_server_name_it_and_its_stop(
+    facts: Facts, plan: TargetPlan
+) -> None:
+    busy = dataclasses.replace(
+        facts,
+        port_taken=True,
+        gpus=[Gpu(0, "GPU-0", 49140, 40000, 9140), Gpu(1, "GPU-1", 49140, 40000, 9140)],
+        siblings=[Sibling("qwen-mtp", 4242, plan.port)],
+    )
+    others = Others(inventory="inv.yaml")
+
+    found = judge(busy, plan, TP, SPEC_TOKENS, others=others)
+
+    assert fields(found) == ["gpu[0].memory", "gpu[1].memory", "server.port"]
+    for finding in found:
+        assert "qwen-mtp's server (pid 4242), another orch playbook" in finding.message
+        assert "`orch stop qwen-mtp -i inv.yaml --limit ct129`" in finding.message
+        assert "`orch deploy qwen-dflash -i inv.yaml --limit ct129 --replace qwen-mtp`" in (
+            finding.message
+        )
+    replacing = judge(busy, plan, TP, SPEC_TOKENS, others=Others("qwen-mtp", "inv.yaml"))
+    assert {f.severity for f in replacing} == {Severity.WARNING}
+    assert "which --replace stops first" in replacing[-1].message
+    assert all(f.message.count("probably") == 1 for f in found[:2])  # its PID is not shown
+    shown = dataclasses.replace(busy, gpu_apps=[GpuApp(4242, 40000, "GPU-0", "python3")])
+    named = judge(shown, plan, TP, SPEC_TOKENS, others=others)[0]
+    assert named.message.startswith(
+        "GPU 0 has 9140 MiB of 49140 MiB free, used by PID 4242 (python3, 40000 MiB): held by "
+        "qwen-mtp's server (pid 4242), another orch playbook on this container: "
+    )  # nvidia-smi shows the sibling's PID: no "probably"
+    elsewhere = dataclasses.replace(busy, siblings=[Sibling("qwen-mtp", 4242, plan.port + 1)])
+    port = judge(elsewhere, plan, TP, SPEC_TOKENS, others=others)[-1]
+    assert "a process orch did not start" in port.message  # not the sibling's port
+
+
+def test_other_deployments_servers_are_read_from_their_frames() -> None:
+    manifest = json.dumps({"gate_target": {"port": 8001}}).encode()
+    frames = {
+        "sibling qwen-mtp": b"running 4242\n",
+        "sibling-manifest qwen-mtp": manifest,
+        "sibling old": b"running 17\n",
+        "current": b"",
+    }
+    assert parse_siblings(frames) == [Sibling("old", 17, None), Sibling("qwen-mtp", 4242, 8001)]
 
 
 def test_low_disk(facts: Facts, plan: TargetPlan) -> None:
