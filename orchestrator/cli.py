@@ -212,10 +212,9 @@ def deploy(
     """Render, push, verify, restart, gate; roll back by itself when the gate fails.
     The playbook's hooks run before and after (not with --dry-run)."""
     from orchestrator import cli_commands
-    from orchestrator.connections import ssh
     from orchestrator.hooks import Hooks
-    from orchestrator.report import live, screen
     from orchestrator.report import run as run_report
+    from orchestrator.report import screen
 
     inputs = cli_commands.load(playbook, inventory_path, list(limit), list(assignments), True)
     if replace is not None:
@@ -226,15 +225,7 @@ def deploy(
     hooks = None if dry_run else Hooks.for_run("deploy", inputs, options, _say)
     if hooks:
         hooks.before_deploy()
-    with _stoppable(inputs, as_json) as (view, cancel):
-        document, code = cli_commands.deploy(
-            inputs,
-            options,
-            ssh(accept_new_host_keys),
-            view,
-            cancel,
-            live.DiffPrinter(view, as_json),
-        )
+    document, code = _run_deploy(inputs, options, accept_new_host_keys, as_json)
     if hooks:
         hooks.after_run(document, code)
     if as_json:
@@ -244,34 +235,17 @@ def deploy(
     sys.exit(code)
 
 
-@cli.command("diff")
-@click.argument("playbook", shell_complete=complete.playbooks)
-@inventory_option
-@limit_option
-@set_option
-@accept_keys_option
-@json_option
-def diff_command(
-    playbook: str,
-    inventory_path: Path,
-    limit: tuple[str, ...],
-    assignments: tuple[str, ...],
-    accept_new_host_keys: bool,
-    as_json: bool,
-) -> None:
-    """What a deploy would change, as `kubectl diff` says it: stdout is one unified patch
-    of every container's files (current against new) and nothing else, the summary goes
-    to stderr; exit 0 when nothing would change, 1 when something would, 2 or more on an
-    error (a preflight error included). Connects, takes no lock, changes nothing."""
+def _run_deploy(
+    inputs: Any, options: Any, accept_new_host_keys: bool, as_json: bool
+) -> tuple[dict[str, Any], int]:
+    """A deploy or its dry run, with the step view, stop signals and each container's
+    diff printed as it comes."""
     from orchestrator import cli_commands
     from orchestrator.connections import ssh
-    from orchestrator.report import live, screen
-    from orchestrator.report import run as run_report
+    from orchestrator.report import live
 
-    inputs = cli_commands.load(playbook, inventory_path, list(limit), list(assignments), True)
-    options = cli_commands.new_options(dry_run=True, diff=True)
     with _stoppable(inputs, as_json) as (view, cancel):
-        document, code = cli_commands.deploy(
+        return cli_commands.deploy(
             inputs,
             options,
             ssh(accept_new_host_keys),
@@ -279,11 +253,6 @@ def diff_command(
             cancel,
             live.DiffPrinter(view, as_json),
         )
-    if as_json:
-        screen.print_json(document)
-    else:
-        run_report.print_run(document, stderr=True)
-    sys.exit(cli_commands.diff_exit_code(document, code))
 
 
 def _say(message: str) -> None:
@@ -375,8 +344,37 @@ def fleet_read_options(command: Callable[..., None]) -> Callable[..., None]:
 
 
 def server_action_options(command: Callable[..., None]) -> Callable[..., None]:
-    """PLAYBOOK -i INVENTORY [--limit] [--set] [--accept-new-host-keys] [--json]."""
+    """PLAYBOOK -i INVENTORY [--limit] [--set] [--accept-new-host-keys] [--json]: the
+    server actions' and `orch diff`'s."""
     return fleet_read_options(set_option(command))
+
+
+@cli.command("diff")
+@server_action_options
+def diff_command(
+    playbook: str,
+    inventory_path: Path,
+    limit: tuple[str, ...],
+    assignments: tuple[str, ...],
+    accept_new_host_keys: bool,
+    as_json: bool,
+) -> None:
+    """What a deploy would change, as `kubectl diff` says it: stdout is one unified patch
+    of every container's files (current against new) and nothing else, the summary goes
+    to stderr; exit 0 when nothing would change, 1 when something would, 2 or more on an
+    error (a preflight error included). Connects, takes no lock, changes nothing."""
+    from orchestrator import cli_commands
+    from orchestrator.report import run as run_report
+    from orchestrator.report import screen
+
+    inputs = cli_commands.load(playbook, inventory_path, list(limit), list(assignments), True)
+    options = cli_commands.new_options(dry_run=True, diff=True, inventory=str(inventory_path))
+    document, code = _run_deploy(inputs, options, accept_new_host_keys, as_json)
+    if as_json:
+        screen.print_json(document)
+    else:
+        run_report.print_run(document, stderr=True)
+    sys.exit(cli_commands.diff_exit_code(document, code))
 
 
 def _server_action(
