@@ -40,7 +40,7 @@ _CONTROLS = {
 } | {code: f"\\u{code:04x}" for code in _BIDI}
 
 
-FOLD_NARROWEST = 12  # free text is folded no narrower than this (or its longest word)
+FOLD_AFTER = 24  # free text up to this wide stays on one line; longer folds, at spaces
 WHOLE_WORD = 48  # a word up to this long (an id, a field path, a number) is never split
 UNBOUNDED = 1_000_000  # the width of a pipe: whole lines
 
@@ -141,8 +141,8 @@ def _table(
 ) -> Table:
     """Every column but free text exactly as wide as its widest cell (its header on
     one line, or with `wrap_headers` a line per word), so nothing in it is cut; free
-    text folds at spaces, never inside a word up to WHOLE_WORD long (an id, a field
-    path, a number)."""
+    text folds beyond FOLD_AFTER, at spaces, never inside a word up to WHOLE_WORD long
+    (an id, a field path, a number)."""
     table = Table(box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), pad_edge=False, show_edge=False)
     for i in keep:
         column = columns[i]
@@ -152,7 +152,7 @@ def _table(
         table.add_column(
             column.header,
             width=None if column.fold else natural,
-            min_width=max(min(natural, FOLD_NARROWEST), min(word, WHOLE_WORD))
+            min_width=max(min(natural, FOLD_AFTER), min(word, WHOLE_WORD))
             if column.fold
             else None,
             overflow="fold",
