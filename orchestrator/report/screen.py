@@ -152,9 +152,7 @@ def _table(
         table.add_column(
             column.header,
             width=None if column.fold else natural,
-            min_width=max(min(natural, FOLD_AFTER), min(word, WHOLE_WORD))
-            if column.fold
-            else None,
+            min_width=max(min(natural, FOLD_AFTER), min(word, WHOLE_WORD)) if column.fold else None,
             overflow="fold",
             justify=column.justify,  # type: ignore[arg-type]
         )
