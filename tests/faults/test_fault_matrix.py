@@ -273,7 +273,7 @@ def test_sigterm_at_the_switch_exits_143_on_the_previous_release(lab: LabHandle)
     run.wait_for_step("wait ready")
     run.signal(signal.SIGTERM)
     assert run.finish() == 143, run.output
-    assert "SIGTERM: stopping at the next safe point" in run.output
+    assert "SIGTERM: stopping at the next safe point" in run.output, run.output
     assert last_run(lab)["result"] == "interrupted"
     assert_invariants(lab, good, files)
     assert_plain_deploy_succeeds(lab)
@@ -287,7 +287,7 @@ def test_a_second_sigint_during_the_undo_does_not_abandon_it(lab: LabHandle) -> 
     run.wait_for_step(f"roll back to {good}")
     run.signal(signal.SIGINT)
     assert run.finish() == 130, run.output
-    assert "SIGINT again: still finishing" in run.output
+    assert "SIGINT again: still finishing" in run.output, run.output
     assert_invariants(lab, good, files)
 
 
