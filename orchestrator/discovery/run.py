@@ -159,7 +159,7 @@ def _read_other(
         try:
             return _read_node_at(node.name, node.ip, login, accept_new_host_keys, guests, via)
         except NeedsAttention as exc:
-            detail = f"directly: {direct.message_for(node.name)}; through {via}: "
+            detail = f"directly: {direct.message_for(node.name)}\nthrough {via}: "
             return NotRead(
                 _summary(exc) + " (directly or through the first node)",
                 detail + exc.message_for(node.name),

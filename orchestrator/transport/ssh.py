@@ -191,7 +191,7 @@ class SshTransport:
                     "identity_file, your ssh-agent, and the host's authorized_keys",
                 ) from None
             except paramiko.ChannelException as exc:
-                raise TransportError(
+                raise Unreachable(
                     self.label,
                     "connect",
                     f"jump host {self.settings.jump} cannot reach "
