@@ -40,6 +40,7 @@ from orchestrator.discovery.writer import (
 from orchestrator.errors import InputError, NeedsAttention
 from orchestrator.inventory import SshSettings, load_inventory
 from orchestrator.lab.cluster import Lab, LabSpec, stop_pids
+from orchestrator.lab.paths import HostPaths
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "proxmox"
 
@@ -563,3 +564,27 @@ def test_nodes_reached_only_through_the_first_get_it_as_jump_host_and_a_deploy_w
     status = orch_inside("status", "qwen-dflash", "-i", str(inventory), "--json")
     assert status.returncode == 0, status.stderr
     assert "ct501" in status.stdout
+
+
+@pytest.mark.lab
+def test_every_node_of_the_lab_answers_for_the_whole_cluster(four_nodes: LabHandle) -> None:
+    """As pmxcfs makes it: the same members and guests from each node, `local` on the one
+    asked (pve-manager API2/Cluster.pm get_status :969-989)."""
+    hosts = [four_nodes.lab.paths.host(f"pve{i}") for i in range(1, 5)]
+
+    def pvesh(host: HostPaths, *args: str) -> str:
+        done = subprocess.run([str(host.pvesh), "get", *args, "--output-format", "json"],
+                              capture_output=True, text=True, timeout=30)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    addresses = {n.name: n.address for n in four_nodes.lab.nodes()}
+    for host in hosts:
+        status = parse_cluster_status(pvesh(host, "/cluster/status"))
+        assert {n.name: n.ip for n in status} == {h.node: addresses[h.node] for h in hosts}
+        assert [n.name for n in status if n.local] == [host.node]
+        assert all(n.online for n in status)
+        guests = parse_resources(pvesh(host, "/cluster/resources", "--type", "vm"))
+        assert [(g.vmid, g.node) for g in guests] == [
+            (c.vmid, c.host) for c in four_nodes.lab.containers()
+        ]
