@@ -54,14 +54,14 @@ LONG_GATE = [*NEW_RELEASE, "--set", "gate.min_drafts=8000"]  # passes, after sev
 
 
 class Orch:
-    """`orch deploy --json` as a real process: its progress lines (stderr) watched as they
-    come, its document (stdout) read at the end."""
+    """`orch deploy --json` (or the command `argv`) as a real process: its progress lines
+    (stderr) watched as they come, its output (stdout) read at the end."""
 
-    def __init__(self, lab: LabHandle, *args: str) -> None:
+    def __init__(self, lab: LabHandle, *args: str, argv: list[str] | None = None) -> None:
         self.lines: list[str] = []
         self.stdout: list[str] = []
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "orchestrator", *deploy_args(lab, "--json", *args)],
+            [sys.executable, "-m", "orchestrator", *(argv or deploy_args(lab, "--json", *args))],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
