@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import click
 
 from orchestrator import completion as complete
-from orchestrator.errors import InputError, OrchError
+from orchestrator.errors import InputError, NeedsAttention, OrchError
 from orchestrator.lab.paths import DEFAULT_TOKENS_PER_SECOND
 
 if TYPE_CHECKING:
@@ -944,8 +944,10 @@ def inventory_discover(
     accept_new_host_keys: bool,
     as_json: bool,
 ) -> None:
-    """List the cluster's containers through one host (pvesh, pct config, nvidia-smi)
-    and write an inventory for them."""
+    """List the cluster's nodes and containers from one of its hosts (pvesh there, then
+    pct config and nvidia-smi on each node) and write an inventory for them. A node
+    that cannot be reached directly is read through this host as jump host; exit 3
+    when a node could not be read (the inventory is still written, saying which)."""
     from orchestrator.discovery.run import discover, login_settings, write_new
     from orchestrator.discovery.writer import inventory_text
 
@@ -973,7 +975,13 @@ def inventory_discover(
     elif output is None:
         click.echo(text, nl=False)
     else:
-        click.echo(f"wrote {output}: {len(cluster.containers)} container(s) on {cluster.node}")
+        read = ", ".join(node.name for node in cluster.read)
+        click.echo(f"wrote {output}: {len(cluster.containers)} container(s) on {read}")
+    if cluster.unread:
+        if not as_json:
+            for name, why in cluster.unread.items():
+                click.echo(f"warning: node {name} not read: {why.detail}", err=True)
+        sys.exit(NeedsAttention.exit_code)
 
 
 @cli.command()

@@ -63,6 +63,11 @@ class SudoRefused(TransportError):
     """sudo would not run a command (`become: sudo`): it wants a password, or no rule allows it."""
 
 
+class Unreachable(TransportError):
+    """No SSH connection could be opened: refused, no answer, no route, unknown name.
+    Nothing was said to an sshd, so another route to the host may still work."""
+
+
 class HostKeyError(TransportError):
     """The host's key is unknown or changed: the connection was refused."""
 

@@ -141,7 +141,9 @@ class Defaults(SshSettings):
 
 
 class Host(SshSettings):
-    """A Proxmox VE node, reached by SSH."""
+    """A Proxmox VE node, reached by SSH. `orch inventory discover` writes one per node
+    of the cluster, with `jump` set to the node it began at for a node that answered
+    only through that one."""
 
     address: Address = Field(description="The node's SSH address: a host name or IP.")
     pct_path: PathStr | None = Field(

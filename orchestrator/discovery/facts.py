@@ -32,7 +32,8 @@ class Guest:
 
 @dataclass(frozen=True)
 class NodeInfo:
-    """One `type: node` entry of `pvesh get /cluster/status`."""
+    """One `type: node` entry of `pvesh get /cluster/status`: `ip` is the address the
+    node's pmxcfs resolved its own name to, the one the other nodes reach it at."""
 
     name: str
     ip: str | None
@@ -108,6 +109,8 @@ def parse_cluster_status(text: str) -> list[NodeInfo]:
             if not name:
                 raise ValueError("a node without a name")
             ip = _text(entry, "ip")
+            if ip is not None:
+                ip = str(ipaddress.ip_address(ip))
             nodes.append(NodeInfo(name, ip, bool(entry.get("local")), bool(entry.get("online"))))
     return nodes
 

@@ -1,5 +1,6 @@
-"""Discovery's runner: the commands of `discovery.commands` over one SSH connection
-to one Proxmox host, with the transport's host-key rules; parsing is elsewhere."""
+"""Discovery's runner: the commands of `discovery.commands` over one SSH connection per
+Proxmox node (the node asked first, then each other member it names), with the
+transport's host-key rules; parsing is elsewhere."""
 
 from __future__ import annotations
 
@@ -29,10 +30,19 @@ from orchestrator.discovery.writer import (
     NAME,
     Cluster,
     FoundContainer,
+    NodeRead,
+    NotRead,
     container_names,
 )
 from orchestrator.documents import document
-from orchestrator.errors import InputError, NeedsAttention, StepFailed
+from orchestrator.errors import (
+    HostKeyError,
+    InputError,
+    NeedsAttention,
+    StepFailed,
+    TransportError,
+    Unreachable,
+)
 from orchestrator.inventory import Host, SshSettings
 from orchestrator.transport.base import Transport
 from orchestrator.transport.pct import NOT_ROOT
@@ -40,18 +50,22 @@ from orchestrator.transport.ssh import SshTransport
 
 
 def discover(address: str, login: SshSettings, accept_new_host_keys: bool = False) -> Cluster:
-    """Read the cluster's guests, and the containers of this node, through `address`."""
+    """Read the cluster through `address`: its members and guests, then each node's
+    containers on that node, with the same login (through `address` as jump host for a
+    node that cannot be reached directly)."""
     if login.identity_file and not os.access(Path(login.identity_file).expanduser(), os.R_OK):
         raise InputError(f"--identity-file: cannot read {login.identity_file}")
     host = SshTransport(address, address, login, accept_new_host_keys)
     try:
-        return _read_cluster(host, address)
+        return _read_cluster(host, address, login, accept_new_host_keys)
     finally:
         host.close()
 
 
-def _read_cluster(host: SshTransport, address: str) -> Cluster:
-    tools = parse_tool_paths(run_step(host, commands.tool_paths(), "finding pvesh and pct").text)
+def _read_cluster(
+    host: SshTransport, address: str, login: SshSettings, accept_new_host_keys: bool
+) -> Cluster:
+    tools = _tool_paths(host)
     pvesh = tools.get("pvesh")
     if pvesh is None:
         raise NeedsAttention(
@@ -70,9 +84,46 @@ def _read_cluster(host: SshTransport, address: str) -> Cluster:
     guests = parse_resources(listing.text)
     status = host.run(commands.cluster_status(pvesh), timeout=60)
     nodes = parse_cluster_status(status.text) if status.ok else []
-    node = _local_node(address, nodes, {g.node for g in guests})
+    name = _local_node(address, nodes, {g.node for g in guests})
+    read = [_read_node(host, tools, name, address, guests)]
+    unread: dict[str, NotRead] = {}
+    via = None if login.jump else jump_through(address, login)
+    for node in sorted(nodes, key=lambda n: n.name):
+        if node.name == name:
+            continue
+        outcome = _read_other(node, login, via, accept_new_host_keys, guests)
+        if isinstance(outcome, NotRead):
+            unread[node.name] = outcome
+        else:
+            read.append(outcome)
+    done = {node.name for node in read}
+    return Cluster(
+        address=address,
+        read=read,
+        nodes=nodes,
+        unread=unread,
+        elsewhere=[g for g in guests if g.node not in done and g.type == "lxc"],
+        vms=[g for g in guests if g.type == "qemu"],
+    )
+
+
+def _tool_paths(host: Transport) -> dict[str, str | None]:
+    return parse_tool_paths(run_step(host, commands.tool_paths(), "finding pvesh and pct").text)
+
+
+def _read_node(
+    host: Transport,
+    tools: dict[str, str | None],
+    name: str,
+    address: str,
+    guests: list[Guest],
+    jump: str | None = None,
+) -> NodeRead:
+    """A node's containers (configuration as it runs, live address of a DHCP one) and
+    GPUs, read on that node: pct reads only its own node's guests."""
     pct = tools.get("pct") or DEFAULT_PCT
-    here = [g for g in guests if g.node == node and g.type == "lxc"]
+    pvesh = tools.get("pvesh") or "pvesh"
+    here = [g for g in guests if g.node == name and g.type == "lxc"]
     containers = [
         FoundContainer(guest, _running_config(host, pct, pvesh, guest))
         for guest in here
@@ -84,17 +135,72 @@ def _read_cluster(host: SshTransport, address: str) -> Cluster:
         if nvidia_smi
         else None
     )
-    return Cluster(
-        node=node,
-        address=address,
-        pct_path=tools.get("pct"),
-        containers=containers,
-        node_gpus=node_gpus,
-        nodes=nodes,
-        elsewhere=[g for g in guests if g.node != node and g.type == "lxc"],
-        vms=[g for g in guests if g.type == "qemu"],
-        templates=[g for g in here if g.template],
-    )
+    templates = [g for g in here if g.template]
+    return NodeRead(name, address, tools.get("pct"), containers, node_gpus, templates, jump)
+
+
+def _read_other(
+    node: NodeInfo,
+    login: SshSettings,
+    via: str | None,
+    accept_new_host_keys: bool,
+    guests: list[Guest],
+) -> NodeRead | NotRead:
+    """Another node, logged in to at its cluster IP directly, else through `via`."""
+    if not node.online:
+        return NotRead("offline in the cluster's status", "pvesh get /cluster/status: online 0")
+    if node.ip is None:
+        return NotRead("no ip in the cluster's status", "pvesh get /cluster/status: no ip")
+    try:
+        return _read_node_at(node.name, node.ip, login, accept_new_host_keys, guests)
+    except Unreachable as direct:
+        if via is None:
+            return NotRead("no SSH connection to it", direct.message_for(node.name))
+        try:
+            return _read_node_at(node.name, node.ip, login, accept_new_host_keys, guests, via)
+        except NeedsAttention as exc:
+            detail = f"directly: {direct.message_for(node.name)}\nthrough {via}: "
+            return NotRead(
+                _summary(exc) + " (directly or through the first node)",
+                detail + exc.message_for(node.name),
+            )
+    except NeedsAttention as exc:
+        return NotRead(_summary(exc), exc.message_for(node.name))
+
+
+def _read_node_at(
+    name: str,
+    address: str,
+    login: SshSettings,
+    accept_new_host_keys: bool,
+    guests: list[Guest],
+    jump: str | None = None,
+) -> NodeRead:
+    settings = login.model_copy(update={"jump": jump}) if jump else login
+    host = SshTransport(name, address, settings, accept_new_host_keys)
+    try:
+        return _read_node(host, _tool_paths(host), name, address, guests, jump)
+    finally:
+        host.close()
+
+
+def _summary(exc: NeedsAttention) -> str:
+    """Why a node was not read, in fixed words (the inventory's comment)."""
+    if isinstance(exc, Unreachable):
+        return "no SSH connection to it"
+    if isinstance(exc, HostKeyError):
+        return "its host key was refused"
+    if isinstance(exc, TransportError):
+        return "the SSH login failed"
+    return "a command failed there"
+
+
+def jump_through(address: str, login: SshSettings) -> str:
+    """The node discovery began at as a jump host, `[user@]host[:port]`, with its login."""
+    host = f"[{address}]" if ":" in address and not address.startswith("[") else address
+    user = f"{login.user}@" if login.user else ""
+    port = f":{login.port}" if login.port else ""
+    return f"{user}{host}{port}"
 
 
 def _running_config(host: Transport, pct: str, pvesh: str, guest: Guest) -> GuestConfig:
@@ -165,14 +271,21 @@ def login_settings(address: str, options: dict[str, object]) -> SshSettings:
 
 
 def discovered_document(cluster: Cluster, output: Path | None, text: str) -> dict[str, Any]:
-    """`orch inventory discover --json`: the containers found, and the inventory written
-    (its text when it was printed rather than written)."""
+    """`orch inventory discover --json`: the nodes read and not read, the containers
+    found, and the inventory written (its text when it was printed rather than written)."""
     found = zip(container_names(cluster.containers), cluster.containers, strict=True)
     return document(
         "Inventory",
-        result="ok",
+        result="partial" if cluster.unread else "ok",
         node=cluster.node,
         address=cluster.address,
+        nodes=[
+            {"name": node.name, "address": node.address, "jump": node.jump} for node in cluster.read
+        ],
+        unread=[
+            {"name": name, "reason": why.summary, "detail": why.detail}
+            for name, why in cluster.unread.items()
+        ],
         output=str(output) if output else None,
         inventory=None if output else text,
         targets=[

@@ -39,21 +39,54 @@ class FoundContainer:
 
 
 @dataclass(frozen=True)
-class Cluster:
-    """What discovery read through one node."""
+class NotRead:
+    """Why a node of the cluster was not read."""
 
-    node: str
+    summary: str
+    """For the file's comment: fixed words, checked names and addresses only."""
+    detail: str
+    """For the person running discovery: the error as the transport put it."""
+
+
+@dataclass(frozen=True)
+class NodeRead:
+    """One node discovery logged in to, and what it read there."""
+
+    name: str
     address: str
     pct_path: str | None
     containers: list[FoundContainer]
     node_gpus: list[NodeGpu] | None
     """None when the node has no nvidia-smi on its PATH (GPU models unknown)."""
-    nodes: list[NodeInfo] = field(default_factory=list)
-    elsewhere: list[Guest] = field(default_factory=list)
-    """LXC containers of the other nodes (their configuration is on their own node)."""
-    vms: list[Guest] = field(default_factory=list)
     templates: list[Guest] = field(default_factory=list)
-    """This node's container templates: left out, Proxmox never starts one."""
+    """Its container templates: left out, Proxmox never starts one."""
+    jump: str | None = None
+    """The node discovery began at, as `[user@]host[:port]`, when this node answered
+    only through it."""
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """What discovery read of a cluster, beginning at one node."""
+
+    address: str
+    read: list[NodeRead]
+    """The nodes logged in to, the one discovery began at first."""
+    nodes: list[NodeInfo] = field(default_factory=list)
+    unread: dict[str, NotRead] = field(default_factory=dict)
+    """Nodes of the cluster not read, by name."""
+    elsewhere: list[Guest] = field(default_factory=list)
+    """LXC containers of the nodes not read (their configuration is on their own node)."""
+    vms: list[Guest] = field(default_factory=list)
+
+    @property
+    def node(self) -> str:
+        """The node discovery began at."""
+        return self.read[0].name
+
+    @property
+    def containers(self) -> list[FoundContainer]:
+        return [found for node in self.read for found in node.containers]
 
 
 def safe_name(candidate: str | None, fallback: str) -> str:
@@ -108,48 +141,72 @@ def _gpus(found: FoundContainer, node_gpus: list[NodeGpu] | None) -> tuple[list[
 
 def inventory_text(cluster: Cluster, login: SshSettings, command: str) -> str:
     """The inventory file for a discovered cluster."""
+    read = ", ".join(node.name for node in cluster.read)
     lines = [
         f"# Written by: {command}",
-        f"# from node {cluster.node} ({cluster.address}). Check it, fill in `vars`, then try:",
+        f"# from node {cluster.node} ({cluster.address}); nodes read: {read}.",
+        "# Check it, fill in `vars`, then try:",
         "#   orch render PLAYBOOK -i THIS_FILE",
         "defaults:",
         *_yaml(login.model_dump(exclude_none=True), 2),
         VARS_HINT,
         "hosts:",
     ]
-    host: dict[str, Any] = {"address": cluster.address}
-    if cluster.pct_path and cluster.pct_path != DEFAULT_PCT:
-        host["pct_path"] = cluster.pct_path
-    lines += _yaml({cluster.node: host}, 2)
-    lines += _other_nodes(cluster)
-    names = container_names(cluster.containers)
+    for node in cluster.read:
+        host: dict[str, Any] = {"address": node.address}
+        if node.pct_path and node.pct_path != DEFAULT_PCT:
+            host["pct_path"] = node.pct_path
+        if node.jump:
+            lines.append(f"  # {node.name} answered only through {cluster.node}: its jump host")
+            host["jump"] = node.jump
+        lines += _yaml({node.name: host}, 2)
+    lines += _unread_nodes(cluster)
+    names = iter(container_names(cluster.containers))
     groups: dict[str, list[str]] = {}
     lines.append("containers:" if cluster.containers else "containers: {}")
-    for template in cluster.templates:
-        lines += [
-            f"  # CT {template.vmid} is a template, left out: Proxmox does not start templates",
-            f"  # (to deploy, clone it: pct clone {template.vmid} NEWID --full)",
-        ]
-    for name, found in zip(names, cluster.containers, strict=True):
-        gpus, gpu_comments = _gpus(found, cluster.node_gpus)
-        entry: dict[str, Any] = {
-            "vmid": found.guest.vmid,
-            "host": cluster.node,
-            "address": found.config.address or name,
-            "access": "pct",
-        }
-        if gpus:
-            entry["gpus"] = gpus
-        lines += _status_comments(name, found)
-        lines += _yaml({name: entry}, 2)
-        lines += [f"    {comment}" for comment in gpu_comments]
-        groups.setdefault(group_name("node", cluster.node), []).append(name)
-        if found.config.gpu_minors:
-            groups.setdefault("gpu", []).append(name)
-        for model in sorted({gpu["name"] for gpu in gpus}):
-            groups.setdefault(group_name("gpu", model), []).append(name)
+    for node in cluster.read:
+        lines += _templates(node.templates)
+        for found in node.containers:
+            name = next(names)
+            lines += _container(name, found, node, groups)
     lines += ["groups:", *_yaml(groups, 2)] if groups else ["groups: {}"]
     return "\n".join(lines) + "\n"
+
+
+def _templates(templates: list[Guest]) -> list[str]:
+    return [
+        line
+        for template in templates
+        for line in (
+            f"  # CT {template.vmid} is a template, left out: Proxmox does not start templates",
+            f"  # (to deploy, clone it: pct clone {template.vmid} NEWID --full)",
+        )
+    ]
+
+
+def _container(
+    name: str, found: FoundContainer, node: NodeRead, groups: dict[str, list[str]]
+) -> list[str]:
+    """A container's entry with its comments; adds it to its groups."""
+    gpus, gpu_comments = _gpus(found, node.node_gpus)
+    entry: dict[str, Any] = {
+        "vmid": found.guest.vmid,
+        "host": node.name,
+        "address": found.config.address or name,
+        "access": "pct",
+    }
+    if gpus:
+        entry["gpus"] = gpus
+    groups.setdefault(group_name("node", node.name), []).append(name)
+    if found.config.gpu_minors:
+        groups.setdefault("gpu", []).append(name)
+    for model in sorted({gpu["name"] for gpu in gpus}):
+        groups.setdefault(group_name("gpu", model), []).append(name)
+    return [
+        *_status_comments(name, found),
+        *_yaml({name: entry}, 2),
+        *(f"    {comment}" for comment in gpu_comments),
+    ]
 
 
 def _status_comments(name: str, found: FoundContainer) -> list[str]:
@@ -175,16 +232,16 @@ def _status_comments(name: str, found: FoundContainer) -> list[str]:
     return lines
 
 
-def _other_nodes(cluster: Cluster) -> list[str]:
-    """Comments on what the node discovery ran on cannot read: other nodes, VMs."""
+def _unread_nodes(cluster: Cluster) -> list[str]:
+    """Comments on what discovery could not read: nodes it could not log in to, VMs."""
     lines = []
     for node in cluster.nodes:
-        if node.name == cluster.node or not NAME.match(node.name):
+        why = cluster.unread.get(node.name)
+        if why is None or not NAME.match(node.name):
             continue
-        guests = [g for g in cluster.elsewhere if g.node == node.name]
         where = node.ip or "address unknown"
-        state = "online" if node.online else "offline"
-        lines.append(f"  # {node.name} ({where}, {state}): another node of this cluster")
+        lines.append(f"  # {node.name} ({where}): a node of this cluster, not read: {why.summary}")
+        guests = [g for g in cluster.elsewhere if g.node == node.name]
         if guests:
             listed = ", ".join(str(g.vmid) for g in guests)
             lines.append(f"  #   its containers {listed} are read on that node; to add them:")

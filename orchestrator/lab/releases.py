@@ -71,6 +71,11 @@ class Release:
     def per_request_spec_decode_metrics(self) -> bool:
         return bool(self.fact("per_request_spec_decode_metrics").value)
 
+    @property
+    def system_fingerprint(self) -> bool:
+        """Whether a finished response carries a fingerprint string (else null)."""
+        return bool(self.fact("system_fingerprint").value)
+
 
 def release(version: str) -> Release:
     """The release as the lab knows it; an unknown version names the known ones."""

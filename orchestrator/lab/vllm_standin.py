@@ -687,6 +687,8 @@ class App:
     """Set when the engine died: /health answers 503, requests 500, until the watchdog stops."""
     api_tokens: list[bytes] = field(default_factory=list)
     """SHA-256 of each key a request under GUARDED_PREFIX must present (none: open)."""
+    fingerprint: str | None = None
+    """The responses' `system_fingerprint` (see `system_fingerprint`)."""
 
 
 def count_tokens(value: object) -> int:
@@ -735,10 +737,10 @@ def completion_body(app: App, request: dict, chat: bool) -> dict:
         raise RequestError(f"temperature must be non-negative, got {temperature}.")
     app.engine.generate(prompt_tokens, max_tokens, sampling_factor(float(temperature)))
     text = filler(max_tokens)
-    return response_body(app.model_name, chat, text, prompt_tokens, max_tokens)
+    return response_body(app, chat, text, prompt_tokens, max_tokens)
 
 
-def response_body(model: str, chat: bool, text: str, prompt_tokens: int, tokens: int) -> dict:
+def response_body(app: App, chat: bool, text: str, prompt_tokens: int, tokens: int) -> dict:
     """A finished response as vLLM 0.32.0 dumps it (`model_dump()`, every field, None
     included: `entrypoints/openai/completion/protocol.py:654-697`,
     `chat_completion/protocol.py:69-152`, `serve/engine/protocol.py:135-140`); a chat
@@ -761,9 +763,10 @@ def response_body(model: str, chat: bool, text: str, prompt_tokens: int, tokens:
         "id": f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}",
         "object": "chat.completion" if chat else "text_completion",
         "created": int(time.time()),
-        "model": model,
+        "model": app.model_name,
         "choices": [choice],
-        **unset(("service_tier", "system_fingerprint")),
+        "service_tier": None,
+        "system_fingerprint": app.fingerprint,
         "usage": {
             "prompt_tokens": prompt_tokens,
             "total_tokens": prompt_tokens + tokens,
@@ -965,7 +968,19 @@ def build_app(
         faults,
         defaults,
         api_tokens=api_tokens(args),
+        fingerprint=system_fingerprint(claimed, args),
     )
+
+
+def system_fingerprint(claimed: Release, args: argparse.Namespace) -> str | None:
+    """vLLM's default (`--fingerprint-mode full`) from the release that has one:
+    "vllm-<version>[-tp<N>]-<hash8>"; the hash is of the launch here (vLLM hashes its
+    whole config), so a different launch gives a different fingerprint."""
+    if not claimed.system_fingerprint:
+        return None
+    parallel = [f"tp{args.tensor_parallel_size}"] if args.tensor_parallel_size > 1 else []
+    launch = json.dumps(vars(args), sort_keys=True, default=str).encode()
+    return "-".join(["vllm", claimed.version, *parallel, hashlib.sha256(launch).hexdigest()[:8]])
 
 
 def default_sampling(target: Path, args: argparse.Namespace) -> dict:

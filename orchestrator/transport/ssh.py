@@ -35,6 +35,7 @@ from orchestrator.errors import (
     ServiceUnavailable,
     SudoRefused,
     TransportError,
+    Unreachable,
 )
 from orchestrator.transport import become
 from orchestrator.transport.base import Result
@@ -190,7 +191,7 @@ class SshTransport:
                     "identity_file, your ssh-agent, and the host's authorized_keys",
                 ) from None
             except paramiko.ChannelException as exc:
-                raise TransportError(
+                raise Unreachable(
                     self.label,
                     "connect",
                     f"jump host {self.settings.jump} cannot reach "
@@ -208,7 +209,8 @@ class SshTransport:
                 ) from None
             except (paramiko.SSHException, OSError) as exc:
                 reason, hint = connect_failure(exc)
-                raise TransportError(
+                failure = Unreachable if isinstance(exc, OSError) else TransportError
+                raise failure(
                     self.label, "connect", f"{self._failing_hop()}: {reason}", hint
                 ) from None
         transport = self.connection.transport

@@ -86,10 +86,15 @@ class Orch:
             into.append(line)
 
     def wait_for_step(self, step: str, timeout: float = 180) -> None:
+        self.wait_for_line(lambda line: line.rstrip().endswith(f"{NAME}: {step}"), step, timeout)
+
+    def wait_for_line(
+        self, matches: Callable[[str], bool], what: str, timeout: float = 180
+    ) -> None:
         deadline = time.monotonic() + timeout
-        while not any(line.rstrip().endswith(f"{NAME}: {step}") for line in self.lines):
+        while not any(matches(line) for line in self.lines):
             assert self.process.poll() is None, self.output
-            assert time.monotonic() < deadline, f"never reached {step!r}:\n{self.output}"
+            assert time.monotonic() < deadline, f"never saw {what!r}:\n{self.output}"
             time.sleep(0.05)
 
     def signal(self, number: int) -> None:
@@ -274,7 +279,7 @@ def test_sigterm_at_the_switch_exits_143_on_the_previous_release(lab: LabHandle)
     run.wait_for_step("wait ready")
     run.signal(signal.SIGTERM)
     assert run.finish() == 143, run.output
-    assert "SIGTERM: stopping at the next safe point" in run.output
+    assert "SIGTERM: stopping at the next safe point" in run.output, run.output
     assert last_run(lab)["result"] == "interrupted"
     assert_invariants(lab, good, files)
     assert_plain_deploy_succeeds(lab)
@@ -285,10 +290,14 @@ def test_a_second_sigint_during_the_undo_does_not_abandon_it(lab: LabHandle) -> 
     run = Orch(lab, *SLOW_GATE)
     run.wait_for_step("gate")
     run.signal(signal.SIGINT)
+    # A second Ctrl-C as a person gives it: after the first was taken (two signals before
+    # the handler runs are one), during the undo.
+    first_taken = "SIGINT: stopping at the next safe point"
+    run.wait_for_line(lambda line: line.startswith(first_taken), first_taken)
     run.wait_for_step(f"roll back to {good}")
     run.signal(signal.SIGINT)
     assert run.finish() == 130, run.output
-    assert "SIGINT again: still finishing" in run.output
+    assert "SIGINT again: still finishing" in run.output, run.output
     assert_invariants(lab, good, files)
 
 

@@ -203,17 +203,6 @@ def test_the_windowless_dflash_drafter_is_stopped_by_preflight_with_nothing_rest
     assert status(real_lab, "lab-dflash")["release"] is None
 
 
-def test_the_windowless_dflash_drafter_with_force_shows_the_servers_error(
-    real_lab: LabHandle, deployed: dict
-) -> None:
-    serving = served_pid(real_lab)
-    code, document, stderr = deploy(real_lab, "lab-dflash", "--force", "--set", WINDOWLESS)
-    assert code == 1, stderr[-4000:]
-    assert "DFlash sliding attention requires a window size" in str(document)
-    assert [r["pid"] for r in server_records(container(real_lab))] == [serving]
-    assert status(real_lab)["health"] == 200
-
-
 def test_sigint_during_the_real_gate_exits_130_with_the_previous_release_serving(
     real_lab: LabHandle, deployed: dict
 ) -> None:

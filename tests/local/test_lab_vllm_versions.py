@@ -9,6 +9,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from test_lab_standins import (
     PUBLISHED,
     ContainerPaths,
     build_container,
+    complete,
     deploy_drafter,
     measure,
     processes,
@@ -292,3 +294,18 @@ def test_per_request_spec_decode_metrics_is_a_flag_from_0_29(
 def test_an_unknown_release_is_refused_naming_the_known_ones() -> None:
     with pytest.raises(ValueError, match=r"knows releases 0\.19\.1, .*, 0\.34\.0; not '0\.99\.0'"):
         release("0.99.0")
+
+
+@pytest.mark.parametrize(("version", "fingerprinted"), [("0.20.2", False), ("0.21.0", True)])
+def test_responses_carry_a_fingerprint_from_0_21(
+    container: ContainerPaths, processes: list, version: str, fingerprinted: bool
+) -> None:
+    """vllm_releases.yaml, system_fingerprint: null before 0.21.0, then
+    "vllm-<version>-<hash8>" (no parallelism suffix at tensor parallel size 1)."""
+    flags = ("--gpu-memory-utilization", "0.1")  # side by side
+    server = wait_ready(start_vllm(processes, container, *flags, env={VLLM_VERSION_ENV: version}))
+    fingerprint = complete(server.port, 2)["system_fingerprint"]
+    if fingerprinted:
+        assert re.fullmatch(rf"vllm-{re.escape(version)}-[0-9a-f]{{8}}", fingerprint), fingerprint
+    else:
+        assert fingerprint is None
