@@ -180,16 +180,21 @@ def test_a_bogus_speculative_key_with_force_shows_the_servers_words_and_rolls_ba
 def test_the_servers_own_dry_run_stops_a_launch_it_refuses_with_its_words(
     real_lab: LabHandle, deployed: dict, assignment: str, words: str
 ) -> None:
-    """Preflight runs the container's own vLLM over the exact launch (its parser, env
-    readers and SpeculativeConfig): what it refuses stops the dry run, in its words."""
+    """Preflight runs the container's own vLLM over the exact launch of the DFlash lab
+    playbook (its parser, env readers and SpeculativeConfig): what it refuses stops the
+    dry run, in its words, and nothing on the container changes."""
     serving = served_pid(real_lab)
-    deployment = real_lab.deployment_dir("ct200", "lab-draft-model")
-    before = sorted(p.name for p in deployment.rglob("*"))
-    code, document, stderr = deploy(real_lab, "lab-draft-model", "--dry-run", "--set", assignment)
+    deployments = [real_lab.deployment_dir("ct200", p) for p in ("lab-draft-model", "lab-dflash")]
+
+    def files() -> list[str]:
+        return sorted(str(p) for d in deployments for p in d.rglob("*"))
+
+    before = files()
+    code, document, stderr = deploy(real_lab, "lab-dflash", "--dry-run", "--set", assignment)
     assert code == 1, stderr[-3000:]
     assert words in str(document), str(document)[-3000:]
     assert served_pid(real_lab) == serving
-    assert sorted(p.name for p in deployment.rglob("*")) == before
+    assert files() == before
 
 
 def test_the_windowless_dflash_drafter_is_stopped_by_preflight_with_nothing_restarted(
