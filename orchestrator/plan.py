@@ -150,6 +150,7 @@ def plan_target(
         "deployment_dir": f"{resolve(playbook.state_dir, 'state_dir').rstrip('/')}/{playbook.name}",
     }
     secret_digests = digests(playbook, secret_values)
+    per_request_metrics = playbook.gate.acceptance_source == "per_request"
     fingerprint_inputs = {
         "templates": [template_source(n) for n in (template, server.template) if n],
         "config": drafter_config,
@@ -157,6 +158,7 @@ def plan_target(
         **({"secrets": secret_digests} if secret_digests else {}),
         "paths": {**paths, "drafter_weights": drafter_weights},
         "served_name": playbook.target.served_name,
+        "per_request_metrics": per_request_metrics,
     }
     release_id = hashlib.sha256(
         json.dumps(fingerprint_inputs, sort_keys=True).encode()
@@ -181,6 +183,7 @@ def plan_target(
             "tensor_parallel_size": server.tensor_parallel_size,
             "max_model_len": server.max_model_len,
             "attention_backend": server.attention_backend,
+            "per_request_metrics": per_request_metrics,
             "extra_args": server.extra_args,
             "secrets_file": f"{release_dir}/{SECRETS_FILE}" if server.secrets else None,
             "secret_names": ", ".join(server.secrets),

@@ -57,7 +57,7 @@ def request_measurement(body: Any) -> Measurement:
     if not isinstance(histogram, list) or not all(_count(n) for n in histogram):
         raise FiguresMalformed(f"{FIGURES}.acceptance_histogram is not a list of counts")
     draft_tokens = figures.get("num_draft_tokens")
-    if not _count(draft_tokens):
+    if not isinstance(draft_tokens, int) or not _count(draft_tokens):
         raise FiguresMalformed(f"{FIGURES}.num_draft_tokens is not a count")
     measurement = Measurement(tuple(histogram), draft_tokens)
     stated = (figures.get("num_spec_steps"), figures.get("num_accepted_draft_tokens"))
@@ -89,7 +89,7 @@ class RequestLedger:
     """The finished prefix of the requests as sent."""
     looks: int = 0
     last_look: Verdict | None = None
-    _total: Measurement = Measurement((), 0)
+    _total: Measurement = dataclasses.field(default_factory=lambda: Measurement((), 0))
     _waiting: dict[int, Measurement] = dataclasses.field(default_factory=dict)
     _measured: int = 0
     _looked_at: int = 0

@@ -90,9 +90,7 @@ def test_requests_are_judged_in_the_order_they_were_sent() -> None:
 
 def test_a_look_waits_for_twice_the_requests_and_spends_half_the_error_left() -> None:
     criteria = GateCriteria(1.5, None, min_drafts=30, confidence=0.95)
-    assert [look_confidence(criteria, k) for k in (1, 2, 3)] == pytest.approx(
-        [0.95, 0.975, 0.9875]
-    )
+    assert [look_confidence(criteria, k) for k in (1, 2, 3)] == pytest.approx([0.95, 0.975, 0.9875])
     ledger = RequestLedger(criteria)
     varied = [Measurement((6, 4), 10), Measurement((4, 6), 10)]
     sent = 0
