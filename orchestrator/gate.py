@@ -500,8 +500,10 @@ class _Running:
     started: float = field(default_factory=time.monotonic)
 
     def decide(self, verdict: Verdict, cancel: bool = True) -> None:
-        """The phase's verdict, its time, and its requests in flight ended."""
+        """The phase's verdict, its time, and its requests in flight ended; its batches
+        are the requests it judged."""
         self.phase.verdict = verdict
+        self.phase.batches = list(self.ledger.judged)
         self.phase.seconds = time.monotonic() - self.started
         self.phase.cancelled = self.probe.stop(cancel)
 

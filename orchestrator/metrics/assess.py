@@ -241,12 +241,21 @@ def explain(verdict: Verdict, causes: FailureCauses) -> str | None:
 
 
 def explain_context(short: Verdict, long: Verdict, window: int | None) -> str | None:
-    """The cause when short contexts pass and long ones fail: the drafter's attention span."""
-    if short.outcome != "pass" or long.outcome != "fail" or long.mean_acceptance_length is None:
+    """The cause when short contexts pass and long ones fail: the drafter's attention span.
+
+    A short phase stopped undecided by the long one's failure (phases run at once)
+    counts when its mean is above the long phase's upper bound."""
+    if long.outcome != "fail" or long.mean_acceptance_length is None:
         return None
+    if short.mean_acceptance_length is None or short.outcome == "fail":
+        return None
+    ceiling = long.upper if long.upper is not None else long.mean_acceptance_length
+    if short.outcome != "pass" and short.mean_acceptance_length <= ceiling:
+        return None
+    held = "pass" if short.outcome == "pass" else "hold up, undecided when stopped"
     curve = ", ".join(f"{share:.2f}" for share in long.per_position_acceptance[:CURVE_SHOWN])
     figures = (
-        f"short contexts pass (mean acceptance length {short.mean_acceptance_length:.2f}) and"
+        f"short contexts {held} (mean acceptance length {short.mean_acceptance_length:.2f}) and"
         f" long ones collapse (mean acceptance length {long.mean_acceptance_length:.2f},"
         f" per-position {curve}, ...)"
     )

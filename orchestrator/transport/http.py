@@ -9,9 +9,11 @@ that answers one byte every few seconds cannot hold a request longer.
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import io
 import json
+import socket
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -53,7 +55,7 @@ class InFlight:
             if not self.closed:
                 self._streams.add(stream)
                 return
-        stream.close()
+        _end(stream)
 
     def discard(self, stream: Stream) -> None:
         with self._lock:
@@ -65,7 +67,16 @@ class InFlight:
             self.closed, streams = True, list(self._streams)
             self._streams.clear()
         for stream in streams:
-            stream.close()
+            _end(stream)
+
+
+def _end(stream: Stream) -> None:
+    """Closed from another thread: a channel wakes its reader on close; a socket's reader
+    blocked in recv wakes only on shutdown (the peer sees its end either way)."""
+    if isinstance(stream, socket.socket):
+        with contextlib.suppress(OSError):
+            stream.shutdown(socket.SHUT_RDWR)
+    stream.close()
 
 
 class _DeadlineReader(io.RawIOBase):

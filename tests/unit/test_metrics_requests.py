@@ -15,8 +15,8 @@ from test_metrics_simulation import BORDERLINE, CORRECT, Drafter, _one_draft
 from orchestrator.metrics.assess import GateCriteria
 from orchestrator.metrics.evaluate import Measurement, combine
 from orchestrator.metrics.requests import (
-    FiguresMalformed,
     MIN_REQUESTS,
+    FiguresMalformed,
     FiguresMissing,
     RequestLedger,
     look_confidence,
@@ -50,7 +50,7 @@ def test_the_real_servers_figures_read_as_its_histogram(route: str) -> None:
     ],
 )
 def test_a_response_without_figures_says_the_server_does_not_report_them(body: Any) -> None:
-    with pytest.raises(FiguresMissing, match="no metrics.speculative_decoding"):
+    with pytest.raises(FiguresMissing, match=r"no metrics\.speculative_decoding"):
         request_measurement(body)
 
 
