@@ -1054,7 +1054,10 @@ def build_app(
         faults,
         defaults,
         api_tokens=api_tokens(args),
-        per_request_metrics=getattr(args, "per_request_spec_decode_metrics", "none"),
+        # a server that is not drafting reports no per-request figures either
+        per_request_metrics="none"
+        if faults.drop_spec_decode
+        else getattr(args, "per_request_spec_decode_metrics", "none"),
     )
 
 

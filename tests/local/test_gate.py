@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import socket
 import subprocess
+import threading
 from collections.abc import Iterator, Sequence
 
 import pytest
@@ -13,6 +14,7 @@ from test_lab_standins import (
     PUBLISHED,
     build_container,
     deploy_drafter,
+    request,
     samples,
     start_vllm,
     stop_by_pid,
@@ -380,3 +382,61 @@ def test_prompts_the_server_counted_outside_the_bucket_are_noted() -> None:
     )
     counted.prompt_tokens = (2100, 2300)
     assert counted.to_dict()["note"] == "the drafter's sliding window is 2048 tokens"
+
+
+class NoisyClient:
+    """Another client on the same server: `streams` requests at a time at a temperature where
+    drafts are rarely kept, until stopped."""
+
+    def __init__(self, port: int, model: str, streams: int, temperature: float) -> None:
+        self.port, self.model, self.temperature = port, model, temperature
+        self.stop = threading.Event()
+        self.answered = 0
+        self.threads = [threading.Thread(target=self._loop, daemon=True) for _ in range(streams)]
+
+    def _loop(self) -> None:
+        body = {"model": self.model, "prompt": "x " * 50, "max_tokens": 64}
+        while not self.stop.is_set():
+            status, _, _ = request(
+                self.port, "POST", "/v1/completions", {**body, "temperature": self.temperature}
+            )
+            self.answered += status == 200
+
+    def __enter__(self) -> NoisyClient:
+        for thread in self.threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        for thread in self.threads:
+            thread.join()
+
+
+NOISE_TEMPERATURE = 10.0
+"""The lowest acceptance the stand-in's sampling model reaches (mean length about 1.6)."""
+
+
+def test_other_traffic_flips_a_counter_gate_and_not_a_per_request_one(servers: dict) -> None:
+    """Sixteen streams of someone else's poorly drafted requests on the server: its counters
+    mix them into every phase, the responses' own figures do not."""
+    port = servers["healthy_pr"]
+    noise = NoisyClient(port, servers["model"], 16, NOISE_TEMPERATURE)
+    judged = {}
+    with noise:
+        for source in SOURCES:
+            judged[source] = run_gate(
+                LoopbackTransport(),
+                "127.0.0.1",
+                port,
+                servers["model"],
+                gate(source, endpoints=["completions"]),
+                buckets(),
+                CAUSES,
+            )
+    assert noise.answered > 16
+    per_request, counters = judged["per_request"], judged["counters"]
+    assert per_request.verdict.outcome == "pass", per_request.verdict.reason
+    assert per_request.verdict.mean_acceptance_length > 3.5
+    assert counters.verdict.outcome == "fail", counters.verdict.reason
+    assert counters.verdict.mean_acceptance_length < 2.5
