@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import http.client
+import json
 import re
 import socket
 import subprocess
@@ -14,7 +16,6 @@ from test_lab_standins import (
     PUBLISHED,
     build_container,
     deploy_drafter,
-    request,
     samples,
     start_vllm,
     stop_by_pid,
@@ -386,21 +387,31 @@ def test_prompts_the_server_counted_outside_the_bucket_are_noted() -> None:
 
 class NoisyClient:
     """Another client on the same server: `streams` requests at a time at a temperature where
-    drafts are rarely kept, until stopped."""
+    drafts are rarely kept, until stopped (a refused or broken request is tried again)."""
 
-    def __init__(self, port: int, model: str, streams: int, temperature: float) -> None:
-        self.port, self.model, self.temperature = port, model, temperature
+    def __init__(
+        self, address: str, port: int, model: str, streams: int, temperature: float
+    ) -> None:
+        self.address, self.port = address, port
+        self.body = json.dumps(
+            {"model": model, "prompt": "x " * 50, "max_tokens": 64, "temperature": temperature}
+        )
         self.stop = threading.Event()
         self.answered = 0
         self.threads = [threading.Thread(target=self._loop, daemon=True) for _ in range(streams)]
 
     def _loop(self) -> None:
-        body = {"model": self.model, "prompt": "x " * 50, "max_tokens": 64}
         while not self.stop.is_set():
-            status, _, _ = request(
-                self.port, "POST", "/v1/completions", {**body, "temperature": self.temperature}
-            )
-            self.answered += status == 200
+            connection = http.client.HTTPConnection(self.address, self.port, timeout=60)
+            try:
+                connection.request(
+                    "POST", "/v1/completions", self.body, {"Content-Type": "application/json"}
+                )
+                self.answered += connection.getresponse().status == 200
+            except OSError:
+                self.stop.wait(0.2)
+            finally:
+                connection.close()
 
     def __enter__(self) -> NoisyClient:
         for thread in self.threads:
@@ -421,7 +432,7 @@ def test_other_traffic_flips_a_counter_gate_and_not_a_per_request_one(servers: d
     """Sixteen streams of someone else's poorly drafted requests on the server: its counters
     mix them into every phase, the responses' own figures do not."""
     port = servers["healthy_pr"]
-    noise = NoisyClient(port, servers["model"], 16, NOISE_TEMPERATURE)
+    noise = NoisyClient("127.0.0.1", port, servers["model"], 16, NOISE_TEMPERATURE)
     judged = {}
     with noise:
         for source in SOURCES:
