@@ -627,7 +627,8 @@ class RequestDrafts:
 
     def to_dict(self, level: str) -> dict[str, Any]:
         """The response's `speculative_decoding` (`to_dict`, same file); the per-step
-        arrays only at `detailed`."""
+        arrays only at `detailed`, null otherwise: the response model's fields default to
+        None and vLLM's responses keep null fields (`generate/base/protocol.py:50-51`)."""
         steps = sum(self.histogram)
         accepted = sum(j * count for j, count in enumerate(self.histogram))
         figures: dict[str, Any] = {
@@ -641,9 +642,9 @@ class RequestDrafts:
             "num_draft_tokens": self.num_draft_tokens,
             "num_spec_tokens": self.num_spec_tokens,
         }
-        if level == "detailed" and self.per_step_accepted:
-            figures["per_step_accepted"] = list(self.per_step_accepted)
-            figures["per_step_drafted"] = list(self.per_step_drafted)
+        detailed = level == "detailed" and self.per_step_accepted
+        figures["per_step_accepted"] = list(self.per_step_accepted) if detailed else None
+        figures["per_step_drafted"] = list(self.per_step_drafted) if detailed else None
         return figures
 
 

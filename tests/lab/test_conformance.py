@@ -458,12 +458,12 @@ def test_per_request_figures_have_the_real_servers_shape(
     served: dict[str, dict], endpoint: str
 ) -> None:
     """`--per-request-spec-decode-metrics summary`: each response's own drafts under
-    `metrics.speculative_decoding`, the timing fields null, no per-step arrays."""
+    `metrics.speculative_decoding`, the timing fields and the per-step arrays null."""
     real = served["real"][endpoint]["metrics"]
     figures = real["speculative_decoding"]
     assert figures["num_spec_tokens"] == K
     assert len(figures["acceptance_histogram"]) == K + 1
-    assert "per_step_accepted" not in figures
+    assert (figures["per_step_accepted"], figures["per_step_drafted"]) == (None, None)
     assert real["time_to_first_token_ms"] is None
     standin = served["standin"][endpoint]["metrics"]
     assert shape(standin) == shape(real)
