@@ -250,7 +250,9 @@ class Probe(Schema):
         "measured, per request.",
     )
     concurrency: Annotated[int, Field(ge=1, le=64)] = Field(
-        default=4, description="Probe requests in flight at once."
+        default=4,
+        description="Probe requests in flight at once in each phase (per-request phases run "
+        "side by side: phases x concurrency in all).",
     )
     max_requests: Positive = Field(
         default=400,
