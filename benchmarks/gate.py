@@ -27,33 +27,25 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
-import sys
 import tempfile
-import time
 from datetime import datetime
 from pathlib import Path
 
+from deploy import GUESSED_IDS
+from deploy import deploy as run_deploy
 from lab import require_free
 
 from orchestrator.lab.cluster import Lab, LabSpec
 from orchestrator.lab.paths import DEFAULT_TOKENS_PER_SECOND
 
-PLAYBOOK = "qwen-dflash"
-GUESSED_IDS = "drafter.overrides.dflash_config.target_layer_ids=[1,17,33,49,63]"
 SEQUENTIAL = ("--set", "gate.acceptance_source=counters")
 SPEEDS = {"lab": DEFAULT_TOKENS_PER_SECOND, "field": 30.0}
 
 
 def deploy(lab: Lab, env: dict[str, str], *args: str) -> tuple[float, dict]:
-    argv = [sys.executable, "-m", "orchestrator", "deploy", PLAYBOOK]
-    argv += ["-i", str(lab.inventory), "--json", *args]
-    started = time.perf_counter()
-    done = subprocess.run(argv, capture_output=True, text=True, env=env)
-    wall = time.perf_counter() - started
-    if not done.stdout:
-        raise RuntimeError(f"deploy printed no JSON (exit {done.returncode}): {done.stderr}")
-    return wall, json.loads(done.stdout)
+    """Wall seconds and the JSON document (`deploy.py`'s run, its SSH counts aside)."""
+    wall, document, _ = run_deploy(lab, env, *args)
+    return wall, document
 
 
 def step_times(log: Path, container: str) -> dict[str, datetime]:
@@ -112,16 +104,14 @@ def measure(network: str, tokens_per_second: float) -> dict:
             }
         finally:
             lab.down()
-    figures = {name: gate_figures(wall, document) for name, (wall, document) in runs.items()}
-    for name in ("sequential_guessed", "concurrent_guessed"):
-        figures[name]["rollback_after_verdict_s"] = rollback_after_verdict(runs[name][1])
+        figures = {name: gate_figures(wall, document) for name, (wall, document) in runs.items()}
+        for name in ("sequential_guessed", "concurrent_guessed"):  # run logs: in the state dir
+            figures[name]["rollback_after_verdict_s"] = rollback_after_verdict(runs[name][1])
     return {
         "tokens_per_second": tokens_per_second,
         "sequential_pass_s": round(statistics.fmean(figures["sequential"]["gate_step_s"]), 2),
         "concurrent_pass_s": round(statistics.fmean(figures["concurrent"]["gate_step_s"]), 2),
-        "rollback_start_after_verdict_s": figures["concurrent_guessed"][
-            "rollback_after_verdict_s"
-        ],
+        "rollback_start_after_verdict_s": figures["concurrent_guessed"]["rollback_after_verdict_s"],
         "runs": figures,
     }
 
@@ -159,7 +149,7 @@ def main() -> None:
     if args.json:
         print(json.dumps(results, indent=2))
         return
-    print(f"orch deploy {PLAYBOOK}: gate on counters, one phase after another, beside the gate")
+    print("orch deploy qwen-dflash: gate on counters, one phase after another, beside the gate")
     print("on per-request figures, all phases at once (fresh 1 host x 2 container lab each)")
     for name, result in results.items():
         print_speed(name, result)

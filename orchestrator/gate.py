@@ -287,6 +287,34 @@ class _Probe:
         self.refused: str | None = None
         """Why the server refused a probe request (HTTP 401), if it did."""
 
+    @classmethod
+    def for_phase(
+        cls,
+        target: _Target,
+        gate: Gate,
+        bucket: ContextBucket,
+        endpoint: Endpoint,
+        deadline: Deadline,
+        answers: queue.Queue[tuple[_Probe, _Answer]] | None = None,
+    ) -> _Probe:
+        """The probe of one phase as the playbook's gate sets it."""
+        probe = gate.probe
+        sampling = request_fields(probe.sampling)
+        return cls(
+            target,
+            endpoint,
+            bucket.prompts,
+            probe.max_tokens,
+            probe.max_requests,
+            deadline,
+            sampling,
+            answers,
+        )
+
+    def workers(self, count: int) -> list[threading.Thread]:
+        """`count` threads sending this probe's requests (not started)."""
+        return [threading.Thread(target=self.worker, daemon=True) for _ in range(count)]
+
     def stop(self, cancel: bool = False) -> int:
         """No new requests; with `cancel` the ones in flight end too. Returns how many
         requests were in flight."""
@@ -530,20 +558,8 @@ def _run_at_once(
     answers: queue.Queue[tuple[_Probe, _Answer]] = queue.Queue()
     running: dict[_Probe, _Running] = {}
     for bucket, endpoint in phases:
-        probe = _Probe(
-            target,
-            endpoint,
-            bucket.prompts,
-            gate.probe.max_tokens,
-            gate.probe.max_requests,
-            deadline,
-            request_fields(gate.probe.sampling),
-            answers,
-        )
-        workers = [
-            threading.Thread(target=probe.worker, daemon=True)
-            for _ in range(gate.probe.concurrency)
-        ]
+        probe = _Probe.for_phase(target, gate, bucket, endpoint, deadline, answers)
+        workers = probe.workers(gate.probe.concurrency)
         phase = PhaseReport(bucket, endpoint, assess([], criteria), source=PER_REQUEST)
         running[probe] = _Running(phase, probe, RequestLedger(criteria), workers)
         report.phases.append(phase)
@@ -654,20 +670,10 @@ def _run_phase(
     """
     criteria, request_criteria = judged_by
     transport, address, port = target.transport, target.address, target.port
-    probe = _Probe(
-        target,
-        endpoint,
-        bucket.prompts,
-        gate.probe.max_tokens,
-        gate.probe.max_requests,
-        deadline,
-        request_fields(gate.probe.sampling),
-    )
+    probe = _Probe.for_phase(target, gate, bucket, endpoint, deadline)
     phase = PhaseReport(bucket, endpoint, assess([], criteria))
     started = time.monotonic()
-    workers = [
-        threading.Thread(target=probe.worker, daemon=True) for _ in range(gate.probe.concurrency)
-    ]
+    workers = probe.workers(gate.probe.concurrency)
     go_on = True
     try:
         previous = _first_scrape(transport, address, port, report, deadline)

@@ -1002,6 +1002,10 @@ class LabHTTPServer(ThreadingHTTPServer):
 
     allow_reuse_address = True
     daemon_threads = True
+    request_queue_size = 2048
+    """uvicorn's default backlog (`uvicorn/config.py:232` in 0.55.0), which vLLM listens with
+    (`entrypoints/launchers/launcher.py:92` in 0.32.0): a gate opening its phases' requests
+    at once is never dropped by a five-deep queue."""
     app: App
 
 
