@@ -13,9 +13,11 @@ each request is one batch of the batch-means bound. Requests are judged in the
 order they were sent, up to the first one still in flight: requests that draft
 well produce their tokens in fewer steps and finish first, so judging whatever
 has finished would lean towards them. The gate looks only when the judged
-requests have doubled since its last look, and look k spends half of what is
-left of the error, so all looks together err at most `1 - confidence` on each
-side (Bonferroni over looks 95%, 97.5%, 98.75%, ... two-sided).
+requests have doubled since its last look (first at FIRST_LOOK, which may only
+fail; a pass needs MIN_REQUESTS), each look at its own share of the error
+(`look_confidence`: 98.75%, 95%, 98.75%, 99.375%, ... two-sided at the 95%
+setting), so all looks together err less than `1 - confidence` on each side
+(Bonferroni).
 """
 
 from __future__ import annotations
@@ -28,9 +30,13 @@ from orchestrator.metrics.evaluate import Measurement, combine
 
 FIGURES = "metrics.speculative_decoding"
 MIN_REQUESTS = 8
-"""Requests with drafts before a first look: fewer give bounds too narrow for requests
+"""Requests with drafts before a look may pass: fewer give bounds too narrow for requests
 whose acceptance differs by kind (the simulation in tests/unit/test_metrics_requests.py
 false-passes 7% of gates at the threshold from 3, 4% from 5, 2% from 8)."""
+FIRST_LOOK = 4
+"""Requests with drafts before the first look, which fails only a drafter far below the
+bar (`_gross_failure`): a broken drafter's requests are the slowest (no token comes
+early), so waiting for eight of them at field speed would double the time to its verdict."""
 GROWTH = 2.0
 """A look waits for this many times the requests of the previous one."""
 INDEPENDENT = (1,)
@@ -76,8 +82,11 @@ def _count(value: object) -> bool:
 
 
 def look_confidence(criteria: GateCriteria, look: int) -> float:
-    """Two-sided confidence of look `look` (1, 2, ...): 1 - (1 - c) / 2^(look - 1)."""
-    return 1 - (1 - criteria.confidence) / 2 ** (look - 1)
+    """Two-sided confidence of look `look` (1, 2, ...). Of the one-sided error 1 - c
+    (c = `criteria.confidence`), look 1 (fail only) spends 1/8, look 2 (the first that
+    may pass) 1/2, look k > 2 1/2^k: at most 7/8 of it in all, on each side."""
+    share = {1: 1 / 8, 2: 1 / 2}.get(look, 1 / 2**look)
+    return 1 - 2 * (1 - criteria.confidence) * share
 
 
 @dataclasses.dataclass
@@ -111,7 +120,19 @@ class RequestLedger:
 
     def next_look(self) -> int:
         """Requests with drafts the next look waits for (besides `min_drafts`)."""
-        return max(MIN_REQUESTS, int(GROWTH * self._looked_at))
+        return max(FIRST_LOOK, int(GROWTH * self._looked_at))
+
+    def _gross_failure(self, verdict: Verdict) -> bool:
+        """A failure whose upper bound leaves less than half the gain the bar asks for
+        (the field's misaligned drafter: 1.1 against 2.5). A few requests of a drafter
+        near the bar can all come from its weaker kind of prompt; they never look
+        like that."""
+        required = self.criteria.min_mean_acceptance_length
+        return (
+            verdict.outcome == "fail"
+            and verdict.upper is not None
+            and verdict.upper < 1 + (required - 1) / 2
+        )
 
     def judge(self) -> Verdict:
         """A look's verdict when one is due, else the figures so far, undecided, with the
@@ -122,6 +143,13 @@ class RequestLedger:
             self._looked_at = self._measured
             confidence = look_confidence(self.criteria, self.looks)
             self.last_look = assess(self.judged, self.criteria, confidence, INDEPENDENT)
+            if self._measured < MIN_REQUESTS and not self._gross_failure(self.last_look):
+                self.last_look = dataclasses.replace(
+                    self.last_look,
+                    outcome="inconclusive",
+                    reason=f"not enough evidence yet: before {MIN_REQUESTS} requests only a "
+                    f"drafter far below the bar fails ({self.last_look.reason})",
+                )
             return self.last_look
         waits = [f"{self.next_look()} requests"] * (self._measured < self.next_look())
         waits += [f"{self.criteria.min_drafts} drafts"] * (drafts < self.criteria.min_drafts)

@@ -397,6 +397,7 @@ class NoisyClient:
             {"model": model, "prompt": "x " * 50, "max_tokens": 64, "temperature": temperature}
         )
         self.stop = threading.Event()
+        self.lock = threading.Lock()
         self.answered = 0
         self.threads = [threading.Thread(target=self._loop, daemon=True) for _ in range(streams)]
 
@@ -407,7 +408,9 @@ class NoisyClient:
                 connection.request(
                     "POST", "/v1/completions", self.body, {"Content-Type": "application/json"}
                 )
-                self.answered += connection.getresponse().status == 200
+                answered = connection.getresponse().status == 200
+                with self.lock:
+                    self.answered += answered
             except OSError:
                 self.stop.wait(0.2)
             finally:
@@ -435,6 +438,7 @@ def test_other_traffic_flips_a_counter_gate_and_not_a_per_request_one(servers: d
     noise = NoisyClient("127.0.0.1", port, servers["model"], 16, NOISE_TEMPERATURE)
     judged = {}
     with noise:
+        wait_until(lambda: noise.answered >= 16, timeout=60)  # under way before the gates
         for source in SOURCES:
             judged[source] = run_gate(
                 LoopbackTransport(),
@@ -445,7 +449,7 @@ def test_other_traffic_flips_a_counter_gate_and_not_a_per_request_one(servers: d
                 buckets(),
                 CAUSES,
             )
-    assert noise.answered > 16
+        assert all(thread.is_alive() for thread in noise.threads)  # and still, after them
     per_request, counters = judged["per_request"], judged["counters"]
     assert per_request.verdict.outcome == "pass", per_request.verdict.reason
     assert per_request.verdict.mean_acceptance_length > 3.5
