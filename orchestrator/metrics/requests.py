@@ -12,9 +12,9 @@ Statistics: the drafts of one request are correlated, requests are not, so
 each request is one batch of the batch-means bound. Requests are judged in the
 order they were sent, up to the first one still in flight: requests that draft
 well produce their tokens in fewer steps and finish first, so judging whatever
-has finished would lean towards them. The gate looks only when the judged
-requests have doubled since its last look (first at FIRST_LOOK, which may only
-fail; a pass needs MIN_REQUESTS), each look at its own share of the error
+has finished would lean towards them. The gate looks at 4, 8, 16, ... judged
+requests (the first look, once `min_drafts` are in, may only fail; a pass needs
+MIN_REQUESTS), each look at its own share of the error
 (`look_confidence`: 98.75%, 95%, 98.75%, 99.375%, ... two-sided at the 95%
 setting), so all looks together err less than `1 - confidence` on each side
 (Bonferroni).
@@ -37,8 +37,8 @@ FIRST_LOOK = 4
 """Requests with drafts before the first look, which fails only a drafter far below the
 bar (`_gross_failure`): a broken drafter's requests are the slowest (no token comes
 early), so waiting for eight of them at field speed would double the time to its verdict."""
-GROWTH = 2.0
-"""A look waits for this many times the requests of the previous one."""
+GROWTH = 2
+"""Looks are at FIRST_LOOK times a power of GROWTH requests."""
 INDEPENDENT = (1,)
 """Requests are independent batches: no merging of neighbours (see `stats`)."""
 
@@ -119,8 +119,12 @@ class RequestLedger:
         return self._total
 
     def next_look(self) -> int:
-        """Requests with drafts the next look waits for (besides `min_drafts`)."""
-        return max(FIRST_LOOK, int(GROWTH * self._looked_at))
+        """Requests with drafts the next look waits for (besides `min_drafts`): the looks
+        are at FIRST_LOOK x 2^j requests, whenever `min_drafts` lets the first one be."""
+        point = FIRST_LOOK
+        while point <= self._looked_at:
+            point *= GROWTH
+        return point
 
     def _gross_failure(self, verdict: Verdict) -> bool:
         """A failure whose upper bound leaves less than half the gain the bar asks for
