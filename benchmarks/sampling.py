@@ -50,7 +50,7 @@ from pathlib import Path
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
 out, root = Path(sys.argv[1]), Path(sys.argv[2])
-files = [*glob.glob(str(root / "docs/*.md")), str(root / "README.md")]
+files = [*glob.glob(str(root / "docs/**/*.md"), recursive=True), str(root / "README.md")]
 texts = [Path(p).read_text() for p in files]
 tok = Tokenizer(models.BPE())
 tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)

@@ -7,13 +7,16 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
 from orchestrator import completion as complete
 from orchestrator.errors import InputError, OrchError
 from orchestrator.lab.paths import DEFAULT_TOKENS_PER_SECOND
+
+if TYPE_CHECKING:
+    from orchestrator.lifecycle import Action
 
 EXIT_CODES = """Exit codes: 0 success; 1 the change did not pass its gate or checks (rolled back
 or not applied, nothing broken); 2 bad input (nothing touched); 3 needs attention
@@ -185,6 +188,13 @@ accept_keys_option = click.option(
     help="Show each file's `diff -u` against the current release (before the switch).",
 )
 @click.option("--force", is_flag=True, help="Deploy despite preflight errors (recorded).")
+@click.option(
+    "--replace",
+    metavar="PLAYBOOK",
+    shell_complete=complete.playbooks,
+    help="Stop this other playbook's server on each container as part of the transaction "
+    "(it frees the port and GPUs), and start it again if the new release fails its gate.",
+)
 @accept_keys_option
 @json_option
 def deploy(
@@ -195,6 +205,7 @@ def deploy(
     dry_run: bool,
     diff: bool,
     force: bool,
+    replace: str | None,
     accept_new_host_keys: bool,
     as_json: bool,
 ) -> None:
@@ -207,7 +218,11 @@ def deploy(
     from orchestrator.report import run as run_report
 
     inputs = cli_commands.load(playbook, inventory_path, list(limit), list(assignments), True)
-    options = cli_commands.new_options(force=force, dry_run=dry_run, diff=diff)
+    if replace is not None:
+        cli_commands.check_replace(inputs, replace)
+    options = cli_commands.new_options(
+        force=force, dry_run=dry_run, diff=diff, replace=replace, inventory=str(inventory_path)
+    )
     hooks = None if dry_run else Hooks.for_run("deploy", inputs, options, _say)
     if hooks:
         hooks.before_deploy()
@@ -298,6 +313,88 @@ def rollback(
     Hooks.for_run("rollback", inputs, options, _say).after_run(document, code)
     screen.print_json(document) if as_json else run_report.print_run(document)
     sys.exit(code)
+
+
+def fleet_read_options(command: Callable[..., None]) -> Callable[..., None]:
+    """PLAYBOOK -i INVENTORY [--limit] [--accept-new-host-keys] [--json]."""
+    options: list[Callable[[Any], Any]] = [
+        click.argument("playbook", shell_complete=complete.playbooks),
+        inventory_option,
+        limit_option,
+        accept_keys_option,
+        json_option,
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
+def server_action_options(command: Callable[..., None]) -> Callable[..., None]:
+    """PLAYBOOK -i INVENTORY [--limit] [--set] [--accept-new-host-keys] [--json]."""
+    return fleet_read_options(set_option(command))
+
+
+def _server_action(
+    action: Action,
+    playbook: str,
+    inventory_path: Path,
+    limit: tuple[str, ...],
+    assignments: tuple[str, ...],
+    accept_new_host_keys: bool,
+    as_json: bool,
+) -> None:
+    """One of stop, start, restart, remove on every selected container, as a run."""
+    from orchestrator import cli_commands
+    from orchestrator.connections import ssh
+    from orchestrator.report import run as run_report
+    from orchestrator.report import screen
+
+    inputs = cli_commands.load(playbook, inventory_path, list(limit), list(assignments))
+    options = cli_commands.new_options()
+    with _stoppable(inputs, as_json) as (view, cancel):
+        document, code = cli_commands.server_action(
+            inputs, options, action, ssh(accept_new_host_keys), view, cancel
+        )
+    screen.print_json(document) if as_json else run_report.print_run(document)
+    sys.exit(code)
+
+
+@cli.command()
+@server_action_options
+def stop(**options: Any) -> None:
+    """Stop the deployment's server by its recorded PID, under the deploy lock; `status`
+    then says `stopped` (exit 0). The release stays, for `orch start`."""
+    _server_action("stop", **options)
+
+
+@cli.command()
+@server_action_options
+def start(**options: Any) -> None:
+    """Start the current release's server again, wait until ready and gate it as a deploy
+    does (a failed gate rolls nothing back: the release does not change)."""
+    _server_action("start", **options)
+
+
+@cli.command()
+@server_action_options
+def restart(**options: Any) -> None:
+    """Stop and start the current release's server, wait until ready and gate it, in the
+    rollout's order (canaries first): a rolling restart."""
+    _server_action("restart", **options)
+
+
+@cli.command()
+@server_action_options
+@click.option("--yes", is_flag=True, help="Yes, stop the server and delete every release.")
+def remove(yes: bool, **options: Any) -> None:
+    """Stop the deployment's server and delete its state dir on each container, releases
+    included (its audit log stays, ending with the removal). Refused without --yes."""
+    if not yes:
+        raise click.UsageError(
+            "remove stops the server and deletes every release of the deployment; "
+            "add --yes to do it"
+        )
+    _server_action("remove", **options)
 
 
 @cli.command()
@@ -393,20 +490,6 @@ def verify_config(
     )
     tables.print_findings(findings, as_json=as_json, judged=judged)
     sys.exit(1 if screen.has_errors(findings) else 0)
-
-
-def fleet_read_options(command: Callable[..., None]) -> Callable[..., None]:
-    """PLAYBOOK -i INVENTORY [--limit] [--accept-new-host-keys] [--json]."""
-    options: list[Callable[[Any], Any]] = [
-        click.argument("playbook", shell_complete=complete.playbooks),
-        inventory_option,
-        limit_option,
-        accept_keys_option,
-        json_option,
-    ]
-    for option in reversed(options):
-        command = option(command)
-    return command
 
 
 def _fleet_read(

@@ -28,24 +28,26 @@ from orchestrator.deadline import now
 from orchestrator.deploy import Options, ShowDiff, TargetRun
 from orchestrator.drafters.findings import Finding, Severity
 from orchestrator.drafters.modelfiles import parse_json_document
-from orchestrator.errors import NeedsAttention, OrchError
+from orchestrator.errors import InputError, NeedsAttention, OrchError
 from orchestrator.fanout import READ_PARALLEL, GroupResult, fan_out
 from orchestrator.history import History, check_writable, new_run_id
 from orchestrator.inventory import Inventory, load_inventory
 from orchestrator.layout import DRAFTER_CONFIG, LAUNCH_SCRIPT, SECRETS_FILE, VIEW_CONFIG
+from orchestrator.lifecycle import Action, ServerRun
 from orchestrator.outcome import Outcome
 from orchestrator.plan import TargetPlan, plan_deploy
 from orchestrator.playbook import Playbook, find_playbook, load_playbook
 from orchestrator.probes import load_passages, load_prompts
 from orchestrator.probes.context import context_buckets
 from orchestrator.progress import Progress
-from orchestrator.rollout import RolloutPlan, run_rollout
+from orchestrator.rollout import RolloutPlan, RolloutRun, run_rollout
 from orchestrator.runs import TargetRecord, fleet_runs, resolve
 from orchestrator.secrets import digest, parse_exports
 from orchestrator.secrets import resolve as resolve_secrets
 from orchestrator.transport.base import Transport
 
 DEFAULT_NVIDIA_SMI = "/usr/bin/nvidia-smi"
+R = TypeVar("R", bound=TargetRun)
 
 
 @dataclass(frozen=True)
@@ -81,7 +83,15 @@ def load(
     return Inputs(book, inv, plan_deploy(book, inv, limit, values), playbook, inventory)
 
 
+def check_replace(inputs: Inputs, other: str) -> None:
+    """`--replace` names another playbook that loads: bad input before anything is touched."""
+    book = load_playbook(find_playbook(other), [])
+    if book.name == inputs.playbook.name:
+        raise InputError(f"--replace {other}: that is the playbook being deployed")
+
+
 def _target_run(
+    run_class: type[R],
     inputs: Inputs,
     connections: Pool,
     plan: TargetPlan,
@@ -90,7 +100,7 @@ def _target_run(
     prompts: list[str],
     cancel: Cancel,
     show_diff: ShowDiff = lambda *_: None,
-) -> TargetRun:
+) -> R:
     nvidia_smi = inputs.inventory.container_vars(plan.container).get(
         "nvidia_smi", DEFAULT_NVIDIA_SMI
     )
@@ -101,7 +111,27 @@ def _target_run(
         inputs.playbook.server.max_model_len,
         inputs.playbook.gate.probe.max_tokens,
     )
-    return TargetRun(
+
+    def neighbour(playbook: str) -> TargetRun | None:
+        """Another playbook's run on this container (deploy --replace, its recovery)."""
+        try:
+            other = load(playbook, inputs.inventory_path, [plan.container], [])
+        except OrchError:
+            return None
+        if not other.plans or other.playbook.name == inputs.playbook.name:
+            return None
+        return _target_run(
+            TargetRun,
+            other,
+            connections,
+            other.plans[0],
+            options,
+            progress,
+            load_prompts(other.playbook.gate.probe.prompts),
+            cancel,
+        )
+
+    return run_class(
         plan,
         connections.container(plan.container),
         inputs.playbook,
@@ -111,6 +141,7 @@ def _target_run(
         progress,
         cancel,
         show_diff,
+        neighbour,
     )
 
 
@@ -245,31 +276,20 @@ def deploy(
     with connect(inputs.inventory, log) as connections:
 
         def one(name: str) -> Outcome:
-            if cancel.requested:
-                return not_started(name)
             run = _target_run(
-                inputs, connections, plans[name], options, progress, prompts, cancel, show_diff
+                TargetRun,
+                inputs,
+                connections,
+                plans[name],
+                options,
+                progress,
+                prompts,
+                cancel,
+                show_diff,
             )
             return run.deploy()
 
-        def not_started(name: str) -> Outcome:
-            """Skipped: after an interrupt, or once the failure budget is spent."""
-            why = (
-                "the run was interrupted"
-                if cancel.requested
-                else "the rollout's failure budget was spent"
-            )
-            return Outcome(
-                name, plans[name].host, result="skipped", exit_code=0, error=f"not started: {why}"
-            )
-
-        rollout = run_rollout(
-            list(plans),
-            inputs.playbook.rollout,
-            one,
-            not_started,
-            lambda name, exc: _unreached(plans[name], exc),
-        )
+        rollout = _rolled_out(inputs, plans, cancel, one)
         usage = connections.usage()
     document, code = _document(
         "DeployRun", inputs, options.run_id, started, rollout.outcomes, cancel
@@ -280,6 +300,66 @@ def deploy(
     if not options.dry_run:
         _remember(_with_changes(document, rollout.outcomes), "deploy", options.user)
     return document, code
+
+
+def server_action(
+    inputs: Inputs,
+    options: Options,
+    action: Action,
+    connect: Connect,
+    progress: Progress,
+    cancel: Cancel,
+) -> tuple[dict[str, Any], int]:
+    """`orch stop|start|restart|remove` on every selected container, in the rollout's
+    order (canaries first, then waves, within its failure budget): a rolling restart."""
+    prompts = load_prompts(inputs.playbook.gate.probe.prompts)
+    check_writable()
+    started = now()
+    plans = {p.container: p for p in inputs.plans}
+    log = _open_log(action, inputs, options)
+    progress = log.recording(progress)
+    with connect(inputs.inventory, log) as connections:
+
+        def one(name: str) -> Outcome:
+            run = _target_run(
+                ServerRun, inputs, connections, plans[name], options, progress, prompts, cancel
+            )
+            return run.act(action)
+
+        rollout = _rolled_out(inputs, plans, cancel, one)
+    document, code = _document(
+        "ServerRun", inputs, options.run_id, started, rollout.outcomes, cancel
+    )
+    document = {**document, "action": action, "rollout": rollout.to_dict()}
+    _close_log(log, document, code)
+    _remember(document, action, options.user)
+    return document, code
+
+
+def _rolled_out(
+    inputs: Inputs, plans: dict[str, TargetPlan], cancel: Cancel, one: Callable[[str], Outcome]
+) -> RolloutRun:
+    """`one` on each container in the rollout's order; after an interrupt, or once the
+    failure budget is spent, the rest are skipped."""
+
+    def not_started(name: str) -> Outcome:
+        why = (
+            "the run was interrupted"
+            if cancel.requested
+            else "the rollout's failure budget was spent"
+        )
+        plan = plans[name]
+        return Outcome(
+            plan.container, plan.host, result="skipped", exit_code=0, error=f"not started: {why}"
+        )
+
+    return run_rollout(
+        list(plans),
+        inputs.playbook.rollout,
+        lambda name: not_started(name) if cancel.requested else one(name),
+        not_started,
+        lambda name, exc: _unreached(plans[name], exc),
+    )
 
 
 def rollback(
@@ -314,7 +394,9 @@ def rollback(
         )
 
         def one(name: str) -> Outcome:
-            run = _target_run(inputs, connections, plans[name], options, progress, prompts, cancel)
+            run = _target_run(
+                TargetRun, inputs, connections, plans[name], options, progress, prompts, cancel
+            )
             return run.rollback(wanted[name])
 
         parallel = RolloutPlan.of(inputs.playbook.rollout, len(plans)).parallel
@@ -616,7 +698,7 @@ def status(inputs: Inputs, connect: Connect = SSH) -> tuple[dict[str, Any], int]
         lambda name, exc: {"state": "unreachable", "error": exc.message_for(name)},
     )
     states = [t["state"] for t in targets]
-    code = 0 if set(states) <= {"serving", "nothing_deployed", "deploying"} else 3
+    code = 0 if all(_as_meant(t) for t in targets) else 3
     return documents.document(
         "Status",
         playbook=inputs.playbook.name,
@@ -624,6 +706,17 @@ def status(inputs: Inputs, connect: Connect = SSH) -> tuple[dict[str, Any], int]
         state=_fleet_state(states),
         targets=targets,
     ), code
+
+
+def _as_meant(target: dict[str, Any]) -> bool:
+    """Serving, nothing deployed yet, a run at work, or stopped by `orch stop` (its last
+    run a stop, or an interrupted stop finished): no one needs to look."""
+    if target["state"] in ("serving", "nothing_deployed", "deploying"):
+        return True
+    last = target.get("last_run") or {}
+    return target["state"] == "stopped" and (
+        last.get("action") == "stop" or last.get("result") == "stopped"
+    )
 
 
 _STATE_ORDER = (

@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from orchestrator import preflight, release
@@ -51,7 +52,12 @@ from orchestrator.secrets import ProbeKey, plain_findings, probe_key
 from orchestrator.transport.base import Transport
 
 ShowDiff = Callable[[str, str], None]  # (container, its release's diff), before the switch
+Neighbours = Callable[[str], "TargetRun | None"]
+"""A run of another playbook (a name or file) on the same container, None when that
+playbook has no plan here: the one `--replace` stops, or a recovery restores."""
 GPU_RELEASE_TIMEOUT = 120.0
+FINISHED_ON_RECOVERY = {"stop": "stopped", "remove": "removed"}
+"""Interrupted actions the next run finishes rather than undoes, with the result it records."""
 
 
 @dataclass(frozen=True)
@@ -61,6 +67,11 @@ class Options:
     dry_run: bool = False
     diff: bool = False
     user: str = field(default_factory=getpass.getuser)
+    replace: str | None = None
+    """`deploy --replace`: the other playbook whose server on each container this deploy
+    stops in its transaction, and starts again if the new release does not pass."""
+    inventory: str = "INVENTORY"
+    """The inventory as the user named it, for the commands messages suggest."""
 
 
 class TargetRun:
@@ -77,8 +88,13 @@ class TargetRun:
         progress: Progress = no_progress,
         cancel: Cancel | None = None,
         show_diff: ShowDiff = lambda *_: None,
+        neighbours: Neighbours = lambda _: None,
     ) -> None:
         self.plan, self.transport, self.playbook = plan, transport, playbook
+        self.neighbours = neighbours
+        self.replacing: TargetRun | None = None
+        """With --replace: the other playbook's run on this container, its lock held."""
+        self.was_serving = False
         self.show_diff = show_diff
         self.buckets, self.nvidia_smi, self.options = buckets, nvidia_smi, options
         self.progress = progress
@@ -101,8 +117,9 @@ class TargetRun:
     def _deploy(self) -> None:
         if self.options.dry_run:
             return self._dry_run()
-        with self._locked():
+        with self._locked(), self._replaced_locked():
             facts = self._preflight()
+            self.was_serving = facts.server.running
             forced = self._blocking_errors()
             previous = facts.current_release
             if previous == self.plan.release_id and facts.server.running and self._unchanged():
@@ -124,10 +141,10 @@ class TargetRun:
             self.outcome.current = current
             target = to or store.linked(self.transport, self.layout.previous)
             if not target:
-                raise _Stop(2, "no previous release to roll back to (give --to RELEASE_ID)")
+                raise Refused(2, "no previous release to roll back to (give --to RELEASE_ID)")
             on_target = store.kept(self.transport, self.layout)
             if target not in on_target:
-                raise _Stop(
+                raise Refused(
                     2, f"release {target!r} is not on the target (kept: {', '.join(on_target)})"
                 )
             self.outcome.release, self.outcome.previous_release = target, current
@@ -194,7 +211,7 @@ class TargetRun:
                 f"rolling back to {target} changed on the target (--force):\n{listed}"
             )
             return
-        raise _Stop(
+        raise Refused(
             1,
             f"release {target} changed on the target since it was applied; nothing was "
             f"changed (--force rolls back to it anyway):\n{listed}",
@@ -205,7 +222,12 @@ class TargetRun:
     ) -> None:
         """Journal, switch, gate; keep `new` if it passed, else go back to `previous`."""
         out = self.outcome
-        self.journal.begin(self.options.run_id, action, str(self.owner), previous, new)
+        replaced = self._replaced_record() if action == "deploy" else None
+        # Replacing another server: what ran before was that one, not a release of ours.
+        back_to = None if replaced and not self.was_serving else previous
+        self.journal.begin(self.options.run_id, action, str(self.owner), back_to, new, replaced)
+        if replaced and self.replacing:
+            self.replacing.stop_replaced(self.plan.playbook)
         out.gate = self.switch(new, self._gate_target(new), cancellable=True)
         verdict = out.gate.verdict
         if verdict.outcome == "pass" or (self._passed(out.gate) and not self.cancel.requested):
@@ -214,6 +236,8 @@ class TargetRun:
             self._record_previous(previous, new)
             if action == "deploy":
                 self._prune({new, previous or ""})
+            if replaced and self.replacing:
+                out.replaced = self.replacing.stay_stopped(replaced["release"], self.plan.playbook)
             self._finish(action)
             return
         out.exit_code, out.error = 1, f"gate {verdict.outcome}: {verdict.reason}"
@@ -224,10 +248,17 @@ class TargetRun:
             )
         if previous == new:  # redeployed the current one: go further back
             previous = store.linked(self.transport, self.layout.previous)
-        back = previous if previous != new else None
+        back = previous if previous != new and (back_to or not replaced) else None
         out.rollback_gate = self._go_back(back)
         out.current = back
         out.result = "rolled_back" if action == "deploy" and out.rollback_gate else "failed"
+        if replaced and self.replacing:
+            out.replaced = self.replacing.restore(replaced["release"], self.plan.playbook)
+            if out.replaced["result"] == "restored":
+                out.result = "rolled_back"
+            else:
+                out.exit_code = 3
+                out.error += f"; RESTORE of {replaced['playbook']} failed: {out.replaced['error']}"
         if out.rollback_gate and not self._passed(out.rollback_gate):
             out.result, out.exit_code = "failed", 3
             reason = out.rollback_gate.verdict.reason
@@ -240,7 +271,11 @@ class TargetRun:
         if self.cancel.requested:
             out.result, out.exit_code = "interrupted", max(out.exit_code, self.cancel.exit_code)
             out.error = "interrupted before its gate passed; " + (
-                f"back on {back}" if back else "its server stopped (nothing to go back to)"
+                f"back on {back}"
+                if back
+                else f"{replaced['playbook']} restored"
+                if replaced
+                else "its server stopped (nothing to go back to)"
             )
         self._finish(action)
         if action == "deploy":  # releases of failed and interrupted runs count too
@@ -276,12 +311,15 @@ class TargetRun:
         self._step_note(f"recover interrupted {interrupted.describe()}")
         self.journal.active = interrupted
         back_on: str | None
-        if interrupted.gated:
+        if interrupted.action in FINISHED_ON_RECOVERY:
+            back_on, report = self._finish_interrupted(interrupted), None
+        elif interrupted.gated:
             self._record_previous(interrupted.from_release, interrupted.to_release)
             back_on, report = interrupted.to_release, None
         else:
             back_on = interrupted.from_release
             report = self._go_back(back_on)
+        replaced = self._settle_replaced(interrupted)
         self._audit_recovery(interrupted, back_on, report)
         self.journal.clear()
         self.outcome.recovered = {
@@ -294,10 +332,17 @@ class TargetRun:
             "to_release": interrupted.to_release,
             "back_on": back_on,
             "gate": report.to_dict() if report else None,
+            "replaced": replaced,
         }
         self.outcome.notes.append(
             f"recovered interrupted run {interrupted.run_id} (stopped at '{interrupted.step}'): "
-            + (f"now on {back_on}" if back_on else "its server stopped, nothing to go back to")
+            + (
+                f"finished its {interrupted.action}"
+                if interrupted.action in FINISHED_ON_RECOVERY
+                else f"now on {back_on}"
+                if back_on
+                else "its server stopped, nothing to go back to"
+            )
         )
         if report is not None and not self._passed(report):
             raise NeedsAttention(
@@ -305,6 +350,115 @@ class TargetRun:
                 f"{back_on} did not pass its gate: {report.verdict.reason}",
                 subject=self.plan.container,
             )
+        if replaced and replaced["result"] == "failed":
+            raise NeedsAttention(
+                f"recovering interrupted run {interrupted.run_id}: {replaced['playbook']} "
+                f"was not restored: {replaced['error']}",
+                subject=self.plan.container,
+            )
+
+    # -- deploy --replace ---------------------------------------------------------------
+    @contextmanager
+    def _replaced_locked(self) -> Iterator[None]:
+        """With --replace: the other playbook's deployment on this container, locked (and
+        its own interrupted run recovered) for the whole transaction."""
+        other = self.neighbours(self.options.replace) if self.options.replace else None
+        if other is None:
+            if self.options.replace:
+                self.outcome.notes.append(
+                    f"--replace {self.options.replace}: that playbook has no plan here"
+                )
+            yield
+            return
+        with other._locked():
+            self.replacing = other
+            try:
+                yield
+            finally:
+                self.replacing = None
+
+    def _replaced_record(self) -> dict[str, str] | None:
+        """What the journal records of the server --replace stops: None when none runs."""
+        other = self.replacing
+        if other is None or not other.server().state().running:
+            return None
+        current = store.linked(other.transport, other.layout.current)
+        if current is None:
+            return None
+        return {
+            "playbook": other.plan.playbook,
+            "file": str(Path(other.playbook.source).resolve()) if other.playbook.source else "",
+            "release": current,
+        }
+
+    def server(self) -> Server:
+        """This deployment's server, as its plan serves it."""
+        return Server(self.transport, self.layout, self.plan.address, self.plan.port)
+
+    def stop_replaced(self, by: str) -> None:
+        """Stop this deployment's server, for `by`'s deploy --replace."""
+        with self._step(f"stop {self.plan.playbook}'s server (replaced by {by})"):
+            self.server().stop(self.playbook.server.stop_timeout)
+
+    def stay_stopped(self, release_id: str, by: str) -> dict[str, Any]:
+        """`by`'s release passed: this deployment stays stopped, as its audit says."""
+        out = self.outcome
+        out.release = out.previous_release = out.current = release_id
+        out.result = "stopped"
+        out.notes.append(f"replaced by {by}")
+        self._audit("stop")
+        return {"playbook": self.plan.playbook, "release": release_id, "result": "stopped"}
+
+    def restore(self, release_id: str, by: str) -> dict[str, Any]:
+        """`by`'s release did not pass: this deployment's release started again, made
+        ready and gated with its own recorded settings, as its audit says."""
+        self._step_note(f"restore {self.plan.playbook} {release_id}")
+        report = self.switch(release_id, self._gate_target(release_id), phase="restore")
+        out = self.outcome
+        out.release = out.previous_release = out.current = release_id
+        out.gate = report
+        passed = self._passed(report)
+        out.result = "started" if passed else "failed"
+        out.notes.append(f"restored after {by} did not pass")
+        self._audit("start")
+        return {
+            "playbook": self.plan.playbook,
+            "release": release_id,
+            "result": "restored" if passed else "failed",
+            "gate": report.to_dict(),
+            "error": None if passed else report.verdict.reason,
+        }
+
+    def _settle_replaced(self, interrupted: Transaction) -> dict[str, Any] | None:
+        """An interrupted replace: the other deployment stays stopped if the new release
+        had passed, else it is started again and gated."""
+        if not interrupted.replaced:
+            return None
+        name, release_id = interrupted.replaced["playbook"], interrupted.replaced["release"]
+        other = self.neighbours(interrupted.replaced.get("file") or name) or self.neighbours(name)
+        if other is None:
+            raise NeedsAttention(
+                f"interrupted run {interrupted.run_id} stopped {name}'s server to replace it, "
+                f"and {name}'s playbook cannot be loaded here to settle it: "
+                f"`orch start {name} -i {self.options.inventory} --limit {self.plan.container}`",
+                subject=self.plan.container,
+            )
+        with other._locked():
+            if interrupted.gated:
+                return other.stay_stopped(release_id, self.plan.playbook)
+            return other.restore(release_id, self.plan.playbook)
+
+    def _finish_interrupted(self, interrupted: Transaction) -> str | None:
+        """A stop or remove that died half way is finished, as its operator asked:
+        the server stopped by its PID (and the deployment removed). Returns the
+        release left current."""
+        Server(self.transport, self.layout, self.plan.address, self.plan.port).stop(
+            self.playbook.server.stop_timeout
+        )
+        if interrupted.action == "remove":
+            store.remove_deployment(self.transport, self.layout)
+            return None
+        return interrupted.from_release
 
     def _infer(self, unreadable: Unreadable) -> Transaction | None:
         """The interrupted transaction as the container shows it, for a journal that
@@ -435,9 +589,10 @@ class TargetRun:
             yield
 
     def _step(self, name: str) -> _Timer:
-        """Shown, timed, and (during a switch) written to the journal."""
-        self.progress(self.plan.container, name)
+        """Written to the journal (during a switch), then shown and timed: a run killed
+        once its line is out has the step in its journal."""
         self.journal.advance(name)
+        self.progress(self.plan.container, name)
         return _Timer(self.outcome.steps, name)
 
     def _gate_tick(self, step: str) -> Callable[[str], None]:
@@ -465,6 +620,9 @@ class TargetRun:
             server.tensor_parallel_size,
             server.num_speculative_tokens,
             self.playbook.gate.probe.sampling,
+            preflight.Others(
+                self.replacing.plan.playbook if self.replacing else None, self.options.inventory
+            ),
         ) + plain_findings(server)
         self.outcome.previous_release = self.outcome.current = facts.current_release
         self.outcome.server_version = facts.server_version
@@ -474,7 +632,7 @@ class TargetRun:
         """Preflight errors; they stop the deploy unless forced (then they are recorded)."""
         errors = [f for f in self.outcome.findings if f.severity == Severity.ERROR]
         if errors and not self.options.force:
-            raise _Stop(
+            raise Refused(
                 1,
                 f"preflight found {len(errors)} error(s); nothing was changed "
                 "(--force deploys anyway, and keeps the rollback)",
@@ -500,7 +658,7 @@ class TargetRun:
         with self._step("cat-verify"):
             mismatches = release.verify(self.transport, self.plan, files)
         if mismatches:
-            raise _Stop(
+            raise Refused(
                 1,
                 "cat-verify failed, the server was not touched:\n"
                 + "\n".join(str(m) for m in mismatches),
@@ -543,7 +701,7 @@ class TargetRun:
         self._append_audit(
             "recover",
             {
-                "result": "recovered",
+                "result": FINISHED_ON_RECOVERY.get(interrupted.action, "recovered"),
                 "release": back_on,
                 "current": back_on,
                 "previous_release": interrupted.to_release,
@@ -561,6 +719,8 @@ class TargetRun:
         it would stop the deploy."""
         if interrupted := self.journal.read():
             self.outcome.notes.append(f"interrupted transaction here: {interrupted.describe()}")
+        if self.options.replace:  # judged as the deploy would, with no lock taken
+            self.replacing = self.neighbours(self.options.replace)
         facts = self._preflight()
         self.outcome.result = "dry_run"
         self._diff(facts.current_release)
@@ -604,7 +764,7 @@ class TargetRun:
         out = self.outcome
         try:
             body()
-        except _Stop as stop:
+        except Refused as stop:
             out.exit_code, out.error = stop.exit_code, stop.message
         except Interrupted as exc:
             out.result, out.exit_code = "interrupted", exc.exit_code
@@ -619,7 +779,9 @@ class TargetRun:
         return out
 
 
-class _Stop(Exception):
+class Refused(Exception):
+    """The run stops on this container with nothing changed (or nothing more)."""
+
     def __init__(self, exit_code: int, message: str) -> None:
         super().__init__(message)
         self.exit_code, self.message = exit_code, message

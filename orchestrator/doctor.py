@@ -1,20 +1,21 @@
 """`orch doctor`: is everything a deploy needs there? Read-only, one check per line.
 
-Per SSH login: that it logs in (host key verified, sudo without a prompt when the
-login uses `become`) and, on a Proxmox host, the sshd session limit when
-`sshd -T` can be read. Per container: `pct` finds it running (else says why: no such
-vmid, a template, stopped, or a login pct refuses as not root), `nvidia-smi`
-answers with the GPUs the inventory lists and, with a playbook, preflight's own
-read-only facts and findings: the server's vLLM version against the capability
-table, model dirs and weights, the drafter against the target, GPU memory, the
-port, free disk under the state dir. Every failure carries its fix.
+With a playbook, first on this machine: that each of its `server.secrets` resolves from
+its source (never showing the value). Per SSH login: that it logs in (host key
+verified, sudo without a prompt when the login uses `become`) and, on a Proxmox host,
+the sshd session limit when `sshd -T` can be read. Per container: `pct` finds it
+running (else says why: no such vmid, a template, stopped, or a login pct refuses as
+not root), `nvidia-smi` answers with the GPUs the inventory lists and, with a
+playbook, preflight's own read-only facts and findings: the server's vLLM version
+against the capability table, model dirs and weights, the drafter against the target,
+GPU memory, the port, free disk under the state dir. Every failure carries its fix.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from orchestrator import preflight
+from orchestrator import preflight, secrets
 from orchestrator.connections import SSH, Connect, Pool
 from orchestrator.container.gpu import gpu_query, parse_gpus
 from orchestrator.container.host import (
@@ -26,7 +27,7 @@ from orchestrator.container.host import (
 from orchestrator.discovery import commands as proxmox
 from orchestrator.discovery.facts import parse_guest_config
 from orchestrator.drafters.findings import Severity
-from orchestrator.errors import HostKeyError, OrchError, TransportError
+from orchestrator.errors import HostKeyError, InputError, OrchError, TransportError
 from orchestrator.inventory import Inventory
 from orchestrator.plan import TargetPlan
 from orchestrator.playbook import Playbook
@@ -262,9 +263,29 @@ def run_doctor(
     plans: list[TargetPlan] | None = None,
 ) -> list[Check]:
     by_name = {plan.container: plan for plan in plans or []}
+    checks = secret_checks(playbook) if playbook else []
     with connect(inventory, None) as connections:
         doctor = Doctor(inventory, connections, playbook, by_name)
-        return [check for name in names for check in doctor.container(name)]
+        return checks + [check for name in names for check in doctor.container(name)]
+
+
+CONTROL = "control"
+"""The target name of checks made on the machine running orch."""
+
+
+def secret_checks(playbook: Playbook) -> list[Check]:
+    """Each `server.secrets` entry read from its source now, as a deploy will read it."""
+    checks = []
+    for name, source in playbook.server.secrets.items():
+        check = f"secret {name}"
+        try:
+            secrets.resolve_one(playbook, name)
+        except InputError as exc:
+            fix = f"make {source.describe()} give the value before deploying"
+            checks.append(Check(CONTROL, check, FAIL, exc.message, fix))
+        else:
+            checks.append(Check(CONTROL, check, OK, f"{source.describe()} gives a value"))
+    return checks
 
 
 def exit_code(checks: list[Check]) -> int:

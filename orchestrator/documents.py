@@ -16,6 +16,7 @@ API_VERSION = "orch/v1"
 Kind = Literal[
     "DeployRun",
     "RollbackRun",
+    "ServerRun",
     "Status",
     "Verify",
     "Findings",
@@ -51,6 +52,10 @@ TargetResult = Literal[
     "skipped",
     "interrupted",
     "dry_run",
+    "stopped",
+    "started",
+    "restarted",
+    "removed",
     "ok",
     "drift",
     "unreachable",

@@ -13,7 +13,10 @@
                      before per-release logs has a file here: it is kept as
                      server.log.old at the next start)
   audit.log          one JSON line per run's decision: the release it left
-                     `current` on (orchestrator/runs.py reads them back)
+                     `current` on (orchestrator/runs.py reads them back); it
+                     outlives `orch remove`, which deletes everything else
+
+Deployments of several playbooks on one container are siblings under one state dir.
 """
 
 from __future__ import annotations
@@ -91,3 +94,32 @@ class Layout:
     @property
     def audit_log(self) -> str:
         return f"{self.root}/audit.log"
+
+    @property
+    def name(self) -> str:
+        """The deployment's name: its playbook's."""
+        return self.root.rsplit("/", 1)[-1]
+
+    @property
+    def state_dir(self) -> str:
+        """Where this deployment and its siblings (other playbooks' on the container) live."""
+        return self.root.rsplit("/", 1)[0] or "/"
+
+    def sibling(self, name: str) -> Layout:
+        """Another playbook's deployment under the same state dir."""
+        return Layout(f"{self.state_dir.rstrip('/')}/{name}")
+
+    @property
+    def removable(self) -> list[str]:
+        """What `orch remove` deletes: the links and the server's records first, so a
+        removal cut short is "nothing deployed", then the releases. The audit log stays
+        (the record of what ran here, ending with the removal); the lock and journal go
+        with the run that holds them."""
+        return [
+            self.current,
+            self.previous,
+            self.server_pid,
+            self.server_log,
+            f"{self.server_log}.old",
+            self.releases,
+        ]

@@ -31,6 +31,8 @@ class Outcome:
     notes: list[str] = field(default_factory=list)
     recovered: dict[str, Any] | None = None
     current: str | None = None  # the release `current` points at when the run ends
+    replaced: dict[str, Any] | None = None
+    """With `deploy --replace`: the other playbook's server it stopped, and what became of it."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -49,4 +51,5 @@ class Outcome:
             "recovered": self.recovered,
             "current": self.current,
             **({"diff": self.diff} if self.diff is not None else {}),
+            **({"replaced": self.replaced} if self.replaced is not None else {}),
         }

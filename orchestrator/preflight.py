@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from orchestrator.container import probe, validator
 from orchestrator.container.gpu import Gpu, GpuApp, parse_gpu_apps, parse_gpus
@@ -66,6 +66,8 @@ class Facts:
     server_version: str | None = None
     server_version_error: str = ""
     server_check: validator.ServerCheck | None = None
+    siblings: list[probe.Sibling] = field(default_factory=list)
+    """Other playbooks' deployments on the container whose servers run."""
 
 
 def read_model_dir(transport: Transport, path: str) -> ModelDir:
@@ -121,6 +123,7 @@ def gather(transport: Transport, plan: TargetPlan, nvidia_smi: str) -> Facts:
         server_version=version,
         server_version_error=version_error,
         server_check=ask_server(transport, plan, launch) if launch.executable else None,
+        siblings=probe.parse_siblings(small),
     )
 
 
@@ -153,9 +156,12 @@ def judge(
     tensor_parallel_size: int,
     num_speculative_tokens: int,
     sampling: Sampling = GREEDY,
+    others: Others | None = None,
 ) -> list[Finding]:
     """Every finding the facts support, errors and warnings, in a stable order.
-    `sampling` is the gate's: the server's own defaults are judged against it."""
+    `sampling` is the gate's: the server's own defaults are judged against it;
+    `others` says how to speak of other playbooks' servers on the container."""
+    others = others or Others()
     findings = drafter_findings(facts.target, facts.drafter, plan, num_speculative_tokens)
     findings += server_findings(facts, plan)
     defaults = server_defaults(
@@ -163,16 +169,9 @@ def judge(
         plan.files[LAUNCH_SCRIPT].decode("utf-8", "replace"),
     )
     findings += sampling_findings(defaults, sampling)
-    findings += _gpu_findings(facts, tensor_parallel_size)
+    findings += _gpu_findings(facts, tensor_parallel_size, plan, others)
     if facts.port_taken:
-        findings.append(
-            Finding.error(
-                "server.port",
-                f"{plan.address}:{plan.port} is in use by a process orch did not "
-                "start; stop it or choose another server.port",
-                actual="in use",
-            )
-        )
+        findings.append(_port_finding(facts, plan, others))
     if facts.free_disk_kib < MIN_FREE_DISK_KIB:
         findings.append(
             Finding.error(
@@ -183,6 +182,51 @@ def judge(
             )
         )
     return findings
+
+
+@dataclass(frozen=True)
+class Others:
+    """How preflight speaks of other playbooks' servers on the container: the one a
+    `deploy --replace` stops first (then what it holds is no error), and the inventory
+    the commands that free them name."""
+
+    replaced: str | None = None
+    inventory: str = "INVENTORY"
+
+    def frees(self, plan: TargetPlan, siblings: list[probe.Sibling]) -> str:
+        held = ", ".join(f"{s.name}'s server (pid {s.pid})" for s in siblings)
+        where = f"-i {self.inventory} --limit {plan.container}"
+        stops = " and ".join(f"`orch stop {s.name} {where}`" for s in siblings)
+        switch = (
+            f"`orch deploy {plan.playbook} {where} --replace {siblings[0].name}`"
+            if len(siblings) == 1
+            else ""
+        )
+        return f"held by {held}, another orch playbook on this container: {stops} frees it" + (
+            f", or {switch} switches over in one transaction" if switch else ""
+        )
+
+
+def _port_finding(facts: Facts, plan: TargetPlan, others: Others) -> Finding:
+    """A taken port, and whose it is when another playbook's server is the holder."""
+    where = f"{plan.address}:{plan.port} is in use"
+    holders = [s for s in facts.siblings if s.port in (plan.port, None)]
+    if holders and {s.name for s in holders} == {others.replaced}:
+        return Finding.warning(
+            "server.port",
+            f"{where} by {others.replaced}'s server (pid {holders[0].pid}), which --replace "
+            "stops first",
+            actual="in use",
+        )
+    if holders:
+        return Finding.error(
+            "server.port", f"{where}: {others.frees(plan, holders)}", actual="in use"
+        )
+    return Finding.error(
+        "server.port",
+        f"{where} by a process orch did not start; stop it or choose another server.port",
+        actual="in use",
+    )
 
 
 def drafter_findings(
@@ -317,7 +361,9 @@ def _truncated(model: ModelDir) -> list[Finding]:
     return findings
 
 
-def _gpu_findings(facts: Facts, tensor_parallel_size: int) -> list[Finding]:
+def _gpu_findings(
+    facts: Facts, tensor_parallel_size: int, plan: TargetPlan, others: Others
+) -> list[Finding]:
     if facts.gpus is None:
         return [
             Finding.error(
@@ -334,25 +380,37 @@ def _gpu_findings(facts: Facts, tensor_parallel_size: int) -> list[Finding]:
             )
         ]
     ours = facts.server.pid if facts.server.running else None
+    siblings = [s for s in facts.siblings if s.name != others.replaced]
+    replaced = next((s.pid for s in facts.siblings if s.name == others.replaced), None)
     findings = []
     for gpu in facts.gpus[:tensor_parallel_size]:
         freed = sum(a.used_mib for a in facts.gpu_apps if a.pid == ours and a.gpu_uuid == gpu.uuid)
         available = gpu.free_mib + freed
         if available >= MIN_FREE_GPU_SHARE * gpu.total_mib:
             continue
-        others = sorted({a.pid for a in facts.gpu_apps if a.gpu_uuid == gpu.uuid and a.pid != ours})
+        pids = sorted({a.pid for a in facts.gpu_apps if a.gpu_uuid == gpu.uuid and a.pid != ours})
         field, expected = f"gpu[{gpu.index}].memory", f">= {int(MIN_FREE_GPU_SHARE * 100)}% free"
-        message = f"GPU {gpu.index} has {available} MiB of {gpu.total_mib} MiB free (PIDs {others})"
-        if ours is None:
-            findings.append(Finding.error(field, message, expected=expected, actual=available))
-        else:  # its workers may hold it under PIDs we cannot see; the switch waits for it
+        message = f"GPU {gpu.index} has {available} MiB of {gpu.total_mib} MiB free (PIDs {pids})"
+        stopped_first = ours if ours is not None else replaced
+        if stopped_first is not None:  # its workers may hold it under PIDs we cannot see
             findings.append(
                 Finding.warning(
                     field,
-                    f"{message}; the running server (PID {ours}) is stopped first and the "
-                    "switch waits for the memory",
+                    f"{message}; the running server (PID {stopped_first}) is stopped first "
+                    "and the switch waits for the memory",
                     expected=expected,
                     actual=available,
                 )
             )
+        elif siblings:  # inside LXC nvidia-smi may not show their PIDs: named all the same
+            findings.append(
+                Finding.error(
+                    field,
+                    f"{message}: probably {others.frees(plan, siblings)}",
+                    expected=expected,
+                    actual=available,
+                )
+            )
+        else:
+            findings.append(Finding.error(field, message, expected=expected, actual=available))
     return findings

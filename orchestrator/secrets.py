@@ -50,17 +50,21 @@ SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL")
 def resolve(playbook: Playbook) -> dict[str, str]:
     """Every `server.secrets` value, read from its source now; each is registered for
     masking. A missing or empty one is an InputError naming the secret and its source."""
-    values = {}
-    for name, source in playbook.server.secrets.items():
-        where = f"{playbook.source}: server.secrets.{name}"
-        value = _read(source, where)
-        if not value:
-            raise InputError(f"{where}: {source.describe()} is empty")
-        if any(c in value for c in "\n\r\0"):
-            raise InputError(f"{where}: {source.describe()}: a secret is one line (no line break)")
-        values[name] = value
+    values = {name: resolve_one(playbook, name) for name in playbook.server.secrets}
     register(values.values())
     return values
+
+
+def resolve_one(playbook: Playbook, name: str) -> str:
+    """One secret's value from its source, or an InputError naming both (never a value)."""
+    source = playbook.server.secrets[name]
+    where = f"{playbook.source}: server.secrets.{name}"
+    value = _read(source, where)
+    if not value:
+        raise InputError(f"{where}: {source.describe()} is empty")
+    if any(c in value for c in "\n\r\0"):
+        raise InputError(f"{where}: {source.describe()}: a secret is one line (no line break)")
+    return value
 
 
 def _read(source: SecretSource, where: str) -> str:
@@ -234,6 +238,19 @@ def mask(text: str) -> str:
     return text
 
 
+def _value_start_at_end(text: str) -> int:
+    """The length of the longest end of `text` that begins a registered value (0: none)."""
+    with _values_lock:
+        values = list(_values)
+    longest = 0
+    for value in values:
+        for length in range(min(len(value) - 1, len(text)), longest, -1):
+            if text.endswith(value[:length]):
+                longest = length
+                break
+    return longest
+
+
 def mask_document(data: Any) -> Any:
     """A JSON-able document with `mask` applied to every string in it."""
     if isinstance(data, str):
@@ -246,16 +263,27 @@ def mask_document(data: Any) -> Any:
 
 
 class MaskedStream(io.TextIOBase):
-    """A text stream that masks what is written before passing it on."""
+    """A text stream that masks what is written before passing it on.
+
+    A value split across writes is masked too: the end of a write that could begin a
+    registered value is held back until the next write shows whether it does, or until
+    `flush` (where the writer asks for everything shown)."""
 
     def __init__(self, inner: TextIO) -> None:
         self.inner = inner
+        self.held = ""
 
     def write(self, text: str) -> int:
-        self.inner.write(mask(text))
+        masked = mask(self.held + text)
+        keep = _value_start_at_end(masked)
+        self.held = masked[len(masked) - keep :]
+        self.inner.write(masked[: len(masked) - keep])
         return len(text)
 
     def flush(self) -> None:
+        if self.held:
+            self.inner.write(self.held)
+            self.held = ""
         self.inner.flush()
 
     def isatty(self) -> bool:
@@ -275,10 +303,13 @@ def masked_output() -> Iterator[None]:
     import sys
 
     saved = sys.stdout, sys.stderr
-    sys.stdout, sys.stderr = MaskedStream(saved[0]), MaskedStream(saved[1])
+    streams = MaskedStream(saved[0]), MaskedStream(saved[1])
+    sys.stdout, sys.stderr = streams
     try:
         yield
     finally:
+        for stream in streams:
+            stream.flush()
         sys.stdout, sys.stderr = saved
 
 

@@ -133,6 +133,7 @@ class ScriptedContainer:
             "make_drafter_view": self._make_drafter_view,
             "list_releases": lambda releases_dir: self._listing(),
             "remove_releases": self._remove_releases,
+            "remove_paths": self._remove_paths,
             "release_records": self._release_records,
             "server_state": lambda pid_file: self._server_state(),
             "stop_server": self._stop_server,
@@ -222,6 +223,15 @@ class ScriptedContainer:
     def _remove_releases(self, releases_dir: str, release_ids: Sequence[str]) -> bytes:
         gone = tuple(f"{releases_dir}/{rid}/" for rid in release_ids)
         self.files = {p: d for p, d in self.files.items() if not p.startswith(gone)}
+        return b""
+
+    def _remove_paths(self, paths: Sequence[str]) -> bytes:
+        for path in paths:
+            self.links.pop(path, None)
+            self.files = {
+                p: d for p, d in self.files.items() if p != path and not p.startswith(path + "/")
+            }
+        self.events.append("remove " + " ".join(p.rsplit("/", 1)[1] for p in paths))
         return b""
 
     def _release_records(self, layout: Layout, audit_lines: int) -> bytes:

@@ -62,11 +62,12 @@ def _gate_of_current(target: Mapping[str, Any]) -> dict[str, Any] | None:
     current = target.get("current")
     if not current:
         return None
-    by_release = {
-        target.get("release"): target.get("gate"),
-        target.get("previous_release"): target.get("rollback_gate"),
-    }
-    gate = by_release.get(current)
+    if current == target.get("release"):  # also a start or restart: release == previous
+        gate = target.get("gate")
+    elif current == target.get("previous_release"):
+        gate = target.get("rollback_gate")
+    else:
+        gate = None
     return {key: gate.get(key) for key in GATE_KEYS} if gate else None
 
 

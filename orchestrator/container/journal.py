@@ -44,6 +44,9 @@ class Transaction:
     step: str
     started: str
     updated: str
+    replaced: dict[str, str] | None = None
+    """With `deploy --replace`: the other playbook's deployment whose server this run
+    stopped (`playbook`, `file`, `release`), restored unless `to_release` passed."""
 
     @property
     def gated(self) -> bool:
@@ -51,9 +54,10 @@ class Transaction:
 
     def describe(self) -> str:
         source = self.from_release or "nothing"
+        replacing = f" replacing {self.replaced['playbook']}" if self.replaced else ""
         return (
-            f"run {self.run_id} ({self.action} {source} -> {self.to_release} by {self.owner}) "
-            f"stopped at '{self.step}' ({self.updated})"
+            f"run {self.run_id} ({self.action} {source} -> {self.to_release}{replacing} by "
+            f"{self.owner}) stopped at '{self.step}' ({self.updated})"
         )
 
 
@@ -81,17 +85,30 @@ class Journal:
             return None
         try:
             data = json.loads(raw)
-            return Transaction(**{f.name: data[f.name] for f in dataclasses.fields(Transaction)})
+            return Transaction(
+                **{
+                    f.name: data[f.name] if f.default is dataclasses.MISSING else data.get(f.name)
+                    for f in dataclasses.fields(Transaction)
+                }
+            )
         except (ValueError, TypeError, KeyError) as exc:
             problem = "empty" if not raw else f"{len(raw)} bytes, {type(exc).__name__}: {exc}"
             return Unreadable(self.layout.journal, problem)
 
     def begin(
-        self, run_id: str, action: str, owner: str, from_release: str | None, to_release: str
+        self,
+        run_id: str,
+        action: str,
+        owner: str,
+        from_release: str | None,
+        to_release: str,
+        replaced: dict[str, str] | None = None,
     ) -> None:
         stamp = now()
         self._write(
-            Transaction(run_id, action, owner, from_release, to_release, "begin", stamp, stamp)
+            Transaction(
+                run_id, action, owner, from_release, to_release, "begin", stamp, stamp, replaced
+            )
         )
 
     def advance(self, step: str) -> None:

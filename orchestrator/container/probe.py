@@ -4,12 +4,21 @@ server, the current release) in another."""
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from orchestrator.container.gpu import GPU_APPS_QUERY, GPU_QUERY
-from orchestrator.container.shell import FRAME_FUNCTIONS, PROCESS_FUNCTIONS, builder, q, script
+from orchestrator.container.shell import (
+    FRAME_FUNCTIONS,
+    PROCESS_FUNCTIONS,
+    builder,
+    q,
+    reading,
+    script,
+)
 from orchestrator.layout import Layout
 
 # The server's version: `vllm --version`, else the package metadata of the Python
@@ -40,11 +49,54 @@ def read_model_dir(directory: str, names: Sequence[str], header_limit: int) -> l
     )
 
 
+def _siblings(layout: Layout) -> str:
+    """sh framing each other deployment under the state dir whose recorded server runs:
+    `sibling NAME` (`running PID`) and `sibling-manifest NAME` (its current manifest)."""
+    return (
+        f"for d in {q(layout.state_dir.rstrip('/'))}/*/; do n=${{d%/}}; n=${{n##*/}}\n"
+        f'  [ "$n" = {q(layout.name)} ] && continue\n'
+        '  recorded "$d/server.pid" > "$tmp"; grep -q "^running" "$tmp" || continue\n'
+        '  frame "sibling $n" "$tmp"\n'
+        '  m="$d/current/manifest.json"; [ -f "$m" ] && frame "sibling-manifest $n" "$m"\n'
+        "done\n"
+    )
+
+
+@dataclass(frozen=True)
+class Sibling:
+    """Another orch playbook's deployment on the container whose server runs."""
+
+    name: str
+    pid: int
+    port: int | None
+    """The port its current release serves on, from its manifest (None: not recorded)."""
+
+
+def parse_siblings(frames: dict[str, bytes]) -> list[Sibling]:
+    found = []
+    for key, data in frames.items():
+        kind, _, name = key.partition(" ")
+        if kind != "sibling":
+            continue
+        with reading("another deployment's server", data):
+            pid = int(data.split()[1])
+        found.append(Sibling(name, pid, _manifest_port(frames.get(f"sibling-manifest {name}"))))
+    return sorted(found, key=lambda s: s.name)
+
+
+def _manifest_port(raw: bytes | None) -> int | None:
+    try:
+        return int(json.loads(raw or b"null")["gate_target"]["port"])
+    except (ValueError, TypeError, KeyError):
+        return None
+
+
 @builder
 def target_facts(layout: Layout, nvidia_smi: str, vllm: str) -> list[str]:
     """Preflight's small facts in one round trip, as frames: `gpus`, `apps` and
     `version` (the vLLM version, see _VERSION_FUNCTION) with their `.rc`, `disk`
-    (free KiB where the deployment goes), `server`, `current`."""
+    (free KiB where the deployment goes), `server`, `current`, and the running
+    servers of other deployments beside this one (see _siblings)."""
     return script(
         PROCESS_FUNCTIONS
         + FRAME_FUNCTIONS
@@ -56,6 +108,7 @@ def target_facts(layout: Layout, nvidia_smi: str, vllm: str) -> list[str]:
         + 'df -Pk "$p" | awk \'NR==2 {print $4}\' > "$tmp"; frame disk "$tmp"\n'
         + f'recorded {q(layout.server_pid)} > "$tmp"; frame server "$tmp"\n'
         + f'readlink {q(layout.current)} > "$tmp" 2>/dev/null; frame current "$tmp"\n'
+        + _siblings(layout)
     )
 
 

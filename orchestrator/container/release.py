@@ -50,6 +50,12 @@ def remove_releases(releases_dir: str, release_ids: Sequence[str]) -> list[str]:
     return script(f"rm -rf -- {paths}")
 
 
+@builder
+def remove_paths(paths: Sequence[str]) -> list[str]:
+    """Delete these paths, in this order, by their exact names (never a pattern)."""
+    return script("rm -rf -- " + " ".join(q(p) for p in paths))
+
+
 def _release_listing(releases_dir: str) -> str:
     return (
         f"[ -d {q(releases_dir)} ] && cd {q(releases_dir)} && "
@@ -168,6 +174,11 @@ def kept(transport: Transport, layout: Layout) -> list[str]:
 
 def prune(transport: Transport, layout: Layout, release_ids: Sequence[str]) -> None:
     run_step(transport, remove_releases(layout.releases, release_ids), "prune")
+
+
+def remove_deployment(transport: Transport, layout: Layout) -> None:
+    """`orch remove`: everything of the deployment but its audit log (Layout.removable)."""
+    run_step(transport, remove_paths(layout.removable), "remove the deployment")
 
 
 def read_records(transport: Transport, layout: Layout) -> Records:

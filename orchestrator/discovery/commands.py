@@ -1,7 +1,7 @@
 """What discovery runs on a Proxmox host, as argv lists: built here, never run here.
 
-Formats are recorded with their sources in docs/field-notes.md ("Discovering a
-Proxmox cluster").
+Formats are recorded with their sources in docs/field-notes/proxmox.md
+("Discovering a Proxmox cluster").
 """
 
 from __future__ import annotations

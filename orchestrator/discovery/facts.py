@@ -1,8 +1,8 @@
 """Parsers for what Proxmox VE's tools print: pure, tested on captured text.
 
 Output that does not parse is `NeedsAttention` naming what was read, never a
-traceback. Formats and their sources: docs/field-notes.md ("Discovering a
-Proxmox cluster").
+traceback. Formats and their sources: docs/field-notes/proxmox.md
+("Discovering a Proxmox cluster").
 """
 
 from __future__ import annotations

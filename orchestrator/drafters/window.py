@@ -2,7 +2,8 @@
 
 vLLM's qwen3_dflash.py takes `dflash_config.swa_window_size` over the
 top-level `sliding_window`; the window only exists when some entry of
-`layer_types` is `sliding_attention` (sources in docs/field-notes.md).
+`layer_types` is `sliding_attention` (sources in docs/field-notes/drafters.md,
+"The sliding window the server sees").
 """
 
 from __future__ import annotations

@@ -146,7 +146,7 @@ def sampling_factor(temperature: float) -> float:
     `draft_prob = 1`, `rejection_sampler.py:872-884`). A drafted token the target ranks
     first is then kept with the target's top-1 probability, modelled as
     1 / (1 + N * r ** (1 / T)): TARGET_CONFIDENCE fits the lab's tiny Qwen3 target
-    (docs/field-notes.md, "Sampling"). Greedy requests (T = 0) keep every aligned token.
+    (docs/field-notes/gate.md, "Sampling"). Greedy requests (T = 0) keep every aligned token.
     """
     if temperature <= 0:
         return 1.0

@@ -415,7 +415,7 @@ class Lab:
 def conf_text(name: str, address: str, gpu_minors: list[int], device_keys: bool) -> str:
     """A lab container's /etc/pve/lxc/VMID.conf (lab.pveconf). GPUs are passed through
     with PVE 8's `devN` keys, or the older way (`lxc.mount.entry` binds with a cgroup
-    rule) when not `device_keys`: docs/field-notes.md."""
+    rule) when not `device_keys`: docs/field-notes/proxmox.md, `devN`."""
     nodes = [f"/dev/nvidia{m}" for m in gpu_minors] + ["/dev/nvidiactl", "/dev/nvidia-uvm"]
     keys = {
         "arch": "amd64",

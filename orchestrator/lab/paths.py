@@ -81,7 +81,8 @@ class ContainerPaths:
 
     @property
     def live(self) -> Path:
-        """Knobs a running server re-reads (`acceptance_scale`), set without a restart."""
+        """Knobs read while running, set without a restart: a server's `acceptance_scale`,
+        pct's `pct_exec_seconds`."""
         return self.lab / "live.json"
 
     @property

@@ -7,7 +7,8 @@ level: the message, then exit with errno when one is set, else 255 (perl.c
 `Perl_my_failure_exit`). A VMID without a configuration file dies with ENOENT
 still set from pmxcfs (pve-cluster `Cluster.pm` `$ipcc_get_config`): exit 2.
 pct runs only as root ("please run as root", pve-common `RESTEnvironment.pm`);
-the lab's root is the uid in the host's `root-uid`. Sources: docs/field-notes.md.
+the lab's root is the uid in the host's `root-uid`. Sources:
+docs/field-notes/proxmox.md.
 
 `exec VMID -- ARGV...` replaces this process with ARGV (no shell, no parent
 left behind), so signals, stdin and the exit status are the command's own. The
@@ -15,7 +16,8 @@ command runs in the container's rootfs with HOME=/root and PATH limited to the
 standard directories: the container's own (under rootfs) first, then the
 host's, which stand in for the container's distribution (no chroot without root).
 A command that cannot be run exits as lxc-attach does: 127 not found, 126 not
-executable.
+executable. A lab knob makes the host slow: `pct_exec_seconds` in the container's
+`lab/live.json` delays each exec (the fault matrix holds a deploy in one step with it).
 
 `push` and `pull` keep the real quirk: a failed copy prints its error and still
 exits 0, so callers must read the file back.
@@ -148,6 +150,7 @@ def pct_exec(host: HostPaths, args: list[str]) -> int:
     argv = args[2:]
     if not argv:
         raise PctError(f"missing command at {PCT_SOURCE} line 246.")
+    slow_host_pause(found)
     directories = search_path(found.rootfs)
     env = {**os.environ, "PATH": ":".join(directories), "HOME": "/root", "PWD": str(found.rootfs)}
     try:
@@ -155,6 +158,16 @@ def pct_exec(host: HostPaths, args: list[str]) -> int:
         os.execve(resolve(argv[0], directories), argv, env)
     except OSError as error:
         return attach_failure(found.vmid, argv[0], error)
+
+
+def slow_host_pause(found: ContainerPaths) -> None:
+    """The `pct_exec_seconds` knob of the container's live.json, slept before an exec."""
+    try:
+        seconds = float(json.loads(found.live.read_text()).get("pct_exec_seconds", 0))
+    except (OSError, ValueError, TypeError, AttributeError):
+        return
+    if seconds > 0:
+        time.sleep(seconds)
 
 
 def pct_status(host: HostPaths, args: list[str]) -> int:

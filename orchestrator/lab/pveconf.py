@@ -5,8 +5,8 @@ The lab keeps each container's configuration in the file format Proxmox writes
 then `[pve:pending]` (changes that apply at the next start, with `delete:`), then
 snapshot sections. `pct config` prints the pending changes merged in unless
 `--current` (pve-guest-common `AbstractConfig.pm` `load_current_config`).
-Sources with line numbers: docs/field-notes.md. The stand-ins read it here, never
-through orch's own parsers.
+Sources with line numbers: docs/field-notes/proxmox.md ("`pct config VMID`"). The
+stand-ins read it here, never through orch's own parsers.
 """
 
 from __future__ import annotations

@@ -8,7 +8,8 @@ sorted, as pve-common's CLIFormatter prints it) or `json-pretty`. Field names an
 types follow pve-manager (PVE/API2/Cluster.pm, PVE/API2Tools.pm extract_vm_stats)
 and pve-container (API2/LXC.pm `ip`, LXC.pm `get_interfaces`); a standalone node
 (the lab's `standalone`) has no cluster entry. Like the real one it runs only as
-root (pve-common RESTEnvironment.pm `setup_default_cli_env`). docs/field-notes.md.
+root (pve-common RESTEnvironment.pm `setup_default_cli_env`).
+docs/field-notes/proxmox.md.
 """
 
 from __future__ import annotations

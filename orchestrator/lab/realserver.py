@@ -45,7 +45,8 @@ KV_CACHE_BYTES = 128 * 1024 * 1024
 SERVE_ARGS = ("--dtype", "float32", "--enforce-eager", f"--kv-cache-memory-bytes={KV_CACHE_BYTES}")
 """Flags a CPU-only lab needs before the launch script's own (which win when repeated)."""
 SHM = Path("/dev/shm")
-VERSION_TIMEOUT = 120.0
+VERSION_TIMEOUT = 300.0
+"""`vllm --version` imports torch and vLLM: 20 s on idle cores, minutes on busy ones."""
 
 
 def venv_dir() -> Path:

@@ -25,7 +25,7 @@ INSTALL_HINT = "install it with: sudo apt-get install openssh-server"
 @dataclass(frozen=True)
 class SessionLimits:
     """Raised sshd limits for a lab that asks for them; None keeps OpenSSH's default
-    (MaxSessions 10, MaxStartups 10:30:100: docs/field-notes.md)."""
+    (MaxSessions 10, MaxStartups 10:30:100: docs/field-notes/ssh.md)."""
 
     max_sessions: int | None = None
     max_startups: str | None = None

@@ -829,23 +829,7 @@ def completion_body(
     if drafts is None:
         raise ClientGone()
     text = filler(max_tokens)
-    choice: dict = {"index": 0, "logprobs": None, "finish_reason": "length", "stop_reason": None}
-    if chat:
-        choice["message"] = {"role": "assistant", "content": text, "tool_calls": []}
-    else:
-        choice["text"] = text
-    body: dict[str, Any] = {
-        "id": f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}",
-        "object": "chat.completion" if chat else "text_completion",
-        "created": int(time.time()),
-        "model": app.model_name,
-        "choices": [choice],
-        "usage": {
-            "prompt_tokens": prompt_tokens,
-            "total_tokens": prompt_tokens + max_tokens,
-            "completion_tokens": max_tokens,
-        },
-    }
+    body = response_body(app.model_name, chat, text, prompt_tokens, max_tokens)
     # vLLM leaves the figures out for n > 1 (`completion/serving.py:620-634` in 0.29.0)
     single = (request.get("n") or 1) == 1
     if app.per_request_metrics != "none" and app.engine.drafting is not None and single:
@@ -853,6 +837,43 @@ def completion_body(
         metrics["speculative_decoding"] = drafts.to_dict(app.per_request_metrics)
         body["metrics"] = metrics
     return body
+
+
+def response_body(model: str, chat: bool, text: str, prompt_tokens: int, tokens: int) -> dict:
+    """A finished response as vLLM 0.32.0 dumps it (`model_dump()`, every field, None
+    included: `entrypoints/openai/completion/protocol.py:654-697`,
+    `chat_completion/protocol.py:69-152`, `serve/engine/protocol.py:135-140`); a chat
+    message drops `tool_calls` when empty (its serializer, `protocol.py:81-86`)."""
+    unset = dict.fromkeys
+    choice: dict = {
+        "index": 0,
+        "logprobs": None,
+        "finish_reason": "length",
+        **unset(("stop_reason", "token_ids", "routed_experts")),
+    }
+    if chat:
+        message = unset(("refusal", "annotations", "audio", "function_call", "reasoning"))
+        choice["message"] = {"role": "assistant", "content": text, **message}
+        extra = unset(("prompt_logprobs", "prompt_token_ids", "prompt_text"))
+    else:
+        choice |= {"text": text, **unset(("prompt_logprobs", "prompt_token_ids"))}
+        extra = {}
+    return {
+        "id": f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}",
+        "object": "chat.completion" if chat else "text_completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [choice],
+        **unset(("service_tier", "system_fingerprint")),
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "total_tokens": prompt_tokens + tokens,
+            "completion_tokens": tokens,
+            **unset(("prompt_tokens_details", "completion_tokens_details")),
+        },
+        **extra,
+        **unset(("kv_transfer_params", "ec_transfer_params", "metrics")),
+    }
 
 
 GARBAGE_METRICS = b'vllm:spec_decode_num_drafts_total{model_name="\n\x00 not } prometheus {{\n'

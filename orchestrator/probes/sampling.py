@@ -4,7 +4,7 @@ Acceptance depends on the sampling as much as on the drafter: vLLM's draft
 proposers draft greedily and its rejection sampler accepts a drafted token with
 the target's probability of it at the request's temperature, so the same
 drafter that accepts k tokens per draft greedily accepts almost none on a flat
-distribution (docs/field-notes.md, "Sampling"). The gate therefore sends its
+distribution (docs/field-notes/gate.md, "Sampling"). The gate therefore sends its
 sampling with every probe request, and records it with every verdict.
 
 A request that leaves a sampling field unset gets the server's default: the

@@ -360,11 +360,14 @@ def deploying_words(target: dict[str, Any]) -> str:
 
 
 def server_words(target: dict[str, Any]) -> str:
-    """`running pid 1234`, `stopped`, or `not started`."""
+    """`running pid 1234`, `stopped` (also by `orch stop`, which removes the PID
+    record), or `not started`."""
     state = target.get("server")
     if state == "running":
         return f"running pid {target['pid']}"
-    return "stopped" if state == "stopped" else ("not started" if state == "none" else "")
+    if state == "stopped" or target.get("state") == "stopped":
+        return "stopped"
+    return "not started" if state == "none" else ""
 
 
 def locked_by(lock: dict[str, Any] | None) -> str:

@@ -2,7 +2,7 @@
 
 `-n` (non-interactive) makes sudo fail at once instead of waiting for a password
 nobody can type; its refusal is recognised here and turned into a fix. Sources:
-sudo-project/sudo `plugins/sudoers/logging.c` (docs/field-notes.md).
+sudo-project/sudo `plugins/sudoers/logging.c` (docs/field-notes/ssh.md).
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from orchestrator.transport.base import Result, Stream, Transport
 # pct's own failures are Perl dies: the message is the last line on stderr, and the
 # exit status is errno when one is set, else 255 (a wrong vmid exits 2, ENOENT), so
 # the message decides, whatever the status but 126 and 127 (lxc-attach could not run
-# the command) and 0: docs/field-notes.md.
+# the command) and 0: docs/field-notes/proxmox.md ("pct's own failures").
 NO_CONFIG = re.compile(r"Configuration file '\S*/lxc/\d+\.conf' does not exist")
 NOT_RUNNING = re.compile(r"container '\d+' not running!")
 NOT_ROOT = re.compile(r"please run as root")

@@ -1,7 +1,7 @@
 """Session channels on one SSH connection: at most the host's MaxSessions at once.
 
 OpenSSH's sshd refuses a connection's 11th concurrent session channel by
-default (MaxSessions 10; docs/field-notes.md), so commands beyond the cap wait
+default (MaxSessions 10; docs/field-notes/ssh.md), so commands beyond the cap wait
 here for a free slot instead of failing. Forwarded TCP streams are not
 sessions and take no slot. The slots count their peak and how many commands
 waited, so a run can say what queued.

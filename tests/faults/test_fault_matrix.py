@@ -24,13 +24,16 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
+from typing import IO
 
 import pytest
 from labtools import LabHandle
 from orchrun import ROOT
 
-from orchestrator.lab.paths import ContainerPaths, server_records
+from orchestrator.lab.paths import ContainerPaths, server_records, write_json_atomic
 
 pytestmark = [pytest.mark.lab, pytest.mark.faults]
 
@@ -51,41 +54,61 @@ LONG_GATE = [*NEW_RELEASE, "--set", "gate.min_drafts=8000"]  # passes, after sev
 
 
 class Orch:
-    """`orch deploy` as a real process whose progress lines are watched as they come."""
+    """`orch deploy --json` (or the command `argv`) as a real process: its progress lines
+    (stderr) watched as they come, its output (stdout) read at the end."""
 
-    def __init__(self, lab: LabHandle, *args: str) -> None:
+    def __init__(self, lab: LabHandle, *args: str, argv: list[str] | None = None) -> None:
         self.lines: list[str] = []
+        self.stdout: list[str] = []
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "orchestrator", *deploy_args(lab, *args)],
+            [sys.executable, "-m", "orchestrator", *(argv or deploy_args(lab, "--json", *args))],
             stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
+            stderr=subprocess.PIPE,
             text=True,
             env=lab.env,
             cwd=ROOT,
         )
-        self.reader = threading.Thread(target=self._read, daemon=True)
-        self.reader.start()
+        self.readers = [
+            threading.Thread(target=self._read, args=(pipe, into), daemon=True)
+            for pipe, into in (
+                (self.process.stderr, self.lines),
+                (self.process.stdout, self.stdout),
+            )
+        ]
+        for reader in self.readers:
+            reader.start()
 
-    def _read(self) -> None:
-        assert self.process.stdout
-        for line in self.process.stdout:
-            self.lines.append(line)
+    @staticmethod
+    def _read(pipe: IO[str] | None, into: list[str]) -> None:
+        assert pipe
+        for line in pipe:
+            into.append(line)
 
-    def wait_for_step(self, step: str, timeout: float = 120) -> None:
+    def wait_for_step(self, step: str, timeout: float = 180) -> None:
         deadline = time.monotonic() + timeout
         while not any(line.rstrip().endswith(f"{NAME}: {step}") for line in self.lines):
             assert self.process.poll() is None, self.output
             assert time.monotonic() < deadline, f"never reached {step!r}:\n{self.output}"
             time.sleep(0.05)
 
+    def signal(self, number: int) -> None:
+        self.signalled = time.monotonic()
+        self.process.send_signal(number)
+
     def finish(self, timeout: float = 180) -> int:
         code = self.process.wait(timeout=timeout)
-        self.reader.join(timeout=10)
+        self.seconds_after_signal = time.monotonic() - getattr(self, "signalled", 0.0)
+        for reader in self.readers:
+            reader.join(timeout=10)
         return code
 
     @property
+    def document(self) -> dict:
+        return json.loads("".join(self.stdout))
+
+    @property
     def output(self) -> str:
-        return "".join(self.lines)
+        return "".join(self.lines + self.stdout)
 
 
 def deployment(lab: LabHandle) -> Path:
@@ -175,26 +198,64 @@ def assert_plain_deploy_succeeds(lab: LabHandle) -> None:
 # -- orch interrupted ----------------------------------------------------------------------------
 
 
+@contextmanager
+def slow_host(lab: LabHandle) -> Iterator[Callable[[], None]]:
+    """Every `pct exec` on the container waits a second (the lab's `pct_exec_seconds`):
+    a step stays in its first command long enough for a signal to land in it. Yields
+    the call that makes the host fast again (also made on the way out)."""
+    live = ContainerPaths(deployment(lab).parents[4]).live
+    write_json_atomic(live, {"pct_exec_seconds": 1.0})
+
+    def fast() -> None:
+        live.unlink(missing_ok=True)
+
+    try:
+        yield fast
+    finally:
+        fast()
+
+
+REACHED = {
+    "preflight": {"preflight"},
+    "write release": {"write release", "cat-verify"},
+    "stop server": {"stop server"},
+    "start server": {"start server", "wait ready"},  # the ready wait returns at the stop
+    "wait ready": {"wait ready"},
+    "gate": {"gate"},
+}
+"""The last step of the way forward a run stops after, by the step its signal landed in:
+the step itself, or the next one where no safe point lies between them."""
+SIGNAL_TO_EXIT_SECONDS = 60.0
+"""A stopped run goes back to the previous release (made ready and gated) and exits within
+this, on the lab under a busy machine."""
+
+
 @pytest.mark.parametrize(
-    ("step", "knobs"),
+    ("step", "slowed"),
     [
-        ("preflight", SLOW_LOAD),
-        ("write release", SLOW_LOAD),
-        ("stop server", SLOW_LOAD),
-        ("start server", SLOW_LOAD),
-        ("wait ready", SLOW_LOAD),
-        ("gate", SLOW_GATE),
+        ("preflight", "host"),
+        ("write release", "host"),
+        ("stop server", "host"),
+        ("start server", "host"),
+        ("wait ready", "load"),
+        ("gate", "gate"),
     ],
 )
 def test_sigint_at_each_step_goes_back_and_exits_130(
-    lab: LabHandle, step: str, knobs: list[str]
+    lab: LabHandle, step: str, slowed: str
 ) -> None:
     good, files = good_release(lab)
     before = serving_pid(lab)
-    run = Orch(lab, *knobs)
-    run.wait_for_step(step)
-    run.process.send_signal(signal.SIGINT)
-    assert run.finish() == 130, run.output
+    with slow_host(lab) if slowed == "host" else nullcontext(lambda: None) as fast:
+        run = Orch(lab, *NEW_RELEASE, *(SLOW_GATE if slowed == "gate" else SLOW_LOAD))
+        run.wait_for_step(step)
+        run.signal(signal.SIGINT)
+        fast()
+        assert run.finish() == 130, run.output
+    assert run.seconds_after_signal < SIGNAL_TO_EXIT_SECONDS, run.output
+    [target] = run.document["targets"]
+    forward = [name for name in target["steps"] if not name.startswith("rollback ")]
+    assert forward[-1] in REACHED[step], forward
     if step in ("preflight", "write release"):  # before the stop: the same server serves on
         assert serving_pid(lab) == before
     assert "interrupted" in run.output
@@ -210,7 +271,7 @@ def test_sigterm_at_the_switch_exits_143_on_the_previous_release(lab: LabHandle)
     good, files = good_release(lab)
     run = Orch(lab, *SLOW_LOAD)
     run.wait_for_step("wait ready")
-    run.process.send_signal(signal.SIGTERM)
+    run.signal(signal.SIGTERM)
     assert run.finish() == 143, run.output
     assert "SIGTERM: stopping at the next safe point" in run.output
     assert last_run(lab)["result"] == "interrupted"
@@ -222,9 +283,9 @@ def test_a_second_sigint_during_the_undo_does_not_abandon_it(lab: LabHandle) -> 
     good, files = good_release(lab)
     run = Orch(lab, *SLOW_GATE)
     run.wait_for_step("gate")
-    run.process.send_signal(signal.SIGINT)
+    run.signal(signal.SIGINT)
     run.wait_for_step(f"roll back to {good}")
-    run.process.send_signal(signal.SIGINT)
+    run.signal(signal.SIGINT)
     assert run.finish() == 130, run.output
     assert "SIGINT again: still finishing" in run.output
     assert_invariants(lab, good, files)
@@ -238,7 +299,7 @@ def test_sigkill_then_a_plain_deploy_recovers_by_itself(
     run = Orch(lab, *knobs)
     run.wait_for_step(step)
     journal = json.loads((deployment(lab) / "journal.json").read_text())
-    run.process.send_signal(signal.SIGKILL)
+    run.signal(signal.SIGKILL)
     assert run.finish() == -signal.SIGKILL
     assert (deployment(lab) / "lock").exists()  # left behind, with the journal as its record
     status = lab.orch("status", "qwen-dflash", "-i", str(lab.inventory), "--limit", NAME, "--json")
@@ -260,6 +321,7 @@ def test_sigkill_then_a_plain_deploy_recovers_by_itself(
     assert release_bytes(lab, good) == files
     assert not (deployment(lab) / "lock").exists()
     assert not (deployment(lab) / "journal.json").exists()
+    assert server_processes(lab) == [serving_pid(lab)]  # no orphan of the killed run
     runs = json.loads(lab.orch("history", "-n", "5", "--json").stdout)["runs"]
     [killed] = [r for r in runs if r["run_id"] == journal["run_id"]]  # recorded after all
     assert killed["result"] == "interrupted" and killed["recovered_by"] == last_run(lab)["run_id"]

@@ -128,6 +128,7 @@ def test_every_command_prints_one_document_of_the_contract(fleet: Fleet) -> None
         ),
         "RollbackRun": (fleet.pb("rollback", "--json", *FAST), 2),  # nothing to go back to
         "Unlock": (fleet.pb("unlock", "--json"), 0),
+        "ServerRun": (fleet.pb("start", "--json", *FAST), 0),  # already running: unchanged
         "Releases": (fleet.pb("releases", "--json"), 0),
         "Logs": (fleet.pb("logs", "-n", "5", "--json"), 0),
         "RunLog": (
@@ -153,7 +154,7 @@ def test_every_command_prints_one_document_of_the_contract(fleet: Fleet) -> None
     names = {"ct200", "ct201"}
     for kind in (
         "DeployRun", "Status", "Verify", "RollbackRun", "Unlock", "Render", "LabStatus", "Releases",
-        "Logs",
+        "Logs", "ServerRun",
     ):  # fmt: skip
         assert {t["name"] for t in documents[kind]["targets"]} == names, kind
     assert {t["name"] for t in documents["Doctor"]["targets"]} == {"pve1", *names}

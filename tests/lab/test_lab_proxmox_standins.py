@@ -1,6 +1,6 @@
-"""The lab's pct and pvesh against Proxmox VE's own source (docs/field-notes.md, the
-Proxmox section): the configuration file with `[pve:pending]`, `pct config --current`,
-pct's exit statuses, templates, the interfaces endpoint, a standalone node, root only.
+"""The lab's pct and pvesh against Proxmox VE's own source (docs/field-notes/proxmox.md):
+the configuration file with `[pve:pending]`, `pct config --current`, pct's exit statuses,
+templates, the interfaces endpoint, a standalone node, root only.
 Real processes of the stand-ins on a host directory; no sshd."""
 
 from __future__ import annotations

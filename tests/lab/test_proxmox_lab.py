@@ -1,4 +1,4 @@
-"""Proxmox VE as its source says, on the lab (docs/field-notes.md, the Proxmox section):
+"""Proxmox VE as its source says, on the lab (docs/field-notes/proxmox.md):
 a container with a pending GPU change is discovered as it runs, a DHCP container with
 its live address, a template is left out and named by doctor, a wrong vmid is named by
 deploy, status and doctor although pct exits 2, and a login that is not root is told

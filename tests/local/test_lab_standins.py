@@ -854,7 +854,7 @@ def test_pct_exec_refusals(container: ContainerPaths) -> None:
     assert refused.returncode == 126
     assert b"Permission denied - Failed to exec" in refused.stderr
     unknown = pct(container, "exec", "999", "--", "true")
-    assert unknown.returncode == 2  # pct dies with errno ENOENT set: docs/field-notes.md
+    assert unknown.returncode == 2  # pct dies with errno ENOENT set: docs/field-notes/proxmox.md
     assert unknown.stderr == b"Configuration file 'nodes/pve1/lxc/999.conf' does not exist\n"
     assert pct(container, "frobnicate", "100").returncode == 255
 

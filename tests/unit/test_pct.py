@@ -1,5 +1,5 @@
 """pct's own failures told from a command's: by pct's message on the last stderr line,
-whatever the exit status but 0, 126 and 127 (docs/field-notes.md, Proxmox section)."""
+whatever the exit status but 0, 126 and 127 (docs/field-notes/proxmox.md)."""
 
 from __future__ import annotations
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.container.gpu import Gpu, GpuApp
+from orchestrator.container.probe import Sibling, parse_siblings
 from orchestrator.container.server import ServerState
 from orchestrator.drafters.findings import Finding, Severity
 from orchestrator.drafters.kinds.dflash import IDS, weight_layout
@@ -23,6 +24,7 @@ from orchestrator.preflight import (
     MIN_FREE_DISK_KIB,
     Facts,
     ModelDir,
+    Others,
     drafter_findings,
     judge,
 )
@@ -251,6 +253,45 @@ def test_port_taken_by_a_process_orch_did_not_start(facts: Facts, plan: TargetPl
     [finding] = judge(dataclasses.replace(facts, port_taken=True), plan, TP, SPEC_TOKENS)
     assert finding.field == "server.port"
     assert f"{plan.address}:{plan.port} is in use" in finding.message
+
+
+def test_a_port_and_gpus_held_by_another_playbooks_server_name_it_and_its_stop(
+    facts: Facts, plan: TargetPlan
+) -> None:
+    busy = dataclasses.replace(
+        facts,
+        port_taken=True,
+        gpus=[Gpu(0, "GPU-0", 49140, 40000, 9140), Gpu(1, "GPU-1", 49140, 40000, 9140)],
+        siblings=[Sibling("qwen-mtp", 4242, plan.port)],
+    )
+    others = Others(inventory="inv.yaml")
+
+    found = judge(busy, plan, TP, SPEC_TOKENS, others=others)
+
+    assert fields(found) == ["gpu[0].memory", "gpu[1].memory", "server.port"]
+    for finding in found:
+        assert "qwen-mtp's server (pid 4242), another orch playbook" in finding.message
+        assert "`orch stop qwen-mtp -i inv.yaml --limit ct129`" in finding.message
+        assert "`orch deploy qwen-dflash -i inv.yaml --limit ct129 --replace qwen-mtp`" in (
+            finding.message
+        )
+    replacing = judge(busy, plan, TP, SPEC_TOKENS, others=Others("qwen-mtp", "inv.yaml"))
+    assert {f.severity for f in replacing} == {Severity.WARNING}
+    assert "which --replace stops first" in replacing[-1].message
+    elsewhere = dataclasses.replace(busy, siblings=[Sibling("qwen-mtp", 4242, plan.port + 1)])
+    port = judge(elsewhere, plan, TP, SPEC_TOKENS, others=others)[-1]
+    assert "a process orch did not start" in port.message  # not the sibling's port
+
+
+def test_other_deployments_servers_are_read_from_their_frames() -> None:
+    manifest = json.dumps({"gate_target": {"port": 8001}}).encode()
+    frames = {
+        "sibling qwen-mtp": b"running 4242\n",
+        "sibling-manifest qwen-mtp": manifest,
+        "sibling old": b"running 17\n",
+        "current": b"",
+    }
+    assert parse_siblings(frames) == [Sibling("old", 17, None), Sibling("qwen-mtp", 4242, 8001)]
 
 
 def test_low_disk(facts: Facts, plan: TargetPlan) -> None:

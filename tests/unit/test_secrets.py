@@ -3,12 +3,14 @@ file, the key vLLM would check, masking, and the warnings for keys in the open."
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
 
 from orchestrator import secrets
+from orchestrator.doctor import secret_checks
 from orchestrator.errors import InputError
 from orchestrator.playbook import Server, load_playbook
 
@@ -75,3 +77,39 @@ def test_keys_in_the_open_are_warnings_naming_the_secrets_form() -> None:
     assert [f.field for f in findings] == ["server.env.HF_TOKEN", "server.extra_args"]
     assert "server.secrets.HF_TOKEN" in findings[0].message
     assert "server.secrets.VLLM_API_KEY" in findings[1].message
+
+
+def test_doctor_checks_each_secret_resolves_and_never_shows_a_value(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GIVEN", "s3cret-value")
+    monkeypatch.delenv("MISSING", raising=False)
+    (tmp_path / "empty").write_text("")
+    playbook = book(
+        tmp_path,
+        f"{{A: {{env: GIVEN}}, B: {{env: MISSING}}, C: {{file: {tmp_path / 'empty'}}}}}",
+    )
+    checks = secret_checks(playbook)  # type: ignore[arg-type]
+    assert [(c.target, c.check, c.status) for c in checks] == [
+        ("control", "secret A", "ok"),
+        ("control", "secret B", "fail"),
+        ("control", "secret C", "fail"),
+    ]
+    assert checks[0].detail == "environment variable GIVEN gives a value"
+    assert checks[1].detail.endswith("server.secrets.B: environment variable MISSING is not set")
+    assert checks[2].detail.endswith(f"server.secrets.C: file {tmp_path / 'empty'} is empty")
+    assert checks[1].fix == "make environment variable MISSING give the value before deploying"
+    assert "s3cret-value" not in repr(checks)
+
+
+def test_a_value_split_across_writes_is_masked_and_other_text_still_flows() -> None:
+    secrets.register(["hunter2-split-value"])
+    out = io.StringIO()
+    stream = secrets.MaskedStream(out)
+    stream.write("key=hunter2-")
+    assert out.getvalue() == "key="  # the start of a value waits for the next write
+    stream.write("split-value and more\n")
+    stream.write("hun")
+    stream.write("ting season, hunter")
+    stream.flush()  # the writer asks for all of it: a start that never became a value
+    assert out.getvalue() == "key=*** and more\nhunting season, hunter"

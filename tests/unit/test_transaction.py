@@ -22,6 +22,7 @@ from orchestrator.deploy import Options, TargetRun
 from orchestrator.drafters.kinds import get_kind
 from orchestrator.gate import run_gate
 from orchestrator.inventory import load_inventory
+from orchestrator.lifecycle import ServerRun
 from orchestrator.plan import TargetPlan, plan_deploy
 from orchestrator.playbook import Gate, Playbook, Probe, load_playbook
 from orchestrator.probes.context import ContextBucket
@@ -215,3 +216,77 @@ def test_the_wait_for_gpu_memory_says_what_each_short_gpu_has_free() -> None:
     heard: list[str] = []
     wait_free(transport, "nvidia-smi", 1, 0.9, timeout=30, tick=heard.append)
     assert heard == ["GPU 0: 1140 of 49140 MiB free"]  # the second look found it free
+
+
+# -- stop, start, remove -------------------------------------------------------------------------
+
+
+def server_run(playbook: Playbook, plan: TargetPlan, container: Container) -> ServerRun:
+    options = Options(run_id="run-now", user="ops")
+    return ServerRun(plan, container.transport, playbook, BUCKETS, "nvidia-smi", options)
+
+
+def test_stop_then_start_keep_the_release_and_gate_it_again() -> None:
+    playbook, plan, container = setup(served_name="m")
+    container.gated_release("aaaaaaaaaaaa", "m")
+    container.links[container.layout.current] = "releases/aaaaaaaaaaaa"
+    serving(container.transport, "m")
+
+    stopped = server_run(playbook, plan, container).act("stop")
+
+    assert (stopped.result, stopped.current, stopped.error) == ("stopped", "aaaaaaaaaaaa", None)
+    assert container.server is None
+    assert container.journal_steps == ["begin", "stop server"]
+
+    started = server_run(playbook, plan, container).act("start")
+
+    assert started.result == "started", started.error
+    assert started.gate is not None and started.gate.verdict.outcome == "pass"
+    assert container.links[container.layout.current] == "releases/aaaaaaaaaaaa"
+    assert container.events[-4:] == [
+        "start releases/aaaaaaaaaaaa",
+        "audit start",
+        "journal cleared",
+        "unlock",
+    ]
+    audit = [json.loads(line) for line in container.files[container.layout.audit_log].splitlines()]
+    assert [(a["action"], a["result"]) for a in audit] == [
+        ("stop", "stopped"),
+        ("start", "started"),
+    ]
+    assert audit[-1]["current_gate"]["verdict"] == "pass"  # the gate that admitted it again
+
+
+def test_remove_stops_the_server_and_deletes_all_but_the_audit_log() -> None:
+    playbook, plan, container = setup()
+    container.gated_release("aaaaaaaaaaaa", "m")
+    container.links[container.layout.current] = "releases/aaaaaaaaaaaa"
+
+    removed = server_run(playbook, plan, container).act("remove")
+
+    assert (removed.result, removed.current) == ("removed", None)
+    assert container.server is None and container.links == {}
+    assert list(container.files) == [container.layout.audit_log]
+    assert "remove current previous server.pid server.log server.log.old releases" in (
+        container.events
+    )
+
+
+def test_a_stop_cut_short_is_finished_by_the_next_run() -> None:
+    playbook, plan, container = setup(served_name="m")
+    container.gated_release("aaaaaaaaaaaa", "m")
+    container.links[container.layout.current] = "releases/aaaaaaaaaaaa"
+    dead = {"run_id": "r-dead", "action": "stop", "owner": "ops", "from_release": "aaaaaaaaaaaa"}
+    journal = {**dead, "to_release": "aaaaaaaaaaaa", "step": "stop server", "started": "t"}
+    container.files[container.layout.journal] = json.dumps({**journal, "updated": "t"}).encode()
+
+    outcome = server_run(playbook, plan, container).act("stop")
+
+    assert outcome.recovered is not None and outcome.recovered["back_on"] == "aaaaaaaaaaaa"
+    assert "finished its stop" in outcome.notes[0]
+    assert container.server is None and outcome.result == "unchanged"
+    audit = [json.loads(line) for line in container.files[container.layout.audit_log].splitlines()]
+    assert [(a["action"], a["result"]) for a in audit] == [
+        ("recover", "stopped"),
+        ("stop", "unchanged"),
+    ]

@@ -1,0 +1,101 @@
+"""The fault cases of `deploy --replace`: orch interrupted (SIGINT) at each of the
+replace's steps, and killed (SIGKILL) in the new release's gate, on a container serving
+qwen-dflash that qwen-mtp replaces. After each, the container serves qwen-dflash's
+release, gated, with no lock or journal left in either deployment and no other server
+process; after SIGKILL the next run recovers by itself (docs/reliability.md)."""
+
+from __future__ import annotations
+
+import json
+import signal
+
+import pytest
+from labtools import LabHandle
+from test_fault_matrix import FAST, NAME, SLOW_GATE, SLOW_LOAD, Orch, server_processes
+
+pytestmark = [pytest.mark.lab, pytest.mark.faults]
+
+REPLACE = ["deploy", "qwen-mtp", "--replace", "qwen-dflash"]
+
+
+def replace(lab: LabHandle, *knobs: str) -> Orch:
+    """`deploy qwen-mtp --replace qwen-dflash` as a real process, watched."""
+    return Orch(lab, argv=[*REPLACE, "-i", str(lab.inventory), "--limit", NAME, *FAST, *knobs])
+
+
+def orch(lab: LabHandle, *args: str) -> tuple[int, str]:
+    done = lab.orch(*args, "-i", str(lab.inventory), "--limit", NAME, *FAST)
+    return done.code, done.stdout + done.stderr
+
+
+def status(lab: LabHandle, playbook: str) -> dict:
+    done = lab.orch("status", playbook, "-i", str(lab.inventory), "--limit", NAME, "--json")
+    [row] = done.json["targets"]
+    return row
+
+
+def serving_dflash(lab: LabHandle) -> str:
+    code, output = orch(lab, "deploy", "qwen-dflash")
+    assert code == 0, output
+    return status(lab, "qwen-dflash")["release"]
+
+
+def assert_back_on_dflash(lab: LabHandle, dflash: str) -> None:
+    row = status(lab, "qwen-dflash")
+    assert (row["state"], row["release"], row["health"]) == ("serving", dflash, 200), row
+    assert row["release_gate"]["result"] == "pass", row
+    assert status(lab, "qwen-mtp")["server"] != "running"
+    for playbook in ("qwen-dflash", "qwen-mtp"):
+        directory = lab.deployment_dir(NAME, playbook)
+        assert not (directory / "lock").exists(), playbook
+        assert not (directory / "journal.json").exists(), playbook
+    assert server_processes(lab) == [row["pid"]]
+
+
+@pytest.mark.parametrize(
+    ("step", "knobs"),
+    [
+        ("stop qwen-dflash's server (replaced by qwen-mtp)", SLOW_LOAD),
+        ("wait ready", SLOW_LOAD),
+        ("gate", SLOW_GATE),
+    ],
+)
+def test_sigint_in_a_replace_restores_the_replaced_server(
+    lab: LabHandle, step: str, knobs: list[str]
+) -> None:
+    dflash = serving_dflash(lab)
+    run = replace(lab, *knobs)
+    run.wait_for_step(step)
+    run.process.send_signal(signal.SIGINT)
+    assert run.finish() == 130, run.output
+    assert "qwen-dflash restored" in run.output
+    assert_back_on_dflash(lab, dflash)
+    code, output = orch(lab, *REPLACE)  # and the switch still works afterwards
+    assert code == 0, output
+
+
+def test_sigkill_in_a_replace_then_the_next_run_restores_and_replaces(lab: LabHandle) -> None:
+    dflash = serving_dflash(lab)
+    run = replace(lab, *SLOW_GATE)
+    run.wait_for_step("gate")
+    journal = json.loads((lab.deployment_dir(NAME, "qwen-mtp") / "journal.json").read_text())
+    assert journal["replaced"]["playbook"] == "qwen-dflash"
+    assert journal["replaced"]["release"] == dflash
+    run.process.send_signal(signal.SIGKILL)
+    assert run.finish() == -signal.SIGKILL
+    mtp = status(lab, "qwen-mtp")
+    assert mtp["state"] == "interrupted" and journal["run_id"] in mtp["interrupted"]
+
+    # The next run of the replacing playbook, without --replace: it restores qwen-dflash.
+    code, output = orch(lab, "stop", "qwen-mtp")
+
+    assert code == 0, output
+    assert f"recovered interrupted run {journal['run_id']}" in output
+    assert_back_on_dflash(lab, dflash)
+    audit = (lab.deployment_dir(NAME) / "audit.log").read_text().splitlines()
+    assert json.loads(audit[-1])["action"] == "start"  # qwen-dflash's record of its restore
+
+    code, output = orch(lab, *REPLACE)
+    assert code == 0, output
+    assert status(lab, "qwen-mtp")["state"] == "serving"
+    assert status(lab, "qwen-dflash")["state"] == "stopped"

@@ -1,0 +1,43 @@
+"""The fault matrix's results table, read from the JUnit XML pytest writes."""
+
+from __future__ import annotations
+
+from faults.results import case_results, main, markdown_table
+
+JUNIT = """<?xml version="1.0" encoding="utf-8"?>
+<testsuites><testsuite name="pytest" errors="1" failures="1" skipped="0" tests="3">
+<testcase classname="tests.faults.test_fault_matrix" name="test_sigint_at_each_step[gate]"
+ time="61.2"/>
+<testcase classname="tests.faults.test_fault_matrix" name="test_concurrent_deploys"
+ time="40.6"><failure message="assert 3 == 0">...</failure></testcase>
+<testcase classname="tests.faults.test_fault_matrix" name="test_garbage_metrics"
+ time="0.4"><error message="fixture lab failed">...</error></testcase>
+</testsuite></testsuites>
+"""
+
+
+def test_each_case_gets_its_outcome_and_time() -> None:
+    results = case_results(JUNIT)
+    assert [(r.case, r.outcome, r.seconds) for r in results] == [
+        ("test_sigint_at_each_step[gate]", "pass", 61.2),
+        ("test_concurrent_deploys", "failure", 40.6),
+        ("test_garbage_metrics", "error", 0.4),
+    ]
+    table = markdown_table(results)
+    assert "| `test_concurrent_deploys` | failure | 41 |" in table.splitlines()
+    assert table.endswith("1 of 3 cases pass.")
+
+
+def test_exit_status_is_1_unless_every_case_passed(tmp_path, capsys) -> None:
+    failing = tmp_path / "failing.xml"
+    failing.write_text(JUNIT)
+    assert main([str(failing)]) == 1
+    passing = tmp_path / "passing.xml"
+    passing.write_text(
+        '<testsuites><testsuite><testcase name="a" time="1"/></testsuite></testsuites>'
+    )
+    assert main([str(passing)]) == 0
+    empty = tmp_path / "empty.xml"
+    empty.write_text("<testsuites><testsuite/></testsuites>")
+    assert main([str(empty)]) == 1
+    assert "0 of 0 cases pass." in capsys.readouterr().out
