@@ -175,6 +175,7 @@ class TargetRun:
                 self.buckets,
                 self.plan.kind.failure_causes,
                 self.cancel.event,
+                tick=self._gate_tick("gate (new settings)"),
             )
         self.outcome.gate = report
         if self._passed(report):
@@ -534,6 +535,7 @@ class TargetRun:
                 self.plan.kind.failure_causes,
                 stop,
                 key,
+                self._gate_tick(f"{prefix}gate"),
             )
 
     def _probe_key(self, release_id: str) -> ProbeKey | None:
@@ -595,6 +597,10 @@ class TargetRun:
         self.journal.advance(name)
         self.progress(self.plan.container, name)
         return _Timer(self.outcome.steps, name)
+
+    def _gate_tick(self, step: str) -> Callable[[str], None]:
+        """The gate's figures so far, as what its step last saw."""
+        return lambda figures: self.progress(self.plan.container, step, figures)
 
     def _step_note(self, text: str) -> None:
         self.progress(self.plan.container, text)

@@ -1,22 +1,35 @@
-"""The acceptance gate on a live server: probe traffic, scrapes, verdict.
+"""The acceptance gate on a live server: probe traffic, figures, verdict.
 
 Every probe request carries the playbook's sampling (greedy by default), and the
 report records it: acceptance depends on it as much as on the drafter.
-The gate runs in phases, one per context bucket and endpoint (short prompts,
-then long ones past the drafter's sliding window; plain completions, then chat
-as production calls it). In each phase probe requests run on worker threads
-over the SSH connection while the main thread scrapes /metrics every
-interval; each interval's counter deltas are one batch for `metrics.assess`,
-which ends the phase as soon as it decides.
+The gate runs in phases, one per context bucket and endpoint (short prompts and
+long ones past the drafter's sliding window; plain completions and chat as
+production calls it), and reads acceptance from one of two sources
+(`gate.acceptance_source`):
+
+- `per_request`: every response carries its own figures
+  (`metrics.requests`). All phases probe at once on worker threads; the main
+  thread judges each phase as its responses arrive, and a decided phase's
+  requests still in flight are cancelled (their streams closed); a failed phase
+  stops every other. Other clients' traffic never enters the figures.
+- `counters`: one phase after another, the main thread scraping /metrics every
+  interval; each interval's counter deltas are one batch for `metrics.assess`.
+  A phase waits for the previous one's requests to end, so its deltas are its
+  own, and counts whatever else the server handles meanwhile. A server whose
+  responses carry no figures is judged this way.
+
+`tick` hears each phase's figures as they come (drafts, mean, bound, required):
+the live view's last-seen column and the heartbeat in a pipe.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import itertools
+import queue
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,6 +50,12 @@ from orchestrator.metrics.assess import (
     no_spec_decode_verdict,
 )
 from orchestrator.metrics.evaluate import CounterReset, Measurement, combine, measure
+from orchestrator.metrics.requests import (
+    FiguresMalformed,
+    FiguresMissing,
+    RequestLedger,
+    request_measurement,
+)
 from orchestrator.metrics.scrape import (
     ACCEPT,
     MetricsFormatError,
@@ -51,11 +70,23 @@ from orchestrator.secrets import API_KEY, ProbeKey
 from orchestrator.transport import http
 from orchestrator.transport.base import Transport
 
+PER_REQUEST, COUNTERS = "per_request", "counters"
+SOURCES = {
+    PER_REQUEST: "per-request figures (metrics.speculative_decoding)",
+    COUNTERS: "/metrics counter deltas",
+}
+"""Where a verdict's figures came from, in the report's words."""
+JOIN_SECONDS = 5.0
+"""How long a decided phase's workers get to notice their closed streams."""
 SCRAPE_ATTEMPTS = 3
 SCRAPE_SECONDS = 15.0
 REQUEST_SECONDS = 60.0
 CONSECUTIVE_SCRAPE_FAILURES = 4
 NO_SERIES_SCRAPES = 3
+
+
+Tick = Callable[[str], None]
+"""Hears the gate's figures so far, one line a phase."""
 
 
 class ScrapeFailed(Exception):
@@ -64,10 +95,12 @@ class ScrapeFailed(Exception):
 
 @dataclass
 class PhaseReport:
-    """One context bucket on one endpoint, measured from its own counter deltas.
+    """One context bucket on one endpoint, measured from its own requests' figures, or
+    from its own counter deltas.
 
-    `seconds` runs from the phase's first scrape to its verdict; the requests
-    still in flight then are waited for before the next phase starts.
+    `seconds` runs from the phase's start to its verdict. With counters the
+    requests still in flight then are waited for before the next phase starts;
+    with per-request figures they are cancelled.
     """
 
     bucket: ContextBucket
@@ -80,6 +113,9 @@ class PhaseReport:
     batches: list[Measurement] = field(default_factory=list)
     refused: str | None = None
     """The server refused the probes' key (HTTP 401): not measured, and said why."""
+    source: str = COUNTERS
+    cancelled: int = 0
+    """Requests in flight when the phase decided, cancelled (per-request figures)."""
 
     @property
     def label(self) -> str:
@@ -114,8 +150,25 @@ class PhaseReport:
             "note": "; ".join(filter(None, [self.bucket.note, self.outside_bucket()])),
             "requests": self.requests,
             "request_errors": self.request_errors,
+            "cancelled_requests": self.cancelled,
+            "source": self.source,
             "seconds": round(self.seconds, 3),
         }
+
+    def progress(self, criteria: GateCriteria) -> str:
+        """This phase's figures so far against what it needs, in one short line."""
+        verdict = self.verdict
+        head = f"{self.bucket.name} {self.endpoint.name}: {verdict.drafts} drafts"
+        if verdict.mean_acceptance_length is None:
+            return head
+        bound = verdict.upper if verdict.outcome == "fail" else verdict.lower
+        which = "upper" if verdict.outcome == "fail" else "lower"
+        shown = f", {which} bound {bound:.2f}" if bound is not None else ""
+        done = {"pass": " passed", "fail": " failed"}.get(verdict.outcome, "")
+        return (
+            f"{head}, mean {verdict.mean_acceptance_length:.2f}{shown}, required "
+            f"{criteria.min_mean_acceptance_length:.2f}{done}"
+        )
 
 
 @dataclass
@@ -140,10 +193,16 @@ class GateReport:
     sampling: dict[str, Any] | None = None
     """The sampling fields every probe request carried: the figures hold under it (None:
     no probe was sent, the server never became ready)."""
+    source: str | None = None
+    """Where the verdict's figures came from (None: no probe was sent)."""
+    note: str | None = None
+    """Why the source differs from the playbook's, when it does."""
 
     def to_dict(self) -> dict[str, object]:
         return {
             **self.verdict.to_dict(),
+            "source": self.source,
+            "source_note": self.note,
             "criteria": dataclasses.asdict(self.criteria) if self.criteria else None,
             "sampling": self.sampling,
             "explanation": self.explanation,
@@ -181,8 +240,26 @@ def refused_reason(key: ProbeKey | None, body: bytes) -> str:
     return f"the server refused the probe requests (HTTP 401 {answer}): {sent}"
 
 
+@dataclass(frozen=True)
+class _Answer:
+    """One finished probe request: its place in the sending order and its figures (an
+    empty measurement when it failed or, with counters, when none are read)."""
+
+    sent: int
+    measurement: Measurement
+    missing: str = ""
+    """Why a 200 response had no per-request figures."""
+
+
+NO_FIGURES = Measurement((), 0)
+
+
 class _Probe:
-    """Bounded-concurrency requests on one endpoint until stopped or out of budget."""
+    """Bounded-concurrency requests on one endpoint until stopped or out of budget.
+
+    With `answers`, each finished request is put there as an `_Answer` with the
+    response's own figures; `stop()` ends the requests in flight as well.
+    """
 
     def __init__(
         self,
@@ -193,30 +270,72 @@ class _Probe:
         max_requests: int,
         deadline: Deadline,
         sampling: dict[str, Any],
+        answers: queue.Queue[tuple[_Probe, _Answer]] | None = None,
     ) -> None:
         self.target, self.endpoint, self.max_tokens = target, endpoint, max_tokens
         self.sampling = sampling
         self.deadline = deadline
+        self.answers = answers
         self._prompts = itertools.cycle(prompts)
         self._budget = max_requests
         self._lock = threading.Lock()
-        self.stop = threading.Event()
+        self.stopped = threading.Event()
+        self.in_flight = http.InFlight()
         self.sent = self.answered = self.errors = 0
         self.first_error = ""
         self.prompt_tokens: tuple[int, int] | None = None
         self.refused: str | None = None
         """Why the server refused a probe request (HTTP 401), if it did."""
 
-    def _next_prompt(self) -> str | None:
+    @classmethod
+    def for_phase(
+        cls,
+        target: _Target,
+        gate: Gate,
+        bucket: ContextBucket,
+        endpoint: Endpoint,
+        deadline: Deadline,
+        answers: queue.Queue[tuple[_Probe, _Answer]] | None = None,
+    ) -> _Probe:
+        """The probe of one phase as the playbook's gate sets it."""
+        probe = gate.probe
+        sampling = request_fields(probe.sampling)
+        return cls(
+            target,
+            endpoint,
+            bucket.prompts,
+            probe.max_tokens,
+            probe.max_requests,
+            deadline,
+            sampling,
+            answers,
+        )
+
+    def workers(self, count: int) -> list[threading.Thread]:
+        """`count` threads sending this probe's requests (not started)."""
+        return [threading.Thread(target=self.worker, daemon=True) for _ in range(count)]
+
+    def stop(self, cancel: bool = False) -> int:
+        """No new requests; with `cancel` the ones in flight end too. Returns how many
+        requests were in flight."""
         with self._lock:
-            if self._budget <= 0 or self.stop.is_set():
+            self.stopped.set()
+            running = self.sent - self.answered - self.errors
+        if cancel:
+            self.in_flight.close()
+        return running
+
+    def _next_prompt(self) -> tuple[int, str] | None:
+        with self._lock:
+            if self._budget <= 0 or self.stopped.is_set():
                 return None
             self._budget -= 1
             self.sent += 1
-            return next(self._prompts)
+            return self.sent - 1, next(self._prompts)
 
     def worker(self) -> None:
-        while (prompt := self._next_prompt()) is not None:
+        while (next_one := self._next_prompt()) is not None:
+            sent, prompt = next_one
             target = self.target
             payload = self.endpoint.payload(
                 target.served_name, prompt, self.max_tokens, self.sampling
@@ -231,29 +350,55 @@ class _Probe:
                     payload,
                     timeout=self.deadline.limit(REQUEST_SECONDS),
                     headers=target.key.header() if target.key else None,
+                    in_flight=self.in_flight,
                 )
             except OrchError as exc:
+                if self.stopped.is_set():
+                    return  # cancelled: the phase has decided
                 response, problem = None, str(exc)
             if response is not None and response.status == 200:
-                self._count_prompt_tokens(response)
-                with self._lock:
-                    self.answered += 1
-                continue
+                try:
+                    answer = self._answered(sent, response)
+                except FiguresMalformed as exc:
+                    response, problem = None, f"{self.endpoint.path}: {exc}"
+                else:
+                    with self._lock:
+                        self.answered += 1
+                    if self.answers is not None:
+                        self.answers.put((self, answer))
+                    continue
             if response is not None:
                 problem = f"HTTP {response.status} from {self.endpoint.path}"
                 if response.status == 401:
                     self.refused = refused_reason(target.key, response.body)
-                    self.stop.set()
+                    self.stopped.set()
             with self._lock:
                 self.errors += 1
                 self.first_error = self.first_error or problem[:200]
+            if self.answers is not None:
+                self.answers.put((self, _Answer(sent, NO_FIGURES)))
             self.deadline.pause(0.2)
 
-    def _count_prompt_tokens(self, response: http.HttpResponse) -> None:
+    def _answered(self, sent: int, response: http.HttpResponse) -> _Answer:
+        """The response's prompt length for the report and, when asked, its own figures
+        (FiguresMalformed: the request measured nothing, an error)."""
+        try:
+            body = response.json()
+        except ValueError:
+            body = None
+        self._count_prompt_tokens(body)
+        if self.answers is None:
+            return _Answer(sent, NO_FIGURES)
+        try:
+            return _Answer(sent, request_measurement(body))
+        except FiguresMissing as exc:
+            return _Answer(sent, NO_FIGURES, str(exc))
+
+    def _count_prompt_tokens(self, body: Any) -> None:
         """The prompt lengths the server counted (its `usage`), for the report."""
         try:
-            tokens = response.json()["usage"]["prompt_tokens"]
-        except (ValueError, KeyError, TypeError):
+            tokens = body["usage"]["prompt_tokens"]
+        except (KeyError, TypeError):
             return
         if not isinstance(tokens, int):
             return
@@ -306,16 +451,15 @@ def run_gate(
     causes: FailureCauses,
     stop: threading.Event | None = None,
     key: ProbeKey | None = None,
+    tick: Tick = lambda _: None,
 ) -> GateReport:
     """Probe every context bucket on every endpoint, one phase each, within the budgets.
 
-    A phase starts from its own scrape after the previous phase's requests have
-    finished, so its counter deltas are its own. Each phase gets an equal share
-    of what is left of `time_budget` (a quick phase leaves more to the later
-    ones) and sends at most `probe.max_requests`. The first failed phase
-    decides the gate; every phase must pass for the gate to pass. A set `stop` ends
-    the gate inconclusive: a gate that was interrupted did not pass. Probe requests
-    carry `key`; a 401 fails the gate saying so, with no word on acceptance.
+    Each phase sends at most `probe.max_requests`, `probe.concurrency` at a time.
+    The first failed phase decides the gate; every phase must pass for the gate
+    to pass. A set `stop` ends the gate inconclusive: a gate that was interrupted
+    did not pass. Probe requests carry `key`; a 401 fails the gate saying so,
+    with no word on acceptance. See the module for the two sources.
     """
     stop = stop or threading.Event()
     criteria = GateCriteria(
@@ -324,24 +468,39 @@ def run_gate(
         gate.min_drafts,
         gate.confidence,
     )
-    requests = RequestCriteria(gate.min_probe_responses, gate.max_probe_error_share)
+    judged_by = (criteria, RequestCriteria(gate.min_probe_responses, gate.max_probe_error_share))
     endpoints = probe_endpoints(gate.probe.endpoints, gate.probe.chat_template_kwargs)
     phases = [(bucket, endpoint) for bucket in buckets for endpoint in endpoints]
     report = GateReport(
-        assess([], criteria), sampling=request_fields(gate.probe.sampling), criteria=criteria
+        assess([], criteria),
+        sampling=request_fields(gate.probe.sampling),
+        criteria=criteria,
+        source=gate.acceptance_source,
     )
     started = time.monotonic()
     target = _Target(transport, address, port, served_name, key)
-    for index, (bucket, endpoint) in enumerate(phases):
-        left = len(phases) - index
-        seconds = (gate.time_budget - (time.monotonic() - started)) / left
-        deadline = Deadline.after(max(0.0, seconds), stop)
-        phase, go_on = _run_phase(
-            target, gate, (criteria, requests), bucket, endpoint, deadline, report
-        )
-        report.phases.append(phase)
-        if not go_on:
-            break
+    if gate.acceptance_source == PER_REQUEST:
+        deadline = Deadline.after(gate.time_budget, stop)
+        missing = _run_at_once(target, gate, judged_by, phases, deadline, report, tick)
+        if missing:
+            report.phases.clear()
+            report.source = COUNTERS
+            report.note = (
+                f"the server's responses carry no per-request figures ({missing}): its launch "
+                "lacks --per-request-spec-decode-metrics, or its vLLM predates 0.29.0; judged "
+                f"by {SOURCES[COUNTERS]}"
+            )
+    if report.source == COUNTERS:
+        for index, (bucket, endpoint) in enumerate(phases):
+            left = len(phases) - index
+            seconds = (gate.time_budget - (time.monotonic() - started)) / left
+            deadline = Deadline.after(max(0.0, seconds), stop)
+            phase, go_on = _run_phase(
+                target, gate, judged_by, bucket, endpoint, deadline, report, tick
+            )
+            report.phases.append(phase)
+            if not go_on:
+                break
     report.verdict = overall_verdict(report.phases)
     report.requests = sum(phase.requests for phase in report.phases)
     report.request_errors = sum(phase.request_errors for phase in report.phases)
@@ -353,6 +512,145 @@ def run_gate(
     return report
 
 
+def progress_lines(phases: Sequence[PhaseReport], criteria: GateCriteria) -> str:
+    """Every phase's figures so far, one line each (the step view shows them live)."""
+    return "\n".join(phase.progress(criteria) for phase in phases)
+
+
+@dataclass(eq=False)
+class _Running:
+    """A phase probing beside the others: its report, its requests, its ledger."""
+
+    phase: PhaseReport
+    probe: _Probe
+    ledger: RequestLedger
+    workers: list[threading.Thread]
+    started: float = field(default_factory=time.monotonic)
+
+    def decide(self, verdict: Verdict, cancel: bool = True) -> None:
+        """The phase's verdict, its time, and its requests in flight ended; its batches
+        are the requests it judged."""
+        self.phase.verdict = verdict
+        self.phase.batches = list(self.ledger.judged)
+        self.phase.seconds = time.monotonic() - self.started
+        self.phase.cancelled = self.probe.stop(cancel)
+
+    def out_of_traffic(self) -> bool:
+        return not any(worker.is_alive() for worker in self.workers)
+
+
+def _run_at_once(
+    target: _Target,
+    gate: Gate,
+    judged_by: tuple[GateCriteria, RequestCriteria],
+    phases: Sequence[tuple[ContextBucket, Endpoint]],
+    deadline: Deadline,
+    report: GateReport,
+    tick: Tick,
+) -> str:
+    """Every phase probing at once, each judged from its own responses as they arrive.
+
+    A phase ends at its verdict, its requests in flight cancelled; a failed phase
+    ends the others. Returns why responses carry no per-request figures ("" when
+    they do): the caller judges by counters instead.
+    """
+    criteria, request_criteria = judged_by
+    answers: queue.Queue[tuple[_Probe, _Answer]] = queue.Queue()
+    running: dict[_Probe, _Running] = {}
+    for bucket, endpoint in phases:
+        probe = _Probe.for_phase(target, gate, bucket, endpoint, deadline, answers)
+        workers = probe.workers(gate.probe.concurrency)
+        phase = PhaseReport(bucket, endpoint, assess([], criteria), source=PER_REQUEST)
+        running[probe] = _Running(phase, probe, RequestLedger(criteria), workers)
+        report.phases.append(phase)
+    undecided = set(running.values())
+    try:
+        for each in running.values():
+            for worker in each.workers:
+                worker.start()
+        while undecided:
+            try:
+                probe, answer = answers.get(timeout=min(0.25, max(deadline.remaining(), 0.01)))
+            except queue.Empty:
+                answer = None
+            if deadline.cancel.is_set():
+                for each in undecided:
+                    each.decide(_inconclusive(each.phase.verdict, "interrupted before it decided"))
+                break
+            if answer is not None:
+                if answer.missing:
+                    return answer.missing
+                each = running[probe]
+                each.ledger.record(answer.sent, answer.measurement)
+                if each in undecided:
+                    each.phase.verdict = judge_requests(
+                        each.ledger.judge(),
+                        probe.answered,
+                        probe.errors,
+                        probe.first_error,
+                        request_criteria,
+                    )
+            for each in list(undecided):
+                verdict = each.phase.verdict
+                if each.probe.refused:
+                    each.decide(dataclasses.replace(verdict, outcome="fail"))
+                elif verdict.outcome != "inconclusive":
+                    each.decide(verdict)
+                elif each.out_of_traffic() and answers.empty():
+                    each.decide(
+                        _inconclusive(
+                            verdict,
+                            f"probe requests spent before the gate decided: {verdict.reason}",
+                        )
+                    )
+                elif deadline.expired():
+                    each.decide(
+                        _inconclusive(
+                            verdict,
+                            f"{deadline.seconds:.3g} s spent before the gate decided: "
+                            f"{verdict.reason}",
+                        )
+                    )
+                else:
+                    continue
+                undecided.discard(each)
+            failed = next((e for e in running.values() if e.phase.verdict.outcome == "fail"), None)
+            if failed is not None:
+                for each in undecided:
+                    each.decide(
+                        _inconclusive(each.phase.verdict, f"stopped: {failed.phase.label} failed")
+                    )
+                undecided.clear()
+            tick(progress_lines(report.phases, criteria))
+    finally:
+        for each in running.values():
+            each.probe.stop(cancel=True)
+        for each in running.values():
+            for worker in each.workers:
+                worker.join(timeout=JOIN_SECONDS)
+    for each in running.values():
+        _finish(each.phase, each.probe, request_criteria)
+    return ""
+
+
+def _finish(phase: PhaseReport, probe: _Probe, request_criteria: RequestCriteria) -> None:
+    """The phase's request counts, and its verdict with the requests' outcome applied."""
+    phase.requests, phase.request_errors = probe.sent, probe.errors
+    if phase.verdict.outcome != "fail":
+        phase.verdict = judge_requests(
+            phase.verdict,
+            probe.answered,
+            probe.errors,
+            probe.first_error,
+            request_criteria,
+            final=True,
+        )
+    phase.prompt_tokens = probe.prompt_tokens
+    if probe.refused:
+        phase.refused = probe.refused
+        phase.verdict = dataclasses.replace(phase.verdict, outcome="fail", reason=probe.refused)
+
+
 def _run_phase(
     target: _Target,
     gate: Gate,
@@ -361,6 +659,7 @@ def _run_phase(
     endpoint: Endpoint,
     deadline: Deadline,
     report: GateReport,
+    tick: Tick,
 ) -> tuple[PhaseReport, bool]:
     """One phase: scrape, probe, scrape every interval until a verdict or a budget is spent.
 
@@ -371,20 +670,10 @@ def _run_phase(
     """
     criteria, request_criteria = judged_by
     transport, address, port = target.transport, target.address, target.port
-    probe = _Probe(
-        target,
-        endpoint,
-        bucket.prompts,
-        gate.probe.max_tokens,
-        gate.probe.max_requests,
-        deadline,
-        request_fields(gate.probe.sampling),
-    )
+    probe = _Probe.for_phase(target, gate, bucket, endpoint, deadline)
     phase = PhaseReport(bucket, endpoint, assess([], criteria))
     started = time.monotonic()
-    workers = [
-        threading.Thread(target=probe.worker, daemon=True) for _ in range(gate.probe.concurrency)
-    ]
+    workers = probe.workers(gate.probe.concurrency)
     go_on = True
     try:
         previous = _first_scrape(transport, address, port, report, deadline)
@@ -438,6 +727,7 @@ def _run_phase(
                 probe.first_error,
                 request_criteria,
             )
+            tick(progress_lines([*report.phases, phase], criteria))
             if phase.verdict.outcome != "inconclusive":
                 break
             out_of_traffic = not any(w.is_alive() for w in workers)
@@ -450,24 +740,11 @@ def _run_phase(
                 break
         phase.seconds = time.monotonic() - started  # decided; in-flight requests still run
     finally:
-        probe.stop.set()
+        probe.stop(cancel=deadline.cancel.is_set())  # an interrupted gate waits for nothing
         for worker in workers:
             if worker.is_alive():
                 worker.join(timeout=deadline.limit(REQUEST_SECONDS))
-    phase.requests, phase.request_errors = probe.sent, probe.errors
-    if phase.verdict.outcome != "fail":
-        phase.verdict = judge_requests(
-            phase.verdict,
-            probe.answered,
-            probe.errors,
-            probe.first_error,
-            request_criteria,
-            final=True,
-        )
-    phase.prompt_tokens = probe.prompt_tokens
-    if probe.refused:
-        phase.refused = probe.refused
-        phase.verdict = dataclasses.replace(phase.verdict, outcome="fail", reason=probe.refused)
+    _finish(phase, probe, request_criteria)
     return phase, go_on and phase.verdict.outcome != "fail"
 
 

@@ -164,6 +164,7 @@ def plan_target(
     if missing:
         raise missing_vars(playbook, inventory, container_name, missing)
     secret_digests = digests(playbook, secret_values)
+    per_request_metrics = playbook.gate.acceptance_source == "per_request"
     fingerprint_inputs = {
         "templates": [template_source(n) for n in (template, server.template) if n],
         "config": drafter_config,
@@ -171,6 +172,7 @@ def plan_target(
         **({"secrets": secret_digests} if secret_digests else {}),
         "paths": {**paths, "drafter_weights": drafter_weights},
         "served_name": playbook.target.served_name,
+        "per_request_metrics": per_request_metrics,
     }
     release_id = hashlib.sha256(
         json.dumps(fingerprint_inputs, sort_keys=True).encode()
@@ -194,6 +196,7 @@ def plan_target(
             "tensor_parallel_size": server.tensor_parallel_size,
             "max_model_len": server.max_model_len,
             "attention_backend": server.attention_backend,
+            "per_request_metrics": per_request_metrics,
             "extra_args": server.extra_args,
             "secrets_file": f"{own_dir}/{SECRETS_FILE}" if server.secrets else None,
             "secret_names": ", ".join(server.secrets),

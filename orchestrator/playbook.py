@@ -250,7 +250,9 @@ class Probe(Schema):
         "measured, per request.",
     )
     concurrency: Annotated[int, Field(ge=1, le=64)] = Field(
-        default=4, description="Probe requests in flight at once."
+        default=4,
+        description="Probe requests in flight at once in each phase (per-request phases run "
+        "side by side: phases x concurrency in all).",
     )
     max_requests: Positive = Field(
         default=400,
@@ -314,8 +316,19 @@ class Gate(Schema):
     )
     time_budget: Seconds = Field(
         default=120,
-        description="Seconds of probing for the whole gate, shared among its phases (each "
-        "gets an equal share of what is left); a phase out of time is inconclusive.",
+        description="Seconds of probing for the whole gate. Per-request phases run at once "
+        "within it; counter phases run one after another, each with an equal share of what "
+        "is left. A phase out of time is inconclusive.",
+    )
+    acceptance_source: Literal["per_request", "counters"] = Field(
+        default="per_request",
+        description="Where the gate reads acceptance. `per_request`: each probe response's "
+        "own figures (`metrics.speculative_decoding`; the launch gets "
+        "`--per-request-spec-decode-metrics summary`, vLLM 0.29.0 and later): all phases run "
+        "at once, a decided phase's requests are cancelled, and other clients' traffic "
+        "cannot enter the figures. `counters`: deltas of the server's /metrics counters, one "
+        "phase after another, which any vLLM serves but which count every request the "
+        "server handles. A server whose responses carry no figures is judged by counters.",
     )
     on_inconclusive: Literal["rollback", "keep"] = Field(
         default="rollback",

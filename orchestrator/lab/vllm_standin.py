@@ -40,13 +40,16 @@ import ipaddress
 import json
 import os
 import random
+import select
 import signal
+import socket
 import struct
 import sys
 import threading
 import time
 import traceback
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -160,7 +163,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             "--per-request-spec-decode-metrics",
             choices=("none", "summary", "detailed"),
             default="none",
-            help="accepted as the release does; the lab adds no per-request figures yet",
+            help="adds each response's metrics.speculative_decoding, in the release's shape",
         )
     serve.add_argument(
         "--load-seconds",
@@ -596,6 +599,66 @@ class LiveKnobs:
         return self.acceptance_scale
 
 
+CLIENT_CHECK_SECONDS = 0.05
+"""How often a request being generated looks whether its client is still there."""
+
+
+@dataclass
+class RequestDrafts:
+    """One request's verify steps, as vLLM 0.29.0 on keeps them for
+    `--per-request-spec-decode-metrics` (RequestSpecDecodeMetrics,
+    `vllm/v1/metrics/stats.py:300-375` in 0.29.0): a dense histogram of accepted
+    draft tokens per step, the bonus token excluded."""
+
+    num_spec_tokens: int
+    histogram: list[int] = field(default_factory=list)
+    num_draft_tokens: int = 0
+    per_step_accepted: list[int] = field(default_factory=list)
+    per_step_drafted: list[int] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.histogram = [0] * (self.num_spec_tokens + 1)
+
+    def observe(self, drafted: int, accepted: int) -> None:
+        self.histogram[accepted] += 1
+        self.num_draft_tokens += drafted
+        self.per_step_accepted.append(accepted)
+        self.per_step_drafted.append(drafted)
+
+    def to_dict(self, level: str) -> dict[str, Any]:
+        """The response's `speculative_decoding` (`to_dict`, same file); the per-step
+        arrays only at `detailed`, null otherwise: the response model's fields default to
+        None and vLLM's responses keep null fields (`generate/base/protocol.py:50-51`)."""
+        steps = sum(self.histogram)
+        accepted = sum(j * count for j, count in enumerate(self.histogram))
+        figures: dict[str, Any] = {
+            "mean_acceptance_length": 1.0 + accepted / steps if steps else 1.0,
+            "draft_acceptance_rate": accepted / self.num_draft_tokens
+            if self.num_draft_tokens
+            else 0.0,
+            "acceptance_histogram": list(self.histogram),
+            "num_spec_steps": steps,
+            "num_accepted_draft_tokens": accepted,
+            "num_draft_tokens": self.num_draft_tokens,
+            "num_spec_tokens": self.num_spec_tokens,
+        }
+        detailed = level == "detailed" and self.per_step_accepted
+        figures["per_step_accepted"] = list(self.per_step_accepted) if detailed else None
+        figures["per_step_drafted"] = list(self.per_step_drafted) if detailed else None
+        return figures
+
+
+PER_REQUEST_TIMING = (
+    "time_to_first_token_ms",
+    "generation_time_ms",
+    "queue_time_ms",
+    "mean_itl_ms",
+    "tokens_per_second",
+)
+"""PerRequestMetrics' timing fields, null unless `--enable-per-request-metrics`
+(`entrypoints/generate/base/protocol.py:55-62` in 0.29.0)."""
+
+
 class Engine:
     """Generates tokens at a simulated rate, drafting and counting as vLLM's engine does."""
 
@@ -625,19 +688,35 @@ class Engine:
             ended, self.interval = self.interval, self._new_interval()
             return ended, self.running
 
-    def generate(self, prompt_tokens: int, max_tokens: int, sampling: float = 1.0) -> None:
+    def generate(
+        self,
+        prompt_tokens: int,
+        max_tokens: int,
+        sampling: float = 1.0,
+        client_gone: Callable[[], bool] = lambda: False,
+    ) -> RequestDrafts | None:
         """Produce `max_tokens` tokens, one engine step per `step_seconds`; `sampling` is
-        the share of greedy acceptance left at the request's temperature."""
+        the share of greedy acceptance left at the request's temperature. Returns the
+        request's own drafts, or None when `client_gone` said the client left: the
+        request is aborted then, as vLLM's `with_cancellation` does."""
         with self.lock:
             self.running += 1
             self.interval.prompt_tokens += prompt_tokens
             multiplier = request_multiplier(self.rng) * sampling
         self.metrics.running.inc()
         self.metrics.prompt_tokens.inc(prompt_tokens)
-        started, produced, steps = time.monotonic(), 0, 0
+        k = self.drafting.num_speculative_tokens if self.drafting else 0
+        drafts = RequestDrafts(k)
+        started, produced, steps, looked = time.monotonic(), 0, 0, time.monotonic()
         try:
             while produced < max_tokens:
-                step = min(self._step(prompt_tokens + produced, multiplier), max_tokens - produced)
+                now = time.monotonic()
+                if now - looked >= CLIENT_CHECK_SECONDS:
+                    looked = now
+                    if client_gone():
+                        return None
+                step = self._step(prompt_tokens + produced, multiplier, drafts)
+                step = min(step, max_tokens - produced)
                 produced, steps = produced + step, steps + 1
                 self.metrics.generation_tokens.inc(step)
                 with self.lock:
@@ -647,8 +726,9 @@ class Engine:
             self.metrics.running.dec()
             with self.lock:
                 self.running -= 1
+        return drafts
 
-    def _step(self, context_tokens: int, multiplier: float) -> int:
+    def _step(self, context_tokens: int, multiplier: float, drafts: RequestDrafts) -> int:
         """Tokens one engine step yields: a draft's accepted tokens plus the bonus token."""
         if self.drafting is None:
             return 1
@@ -669,6 +749,7 @@ class Engine:
             metrics.accepted_tokens.inc(accepted)
             for position in range(accepted):
                 metrics.accepted_per_position[position].inc()
+        drafts.observe(k, accepted)
         return accepted + 1
 
 
@@ -689,6 +770,9 @@ class App:
     """SHA-256 of each key a request under GUARDED_PREFIX must present (none: open)."""
     fingerprint: str | None = None
     """The responses' `system_fingerprint` (see `system_fingerprint`)."""
+    per_request_metrics: str = "none"
+    """`--per-request-spec-decode-metrics`: `summary` or `detailed` add each response's
+    `metrics.speculative_decoding` (single-sequence requests, with drafting)."""
 
 
 def count_tokens(value: object) -> int:
@@ -718,7 +802,13 @@ class RequestError(Exception):
         self.body, self.code = error_body(message, kind, code), code
 
 
-def completion_body(app: App, request: dict, chat: bool) -> dict:
+class ClientGone(Exception):
+    """The client closed its connection while its request was generated: aborted."""
+
+
+def completion_body(
+    app: App, request: dict, chat: bool, client_gone: Callable[[], bool] = lambda: False
+) -> dict:
     """Validate an OpenAI request, generate, and answer in vLLM's response shape."""
     model = request.get("model", app.model_name)
     if model != app.model_name:
@@ -735,9 +825,20 @@ def completion_body(app: App, request: dict, chat: bool) -> dict:
         temperature = app.default_sampling.get("temperature", 1.0)
     if not isinstance(temperature, (int, float)) or temperature < 0:
         raise RequestError(f"temperature must be non-negative, got {temperature}.")
-    app.engine.generate(prompt_tokens, max_tokens, sampling_factor(float(temperature)))
+    drafts = app.engine.generate(
+        prompt_tokens, max_tokens, sampling_factor(float(temperature)), client_gone
+    )
+    if drafts is None:
+        raise ClientGone()
     text = filler(max_tokens)
-    return response_body(app, chat, text, prompt_tokens, max_tokens)
+    body = response_body(app, chat, text, prompt_tokens, max_tokens)
+    # vLLM leaves the figures out for n > 1 (`completion/serving.py:620-634` in 0.29.0)
+    single = (request.get("n") or 1) == 1
+    if app.per_request_metrics != "none" and app.engine.drafting is not None and single:
+        metrics: dict[str, Any] = dict.fromkeys(PER_REQUEST_TIMING)
+        metrics["speculative_decoding"] = drafts.to_dict(app.per_request_metrics)
+        body["metrics"] = metrics
+    return body
 
 
 def response_body(app: App, chat: bool, text: str, prompt_tokens: int, tokens: int) -> dict:
@@ -870,7 +971,7 @@ class Handler(BaseHTTPRequestHandler):
             request = json.loads(body)
             if not isinstance(request, dict):
                 raise RequestError("the request body must be a JSON object")
-            answer = completion_body(self.server.app, request, routes[self.path])
+            answer = completion_body(self.server.app, request, routes[self.path], self._gone)
             if self.server.app.faults.fail_completions:
                 raise RequestError("lab fault: fail_completions", "InternalServerError", 500)
             self._send_json(200, answer)
@@ -878,6 +979,16 @@ class Handler(BaseHTTPRequestHandler):
             self._send_json(400, error_body(f"invalid JSON: {error}", "BadRequestError", 400))
         except RequestError as error:
             self._send_json(error.code, error.body)
+        except ClientGone:
+            self.close_connection = True  # nothing to answer: the client left
+
+    def _gone(self) -> bool:
+        """The client closed its side: readable with nothing to read."""
+        try:
+            readable, _, _ = select.select([self.connection], [], [], 0)
+            return bool(readable) and self.connection.recv(1, socket.MSG_PEEK) == b""
+        except OSError:
+            return True
 
     def _send_json(self, status: int, body: dict) -> None:
         self._send(status, json.dumps(body).encode(), "application/json")
@@ -915,6 +1026,10 @@ class LabHTTPServer(ThreadingHTTPServer):
 
     allow_reuse_address = True
     daemon_threads = True
+    request_queue_size = 2048
+    """uvicorn's default backlog (`uvicorn/config.py:232` in 0.55.0), which vLLM listens with
+    (`entrypoints/launchers/launcher.py:92` in 0.32.0): a gate opening its phases' requests
+    at once is never dropped by a five-deep queue."""
     app: App
 
 
@@ -969,6 +1084,10 @@ def build_app(
         defaults,
         api_tokens=api_tokens(args),
         fingerprint=system_fingerprint(claimed, args),
+        # a server that is not drafting reports no per-request figures either
+        per_request_metrics="none"
+        if faults.drop_spec_decode
+        else getattr(args, "per_request_spec_decode_metrics", "none"),
     )
 
 

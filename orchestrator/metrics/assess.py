@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from orchestrator.metrics.evaluate import Measurement, combine
-from orchestrator.metrics.stats import Batch, Interval, batch_means_interval
+from orchestrator.metrics.stats import MERGED_INTERVALS, Batch, Interval, batch_means_interval
 
 VerdictOutcome = Literal["pass", "fail", "inconclusive"]
 
@@ -102,7 +102,12 @@ class _Check:
         return f"{value} ({bounds}) against required {self.required:.2f}"
 
 
-def assess(batches: Sequence[Measurement], criteria: GateCriteria) -> Verdict:
+def assess(
+    batches: Sequence[Measurement],
+    criteria: GateCriteria,
+    confidence: float | None = None,
+    merged: Sequence[int] = MERGED_INTERVALS,
+) -> Verdict:
     """Judge consecutive per-scrape-interval measurements against the criteria.
 
     Each interval is one batch, so the bounds are batch-means bounds (see
@@ -112,14 +117,17 @@ def assess(batches: Sequence[Measurement], criteria: GateCriteria) -> Verdict:
     both only once `min_drafts` drafts were seen. The bounds are two-sided at
     `criteria.confidence` for each look; a gate that looks after every scrape
     errs somewhat more often than one look would, which min_drafts and the
-    conservative variance keep small.
+    conservative variance keep small. A caller that spends its error over several
+    looks (`metrics/requests.py`) gives each look's own `confidence`, and `merged=(1,)`
+    when its batches are independent requests.
     """
+    confidence = confidence or criteria.confidence
     total = combine(batches)
     if total.mean_acceptance_length is None:
         return _verdict("inconclusive", total, None, "not enough evidence yet: no drafts measured")
-    checks = _checks(batches, criteria)
+    checks = _checks(batches, criteria, confidence, merged)
     length = checks[0].interval
-    level = f"{criteria.confidence * 100:g}%"
+    level = f"{confidence * 100:g}%"
     over = f"over {total.drafts} drafts"
     if total.drafts < criteria.min_drafts:
         reason = (
@@ -233,12 +241,21 @@ def explain(verdict: Verdict, causes: FailureCauses) -> str | None:
 
 
 def explain_context(short: Verdict, long: Verdict, window: int | None) -> str | None:
-    """The cause when short contexts pass and long ones fail: the drafter's attention span."""
-    if short.outcome != "pass" or long.outcome != "fail" or long.mean_acceptance_length is None:
+    """The cause when short contexts pass and long ones fail: the drafter's attention span.
+
+    A short phase stopped undecided by the long one's failure (phases run at once)
+    counts when its mean is above the long phase's upper bound."""
+    if long.outcome != "fail" or long.mean_acceptance_length is None:
         return None
+    if short.mean_acceptance_length is None or short.outcome == "fail":
+        return None
+    ceiling = long.upper if long.upper is not None else long.mean_acceptance_length
+    if short.outcome != "pass" and short.mean_acceptance_length <= ceiling:
+        return None
+    held = "pass" if short.outcome == "pass" else "hold up, undecided when stopped"
     curve = ", ".join(f"{share:.2f}" for share in long.per_position_acceptance[:CURVE_SHOWN])
     figures = (
-        f"short contexts pass (mean acceptance length {short.mean_acceptance_length:.2f}) and"
+        f"short contexts {held} (mean acceptance length {short.mean_acceptance_length:.2f}) and"
         f" long ones collapse (mean acceptance length {long.mean_acceptance_length:.2f},"
         f" per-position {curve}, ...)"
     )
@@ -256,7 +273,12 @@ def explain_context(short: Verdict, long: Verdict, window: int | None) -> str | 
     )
 
 
-def _checks(batches: Sequence[Measurement], criteria: GateCriteria) -> list[_Check]:
+def _checks(
+    batches: Sequence[Measurement],
+    criteria: GateCriteria,
+    confidence: float,
+    merged: Sequence[int],
+) -> list[_Check]:
     """The mean-length check first, then position 1 when it has a minimum."""
     measured = [m for m in batches if m.drafts]
     lengths = [
@@ -266,7 +288,7 @@ def _checks(batches: Sequence[Measurement], criteria: GateCriteria) -> list[_Che
     checks = [
         _Check(
             "mean acceptance length",
-            batch_means_interval(lengths, criteria.confidence),
+            batch_means_interval(lengths, confidence, merged),
             criteria.min_mean_acceptance_length,
         )
     ]
@@ -276,7 +298,7 @@ def _checks(batches: Sequence[Measurement], criteria: GateCriteria) -> list[_Che
         checks.append(
             _Check(
                 "position-1 acceptance",
-                batch_means_interval(firsts, criteria.confidence),
+                batch_means_interval(firsts, confidence, merged),
                 criteria.min_position1_acceptance,
             )
         )

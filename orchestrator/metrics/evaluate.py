@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import cached_property
 from itertools import accumulate, pairwise, zip_longest
 
 from orchestrator.metrics.scrape import MetricsFormatError, SpecDecodeCounters, contradictions
@@ -23,17 +24,18 @@ class Measurement:
     """Drafts in one window, by how many tokens each accepted.
 
     accepted_length_counts[j] is the number of drafts that accepted exactly j
-    tokens, for j = 0..k. Rates are None when the window holds no drafts.
+    tokens, for j = 0..k. Rates are None when the window holds no drafts. Sums are
+    kept once computed: the gate reads them at every look.
     """
 
     accepted_length_counts: tuple[int, ...]
     draft_tokens: int
 
-    @property
+    @cached_property
     def drafts(self) -> int:
         return sum(self.accepted_length_counts)
 
-    @property
+    @cached_property
     def accepted(self) -> int:
         return sum(length * count for length, count in enumerate(self.accepted_length_counts))
 
@@ -42,7 +44,7 @@ class Measurement:
         """Tokens gained per draft, the target's bonus token included (vLLM's convention)."""
         return 1 + self.accepted / self.drafts if self.drafts else None
 
-    @property
+    @cached_property
     def accepted_length_variance(self) -> float | None:
         """Variance of the accepted tokens per draft across the window's drafts."""
         if not self.drafts:

@@ -55,7 +55,9 @@ def student_t_quantile(p: float, dof: int) -> float:
     return z + g1 / dof + g2 / dof**2 + g3 / dof**3 + g4 / dof**4
 
 
-def batch_means_interval(batches: Sequence[Batch], confidence: float) -> Interval:
+def batch_means_interval(
+    batches: Sequence[Batch], confidence: float, merged: Sequence[int] = MERGED_INTERVALS
+) -> Interval:
     """Mean over all drafts with a conservative two-sided `confidence` interval.
 
     Batch means weighted by batch size (the ratio estimator's cluster-robust
@@ -68,7 +70,8 @@ def batch_means_interval(batches: Sequence[Batch], confidence: float) -> Interva
     of freedom for B batches, so few batches give wide bounds. Scrape no more
     often than every half probe request: shorter intervals let neighbouring
     batches share requests and make the bound too narrow. Empty batches are
-    ignored; one batch gives no bounds.
+    ignored; one batch gives no bounds. Batches known to be independent (one per
+    request, see `metrics/requests.py`) need no merging: `merged=(1,)`.
     """
     used = [batch for batch in batches if batch.size > 0]
     if not used:
@@ -78,7 +81,7 @@ def batch_means_interval(batches: Sequence[Batch], confidence: float) -> Interva
         return Interval(mean, None, None)
     half_width = max(
         _half_width([_pooled(used[i : i + size]) for i in range(0, len(used), size)], confidence)
-        for size in MERGED_INTERVALS
+        for size in merged
         if size == 1 or len(used) >= 2 * size + 1
     )
     return Interval(mean, mean - half_width, mean + half_width)

@@ -55,7 +55,9 @@ class _Step:
 
 class StepView:
     """Per-container current step, on stderr: a live table on a terminal; elsewhere
-    one line per step and, during a long wait, a heartbeat line every few seconds."""
+    one line per step and, during a long wait, a heartbeat line every few seconds.
+    The gate's detail is its figures so far, a line a phase (drafts, mean, bound,
+    required): rows of the table's last-seen cell, one line in a heartbeat."""
 
     def __init__(self, names: list[str], enabled: bool = True) -> None:
         self.out = console(stderr=True)
@@ -72,7 +74,7 @@ class StepView:
         table.add_column("CONTAINER", no_wrap=True)
         table.add_column("STEP")
         table.add_column("FOR", justify="right")
-        table.add_column("LAST SEEN", no_wrap=True, overflow="ellipsis", max_width=60)
+        table.add_column("LAST SEEN", no_wrap=True, overflow="ellipsis", max_width=90)
         for name, step in self.steps.items():
             since = f"{time.monotonic() - step.since:5.1f}s"
             table.add_row(text(name), text(step.step), since, text(step.detail))
@@ -95,7 +97,8 @@ class StepView:
                 self._say(now, f"{name}: {step}")
                 current.said = now
             elif self.enabled and now - current.said >= HEARTBEAT_SECONDS:
-                seen = f"; {current.detail}" if current.detail else ""
+                # a detail of several lines (the gate's phases) is one line in a pipe
+                seen = "; " + current.detail.replace("\n", "; ") if current.detail else ""
                 self._say(now, f"{name}: {step}, {now - current.since:.0f} s so far{seen}")
                 current.said = now
 

@@ -10,6 +10,7 @@ from rich.console import Console, Group, RenderableType
 from rich.text import Text
 
 from orchestrator.drafters.findings import Finding
+from orchestrator.gate import SOURCES
 from orchestrator.probes.sampling import describe
 from orchestrator.report.screen import (
     Cell,
@@ -72,6 +73,8 @@ def print_run(doc: dict[str, Any], stderr: bool = False) -> None:
                     out.print(text(target["name"], "bold") + text(line), highlight=False)
                 if gate.get("sampling"):
                     out.print(text(f"  probed at {describe(gate['sampling'])}"), highlight=False)
+                if gate.get("source"):
+                    out.print(text(f"  figures from {source_words(gate)}"), highlight=False)
                 if gate.get("explanation"):
                     out.print(text(f"  why: {gate['explanation']}"), highlight=False)
                 out.print(acceptance_bars(gate.get("per_position_acceptance") or []))
@@ -112,6 +115,12 @@ def attempted(target: dict[str, Any]) -> str | None:
     interrupted, failed); empty where it is."""
     tried = target.get("release")
     return tried if tried != standing_on(target) and target.get("result") != "dry_run" else None
+
+
+def source_words(gate: dict[str, Any]) -> str:
+    """Where a gate's figures came from, and why when not where the playbook asked."""
+    words = SOURCES.get(gate["source"], gate["source"])
+    return f"{words} ({gate['source_note']})" if gate.get("source_note") else words
 
 
 def gate_lines(label: str, gate: dict[str, Any]) -> list[str]:

@@ -17,6 +17,7 @@ from typing import Any
 from orchestrator import runlog
 from orchestrator.errors import InputError
 from orchestrator.history import History
+from orchestrator.report.run import source_words
 from orchestrator.report.screen import printable
 
 BAR_WIDTH = 30
@@ -95,6 +96,8 @@ def _gate_section(title: str, gate: dict[str, Any]) -> Section:
             else "not recorded (a run from before the thresholds were kept)",
         ),
     ]
+    if gate.get("source"):
+        section.facts.append(("figures from", source_words(gate)))
     if gate.get("explanation"):
         section.facts.append(("likely cause", str(gate["explanation"])))
     phases = gate.get("by_context") or []

@@ -133,6 +133,7 @@ def judge_server(
             )
         )
     findings += _environment_findings(found, launch)
+    findings += _flag_findings(found, launch, table)
     if launch.method is None:
         return findings
     return findings + _method_findings(found, launch, drafter or {}, target or {}, table)
@@ -174,6 +175,27 @@ def _environment_findings(found: Capabilities, launch: Launch) -> list[Finding]:
             )
         )
     return findings
+
+
+PER_REQUEST_FLAG = "--per-request-spec-decode-metrics"
+
+
+def _flag_findings(found: Capabilities, launch: Launch, table: Table) -> list[Finding]:
+    """The per-request figures the gate reads, on a release without their flag."""
+    if PER_REQUEST_FLAG not in launch.argv or found.row.per_request_spec_decode_metrics:
+        return []
+    first = first_release_where(lambda r: r.per_request_spec_decode_metrics, found.version, table)
+    return [
+        Finding.error(
+            "gate.acceptance_source",
+            f"vLLM {found.version} has no {PER_REQUEST_FLAG} "
+            f"({found.row.sources.get('per_request_spec_decode_metrics', '')}; first in "
+            f"{first}): the server refuses the launch; set gate.acceptance_source: counters "
+            f"(the gate then reads /metrics counter deltas), or upgrade to >= {first}",
+            expected=f">= {first}",
+            actual=str(found.version),
+        )
+    ]
 
 
 def _method_findings(

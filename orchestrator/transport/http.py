@@ -9,9 +9,12 @@ that answers one byte every few seconds cannot hold a request longer.
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import io
 import json
+import socket
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +33,50 @@ class HttpResponse:
 
     def json(self) -> Any:
         return json.loads(self.body)
+
+
+class InFlight:
+    """The streams of requests under way, so that another thread can end them at once.
+
+    Closing a stream ends its request here and at the server: vLLM cancels a
+    request whose client went away (`with_cancellation` on the completion and
+    chat routes, `entrypoints/serve/utils/api_utils.py:51-93` in 0.32.0), so no
+    engine time goes to an answer nobody reads.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._streams: set[Stream] = set()
+        self.closed = False
+
+    def add(self, stream: Stream) -> None:
+        """Tracks a new stream; one opened after `close` is closed at once."""
+        with self._lock:
+            if not self.closed:
+                self._streams.add(stream)
+                return
+        _end(stream)
+
+    def discard(self, stream: Stream) -> None:
+        with self._lock:
+            self._streams.discard(stream)
+
+    def close(self) -> None:
+        """Ends every request under way and every one started from now on."""
+        with self._lock:
+            self.closed, streams = True, list(self._streams)
+            self._streams.clear()
+        for stream in streams:
+            _end(stream)
+
+
+def _end(stream: Stream) -> None:
+    """Closed from another thread: a channel wakes its reader on close; a socket's reader
+    blocked in recv wakes only on shutdown (the peer sees its end either way)."""
+    if isinstance(stream, socket.socket):
+        with contextlib.suppress(OSError):
+            stream.shutdown(socket.SHUT_RDWR)
+    stream.close()
 
 
 class _DeadlineReader(io.RawIOBase):
@@ -86,11 +133,15 @@ def request(
     payload: Any = None,
     timeout: float = 30.0,
     headers: dict[str, str] | None = None,
+    in_flight: InFlight | None = None,
 ) -> HttpResponse:
     """One request on a fresh stream, done within `timeout` seconds in all;
-    connection refusal raises ServiceUnavailable."""
+    connection refusal raises ServiceUnavailable. With `in_flight`, closing it
+    ends the request (a TransportError)."""
     deadline = Deadline.after(timeout)
     stream = transport.open_stream(address, port, timeout)
+    if in_flight is not None:
+        in_flight.add(stream)
     connection = _StreamConnection(stream, address, port, deadline)
     body = None if payload is None else json.dumps(payload).encode()
     headers = {**({"Content-Type": "application/json"} if body else {}), **(headers or {})}
@@ -108,6 +159,8 @@ def request(
     finally:
         connection.close()
         stream.close()
+        if in_flight is not None:
+            in_flight.discard(stream)
     return HttpResponse(response.status, content)
 
 

@@ -7,9 +7,10 @@ own, with the tiny models the lab made. Observed on both, and required to be equ
 /health from process start to ready and after the engine dies, the spec-decode
 metric families (names, labels, `_created` series) and the per-position counters
 summing to the accepted total, the shapes of /v1/completions and
-/v1/chat/completions responses (usage included), `vllm --version`, and the exit
-code and error line of each bad launch (every field of the responses, None ones
-included, as vLLM's `model_dump()` gives them).
+/v1/chat/completions responses (usage included) and of their per-request figures
+(`metrics.speculative_decoding`), `vllm --version`, and the exit code and error line
+of each bad launch (every field of the responses, None ones included, as vLLM's
+`model_dump()` gives them).
 
 One fact of the CPU build is shown on the real server alone: without Triton it runs
 vLLM's V1 model runner, which refuses a DFlash drafter mixing sliding and full layers.
@@ -227,8 +228,9 @@ def error_line(output: str, *roots: Path) -> str:
 def observe_server(
     kind: Kind, tmp: Path, engine_death: Callable[[Server], None], env: dict[str, str]
 ) -> dict:
-    """Launch a self-drafting server and observe it from start to its engine's death."""
-    args = kind.serve_args(kind.self_draft())
+    """Launch a self-drafting server (with per-request figures, as orch launches it) and
+    observe it from start to its engine's death."""
+    args = [*kind.serve_args(kind.self_draft()), "--per-request-spec-decode-metrics", "summary"]
     server = kind.launch(args, tmp / f"{kind.name}-serve.log", env)
     observed: dict = {}
     try:
@@ -440,6 +442,28 @@ def test_response_shapes(served: dict[str, dict], endpoint: str) -> None:
     real = shape(served["real"][endpoint])
     assert "usage" in real
     assert shape(served["standin"][endpoint]) == real
+
+
+@pytest.mark.parametrize("endpoint", ["completion", "chat"])
+def test_per_request_figures_have_the_real_servers_shape(
+    served: dict[str, dict], endpoint: str
+) -> None:
+    """`--per-request-spec-decode-metrics summary`: each response's own drafts under
+    `metrics.speculative_decoding`, the timing fields and the per-step arrays null."""
+    real = served["real"][endpoint]["metrics"]
+    figures = real["speculative_decoding"]
+    assert figures["num_spec_tokens"] == K
+    assert len(figures["acceptance_histogram"]) == K + 1
+    assert (figures["per_step_accepted"], figures["per_step_drafted"]) == (None, None)
+    assert real["time_to_first_token_ms"] is None
+    standin = served["standin"][endpoint]["metrics"]
+    assert shape(standin) == shape(real)
+    assert standin["speculative_decoding"]["num_spec_tokens"] == K
+    for observed in (figures, standin["speculative_decoding"]):
+        histogram = observed["acceptance_histogram"]
+        assert observed["num_spec_steps"] == sum(histogram)
+        accepted = sum(j * n for j, n in enumerate(histogram))
+        assert observed["num_accepted_draft_tokens"] == accepted
 
 
 CASES = [

@@ -68,6 +68,8 @@ def test_dripping_metrics_ends_the_gate_at_its_time_budget(lab: LabHandle) -> No
         "gate.ready_timeout=30",
         "--set",
         "gate.time_budget=8",
+        "--set",
+        "gate.acceptance_source=counters",  # per-request figures never read /metrics
         *faulty({"drip_metrics_seconds": 1}),
     )
     assert code == 1, entry["error"]

@@ -18,6 +18,8 @@ V2_ERROR = (
 )
 RUNNER_OFF = 'server.env={VLLM_USE_V2_MODEL_RUNNER: "0"}'
 """V1 forced: 0.26 - 0.28 refuse a mixed drafter there (unset, they pick V2 themselves)."""
+COUNTERS = ("--set", "gate.acceptance_source=counters")
+"""Releases before 0.29.0 have no per-request figures: the gate reads counters."""
 
 
 def releases(lab: LabHandle, name: str) -> set[str]:
@@ -28,7 +30,19 @@ def releases(lab: LabHandle, name: str) -> set[str]:
 def test_on_vllm_0_27_the_runner_variable_is_checked_before_the_restart(lab: LabHandle) -> None:
     """0.26 - 0.28 choose the V2 runner by themselves for a mixed drafter; `0` forces V1,
     which refuses it (vllm/config/vllm.py:599, qwen3_dflash.py:125 in 0.27.0)."""
-    code, first = deploy(lab)
+    # Per-request figures (the default) need a flag 0.27 lacks: preflight says what to set.
+    code, refused = deploy(lab, "--limit", "ct200")
+    assert code == 1, refused
+    [finding] = [f for f in target(refused, "ct200")["findings"] if f["severity"] == "error"]
+    assert finding["field"] == "gate.acceptance_source"
+    assert finding["message"].startswith(
+        "vLLM 0.27.1 has no --per-request-spec-decode-metrics (vllm/config/observability.py "
+        "(absent) in 0.27.0; first in 0.29.0): the server refuses the launch; set "
+        "gate.acceptance_source: counters"
+    )
+    assert not (lab.deployment_dir("ct200") / "releases").exists()
+
+    code, first = deploy(lab, *COUNTERS)
     assert code == 0, first
     for name in ("ct200", "ct201"):
         entry = target(first, name)
@@ -39,7 +53,7 @@ def test_on_vllm_0_27_the_runner_variable_is_checked_before_the_restart(lab: Lab
     pid = serving_pid(lab, "ct200")
 
     # With the V1 runner forced preflight stops it: nothing written, nothing restarted.
-    code, refused = deploy(lab, "--limit", "ct200", "--set", RUNNER_OFF)
+    code, refused = deploy(lab, "--limit", "ct200", "--set", RUNNER_OFF, *COUNTERS)
     assert code == 1
     entry = target(refused, "ct200")
     assert entry["result"] == "failed" and "preflight" in entry["error"]
@@ -62,6 +76,7 @@ def test_on_vllm_0_27_the_runner_variable_is_checked_before_the_restart(lab: Lab
         "--force",
         "--set",
         RUNNER_OFF,
+        *COUNTERS,
         *FAST,
     )
     assert forced.code == 1, forced.stdout + forced.stderr
@@ -76,7 +91,7 @@ def test_on_vllm_0_27_the_runner_variable_is_checked_before_the_restart(lab: Lab
 
 @pytest.mark.parametrize("lab", [{"vllm_version": "0.19.1"}], indirect=True)
 def test_on_vllm_0_19_preflight_names_the_version_and_the_upgrade(lab: LabHandle) -> None:
-    code, refused = deploy(lab, "--limit", "ct201")
+    code, refused = deploy(lab, "--limit", "ct201", *COUNTERS)
     assert code == 1, refused
     entry = target(refused, "ct201")
     assert entry["result"] == "failed" and "preflight" in entry["error"]

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import http.client
+import json
+import re
 import socket
 import subprocess
+import threading
 from collections.abc import Iterator, Sequence
 
 import pytest
@@ -17,6 +21,7 @@ from test_lab_standins import (
     stop_by_pid,
     target_dir,
     wait_ready,
+    wait_until,
 )
 
 from orchestrator.drafters.kinds import get_kind
@@ -51,47 +56,63 @@ class LoopbackTransport:
         return socket.create_connection((address, port), timeout)
 
 
+PER_REQUEST = ("--per-request-spec-decode-metrics", "summary")
+
+
 @pytest.fixture(scope="module")
 def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, int | str]]:
-    """The published drafter on a healthy server and on one that runs sliding layers fully."""
+    """The published drafter on a healthy server and on one that runs sliding layers fully,
+    each with and without per-request figures (`_pr`)."""
     container = build_container(tmp_path_factory.mktemp("gate"))
     drafter = deploy_drafter(container, "r1", PUBLISHED, DRAFTER_NAME)
     started: list[subprocess.Popen] = []
+    memory = ("--gpu-memory-utilization", "0.1")
+    swa_full = {"swa_as_full_attention": True}
     try:
-        healthy = start_vllm(started, container, "--gpu-memory-utilization", "0.1", drafter=drafter)
-        swa_full = start_vllm(
-            started,
-            container,
-            "--gpu-memory-utilization",
-            "0.1",
-            drafter=drafter,
-            faults={"swa_as_full_attention": True},
-        )
-        for server in (healthy, swa_full):
+        running = {
+            "healthy": start_vllm(started, container, *memory, drafter=drafter),
+            "swa_full": start_vllm(started, container, *memory, drafter=drafter, faults=swa_full),
+            "healthy_pr": start_vllm(started, container, *memory, *PER_REQUEST, drafter=drafter),
+            "swa_full_pr": start_vllm(
+                started, container, *memory, *PER_REQUEST, drafter=drafter, faults=swa_full
+            ),
+        }
+        for server in running.values():
             wait_ready(server)
-        model = str(target_dir(container))
-        yield {"healthy": healthy.port, "swa_full": swa_full.port, "model": model}
+        yield {
+            **{name: server.port for name, server in running.items()},
+            "model": str(target_dir(container)),
+        }
     finally:
         for process in started:
             stop_by_pid(process)
+
+
+SOURCES = {"counters": "", "per_request": "_pr"}
+"""Each source and the servers that serve it."""
 
 
 def buckets() -> list[ContextBucket]:
     return context_buckets(load_prompts("builtin"), load_passages(), PUBLISHED, 32768, 128)
 
 
-def gate(**probe: object) -> Gate:
+def gate(source: str = "counters", **probe: object) -> Gate:
     settings = {
         "max_tokens": 128,
         "scrape_interval": 0.25,
         "chat_template_kwargs": {"enable_thinking": False},
         **probe,
     }
-    return Gate(min_drafts=300, time_budget=60, probe=Probe.model_validate(settings))
+    return Gate(
+        min_drafts=300,
+        time_budget=60,
+        acceptance_source=source,
+        probe=Probe.model_validate(settings),
+    )
 
 
 def probe_gate(servers: dict, name: str, the_gate: Gate) -> GateReport:
-    port = servers[name]
+    port = servers[name + SOURCES[the_gate.acceptance_source]]
     return run_gate(
         LoopbackTransport(), "127.0.0.1", port, servers["model"], the_gate, buckets(), CAUSES
     )
@@ -101,11 +122,14 @@ def drafts_counted(port: int) -> float:
     return samples(port)[("vllm:spec_decode_num_drafts_total", "")]
 
 
-def test_every_bucket_and_endpoint_is_its_own_phase(servers: dict) -> None:
-    before = drafts_counted(servers["healthy"])
-    report = probe_gate(servers, "healthy", gate())
+@pytest.mark.parametrize("source", SOURCES)
+def test_every_bucket_and_endpoint_is_its_own_phase(servers: dict, source: str) -> None:
+    port = servers["healthy" + SOURCES[source]]
+    before = drafts_counted(port)
+    report = probe_gate(servers, "healthy", gate(source))
     assert report.verdict.outcome == "pass", report.verdict.reason
     document = report.to_dict()
+    assert (document["source"], document["source_note"]) == (source, None)
     phases = document["by_context"]
     assert [(p["context"], p["endpoint"], p["chat_template_kwargs"]) for p in phases] == [
         ("short", "/v1/completions", None),
@@ -114,35 +138,61 @@ def test_every_bucket_and_endpoint_is_its_own_phase(servers: dict) -> None:
         ("long", "/v1/chat/completions", {"enable_thinking": False}),
     ]
     for phase in phases:
-        assert phase["verdict"] == "pass"
+        assert (phase["verdict"], phase["source"]) == ("pass", source)
         assert phase["drafts"] >= 300
         assert 3.5 <= phase["mean_acceptance_length"] <= 5
         low, high = phase["prompt_tokens_seen"]
         assert phase["min_tokens"] <= low <= high
         assert phase["max_tokens"] is None or high <= phase["max_tokens"]
     assert [p["min_tokens"] for p in phases] == [0, 0, 2048, 2048]
-    # Each phase counts its own deltas: together never more than the server counted.
+    # Each phase counts its own drafts: together never more than the server counted.
     assert sum(p["drafts"] for p in phases) == document["drafts"]
-    assert document["drafts"] <= drafts_counted(servers["healthy"]) - before
+    assert document["drafts"] <= drafts_counted(port) - before
     assert document["advice"]["num_speculative_tokens"] == 15
     assert document["advice"]["text"] == report.advice.text if report.advice else False
     assert "every phase passed" in document["reason"]
 
 
+def test_a_server_without_per_request_figures_is_judged_by_counters(servers: dict) -> None:
+    without = servers["healthy"]  # started without --per-request-spec-decode-metrics
+    report = run_gate(
+        LoopbackTransport(),
+        "127.0.0.1",
+        without,
+        servers["model"],
+        gate("per_request"),
+        buckets(),
+        CAUSES,
+    )
+    assert report.verdict.outcome == "pass"
+    assert report.source == "counters"
+    assert report.note is not None
+    assert report.note.startswith(
+        "the server's responses carry no per-request figures (the response has no "
+        "metrics.speculative_decoding): its launch lacks --per-request-spec-decode-metrics"
+    )
+    assert [p.source for p in report.phases] == ["counters"] * 4
+
+
+@pytest.mark.parametrize("source", SOURCES)
 def test_long_contexts_collapse_when_sliding_layers_run_as_full_attention(
-    servers: dict,
+    servers: dict, source: str
 ) -> None:
-    report = probe_gate(servers, "swa_full", gate())
+    report = probe_gate(servers, "swa_full", gate(source))
     assert report.verdict.outcome == "fail"
     phases = {(p.bucket.name, p.endpoint.name): p for p in report.phases}
-    assert [p.verdict.outcome for p in report.phases] == ["pass", "pass", "fail"], [
-        p.verdict.reason for p in report.phases
-    ]
-    short, long = phases["short", "completions"].verdict, phases["long", "completions"].verdict
+    outcomes = [p.verdict.outcome for p in report.phases]
+    if source == "counters":  # one after another, up to the first failure
+        assert outcomes == ["pass", "pass", "fail"], [p.verdict.reason for p in report.phases]
+    else:  # all at once: the first failure stops the others
+        assert len(outcomes) == 4 and "fail" in outcomes[2:], outcomes
+        assert "pass" not in outcomes[2:]
+    failed = next(p for p in report.phases if p.verdict.outcome == "fail")
+    short, long = phases["short", failed.endpoint.name].verdict, failed.verdict
     assert short.per_position_acceptance[4] > 0.2
-    # Not one short-context draft in the long phase's deltas: nothing past position 4.
+    # Not one short-context draft in the long phase's figures: nothing past position 4.
     assert not any(long.per_position_acceptance[4:])
-    assert report.verdict == _with_label_reason(long, report.phases[-1].label)
+    assert report.verdict == _with_label_reason(long, failed.label)
     assert report.explanation is not None
     assert "past the drafter's 2048-token sliding window" in report.explanation
     assert "full attention" in report.explanation
@@ -161,8 +211,9 @@ def _with_label_reason(verdict: Verdict, label: str) -> Verdict:
     )
 
 
-def test_each_phase_has_the_request_budget(servers: dict) -> None:
-    the_gate = gate(max_requests=6, endpoints=["chat"])
+@pytest.mark.parametrize("source", SOURCES)
+def test_each_phase_has_the_request_budget(servers: dict, source: str) -> None:
+    the_gate = gate(source, max_requests=6, endpoints=["chat"])
     the_gate = the_gate.model_copy(update={"min_drafts": 10**9})
     report = probe_gate(servers, "healthy", the_gate)
     assert report.verdict.outcome == "inconclusive"
@@ -171,13 +222,62 @@ def test_each_phase_has_the_request_budget(servers: dict) -> None:
     assert report.verdict.reason.startswith("short context (0..2047 tokens) via /v1/chat")
 
 
-def test_time_budget_is_split_between_phases(servers: dict) -> None:
+def test_counter_phases_split_the_time_budget(servers: dict) -> None:
     the_gate = gate(endpoints=["completions"]).model_copy(
         update={"min_drafts": 10**9, "time_budget": 0.6}
     )
     report = probe_gate(servers, "healthy", the_gate)
     assert len(report.phases) == 2
     assert "0.3 s spent before the gate decided" in report.phases[0].verdict.reason
+
+
+def test_per_request_phases_share_the_whole_time_budget(servers: dict) -> None:
+    the_gate = gate("per_request", endpoints=["completions"]).model_copy(
+        update={"min_drafts": 10**9, "time_budget": 0.6}
+    )
+    report = probe_gate(servers, "healthy", the_gate)
+    assert [p.source for p in report.phases] == ["per_request"] * 2
+    for phase in report.phases:
+        assert "0.6 s spent before the gate decided" in phase.verdict.reason
+
+
+def test_a_decided_phase_cancels_its_requests_and_the_server_aborts_them(servers: dict) -> None:
+    """Long answers (2000 tokens, about half a second each here): the requests in flight at
+    the verdict are cut off, so the server generates far fewer tokens than they asked for."""
+    port = servers["healthy_pr"]
+    tokens = ("vllm:generation_tokens_total", "")
+    before = samples(port)[tokens]
+    the_gate = gate("per_request", endpoints=["completions"], max_tokens=2000)
+    report = probe_gate(servers, "healthy", the_gate.model_copy(update={"min_drafts": 100}))
+    assert report.verdict.outcome == "pass", report.verdict.reason
+    cancelled = sum(p.cancelled for p in report.phases)
+    assert cancelled > 0
+    answered = report.requests - cancelled
+    running = ("vllm:num_requests_running", "")
+    wait_until(lambda: samples(port)[running] == 0)
+    generated = samples(port)[tokens] - before
+    assert generated < (answered + cancelled / 2) * 2000
+
+
+def test_a_phase_shows_its_figures_as_they_come(servers: dict) -> None:
+    heard: list[str] = []
+    port = servers["healthy_pr"]
+    run_gate(
+        LoopbackTransport(),
+        "127.0.0.1",
+        port,
+        servers["model"],
+        gate("per_request", endpoints=["chat"]),
+        buckets(),
+        CAUSES,
+        tick=heard.append,
+    )
+    first, last = heard[0].splitlines(), heard[-1].splitlines()
+    assert [line.split(":")[0] for line in first] == ["short chat", "long chat"]
+    assert re.fullmatch(
+        r"short chat: \d+ drafts, mean \d\.\d\d, lower bound \d\.\d\d, required 2\.50 passed",
+        last[0],
+    ), last
 
 
 # --- pure: phases to one verdict and explanation ---------------------------------------------
@@ -268,6 +368,8 @@ def test_by_context_json_names_bucket_endpoint_and_template_settings() -> None:
         "note": "the drafter's sliding window is 2048 tokens",
         "requests": 0,
         "request_errors": 0,
+        "cancelled_requests": 0,
+        "source": "counters",
         "seconds": 0.0,
     }
 
@@ -281,3 +383,75 @@ def test_prompts_the_server_counted_outside_the_bucket_are_noted() -> None:
     )
     counted.prompt_tokens = (2100, 2300)
     assert counted.to_dict()["note"] == "the drafter's sliding window is 2048 tokens"
+
+
+class NoisyClient:
+    """Another client on the same server: `streams` requests at a time at a temperature where
+    drafts are rarely kept, until stopped (a refused or broken request is tried again)."""
+
+    def __init__(
+        self, address: str, port: int, model: str, streams: int, temperature: float
+    ) -> None:
+        self.address, self.port = address, port
+        self.body = json.dumps(
+            {"model": model, "prompt": "x " * 50, "max_tokens": 64, "temperature": temperature}
+        )
+        self.stop = threading.Event()
+        self.lock = threading.Lock()
+        self.answered = 0
+        self.threads = [threading.Thread(target=self._loop, daemon=True) for _ in range(streams)]
+
+    def _loop(self) -> None:
+        while not self.stop.is_set():
+            connection = http.client.HTTPConnection(self.address, self.port, timeout=60)
+            try:
+                connection.request(
+                    "POST", "/v1/completions", self.body, {"Content-Type": "application/json"}
+                )
+                answered = connection.getresponse().status == 200
+                with self.lock:
+                    self.answered += answered
+            except OSError:
+                self.stop.wait(0.2)
+            finally:
+                connection.close()
+
+    def __enter__(self) -> NoisyClient:
+        for thread in self.threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        for thread in self.threads:
+            thread.join()
+
+
+NOISE_TEMPERATURE = 10.0
+"""The lowest acceptance the stand-in's sampling model reaches (mean length about 1.6)."""
+
+
+def test_other_traffic_flips_a_counter_gate_and_not_a_per_request_one(servers: dict) -> None:
+    """Sixteen streams of someone else's poorly drafted requests on the server: its counters
+    mix them into every phase, the responses' own figures do not."""
+    port = servers["healthy_pr"]
+    noise = NoisyClient("127.0.0.1", port, servers["model"], 16, NOISE_TEMPERATURE)
+    judged = {}
+    with noise:
+        wait_until(lambda: noise.answered >= 16, timeout=60)  # under way before the gates
+        for source in SOURCES:
+            judged[source] = run_gate(
+                LoopbackTransport(),
+                "127.0.0.1",
+                port,
+                servers["model"],
+                gate(source, endpoints=["completions"]),
+                buckets(),
+                CAUSES,
+            )
+        assert all(thread.is_alive() for thread in noise.threads)  # and still, after them
+    per_request, counters = judged["per_request"], judged["counters"]
+    assert per_request.verdict.outcome == "pass", per_request.verdict.reason
+    assert per_request.verdict.mean_acceptance_length > 3.5
+    assert counters.verdict.outcome == "fail", counters.verdict.reason
+    assert counters.verdict.mean_acceptance_length < 2.5

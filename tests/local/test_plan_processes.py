@@ -75,6 +75,8 @@ def test_the_launch_script_runs_vllm_with_exactly_the_planned_arguments(tmp_path
         "8000",
         "--max-model-len",
         "32768",
+        "--per-request-spec-decode-metrics",
+        "summary",
         "--x=1 2",
         "--tensor-parallel-size",
         "2",

@@ -13,6 +13,8 @@ from test_cli_commands import Fleet
 
 from orchestrator import cli_commands
 from orchestrator.documents import Document
+from orchestrator.gate import GateReport
+from orchestrator.metrics.assess import GateCriteria, assess
 
 PAGE = Path(__file__).parents[2] / "docs" / "json.md"
 EXAMPLES = [json.loads(block) for block in re.findall(r"```json\n(.*?)```", PAGE.read_text(), re.S)]
@@ -46,3 +48,18 @@ def test_the_status_examples_have_the_fields_status_prints() -> None:
         assert set(example) == set(printed)
         for target in example["targets"]:
             assert set(target) == fields
+
+
+def test_the_gate_fields_the_examples_show_are_the_ones_a_gate_report_has() -> None:
+    printed = set(GateReport(assess([], GateCriteria(2.5))).to_dict())
+    shown = [
+        target["gate"]
+        for example in EXAMPLES
+        if example["kind"] == "DeployRun"
+        for target in example.get("targets") or []
+        if target.get("gate")
+    ]
+    assert shown
+    for gate in shown:
+        assert set(gate) - {"..."} <= printed
+    assert {"source", "source_note"} <= set(shown[0])

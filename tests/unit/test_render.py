@@ -63,6 +63,7 @@ def test_launch_script_quotes_every_value() -> None:
         "tensor_parallel_size": 2,
         "max_model_len": 4096,
         "attention_backend": None,
+        "per_request_metrics": True,
         "extra_args": ["--enforce-eager"],
         "secrets_file": "/r/it's $(x)/secrets.env",
         "secret_names": "VLLM_API_KEY",
@@ -77,6 +78,7 @@ def test_launch_script_quotes_every_value() -> None:
     assert spec == context["speculative_config"]
     assert argv[argv.index("--served-model-name") + 1] == "q;rm"
     assert "--attention-backend" not in argv and "--enforce-eager" in argv
+    assert argv[argv.index("--per-request-spec-decode-metrics") + 1] == "summary"
     assert "export HF_HOME='/x y'" in script
 
 

@@ -402,3 +402,44 @@ def test_verify_says_what_drifted_in_words(capsys: pytest.CaptureFixture) -> Non
     out = capsys.readouterr().out
     assert out.splitlines()[-1] == "no drift: each container holds what its run applied"
     assert "problems found" not in out
+
+
+def test_the_gates_figures_come_as_a_heartbeat_in_a_pipe(
+    capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Off a terminal a gate is not silent: each heartbeat has every phase's figures so far,
+    on one line (HEARTBEAT_SECONDS apart; zero here)."""
+    monkeypatch.setattr(live, "HEARTBEAT_SECONDS", 0.0)
+    view = live.StepView(["ct200"])
+    view("ct200", "gate")
+    figures = (
+        "short completions: 412 drafts, mean 4.18, lower bound 3.52, required 2.50 passed\n"
+        "long completions: 120 drafts, mean 4.02, required 2.50"
+    )
+    view("ct200", "gate", figures)
+    *_, heartbeat = capsys.readouterr().err.splitlines()
+    assert heartbeat.endswith(
+        "ct200: gate, 0 s so far; short completions: 412 drafts, mean 4.18, lower bound 3.52, "
+        "required 2.50 passed; long completions: 120 drafts, mean 4.02, required 2.50"
+    )
+
+
+@pytest.mark.parametrize(
+    ("source", "note", "said"),
+    [
+        ("per_request", None, "  figures from per-request figures (metrics.speculative_decoding)"),
+        (
+            "counters",
+            "the server's responses carry no per-request figures",
+            "  figures from /metrics counter deltas (the server's responses carry no "
+            "per-request figures)",
+        ),
+    ],
+)
+def test_a_gate_says_where_its_figures_came_from(
+    capsys: pytest.CaptureFixture, source: str, note: str | None, said: str
+) -> None:
+    target = DOCUMENT["targets"][0]  # type: ignore[index]
+    gate = {**target["gate"], "source": source, "source_note": note}
+    run_report.print_run({**DOCUMENT, "targets": [{**target, "gate": gate}]})
+    assert said in capsys.readouterr().out.splitlines()

@@ -321,3 +321,20 @@ def test_unknown_and_newer_versions_are_warnings_that_say_what_was_assumed() -> 
 def test_odd_configs_are_judged_without_a_traceback(drafter: dict) -> None:
     judge_server("0.19.1", PLAYBOOK_LAUNCH, drafter, {"architectures": "x"})
     judge_server("0.19.1", PLAYBOOK_LAUNCH, None, None)
+
+
+def test_per_request_figures_need_the_flag_from_0_29() -> None:
+    flagged = Launch(
+        {}, None, "dflash", argv=("serve", "/m", "--per-request-spec-decode-metrics", "summary")
+    )
+    for version in ("0.29.0", "0.32.0", "0.34.0"):
+        assert judge_server(version, flagged, DRAFTER, TARGET) == [], version
+    [finding] = judge_server("0.28.0", flagged, DRAFTER, TARGET)
+    assert (finding.severity, finding.field) == (Severity.ERROR, "gate.acceptance_source")
+    assert (finding.expected, finding.actual) == (">= 0.29.0", "0.28.0")
+    assert finding.message == (
+        "vLLM 0.28.0 has no --per-request-spec-decode-metrics (vllm/config/observability.py "
+        "(absent) in 0.28.0; first in 0.29.0): the server refuses the launch; set "
+        "gate.acceptance_source: counters (the gate then reads /metrics counter deltas), or "
+        "upgrade to >= 0.29.0"
+    )
