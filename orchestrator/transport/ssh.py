@@ -4,7 +4,8 @@ Lifecycle: created closed; the first `run` or `open_stream` connects (strict
 host-key checking); `close` ends it. Commands go over fresh exec channels of
 the same connection, at most `max_sessions` at once (the rest queue); TCP
 streams are direct-tcpip channels, which sshd does not count as sessions, so
-the control machine needs no route to the target's ports.
+the control machine needs no route to the target's ports. At most
+`MAX_STREAMS` of them are open at once (the rest wait within their own time).
 
 A `timeout` is the total time of a command. A lost connection is noticed
 within seconds, not at the end of it: keepalives keep traffic flowing, a
@@ -38,7 +39,7 @@ from orchestrator.errors import (
     Unreachable,
 )
 from orchestrator.transport import become
-from orchestrator.transport.base import Result
+from orchestrator.transport.base import Result, Stream
 from orchestrator.transport.hostkeys import (
     AcceptNewHostKey,
     RefuseUnknownHostKey,
@@ -54,6 +55,10 @@ SESSION_REFUSED_PATIENCE = 30.0
 # A host that closes the connection during the handshake (sshd's MaxStartups drops under a
 # burst of connections) is asked again this many times: nothing had run yet.
 HANDSHAKE_ATTEMPTS = 3
+MAX_STREAMS = 64
+"""Forwarded streams (gate probes, health checks) open at once on one connection: the
+host's sshd serves every channel of a connection in one process, and with 256 at once
+(16 containers' concurrent gate phases) it left keepalives unanswered past their 5 s."""
 # Paramiko logs refused channels itself; they reach the user as our own errors.
 logging.getLogger("paramiko").addHandler(logging.NullHandler())
 CHUNK = 1 << 16
@@ -105,6 +110,7 @@ class SshTransport:
         self.address = address
         self.settings = settings
         self.sessions = SessionSlots(settings.max_sessions or DEFAULT_MAX_SESSIONS)
+        self.streams = threading.BoundedSemaphore(MAX_STREAMS)
         self._opening = threading.Lock()
         self._asking = threading.Lock()
         # connect_timeout bounds only the TCP connect; a frozen sshd accepts and then says
@@ -371,8 +377,25 @@ class SshTransport:
                 "(MaxSessions): set max_sessions for this host in the inventory",
             ) from None
 
-    def open_stream(self, address: str, port: int, timeout: float = 10.0) -> paramiko.Channel:
-        """A direct-tcpip channel from the host to address:port."""
+    def open_stream(self, address: str, port: int, timeout: float = 10.0) -> Stream:
+        """A direct-tcpip channel from the host to address:port, once one of the
+        connection's MAX_STREAMS is free (waited for within `timeout`)."""
+        started = time.monotonic()
+        if not self.streams.acquire(timeout=timeout):
+            raise TransportError(
+                self.label,
+                f"connecting to {address}:{port}",
+                f"all {MAX_STREAMS} streams of the connection stayed busy for {timeout:.0f} s",
+            )
+        try:
+            channel = self._open_channel(address, port, timeout - (time.monotonic() - started))
+        except BaseException:
+            self.streams.release()
+            raise
+        return _SlotChannel(channel, self.streams)
+
+    def _open_channel(self, address: str, port: int, timeout: float) -> paramiko.Channel:
+        timeout = max(timeout, 1.0)  # what waiting for a stream left, with a last second
         try:
             channel = self._transport().open_channel(
                 "direct-tcpip", (address, port), ("127.0.0.1", 0), timeout=timeout
@@ -401,6 +424,34 @@ class SshTransport:
             ) from None
         channel.settimeout(timeout)
         return channel
+
+
+class _SlotChannel:
+    """A forwarded channel holding one of its connection's stream slots until closed."""
+
+    def __init__(self, channel: paramiko.Channel, slots: threading.BoundedSemaphore) -> None:
+        self.channel, self._slots = channel, slots
+        self._closing = threading.Lock()
+        self._held = True
+
+    def sendall(self, data: bytes) -> None:
+        self.channel.sendall(data)
+
+    def recv(self, size: int) -> bytes:
+        return self.channel.recv(size)
+
+    def settimeout(self, timeout: float | None) -> None:
+        self.channel.settimeout(timeout)
+
+    def close(self) -> None:
+        self.channel.close()
+        with self._closing:
+            held, self._held = self._held, False
+        if held:
+            self._slots.release()
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.channel, name)  # the rest of paramiko's Channel (makefile, ...)
 
 
 def _exchange(

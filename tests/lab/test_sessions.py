@@ -17,8 +17,10 @@ import pytest
 import yaml
 from labtools import LabHandle
 
+from orchestrator.errors import TransportError
 from orchestrator.inventory import load_inventory
 from orchestrator.lab import sshd
+from orchestrator.transport import ssh
 from orchestrator.transport.base import Result
 from orchestrator.transport.pct import PctTransport
 from orchestrator.transport.ssh import SshTransport
@@ -122,6 +124,26 @@ def test_forwarded_streams_take_no_session_slot(shared_lab: LabHandle, tmp_path:
         finally:
             holding.join(30)
     assert banner.startswith(b"SSH-2.0-OpenSSH")
+
+
+def test_streams_beyond_the_connections_cap_wait_for_a_free_one(
+    shared_lab: LabHandle, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(ssh, "MAX_STREAMS", 2)
+    node = shared_lab.lab.nodes()[0]
+    with contextlib.closing(host_transport(shared_lab, tmp_path)) as host:
+        first = host.open_stream(node.address, node.port, timeout=10)
+        second = host.open_stream(node.address, node.port, timeout=10)
+        with pytest.raises(TransportError, match="all 2 streams of the connection stayed busy"):
+            host.open_stream(node.address, node.port, timeout=1)
+        first.close()
+        first.close()  # a second close frees nothing more
+        third = host.open_stream(node.address, node.port, timeout=10)
+        assert third.makefile("rb").readline().startswith(b"SSH-2.0-OpenSSH")
+        with pytest.raises(TransportError, match="stayed busy"):
+            host.open_stream(node.address, node.port, timeout=1)
+        for stream in (second, third):
+            stream.close()
 
 
 def test_refusals_are_told_from_other_channel_failures(
