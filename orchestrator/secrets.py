@@ -272,18 +272,21 @@ class MaskedStream(io.TextIOBase):
     def __init__(self, inner: TextIO) -> None:
         self.inner = inner
         self.held = ""
+        self._lock = threading.Lock()  # workers write progress lines from their threads
 
     def write(self, text: str) -> int:
-        masked = mask(self.held + text)
-        keep = _value_start_at_end(masked)
-        self.held = masked[len(masked) - keep :]
-        self.inner.write(masked[: len(masked) - keep])
+        with self._lock:
+            masked = mask(self.held + text)
+            keep = _value_start_at_end(masked)
+            self.held = masked[len(masked) - keep :]
+            self.inner.write(masked[: len(masked) - keep])
         return len(text)
 
     def flush(self) -> None:
-        if self.held:
-            self.inner.write(self.held)
-            self.held = ""
+        with self._lock:
+            held, self.held = self.held, ""
+            if held:
+                self.inner.write(held)
         self.inner.flush()
 
     def isatty(self) -> bool:

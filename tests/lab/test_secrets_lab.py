@@ -23,6 +23,7 @@ def deploy(lab: LabHandle, *args: str) -> tuple[int, dict]:
     result = lab.orch(
         "deploy", "qwen-dflash", "-i", str(lab.inventory), "--limit", "ct200", "--json", *args
     )
+    assert result.stdout, f"exit {result.code}, no document; stderr:\n{result.stderr[-4000:]}"
     return result.code, json.loads(result.stdout)
 
 

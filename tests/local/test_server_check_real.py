@@ -78,7 +78,7 @@ def ask(
         )
     )
     [plan] = plan_deploy(playbook, load_inventory(inventory))
-    launch = read_launch(plan.files[LAUNCH_SCRIPT].decode())
+    launch = read_launch(plan.files[LAUNCH_SCRIPT].decode(), plan.release_id)
     found = ask_server(MemoryTransport().on("validate_launch", local), plan, launch)
     assert found.reply is not None, found.unavailable
     assert not list((tmp_path / "state").glob("**/*")), "the check wrote into the deployment"
