@@ -444,11 +444,18 @@ class _SlotChannel:
         self.channel.settimeout(timeout)
 
     def close(self) -> None:
-        self.channel.close()
-        with self._closing:
-            held, self._held = self._held, False
-        if held:
-            self._slots.release()
+        """Closed, and its slot given back, whatever the connection's state: closing a
+        channel sends a message, which paramiko raises EOFError for once the connection
+        under it is gone (nothing is left to close then)."""
+        try:
+            self.channel.close()
+        except (EOFError, OSError, paramiko.SSHException):
+            pass
+        finally:
+            with self._closing:
+                held, self._held = self._held, False
+            if held:
+                self._slots.release()
 
     def __getattr__(self, name: str) -> object:
         return getattr(self.channel, name)  # the rest of paramiko's Channel (makefile, ...)

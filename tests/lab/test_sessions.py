@@ -146,6 +146,20 @@ def test_streams_beyond_the_connections_cap_wait_for_a_free_one(
             stream.close()
 
 
+def test_a_stream_on_a_lost_connection_closes_quietly_and_frees_its_slot(
+    shared_lab: LabHandle, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Closing a channel sends a message: on a connection that is gone paramiko raises
+    EOFError there, which must not escape a probe's cleanup (it used to, as tracebacks)."""
+    monkeypatch.setattr(ssh, "MAX_STREAMS", 1)
+    node = shared_lab.lab.nodes()[0]
+    with contextlib.closing(host_transport(shared_lab, tmp_path)) as host:
+        stream = host.open_stream(node.address, node.port, timeout=10)
+        host._transport().sock.shutdown(socket.SHUT_RDWR)  # the connection under it dies
+        stream.close()
+        assert host.streams.acquire(timeout=0)  # its slot is free again
+
+
 def test_refusals_are_told_from_other_channel_failures(
     shared_lab: LabHandle, tmp_path: Path
 ) -> None:
