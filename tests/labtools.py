@@ -31,17 +31,14 @@ _networks = itertools.count(random.randrange(100, 200))
 
 
 def _this_workers(octet: int) -> bool:
-    """Parallel workers take disjoint networks: no two probe the same one. A worker's lane is
-    its pytest-xdist index among the workers, unless ORCH_TEST_LANE / ORCH_TEST_LANES say
-    otherwise (scripts/test runs the real-vLLM tier beside the pool in a lane of its own)."""
-    lanes = os.environ.get("ORCH_TEST_LANES") or os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")
-    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
-    lane = os.environ.get("ORCH_TEST_LANE") or worker
-    return octet % int(lanes) == int(lane)
+    """Parallel workers (pytest-xdist) take disjoint networks: no two probe the same one."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw"))
+    return octet % workers == worker
 
 
 def free_network() -> str:
-    """A loopback /16 of this lane whose first host address is free for the lab's sshd."""
+    """A loopback /16 of this worker whose first host address is free for the lab's sshd."""
     for second in _networks:
         octet = second % 250 + 1
         if not _this_workers(octet):

@@ -2,7 +2,7 @@
 the lab's tiny models on this machine's CPUs, through the same sshd and pct as ever.
 
 The tests share one real-server lab (`real_lab`) and run in this order, in one process
-(scripts/test runs the `realvllm` tier beside the pool): lab-draft-model deployed, then
+(scripts/test runs the `realvllm` tier last): lab-draft-model deployed, then
 each failure on top of it, then the lab brought down. Every server start costs 20 s to
 a few minutes of CPU, so each test starts no more servers than its point needs.
 """
