@@ -165,11 +165,13 @@ def judge_requests(
 ) -> Verdict:
     """The verdict with the probe requests' outcome applied: failed requests above the
     allowed share fail the phase (once `min_responses` requests finished, or at the
-    phase's end with `final`); too few answered keeps a pass undecided."""
+    phase's end with `final`); too few answered keeps a pass undecided. One failed
+    request alone is not a share: a phase of 8 per-request looks would fail on any
+    stream a busy host drops, so it takes two, or no answer at all."""
     finished = answered + failed
     share = failed / finished if finished else 0.0
     if (
-        failed
+        (failed >= 2 or (failed and not answered))
         and share > criteria.max_error_share
         and (final or finished >= criteria.min_responses)
     ):

@@ -233,8 +233,16 @@ def test_request_errors_within_the_share_leave_the_verdict_alone() -> None:
 def test_a_share_above_the_limit_fails_only_once_enough_requests_finished() -> None:
     early = judge_requests(PASSED, 1, 1, "timeout", REQUESTS)
     assert early.outcome == "inconclusive" and "1 probe responses of the 4 required" in early.reason
-    assert judge_requests(PASSED, 1, 1, "timeout", REQUESTS, final=True).outcome == "fail"
-    assert judge_requests(PASSED, 3, 1, "timeout", REQUESTS).outcome == "fail"
+    assert judge_requests(PASSED, 0, 1, "timeout", REQUESTS, final=True).outcome == "fail"
+    assert judge_requests(PASSED, 2, 2, "timeout", REQUESTS).outcome == "fail"
+    assert judge_requests(PASSED, 6, 2, "timeout", REQUESTS).outcome == "fail"
+
+
+def test_one_failed_request_alone_does_not_fail_a_phase() -> None:
+    """A busy host drops a stream now and then; per-request looks are 8 requests."""
+    assert judge_requests(PASSED, 7, 1, "Unable to open channel", REQUESTS) == PASSED
+    early = judge_requests(PASSED, 3, 1, "timeout", REQUESTS)
+    assert early.outcome == "inconclusive"
 
 
 def test_too_few_answers_keep_a_pass_undecided_and_leave_a_fail_a_fail() -> None:
