@@ -343,7 +343,8 @@ class Gate(Schema):
     max_probe_error_share: Fraction = Field(
         default=0.05,
         description="Failed probe requests above this share of a phase's finished ones "
-        "fail the phase, whatever its acceptance (the verdict says how many and why).",
+        "fail the phase, whatever its acceptance (the verdict says how many and why); one "
+        "failed request alone does not, unless none was answered.",
     )
     probe: Probe = Probe()
 
