@@ -104,7 +104,7 @@ def deploy_everywhere(handle: LabHandle) -> LabHandle:
     """qwen-dflash deployed on every container of the lab at once; fails unless all are."""
     inventory = str(handle.inventory)
     result = handle.orch("deploy", "qwen-dflash", "-i", inventory, "--json", *FAST, *ALL_AT_ONCE)
-    assert result.code == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert result.code == 0, str(result)
     return LabHandle(handle.lab, handle.env, result.json)
 
 

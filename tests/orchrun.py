@@ -27,6 +27,25 @@ class RunResult:
     def json(self) -> Any:
         return json.loads(self.stdout)
 
+    def __str__(self) -> str:
+        """What a failed assertion shows: the exit code, each target that did not end
+        deployed with its error and gate reason, and the end of stderr."""
+        lines = [f"exit {self.code}"]
+        try:
+            targets = json.loads(self.stdout).get("targets") or []
+        except (ValueError, AttributeError):
+            targets = []
+            lines.append(f"stdout: {self.stdout[-2000:]}")
+        for target in targets:
+            if isinstance(target, dict) and target.get("result") not in ("deployed", None):
+                gate = target.get("gate") or {}
+                lines.append(
+                    f"{target.get('name')}: {target.get('result')}; error: {target.get('error')};"
+                    f" gate: {gate.get('verdict')}: {gate.get('reason')}"
+                )
+        lines.append(f"stderr: {self.stderr[-3000:]}")
+        return "\n".join(lines)
+
 
 def orch(*args: str, env: Mapping[str, str] = PLAIN, timeout: float = 300) -> RunResult:
     done = subprocess.run(

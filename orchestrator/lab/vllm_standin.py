@@ -1032,6 +1032,13 @@ class LabHTTPServer(ThreadingHTTPServer):
     at once is never dropped by a five-deep queue."""
     app: App
 
+    def handle_error(self, request: object, client_address: object) -> None:
+        """A client that left before its answer was written is no error: uvicorn drops
+        the answer without a word (`protocols/http/httptools_impl.py:465-466` in 0.55.0)."""
+        if isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):
+            return
+        super().handle_error(request, client_address)  # type: ignore[arg-type]
+
 
 def log_stats(engine: Engine, every: float, stop: threading.Event) -> None:
     """vLLM's periodic stats lines, while there is traffic."""
@@ -1166,15 +1173,16 @@ def run_server(
     log("INFO", "default_loader.py:267", f"Loading weights took {took:.2f} seconds")
     httpd.server_activate()
     listening = time.monotonic()
-    threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True).start()
-    every = float(os.environ.get(STATS_INTERVAL_ENV, DEFAULT_STATS_INTERVAL))
-    threading.Thread(target=log_stats, args=(httpd.app.engine, every, stop), daemon=True).start()
+    # Logged before the first request is answered, as vLLM and uvicorn do.
     log(
         "INFO",
         "api_server.py:1634",
         f"Starting vLLM API server 0 on http://{args.host}:{args.port}",
     )
     print("INFO:     Application startup complete.", flush=True)
+    threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True).start()
+    every = float(os.environ.get(STATS_INTERVAL_ENV, DEFAULT_STATS_INTERVAL))
+    threading.Thread(target=log_stats, args=(httpd.app.engine, every, stop), daemon=True).start()
     try:
         if not stop.wait(faults.crash_after_ready_seconds):
             die(httpd.app, listening, stop)

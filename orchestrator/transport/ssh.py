@@ -16,6 +16,7 @@ answer, as OpenSSH's ServerAliveInterval does; no answer ends the connection.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import select
@@ -62,14 +63,39 @@ host's sshd serves every channel of a connection in one process, and with 256 at
 # Paramiko logs refused channels itself; they reach the user as our own errors.
 logging.getLogger("paramiko").addHandler(logging.NullHandler())
 CHUNK = 1 << 16
+SEND_POLL_SECONDS = 0.005
+"""How often a stream whose send window is full looks again."""
 KEEPALIVE_SECONDS = 5
 STALL_SECONDS = 5.0
 """A command silent this long makes the transport check that the server still answers."""
-ANSWER_SECONDS = 5.0
+ANSWER_SECONDS = 15.0
+"""How long a server may take to answer before its connection is given up: three
+keepalive intervals, as OpenSSH gives up after ServerAliveCountMax unanswered ones (3 by
+default: `readconf.c`, `fill_default_options`). A busy host, or a busy control machine
+whose SSH reader thread waits for a core, answers late; giving up on a connection fails
+every step on it at once (16 containers of one host under load did so at 5 s)."""
 LOST_HINT = (
     "the host or the network went away mid-step; what the step did on the target is "
     "unknown: check with `orch status`, then run again"
 )
+
+
+def command_line(argv: Sequence[str], has_input: bool) -> str:
+    """What the login shell runs for argv, quoted once: the command never ends before
+    the input orch sends it.
+
+    sshd closes a session as soon as its command exits, and a message on that channel
+    arriving after orch's close (paramiko sends an EOF or data from the caller's thread
+    while its reader thread answers sshd's close) makes sshd drop the whole connection:
+    "packet referred to nonexistent channel" (OpenSSH `channels.c`,
+    `channel_from_packet_id`), every command and stream on it lost. So a command
+    without input reads /dev/null and is sent no EOF; with input, the shell reads what
+    the command left unread, up to orch's EOF, before it exits with the command's status.
+    """
+    line = shlex.join(argv)
+    if not has_input:
+        return f"{line} </dev/null"
+    return f"{line}; status=$?; cat >/dev/null; exit $status"
 
 
 class ExecRefused(paramiko.SSHException):
@@ -277,7 +303,7 @@ class SshTransport:
         """Run argv through the remote login shell (under sudo with `become`), quoted once here."""
         settings = self.settings
         sent = become.sudo_argv(argv, settings.become_user) if settings.become else argv
-        command = shlex.join(sent)
+        command = command_line(sent, bool(stdin))
         step = f"running {argv[0]}"
         try:
             with self.sessions.held():  # the timeout starts once a session slot is ours
@@ -427,7 +453,12 @@ class SshTransport:
 
 
 class _SlotChannel:
-    """A forwarded channel holding one of its connection's stream slots until closed."""
+    """A forwarded channel holding one of its connection's stream slots until closed.
+
+    It is closed from other threads (a gate cancelling its requests) while its own
+    thread may be sending: each piece of data goes out under the lock `close` takes,
+    so no data follows the channel's close, which sshd would answer by dropping the
+    connection (see `command_line`)."""
 
     def __init__(self, channel: paramiko.Channel, slots: threading.BoundedSemaphore) -> None:
         self.channel, self._slots = channel, slots
@@ -435,7 +466,20 @@ class _SlotChannel:
         self._held = True
 
     def sendall(self, data: bytes) -> None:
-        self.channel.sendall(data)
+        """All of data, a window's worth at a time, never waiting for window space
+        under the lock (within the channel's timeout)."""
+        timeout = self.channel.gettimeout()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while data:
+            with self._closing:
+                if not self._held:
+                    raise OSError("the stream was closed")
+                if self.channel.send_ready():
+                    data = data[self.channel.send(data) :]
+                    continue
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError("no window to send within the stream's timeout")
+            time.sleep(SEND_POLL_SECONDS)
 
     def recv(self, size: int) -> bytes:
         return self.channel.recv(size)
@@ -447,15 +491,12 @@ class _SlotChannel:
         """Closed, and its slot given back, whatever the connection's state: closing a
         channel sends a message, which paramiko raises EOFError for once the connection
         under it is gone (nothing is left to close then)."""
-        try:
-            self.channel.close()
-        except (EOFError, OSError, paramiko.SSHException):
-            pass
-        finally:
-            with self._closing:
-                held, self._held = self._held, False
-            if held:
-                self._slots.release()
+        with self._closing:
+            held, self._held = self._held, False
+            with contextlib.suppress(EOFError, OSError, paramiko.SSHException):
+                self.channel.close()
+        if held:
+            self._slots.release()
 
     def __getattr__(self, name: str) -> object:
         return getattr(self.channel, name)  # the rest of paramiko's Channel (makefile, ...)
@@ -476,8 +517,6 @@ def _exchange(
     stdout, stderr = bytearray(), bytearray()
     sent = 0
     moved = time.monotonic()
-    if not stdin:
-        channel.shutdown_write()
     while True:
         before = (sent, len(stdout), len(stderr))
         while sent < len(stdin) and channel.send_ready():

@@ -169,7 +169,7 @@ def test_deploy_through_a_jump_host_with_its_host_key_checked(
         assert "Accepted publickey" not in jump_log.read_text()
 
         deployed = lab.orch(*args, "--accept-new-host-keys")
-        assert deployed.code == 0, deployed.stdout + deployed.stderr
+        assert deployed.code == 0, str(deployed)
         assert {t["result"] for t in deployed.json["targets"]} == {"deployed"}
         assert f"[{jump}]:{SSH_PORT} ssh-ed25519 " in lab.lab.known_hosts.read_text()
         # One login at the jump host per endpoint: the Proxmox host and the direct container.
@@ -214,12 +214,12 @@ def test_deploy_as_a_non_root_login_through_sudo(lab: LabHandle, tmp_path: Path)
         inventory = edited_inventory(lab, tmp_path / "inv.yaml", {"hosts": {"pve1": host}})
         args = ["-i", str(inventory), "--limit", "ct200", "--accept-new-host-keys"]
         deployed = lab.orch("deploy", "qwen-dflash", "--json", *FAST, *args)
-        assert deployed.code == 0, deployed.stdout + deployed.stderr
+        assert deployed.code == 0, str(deployed)
         assert deployed.json["targets"][0]["result"] == "deployed"
         log = (lab.lab.root / "login" / "sshd.log").read_text()
         assert f"Accepted publickey for {user}" in log
         doctor = lab.orch("doctor", *args)
-        assert doctor.code == 0, doctor.stdout + doctor.stderr
+        assert doctor.code == 0, str(doctor)
         assert "pve1   login" in doctor.stdout and "sudo -n -u root works" in doctor.stdout
 
         without_sudo = edited_inventory(

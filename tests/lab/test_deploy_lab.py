@@ -131,7 +131,7 @@ def test_accept_new_host_keys_records_them(shared_lab: LabHandle, tmp_path: Path
         "--accept-new-host-keys",
         "--json",
     )
-    assert result.code == 0, result.stdout + result.stderr
+    assert result.code == 0, str(result)
     assert {t["result"] for t in result.json["targets"]} == {"dry_run"}
     recorded = {line.split()[0] for line in known.read_text().splitlines()}
     expected = {line.split()[0] for line in lab_known.read_text().splitlines()}
@@ -226,7 +226,7 @@ def test_sliding_layers_run_as_full_attention_fail_the_long_bucket(lab: LabHandl
     # Nothing broken: ct200 is as before its first deploy, and status says so with exit 0.
     assert not (lab.deployment_dir("ct200") / "current").is_symlink()
     status = lab.orch("status", "qwen-dflash", "-i", str(lab.inventory), "-l", "ct200", "--json")
-    assert status.code == 0, status.stdout
+    assert status.code == 0, str(status)
     (ct200,) = status.json["targets"]
     assert (ct200["state"], ct200["release"]) == ("nothing_deployed", None)
     assert (ct200["last_run"]["result"], ct200["last_run"]["release"]) == (
@@ -372,7 +372,7 @@ def test_failed_first_deploy_stops_its_server(lab: LabHandle) -> None:
         "status", "qwen-dflash", "-i", str(lab.inventory), "--limit", "ct200", "--json"
     )
     # nothing broken: ct200 is as before its first deploy (issue 20: not exit 3)
-    assert status.code == 0, status.stdout
+    assert status.code == 0, str(status)
     [row] = status.json["targets"]
     assert (row["server"], row["health"], row["last_run"]["result"]) == ("none", None, "failed")
     assert (row["state"], row["release"]) == ("nothing_deployed", None)

@@ -41,7 +41,7 @@ def test_dry_run_exit_codes_diffs_and_rendered_files_match_the_deploy(
 
     # Before anything is deployed a clean dry run passes and every file is new.
     clean = lab.orch(*deploy, "--dry-run", "--diff")
-    assert clean.code == 0, clean.stdout + clean.stderr
+    assert clean.code == 0, str(clean)
     for name in ("ct200", "ct201"):
         releases = re.escape(f"{name}:{lab.deployment_dir(name)}/releases/")
         written = rf"\+\+\+ {releases}[0-9a-f]{{12}}/serve\.sh \(new\)"
@@ -50,9 +50,9 @@ def test_dry_run_exit_codes_diffs_and_rendered_files_match_the_deploy(
     # `render --output` writes what the deploy then writes, byte for byte.
     out = tmp_path / "rendered"
     rendered = lab.orch("render", "qwen-dflash", "-i", inventory, "--output", str(out))
-    assert rendered.code == 0, rendered.stderr
+    assert rendered.code == 0, str(rendered)
     first = lab.orch(*deploy, "--json")
-    assert first.code == 0, first.stdout + first.stderr
+    assert first.code == 0, str(first)
     for name in ("ct200", "ct201"):  # one reached by pct, one by its own sshd
         release = lab.deployment_dir(name) / "releases" / target(first.json, name)["release"]
         for file in ("config.json", "serve.sh"):
@@ -67,7 +67,7 @@ def test_dry_run_exit_codes_diffs_and_rendered_files_match_the_deploy(
     ct200 = lab.deployment_dir("ct200")
     narrow = LabHandle(lab.lab, {**lab.env, "COLUMNS": "40"})
     dry = narrow.orch(*deploy, "--limit", "ct200", "--dry-run", "--diff", *SHORTER)
-    assert dry.code == 0, dry.stdout + dry.stderr
+    assert dry.code == 0, str(dry)
     lines = dry.stdout.splitlines()
     assert f"--- ct200:{ct200}/releases/{old}/serve.sh (current)" in lines
     [new_header] = [line for line in lines if line.endswith("/serve.sh (new)")]
@@ -100,7 +100,7 @@ def test_dry_run_exit_codes_diffs_and_rendered_files_match_the_deploy(
     assert shown.returncode == 0, output
     assert output.index("+  --max-model-len 16384 \\") < output.index("ct200: stop server")
     assert (ct200 / "current").readlink() == Path("releases") / new
-    assert recorded.code == 0, recorded.stdout + recorded.stderr
+    assert recorded.code == 0, str(recorded)
     entry = target(recorded.json, "ct201")
     assert entry["result"] == "deployed"
     assert "-  --max-model-len 32768 \\\n" in entry["diff"]
@@ -141,7 +141,7 @@ def test_orch_diff_is_a_patch_on_stdout_and_says_by_its_exit_whether_anything_wo
     assert applied.returncode == 0, applied.stdout + applied.stderr
     rendered = tmp_path / "rendered"
     made = lab.orch("render", "qwen-dflash", "-i", inventory, *SHORTER, "--output", str(rendered))
-    assert made.code == 0, made.stderr
+    assert made.code == 0, str(made)
     for name in ("ct200", "ct201"):
         current = (lab.deployment_dir(name) / "current").resolve()
         for file in ("config.json", "serve.sh"):
@@ -155,5 +155,5 @@ def test_orch_diff_is_a_patch_on_stdout_and_says_by_its_exit_whether_anything_wo
 
     # deploy --dry-run --diff keeps its exit codes; its summary is on stderr too
     dry = lab.orch("deploy", "qwen-dflash", "-i", inventory, "--dry-run", "--diff", *SHORTER)
-    assert dry.code == 0, dry.stderr
+    assert dry.code == 0, str(dry)
     assert dry.stdout == patch and "qwen-dflash run " in dry.stderr

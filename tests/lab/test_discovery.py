@@ -378,7 +378,7 @@ def test_discover_writes_the_labs_containers_and_render_accepts_it(
 ) -> None:
     output = tmp_path / "discovered.yaml"
     done = shared_lab.orch(*discover_args(shared_lab, "-o", str(output)))
-    assert done.code == 0, done.stderr
+    assert done.code == 0, str(done)
     assert "wrote" in done.stdout and "2 container(s) on pve1" in done.stdout
     first = output.read_text()
     found = yaml.safe_load(first)
@@ -413,7 +413,7 @@ def test_discover_writes_the_labs_containers_and_render_accepts_it(
     rendered = shared_lab.orch(
         "render", "qwen-dflash", "-i", str(filled(found, shared_lab, tmp_path / "filled.yaml"))
     )
-    assert rendered.code == 0, rendered.stderr
+    assert rendered.code == 0, str(rendered)
     assert "ct200" in rendered.stdout and "ct201" in rendered.stdout
 
     again = shared_lab.orch(*discover_args(shared_lab, "-o", str(output)))
@@ -430,7 +430,7 @@ def test_discover_keeps_the_host_key_rules(shared_lab: LabHandle, tmp_path: Path
     assert refused.code == 3 and "unknown host key" in refused.stderr
     assert not empty.exists()
     accepted = shared_lab.orch(*args, "--accept-new-host-keys")
-    assert accepted.code == 0, accepted.stderr
+    assert accepted.code == 0, str(accepted)
     assert shared_lab.lab.nodes()[0].address in empty.read_text()
 
 
@@ -491,7 +491,7 @@ def four_nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabHandle]:
     up = handle.orch("lab", "up", "--dir", str(root / "lab"), "--hosts", "4",
                      "--load-seconds", "0.3", "--network", free_network())  # fmt: skip
     try:
-        assert up.code == 0, up.stderr
+        assert up.code == 0, str(up)
         yield handle
     finally:
         handle.lab.down()
@@ -528,7 +528,7 @@ def test_four_node_lab_is_discovered_whole_from_one_address(
 ) -> None:
     output = tmp_path / "discovered.yaml"
     done = four_nodes.orch(*discover_args(four_nodes, "-o", str(output)))
-    assert done.code == 0, done.stderr
+    assert done.code == 0, str(done)
     assert "8 container(s) on pve1, pve2, pve3, pve4" in done.stdout
     load_inventory(output)  # orch's own loader accepts it as written
     found = yaml.safe_load(output.read_text())
@@ -540,11 +540,11 @@ def test_four_node_lab_is_discovered_whole_from_one_address(
 
     inventory = filled(found, four_nodes, tmp_path / "filled.yaml")
     doctor = four_nodes.orch("doctor", "qwen-dflash", "-i", str(inventory), "--json")
-    assert doctor.code == 0, doctor.stdout + doctor.stderr
+    assert doctor.code == 0, str(doctor)
     names = {t["name"] for t in doctor.json["targets"]}
     assert names == {*found["hosts"], *found["containers"]}
     status = four_nodes.orch("status", "qwen-dflash", "-i", str(inventory), "--json")
-    assert status.code == 0, status.stdout + status.stderr
+    assert status.code == 0, str(status)
     assert {t["name"] for t in status.json["targets"]} == set(found["containers"])
 
 

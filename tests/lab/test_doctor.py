@@ -94,7 +94,7 @@ def test_only_a_stopped_container_is_told_to_start_and_a_template_is_named() -> 
 @pytest.mark.lab
 def test_doctor_names_the_stopped_container_and_exits_3(shared_lab: LabHandle) -> None:
     ready = shared_lab.orch("doctor", "qwen-dflash", "-i", str(shared_lab.inventory), "--json")
-    assert ready.code == 0, ready.stdout + ready.stderr
+    assert ready.code == 0, str(ready)
     targets = ready.json["targets"]
     assert ready.json["result"] == "ok" and {t["result"] for t in targets} == {"ok"}
     checks = [{**c, "target": t["name"]} for t in targets for c in t["checks"]]

@@ -63,7 +63,7 @@ def test_hooks_see_the_run_as_it_ended(lab: LabHandle, tmp_path: Path) -> None:
         "deploy", "qwen-dflash", "-i", inventory, "--limit", "ct200", "--json", *FAST,
         *hooks(tmp_path, pre_deploy=0, post_deploy=0, on_failure=0),
     )  # fmt: skip
-    assert good.code == 0, good.stderr
+    assert good.code == 0, str(good)
     pre, post = ran(tmp_path)
     run_id = good.json["run_id"]
     assert (pre["ORCH_HOOK"], pre["ORCH_RUN_ID"], pre["ORCH_CONTAINERS"]) == (

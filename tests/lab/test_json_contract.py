@@ -71,14 +71,14 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
         env, "lab", "up", "--dir", str(lab_dir), "--network", free_network(),
         "--load-seconds", "0.3", "--json",
     )  # fmt: skip
-    assert up.code == 0, up.stderr
+    assert up.code == 0, str(up)
     fleet = Fleet(LabHandle(Lab(lab_dir), env), tmp, {"lab up": up})
     try:
         fleet.runs["deploy"] = fleet.pb("deploy", "--json", *FAST)
         yield fleet
     finally:
         down = _cli(env, "lab", "down", "--dir", str(lab_dir), "--json")
-        assert down.code == 0, down.stderr
+        assert down.code == 0, str(down)
         document = down.json
         Document.model_validate(document)
         assert document["kind"] == "LabDown" and document["stopped"]
@@ -211,7 +211,7 @@ def test_status_tables_keep_ids_whole_and_say_who_locked(fleet: Fleet, columns: 
         document = checked(fleet.pb("status", "--json"), "Status", 0)
     finally:
         shutil.rmtree(owner.parent)
-    assert shown.code == 0, shown.stderr
+    assert shown.code == 0, str(shown)
     lines = shown.stdout.splitlines()
     assert max(len(line) for line in lines) <= columns
     for release in release_ids(fleet):
@@ -242,7 +242,7 @@ def test_history_and_run_tables_keep_run_and_release_ids_whole(fleet: Fleet, col
 
 def test_results_on_stdout_progress_on_stderr(fleet: Fleet) -> None:
     shown = fleet.pb("deploy", *FAST, columns=80)
-    assert shown.code == 0, shown.stderr
+    assert shown.code == 0, str(shown)
     assert re.search(r"^\s+[\d.]+s ct200: preflight$", shown.stderr, re.M)
     assert "preflight" not in shown.stdout
     assert re.search(r"^ct200\s+unchanged\s", shown.stdout, re.M)
@@ -273,7 +273,7 @@ def test_a_long_wait_off_a_terminal_prints_heartbeats_with_the_server_log(
     lab: LabHandle,
 ) -> None:
     shown = lab.orch("deploy", "qwen-dflash", "-i", str(lab.inventory), "--limit", "ct200", *FAST)
-    assert shown.code == 0, shown.stderr
+    assert shown.code == 0, str(shown)
     beats = re.findall(
         r"^\s+([\d.]+)s ct200: wait ready \(up to 30 s\), (\d+) s so far; server log: (.+)$",
         shown.stderr,

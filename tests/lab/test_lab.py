@@ -167,7 +167,7 @@ def test_lab_up_again_status_and_down_through_the_cli(tmp_path: Path) -> None:
     up = ("lab", "up", "--dir", str(lab.root), "--network", network, "--load-seconds", "0")
     try:
         first = handle.orch(*up)
-        assert first.code == 0, first.stderr
+        assert first.code == 0, str(first)
         assert f"lab started in {lab.root}" in first.stdout
         assert f"next: orch deploy qwen-dflash -i {lab.inventory}" in first.stdout
         inventory = load_inventory(lab.inventory)
@@ -181,7 +181,7 @@ def test_lab_up_again_status_and_down_through_the_cli(tmp_path: Path) -> None:
         assert all(pid_alive(pid) for pid in pids.values())
 
         again = handle.orch(*up)
-        assert again.code == 0, again.stderr
+        assert again.code == 0, str(again)
         assert "already running" in again.stdout
         assert node_pids(lab) == pids
         other = handle.orch(*up[:-1], "1")  # another --load-seconds: refused, nothing restarted
@@ -197,7 +197,7 @@ def test_lab_up_again_status_and_down_through_the_cli(tmp_path: Path) -> None:
         assert [m["id"] for m in served.json()["data"]] == ["qwen3.6-27b"]
 
         status = handle.orch("lab", "status", "--dir", str(lab.root), "--json")
-        assert status.code == 0, status.stderr
+        assert status.code == 0, str(status)
         rows = {row["name"]: row for row in status.json["targets"]}
         assert set(rows) == {"ct200", "ct201"}
         assert all(row["sshd_up"] and row["status"] == "running" for row in rows.values())
@@ -206,7 +206,7 @@ def test_lab_up_again_status_and_down_through_the_cli(tmp_path: Path) -> None:
         assert rows["ct201"]["ssh"] == f"{network}.1.11:{SSH_PORT}"
 
         down = handle.orch("lab", "down", "--dir", str(lab.root))
-        assert down.code == 0, down.stderr
+        assert down.code == 0, str(down)
         for pid in [*pids.values(), server_pid]:
             assert str(pid) in down.stdout
             assert not pid_alive(pid), pid
@@ -216,7 +216,7 @@ def test_lab_up_again_status_and_down_through_the_cli(tmp_path: Path) -> None:
 
         known_hosts = lab.known_hosts.read_text()
         restarted = handle.orch(*up)
-        assert restarted.code == 0, restarted.stderr
+        assert restarted.code == 0, str(restarted)
         assert "lab started" in restarted.stdout
         assert set(node_pids(lab).values()).isdisjoint(pids.values())
         assert lab.known_hosts.read_text() == known_hosts  # host keys survive a restart

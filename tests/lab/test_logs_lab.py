@@ -61,7 +61,7 @@ def test_a_deploy_keeps_its_log_and_each_release_its_server_log(lab: LabHandle) 
         assert any(entry.startswith("stdout: ") for entry in mine)
 
     shown = lab.orch("history", "--show", run_id[:-2])
-    assert shown.code == 0, shown.stderr
+    assert shown.code == 0, str(shown)
     assert shown.stdout.splitlines() == lines
     as_json = lab.orch("history", "--show", run_id[:-2], "--json").json
     assert (as_json["kind"], as_json["run_id"], as_json["lines"]) == ("RunLog", run_id, lines)
@@ -74,7 +74,7 @@ def test_a_deploy_keeps_its_log_and_each_release_its_server_log(lab: LabHandle) 
     (blocked / "runs").write_text("a file where the runs directory goes")
     elsewhere = LabHandle(lab.lab, {**lab.env, "ORCH_STATE_DIR": str(blocked)})
     dry = elsewhere.orch("deploy", "qwen-dflash", "-i", str(lab.inventory), "--dry-run", "--json")
-    assert dry.code == 0, dry.stdout + dry.stderr
+    assert dry.code == 0, str(dry)
     assert [w for w in dry.json["warnings"] if "could not write the run log" in w]
 
     # On the target: the server writes into its release, server.log points there.
@@ -87,7 +87,7 @@ def test_a_deploy_keeps_its_log_and_each_release_its_server_log(lab: LabHandle) 
         assert logs[name].stat().st_size > 0
 
     tail = lab.orch("logs", "qwen-dflash", "-i", str(lab.inventory), "-n", "5")
-    assert tail.code == 0, tail.stderr
+    assert tail.code == 0, str(tail)
     for name, path in logs.items():
         shown_lines = [
             line.removeprefix(f"{name}: ")
@@ -95,9 +95,10 @@ def test_a_deploy_keeps_its_log_and_each_release_its_server_log(lab: LabHandle) 
             if line.startswith(f"{name}: ")
         ]
         assert len(shown_lines) == 5
+        # five lines in a row of the log (which may have grown since, and repeats lines)
         written = path.read_text().splitlines()
-        start = written.index(shown_lines[0])
-        assert written[start : start + 5] == shown_lines
+        windows = [written[start : start + 5] for start in range(len(written) - 4)]
+        assert shown_lines in windows
 
     # Following: what is written shows up; Ctrl-C ends it with 0 and nothing left running.
     args = ["logs", "qwen-dflash", "-i", str(lab.inventory), "--limit", "ct201", "-f", "-n", "1"]

