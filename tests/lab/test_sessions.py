@@ -226,3 +226,51 @@ def test_an_exec_sshd_cannot_fork_is_tried_again_and_runs_once(
     assert marks.read_text() == "x\n" * 8
     refused_execs = log.read_text().count("do_exec_no_pty: pipe err")
     assert refused_execs >= 1 and use.refused >= refused_execs
+
+
+def test_commands_and_streams_ended_mid_input_leave_the_connection_up(
+    shared_lab: LabHandle, tmp_path: Path
+) -> None:
+    """sshd drops the whole connection on a message for a channel it has freed. Commands
+    that exit without reading their input, and streams closed by another thread while
+    they send (a gate cancelling its requests), must never send one."""
+    log = Path(shared_lab.lab.nodes()[0].log)
+    logged_before = len(log.read_bytes())
+    megabyte = b"x" * (1 << 20)
+    with socket.create_server(("127.0.0.1", 0)) as sink:
+        sink_port = sink.getsockname()[1]
+        threading.Thread(target=drain_connections, args=(sink,), daemon=True).start()
+        with contextlib.closing(host_transport(shared_lab, tmp_path)) as host:
+
+            def exits_unread() -> Result:
+                for _ in range(4):
+                    result = host.run(["/bin/sh", "-c", "exit 3"], stdin=megabyte)
+                return result
+
+            outcomes = all_at_once(8, exits_unread)
+            for _ in range(16):
+                stream = host.open_stream("127.0.0.1", sink_port, timeout=10)
+                closer = threading.Timer(0.002, stream.close)
+                closer.start()
+                with contextlib.suppress(OSError):
+                    stream.sendall(megabyte)
+                closer.join()
+            assert host.run(["true"]).ok
+    assert [o.exit_code if isinstance(o, Result) else repr(o) for o in outcomes] == [3] * 8
+    assert b"nonexistent channel" not in log.read_bytes()[logged_before:]
+
+
+def drain_connections(server: socket.socket) -> None:
+    """Accept connections and read each to its end, one thread each, until closed."""
+    while True:
+        try:
+            connection, _ = server.accept()
+        except OSError:
+            return
+        threading.Thread(target=drain, args=(connection,), daemon=True).start()
+
+
+def drain(connection: socket.socket) -> None:
+    with connection:
+        while connection.recv(1 << 16):
+            pass
