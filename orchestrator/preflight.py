@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import json
 import struct
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from orchestrator.container import probe, validator
 from orchestrator.container.gpu import Gpu, GpuApp, parse_gpu_apps, parse_gpus
@@ -37,6 +40,8 @@ from orchestrator.probes.sampling import (
 from orchestrator.serving import server_check
 from orchestrator.serving.judge import Launch, judge_server, read_launch
 from orchestrator.transport.base import Transport
+
+T = TypeVar("T")
 
 INDEX_FILE = "model.safetensors.index.json"
 MIN_FREE_DISK_KIB = 64 * 1024
@@ -85,9 +90,39 @@ def read_model_dir(transport: Transport, path: str) -> ModelDir:
     return ModelDir(path, True, model_files_from_bytes(path, frames), sizes, frames)
 
 
+def started(work: Callable[[], T]) -> Callable[[], T]:
+    """`work` begun now in a thread of its own; calling what this returns waits for its
+    value or raises its error. A daemon thread: a run that stops meanwhile (an error, a
+    signal) does not wait for it."""
+    outcome: list[tuple[T | None, BaseException | None]] = []
+
+    def run() -> None:
+        try:
+            outcome.append((work(), None))
+        except BaseException as exc:  # handed to the caller of result()
+            outcome.append((None, exc))
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+
+    def result() -> T:
+        thread.join()
+        value, error = outcome[0]
+        if error is not None:
+            raise error
+        return value  # type: ignore[return-value]
+
+    return result
+
+
 def gather(transport: Transport, plan: TargetPlan, nvidia_smi: str) -> Facts:
-    """Three commands (the two model dirs, then the small facts together) and, when no
-    server of ours runs, one probe of the port."""
+    """Three commands (the two model dirs, then the small facts together), when no
+    server of ours runs one probe of the port, and beside them all the server's own dry
+    run: it and `vllm --version` each import vLLM (15-35 s on a CPU), side by side."""
+    launch = read_launch(plan.files[LAUNCH_SCRIPT].decode("utf-8", "replace"), plan.release_id)
+    server_said = started(
+        lambda: ask_server(transport, plan, launch) if launch.executable else None
+    )
     target = read_model_dir(transport, plan.target_dir)
     drafter = read_model_dir(transport, plan.drafter_weights) if plan.drafter_weights else None
     small = parse_frames(
@@ -109,7 +144,6 @@ def gather(transport: Transport, plan: TargetPlan, nvidia_smi: str) -> Facts:
             port_taken = True
         except ServiceUnavailable:
             port_taken = False
-    launch = read_launch(plan.files[LAUNCH_SCRIPT].decode("utf-8", "replace"), plan.release_id)
     return Facts(
         target=target,
         drafter=drafter,
@@ -122,7 +156,7 @@ def gather(transport: Transport, plan: TargetPlan, nvidia_smi: str) -> Facts:
         gpu_error="" if gpus_ok else small["gpus"].decode("utf-8", "replace")[:300],
         server_version=version,
         server_version_error=version_error,
-        server_check=ask_server(transport, plan, launch) if launch.executable else None,
+        server_check=server_said(),
         siblings=probe.parse_siblings(small),
     )
 

@@ -21,10 +21,10 @@ Mark the test `lab` (`pytestmark = pytest.mark.lab`), then take one of:
   a deploy of the same inputs that changes nothing) or restore what they edit.
 
 - `real_lab`: a lab whose one container (reached by pct) runs the real vLLM for CPUs
-  (`--server vllm`), shared by every `realvllm` test of the session. Those tests run
-  in one process, in file order (scripts/test), since each server start costs 20 s to
-  minutes of CPU; the last one (test_realvllm_lab.py) brings the lab down. Skipped,
-  with the command to run, when the real server's venv is missing.
+  (`--server vllm`), shared by the `realvllm` tests of the session. scripts/test runs
+  them on two workers, one file each, in file order, since each server start costs
+  35 s to minutes of CPU; the last test of test_realvllm_lab.py brings its lab down.
+  Skipped, with the command to run, when the real server's venv is missing.
 
 Every test gets its own `ORCH_STATE_DIR` (local history) in its tmp_path, shared lab
 or not. Write anything you derive from a shared lab (an edited inventory, a

@@ -8,6 +8,12 @@ is a launcher that runs it with what a CPU-only, offline lab needs:
 - `--dtype float32 --enforce-eager` and a 128 MiB KV cache (2 GB RSS a server);
 - `VLLM_HOST_IP=127.0.0.1`: without it vLLM UDP-connects to 8.8.8.8 to guess
   its own address (`vllm/utils/network_utils.py:52-70` in 0.32.0, `get_ip`);
+- `VLLM_ENABLE_V1_MULTIPROCESSING=0`: the model runs inside EngineCore, as on a
+  one-GPU server (`uni` executor for a world size of 1: `config/parallel.py:1079-1080`
+  in 0.32.0), where the CPU platform would otherwise start a third process for it
+  (`platforms/cpu.py:333-341`). EngineCore stays a process of its own, as the API server
+  always starts it (`v1/engine/async_llm.py:184`). A start then imports vLLM twice,
+  not three times: ready in 35 s instead of 63 on this machine's idle cores;
 - `HF_HUB_OFFLINE=1` and no usage reports: nothing leaves the machine;
 - `VLLM_CACHE_ROOT` and `HF_HOME` inside the container's `lab/`, and a `TMPDIR`
   of the container's own, `/tmp/orch-lab-<hash of its directory>`: vLLM names its
@@ -73,6 +79,7 @@ def server_env(container: ContainerPaths) -> dict[str, str]:
     return {
         "VLLM_TARGET_DEVICE": "cpu",
         "VLLM_HOST_IP": "127.0.0.1",
+        "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
         "HF_HUB_OFFLINE": "1",
         "TRANSFORMERS_OFFLINE": "1",
         "VLLM_NO_USAGE_STATS": "1",

