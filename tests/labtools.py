@@ -10,6 +10,7 @@ import os
 import random
 import re
 import socket
+import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -152,3 +153,22 @@ def spec_decode_totals(text: str) -> dict[str, float]:
         if found:
             totals[found[1]] = totals.get(found[1], 0.0) + float(found[2])
     return totals
+
+
+def post_completion(
+    address: str, port: int, model: str, key: str | None, timeout: float = 120
+) -> tuple[int, bytes]:
+    """POST /v1/completions (two tokens after "hi") with `key` as its bearer token: the
+    status, and the body of an error."""
+    body = json.dumps({"model": model, "prompt": "hi", "max_tokens": 2}).encode()
+    headers = {"Content-Type": "application/json"}
+    if key is not None:
+        headers["Authorization"] = f"Bearer {key}"
+    request = urllib.request.Request(
+        f"http://{address}:{port}/v1/completions", body, headers, method="POST"
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return response.status, b""
+    except urllib.error.HTTPError as error:
+        return error.code, error.read()

@@ -18,12 +18,10 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pytest
-from labtools import LabHandle, metrics_text, spec_decode_totals
+from labtools import LabHandle, metrics_text, post_completion, spec_decode_totals
 from orchrun import ROOT
 
 from orchestrator.lab.paths import ContainerPaths, pid_alive, server_records
@@ -55,18 +53,7 @@ def deploy(handle: LabHandle, playbook: str, *args: str) -> tuple[int, dict, str
 
 def complete(address: str, key: str | None) -> tuple[int, bytes]:
     """POST /v1/completions to the served release, with `key` as its bearer token."""
-    body = json.dumps({"model": "tiny", "prompt": "hi", "max_tokens": 2}).encode()
-    headers = {"Content-Type": "application/json"}
-    if key is not None:
-        headers["Authorization"] = f"Bearer {key}"
-    request = urllib.request.Request(
-        f"http://{address}:8000/v1/completions", body, headers, method="POST"
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=120) as response:
-            return response.status, b""
-    except urllib.error.HTTPError as error:
-        return error.code, error.read()
+    return post_completion(address, 8000, "tiny", key)
 
 
 def status(handle: LabHandle, playbook: str = "lab-draft-model") -> dict:

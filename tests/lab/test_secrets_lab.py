@@ -7,12 +7,10 @@ from __future__ import annotations
 import json
 import secrets
 import stat
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pytest
-from labtools import FAST, LabHandle
+from labtools import FAST, LabHandle, post_completion
 
 pytestmark = pytest.mark.lab
 
@@ -46,19 +44,9 @@ def server_pid(lab: LabHandle) -> int:
 
 
 def post(address: str, port: int, key: str | None) -> int:
-    body = json.dumps({"model": "qwen3.6-27b", "prompt": "hi", "max_tokens": 2}).encode()
-    headers = {"Content-Type": "application/json"}
-    if key is not None:
-        headers["Authorization"] = f"Bearer {key}"
-    request = urllib.request.Request(
-        f"http://{address}:{port}/v1/completions", body, headers, method="POST"
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=30) as response:
-            return response.status
-    except urllib.error.HTTPError as error:
-        assert error.code != 401 or error.read() == b'{"error":"Unauthorized"}'
-        return error.code
+    status, body = post_completion(address, port, "qwen3.6-27b", key, timeout=30)
+    assert status != 401 or body == b'{"error":"Unauthorized"}'
+    return status
 
 
 def listening(pid: int) -> tuple[str, int]:
