@@ -43,7 +43,14 @@ from orchestrator.lab.paths import (
     server_records,
     write_json_atomic,
 )
-from orchestrator.lab.pveconf import effective, is_template, parse, pct_config_text
+from orchestrator.lab.pveconf import (
+    applied,
+    effective,
+    file_text,
+    is_template,
+    parse,
+    pct_config_text,
+)
 
 STANDARD_PATH = ("/sbin", "/bin", "/usr/sbin", "/usr/bin")
 STOP_GRACE_SECONDS = 5.0
@@ -181,8 +188,12 @@ def pct_start(host: HostPaths, args: list[str]) -> int:
     found = container(host, "start", vmid)
     if is_running(found):
         raise PctError(f"CT {vmid} already running")
-    if found.config.exists() and is_template(parse(found.config.read_text()).current):
-        raise PctError("you can't start a CT if it's a template")
+    if found.config.exists():
+        conf = parse(found.config.read_text())
+        if is_template(conf.current):
+            raise PctError("you can't start a CT if it's a template")
+        if conf.pending.options or conf.pending.lxc:
+            found.config.write_text(file_text(applied(conf)))
     set_status(found, "running")
     return 0
 

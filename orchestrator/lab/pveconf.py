@@ -89,6 +89,12 @@ def effective(conf: Conf, current: bool) -> Section:
     return Section(options, list(conf.current.lxc))
 
 
+def applied(conf: Conf) -> Conf:
+    """The file after a start: its pending changes made current (pve-container 6.1.10
+    `src/PVE/LXC.pm:3128-3134`, `vm_start` runs `vmconfig_apply_pending`)."""
+    return Conf(effective(conf, current=False), Section(), conf.snapshots)
+
+
 def pct_config_text(section: Section) -> str:
     """What `pct config` prints (pct.pm `config`): sorted keys but `digest`/`lxc`, with
     `description` encoded, then the raw `lxc.*` lines in file order."""

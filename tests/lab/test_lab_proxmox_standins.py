@@ -134,6 +134,16 @@ def test_pct_config_prints_pending_changes_merged_in_and_the_running_one_with_cu
     assert refused.returncode == 255 and "type check ('boolean') failed" in refused.stderr
 
 
+def test_pct_start_makes_the_pending_changes_current(host: HostPaths) -> None:
+    """vm_start applies what is pending (pve-container 6.1.10 `src/PVE/LXC.pm:3128-3134`)."""
+    host.container(201).config.write_text(PENDING_CONF.replace("ct200", "ct201"))
+    pending = run(host.pct, "config", "201").stdout
+    assert run(host.pct, "start", "201").returncode == 0
+    assert run(host.pct, "config", "201", "--current").stdout == pending
+    written = host.container(201).config.read_text()
+    assert "[pve:pending]" not in written and "[before-upgrade]" in written
+
+
 def test_pct_exits_with_errno_2_for_a_vmid_without_configuration(host: HostPaths) -> None:
     message = "Configuration file 'nodes/pve1/lxc/999.conf' does not exist\n"
     for args in (["status", "999"], ["config", "999", "--current"], ["exec", "999", "--", "true"]):

@@ -210,10 +210,21 @@ def test_long_context_is_normal_when_the_window_is_honoured_or_absent(drafting: 
 # --- a lab container on disk -----------------------------------------------------------------
 
 
+_HANDED_OUT: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+    """A free loopback port not handed out before in this process. A server binds its
+    port only once it runs, so servers started together could be given the same one;
+    the stand-in binds with SO_REUSEADDR and listens after loading, so both would bind
+    and the second's clients would be answered by the first."""
+    while True:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
 
 
 def build_container(root: Path, gpus: int = 2) -> ContainerPaths:
