@@ -112,3 +112,5 @@ def test_an_mtp_target_config_is_recognised_as_no_drafter_config() -> None:
     assert detect_kind(target()).name == "mtp"
     assert detect_kind(target(layers=0)).name != "mtp"  # no MTP layers to draft with
     assert detect_kind(json.loads(QWEN3_8B.read_text())).name != "mtp"
+    # published without the layer count: vLLM builds one (qwen3_5_mtp.py:84), not a drafter
+    assert detect_kind(json.loads(REFERENCE_QWEN36.read_text())).name == "mtp"

@@ -49,8 +49,13 @@ def mtp_layers(target: dict) -> tuple[str | None, object]:
 
 
 def is_mtp_target(config: dict) -> bool:
-    """Whether a config.json is a target with MTP layers (not a drafter's config)."""
-    _, layers = mtp_layers(config)
+    """Whether a config.json is a target with MTP layers (not a drafter's config): its
+    layer count set above 0, or unset in a family for which vLLM then builds some (the
+    published Qwen3.6-27B config has no `mtp_num_hidden_layers`: one layer)."""
+    model_type, layers = mtp_layers(config)
+    if layers is None:
+        family = FAMILIES.get(model_type) if isinstance(model_type, str) else None
+        return family is not None and bool(family.unset_builds)
     return isinstance(layers, int) and not isinstance(layers, bool) and layers > 0
 
 
