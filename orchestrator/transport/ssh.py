@@ -71,7 +71,7 @@ STALL_SECONDS = 5.0
 ANSWER_SECONDS = 15.0
 """How long a server may take to answer before its connection is given up: three
 keepalive intervals, as OpenSSH gives up after ServerAliveCountMax unanswered ones (3 by
-default: `readconf.c`, `fill_default_options`). A busy host, or a busy control machine
+default: 9.2p1 `readconf.c:2592`). A busy host, or a busy control machine
 whose SSH reader thread waits for a core, answers late; giving up on a connection fails
 every step on it at once (16 containers of one host under load did so at 5 s)."""
 LOST_HINT = (
@@ -87,8 +87,8 @@ def command_line(argv: Sequence[str], has_input: bool) -> str:
     sshd closes a session as soon as its command exits, and a message on that channel
     arriving after orch's close (paramiko sends an EOF or data from the caller's thread
     while its reader thread answers sshd's close) makes sshd drop the whole connection:
-    "packet referred to nonexistent channel" (OpenSSH `channels.c`,
-    `channel_from_packet_id`), every command and stream on it lost. So a command
+    "packet referred to nonexistent channel" (OpenSSH 9.2p1 `channels.c:3319-3327`, for
+    data and EOF at `:3336` and `:3446`), every command and stream on it lost. So a command
     without input reads /dev/null and is sent no EOF; with input, the shell reads what
     the command left unread, up to orch's EOF, before it exits with the command's status.
     """
