@@ -10,6 +10,7 @@ import json
 import struct
 import threading
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -90,29 +91,19 @@ def read_model_dir(transport: Transport, path: str) -> ModelDir:
     return ModelDir(path, True, model_files_from_bytes(path, frames), sizes, frames)
 
 
-def started(work: Callable[[], T]) -> Callable[[], T]:
-    """`work` begun now in a thread of its own; calling what this returns waits for its
-    value or raises its error. A daemon thread: a run that stops meanwhile (an error, a
-    signal) does not wait for it."""
-    outcome: list[tuple[T | None, BaseException | None]] = []
+def started(work: Callable[[], T]) -> Future[T]:
+    """`work` begun now in a daemon thread: a run that stops meanwhile (an error, a
+    signal) does not wait for it, as it would for a ThreadPoolExecutor's thread."""
+    future: Future[T] = Future()
 
     def run() -> None:
         try:
-            outcome.append((work(), None))
-        except BaseException as exc:  # handed to the caller of result()
-            outcome.append((None, exc))
+            future.set_result(work())
+        except BaseException as exc:  # raised again by future.result()
+            future.set_exception(exc)
 
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-
-    def result() -> T:
-        thread.join()
-        value, error = outcome[0]
-        if error is not None:
-            raise error
-        return value  # type: ignore[return-value]
-
-    return result
+    threading.Thread(target=run, daemon=True).start()
+    return future
 
 
 def gather(transport: Transport, plan: TargetPlan, nvidia_smi: str) -> Facts:
@@ -156,7 +147,7 @@ def gather(transport: Transport, plan: TargetPlan, nvidia_smi: str) -> Facts:
         gpu_error="" if gpus_ok else small["gpus"].decode("utf-8", "replace")[:300],
         server_version=version,
         server_version_error=version_error,
-        server_check=server_said(),
+        server_check=server_said.result(),
         siblings=probe.parse_siblings(small),
     )
 
