@@ -1173,12 +1173,10 @@ def run_server(
     log("INFO", "default_loader.py:267", f"Loading weights took {took:.2f} seconds")
     httpd.server_activate()
     listening = time.monotonic()
-    # Logged before the first request is answered, as vLLM and uvicorn do.
-    log(
-        "INFO",
-        "api_server.py:1634",
-        f"Starting vLLM API server 0 on http://{args.host}:{args.port}",
-    )
+    # Logged before the first request is answered, in vLLM's words: 0.32.0
+    # `entrypoints/launchers/api_server/entry.py:140`, just before `serve_http` (the same
+    # text in every wheel 0.19.1-0.34.0; the address as `launchers/launcher.py:410` forms it).
+    log("INFO", "entry.py:140", f"Starting vLLM server on http://{args.host}:{args.port}")
     print("INFO:     Application startup complete.", flush=True)
     threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True).start()
     every = float(os.environ.get(STATS_INTERVAL_ENV, DEFAULT_STATS_INTERVAL))

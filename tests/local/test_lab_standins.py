@@ -449,7 +449,7 @@ def test_refuses_connections_while_loading_then_serves(
     wait_ready(server)
     status, body, _ = request(server.port, "GET", "/health")
     assert (status, body) == (200, b"")
-    assert f"Starting vLLM API server 0 on http://127.0.0.1:{server.port}" in server.output()
+    assert f"Starting vLLM server on http://127.0.0.1:{server.port}" in server.output()
     assert "Loading weights took" in server.output()
 
 
