@@ -12,8 +12,9 @@ starts `python -m vllm.entrypoints.openai.api_server` on 127.0.0.1, times /healt
 the process start (refused, then 200), sends 12 completions of 64 tokens per temperature
 (0, 0.7, 1.0; `ignore_eos`) and prints the mean acceptance length and per-position
 acceptance from the /metrics counter deltas. Last, with transformers on the same target
-along its greedy continuations of the same prompts: the mean top-1 probability at 0.05,
-0.3, 0.7 and 1.0, which is what vLLM's rejection sampler keeps of a greedy-aligned draft.
+along its greedy continuations of the same prompts: the mean top-1 probability at 0.05 to
+10 (TOP1_TEMPERATURES), which is what vLLM's rejection sampler keeps of a greedy-aligned
+draft, and the stand-in's `lab/acceptance.TOP1_BY_TEMPERATURE`.
 Every server is stopped by its process group.
 """
 
@@ -36,6 +37,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PORT = 18290
 K = 3
 TEMPERATURES = (0.0, 0.7, 1.0)
+TOP1_TEMPERATURES = (0.05, 0.3, 0.7, 1.0, 2.0, 5.0, 10.0)
 PROMPTS = (
     "The gate probes the server with short prompts",
     "Every deploy writes a release and verifies it",
@@ -80,9 +82,9 @@ for name, model in (("tiny-target", target), ("tiny-partial", partial)):
 TOP1 = """
 import json, sys, torch
 from transformers import AutoTokenizer, Qwen3ForCausalLM
-path, prompts = sys.argv[1], json.loads(sys.argv[2])
+path, prompts, temperatures = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3])
 tok, model = AutoTokenizer.from_pretrained(path), Qwen3ForCausalLM.from_pretrained(path).eval()
-top1 = {0.05: [], 0.3: [], 0.7: [], 1.0: []}
+top1 = {t: [] for t in temperatures}
 for prompt in prompts:
     ids = tok(prompt, return_tensors="pt").input_ids
     with torch.no_grad():
@@ -196,8 +198,9 @@ def main() -> None:
         subprocess.run([str(python), "-c", make, str(models), str(ROOT)], check=True)
         for port, drafter in enumerate(("tiny-target", "tiny-partial"), PORT):
             measure(python, models, drafter, port)
+        target = str(models / "tiny-target")
         top1 = subprocess.run(
-            [str(python), "-c", TOP1, str(models / "tiny-target"), json.dumps(PROMPTS)],
+            [str(python), "-c", TOP1, target, json.dumps(PROMPTS), json.dumps(TOP1_TEMPERATURES)],
             check=True,
             capture_output=True,
             text=True,

@@ -56,10 +56,18 @@ LONG_CONTEXT_COLLAPSE = (0.55, 0.25, 0.08, 0.02)
 """Share of drafts accepting at least i+1 tokens once full attention runs past the window."""
 ZERO_HEAD = 0.01
 """A drafter with a zero-initialised lm_head: position 1 accepted in about 1% of drafts."""
-TARGET_CONFIDENCE = (1.35, 0.508)
-"""(N, r), least squares over the lab's tiny target's mean top-1 probability along its greedy
-continuations of benchmarks/sampling.py's prompts: 0.982, 0.865, 0.691, 0.569 at temperature
-0.05, 0.3, 0.7, 1.0 (the fit: 1.000, 0.876, 0.661, 0.593)."""
+TOP1_BY_TEMPERATURE = (
+    (0.05, 0.987),
+    (0.3, 0.891),
+    (0.7, 0.720),
+    (1.0, 0.593),
+    (2.0, 0.240),
+    (5.0, 0.0135),
+    (10.0, 0.0022),
+)
+"""(temperature, mean top-1 probability) of the lab's tiny target along its greedy
+continuations of benchmarks/sampling.py's prompts, measured by that script: near 1 when
+cold, toward 1/4096 (its vocabulary) as the distribution flattens."""
 MAX_PROBABILITY = 0.98
 REQUEST_SPREAD = 0.03
 """Standard deviation of the per-request multiplier (clipped to 0.9..1.1)."""
@@ -144,14 +152,20 @@ def sampling_factor(temperature: float) -> float:
     `config/speculative.py:600`) and its rejection sampler accepts a drafted token with
     the target's probability of it at the request's temperature (no draft probabilities:
     `draft_prob = 1`, `rejection_sampler.py:872-884`). A drafted token the target ranks
-    first is then kept with the target's top-1 probability, modelled as
-    1 / (1 + N * r ** (1 / T)): TARGET_CONFIDENCE fits the lab's tiny Qwen3 target
-    (docs/field-notes/gate.md, "Sampling"). Greedy requests (T = 0) keep every aligned token.
+    first is then kept with the target's top-1 probability: TOP1_BY_TEMPERATURE,
+    interpolated linearly between the measured temperatures (from 1 at T = 0, where every
+    aligned token is kept) and held at its last value past them
+    (docs/field-notes/gate.md, "Sampling").
     """
     if temperature <= 0:
         return 1.0
-    spread, ratio = TARGET_CONFIDENCE
-    return 1 / (1 + spread * ratio ** (1 / temperature))
+    below = (0.0, 1.0)
+    for above in TOP1_BY_TEMPERATURE:
+        if temperature <= above[0]:
+            share = (temperature - below[0]) / (above[0] - below[0])
+            return below[1] + share * (above[1] - below[1])
+        below = above
+    return below[1]
 
 
 def request_multiplier(rng: random.Random) -> float:

@@ -1006,13 +1006,14 @@ def test_dripping_routes_answer_one_byte_at_a_time(
 
 
 def test_sampling_keeps_greedy_acceptance_and_loses_it_as_temperature_rises() -> None:
-    """Calibrated on the lab's tiny target's measured top-1 probability by temperature."""
+    """Greedy keeps everything; hotter keeps less, down to almost nothing on a flat
+    distribution (the tiny target's vocabulary is 4,096 tokens)."""
     assert sampling_factor(0.0) == 1.0
-    measured = {0.05: 0.982, 0.3: 0.865, 0.7: 0.691, 1.0: 0.569}
-    for temperature, top1 in measured.items():
-        assert sampling_factor(temperature) == pytest.approx(top1, abs=0.035)  # the fit
-    factors = [sampling_factor(t / 10) for t in range(0, 21)]
-    assert factors == sorted(factors, reverse=True)
+    factors = [sampling_factor(t / 10) for t in range(0, 101)]
+    assert all(hotter < colder for colder, hotter in itertools.pairwise(factors))
+    assert 0.5 < sampling_factor(1.0) < 0.7
+    assert sampling_factor(10.0) < 0.01
+    assert sampling_factor(20.0) == pytest.approx(sampling_factor(10.0))
 
 
 def test_requests_without_sampling_get_the_servers_default_temperature(
