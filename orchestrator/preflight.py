@@ -18,7 +18,7 @@ from orchestrator.container import probe, validator
 from orchestrator.container.gpu import Gpu, GpuApp, parse_gpu_apps, parse_gpus
 from orchestrator.container.release import release_id_of
 from orchestrator.container.server import ServerState, parse_server_state
-from orchestrator.container.shell import parse_frames, parse_listing, run_step
+from orchestrator.container.shell import DEFAULT_TIMEOUT, parse_frames, parse_listing, run_step
 from orchestrator.drafters.findings import Finding
 from orchestrator.drafters.kinds import CheckInputs
 from orchestrator.drafters.modelfiles import (
@@ -109,7 +109,8 @@ def started(work: Callable[[], T]) -> Future[T]:
 def gather(transport: Transport, plan: TargetPlan, nvidia_smi: str) -> Facts:
     """Three commands (the two model dirs, then the small facts together), when no
     server of ours runs one probe of the port, and beside them all the server's own dry
-    run: it and `vllm --version` each import vLLM (15-35 s on a CPU), side by side."""
+    run, which imports vLLM (15-35 s on a CPU) and says its version; `vllm --version`,
+    another import, runs only when the dry run could not say."""
     launch = read_launch(plan.files[LAUNCH_SCRIPT].decode("utf-8", "replace"), plan.release_id)
     server_said = started(
         lambda: ask_server(transport, plan, launch) if launch.executable else None
@@ -117,14 +118,7 @@ def gather(transport: Transport, plan: TargetPlan, nvidia_smi: str) -> Facts:
     target = read_model_dir(transport, plan.target_dir)
     drafter = read_model_dir(transport, plan.drafter_weights) if plan.drafter_weights else None
     small = parse_frames(
-        run_step(
-            transport,
-            probe.target_facts(plan.layout, nvidia_smi, plan.vllm),
-            "read target facts",
-        ).stdout
-    )
-    version, version_error = probe.parse_vllm_version(
-        small["version"].decode("utf-8", "replace"), small["version.rc"].decode()
+        run_step(transport, probe.target_facts(plan.layout, nvidia_smi), "read target facts").stdout
     )
     gpus_ok, apps_ok = small["gpus.rc"] == b"0", small["apps.rc"] == b"0"
     server = parse_server_state(small["server"].decode())
@@ -135,6 +129,8 @@ def gather(transport: Transport, plan: TargetPlan, nvidia_smi: str) -> Facts:
             port_taken = True
         except ServiceUnavailable:
             port_taken = False
+    server_check = server_said.result()
+    version, version_error = _server_version(transport, plan, server_check)
     return Facts(
         target=target,
         drafter=drafter,
@@ -147,9 +143,19 @@ def gather(transport: Transport, plan: TargetPlan, nvidia_smi: str) -> Facts:
         gpu_error="" if gpus_ok else small["gpus"].decode("utf-8", "replace")[:300],
         server_version=version,
         server_version_error=version_error,
-        server_check=server_said.result(),
+        server_check=server_check,
         siblings=probe.parse_siblings(small),
     )
+
+
+def _server_version(
+    transport: Transport, plan: TargetPlan, server_check: validator.ServerCheck | None
+) -> tuple[str | None, str]:
+    """The version the dry run's vLLM reported, else what `vllm --version` says."""
+    if server_check and server_check.reply and probe.is_version(server_check.reply.version):
+        return server_check.reply.version, ""
+    result = transport.run(probe.read_vllm_version(plan.vllm), timeout=DEFAULT_TIMEOUT)
+    return probe.parse_vllm_version(result.stdout.decode("utf-8", "replace"), result.exit_code)
 
 
 def server_check_of_release(

@@ -1,6 +1,6 @@
 """Preflight's read-only probes of a container: a model directory in one round trip,
-and the small facts (GPUs, GPU processes, the vLLM version, free disk, the recorded
-server, the current release) in another."""
+the small facts (GPUs, GPU processes, free disk, the recorded server, the current
+release) in another, and the vLLM version where the server's dry run did not say it."""
 
 from __future__ import annotations
 
@@ -92,18 +92,22 @@ def _manifest_port(raw: bytes | None) -> int | None:
 
 
 @builder
-def target_facts(layout: Layout, nvidia_smi: str, vllm: str) -> list[str]:
-    """Preflight's small facts in one round trip, as frames: `gpus`, `apps` and
-    `version` (the vLLM version, see _VERSION_FUNCTION) with their `.rc`, `disk`
-    (free KiB where the deployment goes), `server`, `current`, and the running
-    servers of other deployments beside this one (see _siblings)."""
+def read_vllm_version(vllm: str) -> list[str]:
+    """The version `vllm` reports, else its package metadata's (see _VERSION_FUNCTION):
+    each imports vLLM, seconds of CPU, so preflight asks only when the dry run did not say."""
+    return script(_VERSION_FUNCTION + f"vllm_version {q(vllm)} 2>&1\n")
+
+
+@builder
+def target_facts(layout: Layout, nvidia_smi: str) -> list[str]:
+    """Preflight's small facts in one round trip, as frames: `gpus` and `apps` with
+    their `.rc`, `disk` (free KiB where the deployment goes), `server`, `current`, and
+    the running servers of other deployments beside this one (see _siblings)."""
     return script(
         PROCESS_FUNCTIONS
         + FRAME_FUNCTIONS
-        + _VERSION_FUNCTION
         + f"capture gpus {shlex.join([nvidia_smi, *GPU_QUERY])}\n"
         + f"capture apps {shlex.join([nvidia_smi, *GPU_APPS_QUERY])}\n"
-        + f"capture version vllm_version {q(vllm)}\n"
         + f'p={q(layout.root)}; while [ ! -e "$p" ]; do p=${{p%/*}}; [ -n "$p" ] || p=/; done\n'
         + 'df -Pk "$p" | awk \'NR==2 {print $4}\' > "$tmp"; frame disk "$tmp"\n'
         + f'recorded {q(layout.server_pid)} > "$tmp"; frame server "$tmp"\n'
@@ -115,12 +119,17 @@ def target_facts(layout: Layout, nvidia_smi: str, vllm: str) -> list[str]:
 _VERSION_LINE = re.compile(r"v?(\d+(?:\.\d+)+\S*)")
 
 
-def parse_vllm_version(text: str, exit_code: str) -> tuple[str | None, str]:
+def is_version(text: str) -> bool:
+    """A version as vLLM prints it (`0.32.0`, `0.11.1rc2.dev5+g1234`), nothing else."""
+    return _VERSION_LINE.fullmatch(text) is not None
+
+
+def parse_vllm_version(text: str, exit_code: int) -> tuple[str | None, str]:
     """What the version probe printed -> (version, "") or (None, why it is unknown).
 
     The last line that is a version wins: `vllm --version` may log before it."""
     lines = [line.strip() for line in text.splitlines() if line.strip()]
-    if exit_code == "0":
+    if exit_code == 0:
         for line in reversed(lines):
             if match := _VERSION_LINE.fullmatch(line):
                 return match.group(1), ""

@@ -12,7 +12,7 @@ from shelltools import (
     run,
 )
 
-from orchestrator.container.probe import parse_vllm_version, target_facts
+from orchestrator.container.probe import parse_vllm_version, read_vllm_version, target_facts
 from orchestrator.container.probe import read_model_dir as read_model_dir_script
 from orchestrator.container.shell import (
     parse_frames,
@@ -120,7 +120,7 @@ def test_target_facts_frame_gpus_disk_server_and_current(tmp_path: Path) -> None
     fake_smi.write_text('#!/bin/sh\necho "$1"\nexit 3\n')
     fake_smi.chmod(0o755)
     deployment = tmp_path / "not yet" / "deployed"
-    done = run(target_facts(Layout(str(deployment)), str(fake_smi), "/nonexistent/vllm"))
+    done = run(target_facts(Layout(str(deployment)), str(fake_smi)))
     assert done.returncode == 0, done.stderr
     frames = parse_frames(done.stdout)
 
@@ -133,20 +133,18 @@ def test_target_facts_frame_gpus_disk_server_and_current(tmp_path: Path) -> None
     deployment.mkdir(parents=True)
     (deployment / "server.pid").write_text("")  # a failed write leaves it empty
     (deployment / "current").symlink_to("releases/abc")
-    argv = target_facts(Layout(str(deployment)), "/nonexistent", "/nonexistent/vllm")
+    argv = target_facts(Layout(str(deployment)), "/nonexistent")
     frames = parse_frames(run(argv).stdout)
     assert frames["gpus.rc"] == b"127"
     assert (frames["server"], frames["current"]) == (b"none\n", b"releases/abc\n")
 
 
 def version_frames(vllm: Path) -> tuple[str | None, str]:
-    frames = parse_frames(
-        run(target_facts(Layout(str(vllm.parent)), "/nonexistent", str(vllm))).stdout
-    )
-    return parse_vllm_version(frames["version"].decode(), frames["version.rc"].decode())
+    done = run(read_vllm_version(str(vllm)))
+    return parse_vllm_version(done.stdout.decode(), done.returncode)
 
 
-def test_target_facts_read_the_vllm_version_or_its_package_metadata(tmp_path: Path) -> None:
+def test_the_vllm_version_or_its_package_metadata_is_read(tmp_path: Path) -> None:
     bin_dir = tmp_path / "venv dir" / "bin"
     bin_dir.mkdir(parents=True)
     vllm = bin_dir / "vllm"
