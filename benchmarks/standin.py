@@ -45,7 +45,7 @@ def build(root: Path) -> tuple[ContainerPaths, Path, Path]:
     gpu = {"name": "NVIDIA RTX A6000", "memory_total_mib": 49140, "uuid": "GPU-bench"}
     write_json_atomic(container.gpus, [{"index": 0, **gpu}])
     models = container.rootfs / "opt/models"
-    install_models(container, models, profile)
+    install_models(container, models)
     target = models / profile.target_name.rsplit("/", 1)[-1]
     weights = models / profile.name.rsplit("/", 1)[-1] / "model.safetensors"
     drafter = container.rootfs / "var/lib/orch/releases/bench/drafter"

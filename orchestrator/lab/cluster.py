@@ -25,7 +25,6 @@ from pathlib import Path
 
 import yaml
 
-from orchestrator.drafters.profiles import list_profiles
 from orchestrator.errors import InputError
 from orchestrator.history import state_dir
 from orchestrator.lab import pveconf, realserver, sshd, tiny_cache
@@ -315,7 +314,6 @@ class Lab:
         }
 
     def _build_containers(self, spec: LabSpec, real: dict | None) -> list[LabContainer]:
-        profiles = list_profiles()
         python = sys.executable
         built = []
         for h in range(1, spec.hosts + 1):
@@ -360,8 +358,7 @@ class Lab:
                     realserver.write_launcher(container, real["venv"])
                     tiny_cache.link_into(real["models"], models_dir)
                 else:
-                    for profile in profiles:
-                        install_models(container, models_dir, profile)
+                    install_models(container, models_dir)
                     tiny_cache.write_stubs(container, models_dir)
                 (container.rootfs / "var" / "lib" / "orch").mkdir(parents=True, exist_ok=True)
                 built.append(

@@ -128,13 +128,24 @@ def attention_built(config: dict[str, Any]) -> tuple[list[bool], int | None]:
     return sliding_layers(config), window(config)
 
 
+def trained_attention(published: dict[str, Any]) -> tuple[list[bool], int | None]:
+    """The attention the drafter was trained with, as its published file states it: its
+    layer types with the file's `sliding_window`. A file may state a window that vLLM
+    does not keep (z-lab's Qwen3.6-27B drafter sets no `use_sliding_window`, and vLLM
+    refuses it as shipped); the deployed config must make vLLM build this."""
+    stated = published.get("sliding_window") is not None
+    return attention_built({**published, "use_sliding_window": stated})
+
+
 def roles_that_differ(deployed: dict[str, Any], published: dict[str, Any]) -> set[str]:
-    """The roles of the read keys whose values differ, and `attention` when the layers are
-    built with other windows."""
+    """The roles of the read keys whose values differ, and `attention` when the server
+    builds other layers or windows than the drafter was trained with. The window's own
+    keys (`sliding_window`, `use_sliding_window`, `layer_types`) count only as the
+    attention they build."""
     roles = {
         role for key, role in KEY_ROLES.items() if _value(deployed, key) != _value(published, key)
     }
-    if attention_built(deployed) != attention_built(published):
+    if attention_built(deployed) != trained_attention(published):
         roles.add(ATTENTION)
     return roles
 
@@ -164,6 +175,10 @@ def conditional_generation(target: dict[str, Any]) -> bool:
 MTP_LAYER_FIELDS = ("mtp_num_hidden_layers", "num_nextn_predict_layers")
 """Where a target declares its MTP layers (0.34.0 `config/speculative.py:833-948`,
 `:1038`)."""
+UNSET_BUILDS_ONE = ("qwen3_5", "qwen3_5_moe", "qwen3_5_text", "qwen3_5_moe_text")
+"""Model types whose MTP model builds one layer when the config declares none:
+`getattr(config, "mtp_num_hidden_layers", 1)` (0.32.0 `models/qwen3_5_mtp.py:82`, 0.34.0
+`:84`), and transformers 5.19.0's Qwen3_5TextConfig has no such field to default it."""
 
 
 def mtp_layer_count(target: dict[str, Any]) -> int:
@@ -172,4 +187,4 @@ def mtp_layer_count(target: dict[str, Any]) -> int:
         count = target.get(field, text.get(field))
         if isinstance(count, int):
             return count
-    return 0
+    return 1 if target.get("model_type") in UNSET_BUILDS_ONE else 0

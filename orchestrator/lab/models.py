@@ -1,11 +1,16 @@
 """Model directories shaped like the published ones, at no disk cost.
 
+Built from the lab's own copies of the published files (`published/`: the
+configs as their publishers ship them), never from orch's drafter profiles or
+target tables, so that a wrong profile meets the lab as it would meet the
+field: a refused start or a failed gate, not a lab that agrees with it.
+
 The target has its real config.json (with `text_config`), its tokenizer's
 special tokens, a safetensors index and shards whose headers are real and
 whose data is sparse. The drafter dir is shaped by its kind: a DFlash drafter
 ships `model.safetensors` and no `config.json`, as it was published; an
 EAGLE-3 head ships its own `config.json`; MTP drafts with the target's own
-heads and has no dir. The drafter's config is also kept as the vLLM
+layers and has no dir. Each drafter's published config is also the vLLM
 stand-in's ground truth.
 """
 
@@ -15,12 +20,32 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-from orchestrator.drafters.kinds.dflash import weight_layout
 from orchestrator.drafters.modelfiles import CONFIG_FILE, text_config, write_safetensors_stub
-from orchestrator.drafters.profiles import Profile, target_files
 from orchestrator.lab.paths import ContainerPaths
 
+PUBLISHED_DIR = Path(__file__).parent / "published"
+TARGETS = ("Qwen3-8B", "Qwen3.6-27B")
+"""Targets the lab installs: `published/NAME.config.json` and `NAME.tokenizer_config.json`."""
+DRAFTERS = {
+    "z-lab/Qwen3.6-27B-DFlash": "dflash",
+    "z-lab/Qwen3-8B-DFlash-b16": "dflash",
+    "RedHatAI/Qwen3-8B-speculator.eagle3": "eagle3",
+}
+"""Drafters the lab installs, by repository and kind: `published/OWNER_NAME.config.json`.
+The EAGLE-3 head's file holds the fields public copies of its config confirm, with a
+decoder layer at its target's width and vocabulary. MTP needs no drafter: it drafts with
+the Qwen3.6-27B target's own layers."""
 TARGET_SHARDS = 4
+DTYPES = {"bfloat16": "BF16", "float16": "F16", "float32": "F32"}
+
+
+def published_file(name: str) -> bytes:
+    return (PUBLISHED_DIR / name).read_bytes()
+
+
+def published_drafter_config(repository: str) -> dict:
+    """A drafter's config.json as published (the lab's copy)."""
+    return json.loads(published_file(repository.replace("/", "_") + ".config.json"))
 
 
 def target_layout(config: dict) -> dict[str, tuple[str, list[int]]]:
@@ -40,12 +65,44 @@ def target_layout(config: dict) -> dict[str, tuple[str, list[int]]]:
     return layout
 
 
-def write_target_dir(directory: Path, profile: Profile) -> None:
+def dflash_layout(config: dict) -> dict[str, tuple[str, list[int]]]:
+    """Tensor names, dtypes and shapes of a DFlash checkpoint with this config: fc
+    (target features -> hidden), hidden_norm, norm and Qwen3 decoder layers; embeddings
+    and lm_head are the target's."""
+    dtype = DTYPES[config.get("dtype") or config.get("torch_dtype") or "bfloat16"]
+    hidden, inter = config["hidden_size"], config["intermediate_size"]
+    head_dim = config["head_dim"]
+    q_out = config["num_attention_heads"] * head_dim
+    kv_out = config["num_key_value_heads"] * head_dim
+    ids = config["dflash_config"]["target_layer_ids"]
+    layout = {
+        "fc.weight": (dtype, [hidden, len(ids) * hidden]),
+        "hidden_norm.weight": (dtype, [hidden]),
+        "norm.weight": (dtype, [hidden]),
+    }
+    for i in range(config["num_hidden_layers"]):
+        for name, shape in (
+            ("self_attn.q_proj.weight", [q_out, hidden]),
+            ("self_attn.k_proj.weight", [kv_out, hidden]),
+            ("self_attn.v_proj.weight", [kv_out, hidden]),
+            ("self_attn.o_proj.weight", [hidden, q_out]),
+            ("self_attn.q_norm.weight", [head_dim]),
+            ("self_attn.k_norm.weight", [head_dim]),
+            ("mlp.gate_proj.weight", [inter, hidden]),
+            ("mlp.up_proj.weight", [inter, hidden]),
+            ("mlp.down_proj.weight", [hidden, inter]),
+            ("input_layernorm.weight", [hidden]),
+            ("post_attention_layernorm.weight", [hidden]),
+        ):
+            layout[f"layers.{i}.{name}"] = (dtype, shape)
+    return layout
+
+
+def write_target_dir(directory: Path, target: str) -> None:
     directory.mkdir(parents=True, exist_ok=True)
-    files = target_files(profile.name)
-    for name, data in files.items():
-        (directory / name).write_bytes(data)
-    layout = list(target_layout(json.loads(files["config.json"])).items())
+    for file_name in (CONFIG_FILE, "tokenizer_config.json"):
+        (directory / file_name).write_bytes(published_file(f"{target}.{file_name}"))
+    layout = list(target_layout(json.loads(published_file(f"{target}.{CONFIG_FILE}"))).items())
     weight_map = {}
     per_shard = -(-len(layout) // TARGET_SHARDS)
     for index in range(TARGET_SHARDS):
@@ -57,57 +114,36 @@ def write_target_dir(directory: Path, profile: Profile) -> None:
     (directory / "model.safetensors.index.json").write_text(json.dumps(index_file, indent=2))
 
 
-def write_drafter_dir(directory: Path, profile: Profile) -> dict:
-    """A DFlash drafter as published: weights, no config.json. Returns its config."""
+def write_dflash_dir(directory: Path, config: dict) -> None:
+    """A DFlash drafter as published: weights, no config.json."""
     directory.mkdir(parents=True, exist_ok=True)
-    write_safetensors_stub(directory / "model.safetensors", weight_layout(profile.config))
-    return profile.config
+    write_safetensors_stub(directory / "model.safetensors", dflash_layout(config))
 
 
-def eagle3_head_config(profile: Profile) -> dict:
-    """The head's config.json: the profile's published fields, and a layer at the width and
-    vocabulary of its target (the shape fields a speculators config carries)."""
-    target = text_config(json.loads(target_files(profile.name)[CONFIG_FILE]))
-    layer = {
-        "architectures": ["LlamaForCausalLM"],
-        "model_type": "llama",
-        "hidden_size": target["hidden_size"],
-        "intermediate_size": target["intermediate_size"],
-        "num_attention_heads": target["num_attention_heads"],
-        "num_key_value_heads": target["num_key_value_heads"],
-        "num_hidden_layers": 1,
-        "vocab_size": target["vocab_size"],
-    }
-    return {**profile.config, "transformer_layer_config": layer}
-
-
-def write_eagle3_dir(directory: Path, profile: Profile) -> dict:
+def write_eagle3_dir(directory: Path, config: dict) -> None:
     """An EAGLE-3 head in the speculators format: its own config.json and its weights."""
-    config = eagle3_head_config(profile)
     hidden = config["transformer_layer_config"]["hidden_size"]
     directory.mkdir(parents=True, exist_ok=True)
     (directory / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n")
     layout = {"fc.weight": ("BF16", [hidden, 3 * hidden]), "norm.weight": ("BF16", [hidden])}
     write_safetensors_stub(directory / "model.safetensors", layout)
-    return config
 
 
-DRAFTER_DIRS: dict[str, Callable[[Path, Profile], dict]] = {
-    "dflash": write_drafter_dir,
+DRAFTER_DIRS: dict[str, Callable[[Path, dict], None]] = {
+    "dflash": write_dflash_dir,
     "eagle3": write_eagle3_dir,
 }
-"""How each kind's drafter dir is built; kinds without a drafter dir (MTP) have none."""
+"""How each kind's drafter dir is built from its published config."""
 
 
-def install_models(container: ContainerPaths, models_dir: Path, profile: Profile) -> None:
-    """Target and drafter dirs in the container, and the drafter's truth for the stand-in."""
-    target_name = profile.target_name.rsplit("/", 1)[-1]
-    write_target_dir(models_dir / target_name, profile)
-    writer = DRAFTER_DIRS.get(profile.kind)
-    if writer is None:
-        return
-    drafter_name = profile.name.rsplit("/", 1)[-1]
-    config = writer(models_dir / drafter_name, profile)
-    truth = container.truth(drafter_name)
-    truth.parent.mkdir(parents=True, exist_ok=True)
-    truth.write_text(json.dumps(config, indent=2) + "\n")
+def install_models(container: ContainerPaths, models_dir: Path) -> None:
+    """Every published target and drafter dir in the container, and each drafter's
+    published config as the stand-in's truth."""
+    for target in TARGETS:
+        write_target_dir(models_dir / target, target)
+    container.truth_dir.mkdir(parents=True, exist_ok=True)
+    for repository, kind in DRAFTERS.items():
+        config = published_drafter_config(repository)
+        name = repository.rsplit("/", 1)[-1]
+        DRAFTER_DIRS[kind](models_dir / name, config)
+        container.truth(name).write_text(json.dumps(config, indent=2) + "\n")

@@ -420,7 +420,9 @@ def load_dflash(
     return Drafting(
         k,
         profile,
-        sliding_window=dflash_reading.window(truth or deployed),
+        sliding_window=(
+            dflash_reading.trained_attention(truth)[1] if truth else dflash_reading.window(deployed)
+        ),
         swa_as_full_attention=swa_as_full_attention or forced_swa_as_full_attention,
     )
 

@@ -27,7 +27,6 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from orchestrator.drafters.kinds.dflash import weight_layout
 from orchestrator.drafters.modelfiles import write_safetensors_stub
 from orchestrator.drafters.profiles import get_profile
 from orchestrator.lab.acceptance import (
@@ -38,6 +37,7 @@ from orchestrator.lab.acceptance import (
     sample_accepted,
     sampling_factor,
 )
+from orchestrator.lab.models import dflash_layout, published_drafter_config
 from orchestrator.lab.paths import (
     VLLM_VERSION_ENV as VERSION_ENV,
 )
@@ -51,7 +51,8 @@ from orchestrator.lab.paths import (
 from orchestrator.lab.vllm_standin import Drafting
 
 REFERENCE = Path(__file__).parent.parent / "fixtures/drafters"  # the published configs
-PUBLISHED = get_profile("z-lab/Qwen3.6-27B-DFlash").config  # as orch renders it
+RENDERED = get_profile("z-lab/Qwen3.6-27B-DFlash").config  # as orch renders and deploys it
+TRUTH = published_drafter_config("z-lab/Qwen3.6-27B-DFlash")  # the lab's copy, as published
 QWEN3_8B_DRAFTER = json.loads((REFERENCE / "z-lab_Qwen3-8B-DFlash-b16.config.json").read_text())
 DRAFTER_NAME = "Qwen3.6-27B-DFlash"
 SPEC_COUNTERS = (
@@ -82,12 +83,12 @@ def with_changes(config: dict, **dflash_or_top: object) -> dict:
 
 
 # The wrong guesses seen in the field, each as the deployed config.
-WRONG_IDS = with_changes(PUBLISHED, target_layer_ids=[1, 17, 33, 49, 63])
-WRONG_MASK = with_changes(PUBLISHED, mask_token_id=248064)
-ALL_FULL = with_changes(PUBLISHED, layer_types=["full_attention"] * 5)
-WRONG_WINDOW = with_changes(PUBLISHED, sliding_window=4096)
-WRONG_BOS = with_changes(PUBLISHED, bos_token_id=248044)
-FOUR_IDS = with_changes(PUBLISHED, target_layer_ids=[1, 16, 31, 46])
+WRONG_IDS = with_changes(RENDERED, target_layer_ids=[1, 17, 33, 49, 63])
+WRONG_MASK = with_changes(RENDERED, mask_token_id=248064)
+ALL_FULL = with_changes(RENDERED, layer_types=["full_attention"] * 5)
+WRONG_WINDOW = with_changes(RENDERED, sliding_window=4096)
+WRONG_BOS = with_changes(RENDERED, bos_token_id=248044)
+FOUR_IDS = with_changes(RENDERED, target_layer_ids=[1, 16, 31, 46])
 FC_IN_FEATURES = 5 * 5120
 
 
@@ -95,7 +96,7 @@ FC_IN_FEATURES = 5 * 5120
 
 
 def test_published_config_accepts_like_the_field() -> None:
-    profile = acceptance_profile(PUBLISHED, PUBLISHED, FC_IN_FEATURES)
+    profile = acceptance_profile(RENDERED, TRUTH, FC_IN_FEATURES)
     assert len(profile) == 15
     assert profile[0] == pytest.approx(0.8, abs=0.02)
     assert 3.5 <= expected_acceptance_length(profile, 15) <= 5
@@ -104,11 +105,11 @@ def test_published_config_accepts_like_the_field() -> None:
 @pytest.mark.parametrize(
     ("deployed", "truth", "fc_in_features"),
     [
-        (WRONG_IDS, PUBLISHED, FC_IN_FEATURES),
-        (WRONG_MASK, PUBLISHED, FC_IN_FEATURES),
-        (FOUR_IDS, PUBLISHED, FC_IN_FEATURES),
+        (WRONG_IDS, TRUTH, FC_IN_FEATURES),
+        (WRONG_MASK, TRUTH, FC_IN_FEATURES),
+        (FOUR_IDS, TRUTH, FC_IN_FEATURES),
         (FOUR_IDS, FOUR_IDS, FC_IN_FEATURES),  # config as published, weights have 5 layers
-        (PUBLISHED, None, FC_IN_FEATURES),  # no published config to vouch for it
+        (RENDERED, None, FC_IN_FEATURES),  # no published config to vouch for it
     ],
     ids=["layer-ids", "mask-token", "four-of-five-ids", "ids-vs-weights", "unknown-drafter"],
 )
@@ -122,23 +123,23 @@ def test_misaligned_drafter_accepts_almost_nothing(
     assert expected_acceptance_length(profile, 15) == pytest.approx(1.1, abs=0.05)
 
 
-WINDOW_UNSEEN = {k: v for k, v in PUBLISHED.items() if k != "use_sliding_window"}
+WINDOW_UNSEEN = TRUTH  # deployed as published: vLLM keeps no window for the sliding layers
 
 
 @pytest.mark.parametrize(
     "deployed",
-    [ALL_FULL, WRONG_WINDOW, WINDOW_UNSEEN, with_changes(PUBLISHED, is_causal=True)],
+    [ALL_FULL, WRONG_WINDOW, WINDOW_UNSEEN, with_changes(RENDERED, is_causal=True)],
     ids=["layer-types", "sliding-window", "window-the-server-does-not-see", "causality"],
 )
 def test_attention_mistakes_halve_acceptance(deployed: dict) -> None:
-    published = expected_acceptance_length(acceptance_profile(PUBLISHED, PUBLISHED, None), 15)
-    wrong = expected_acceptance_length(acceptance_profile(deployed, PUBLISHED, None), 15)
+    published = expected_acceptance_length(acceptance_profile(RENDERED, TRUTH, None), 15)
+    wrong = expected_acceptance_length(acceptance_profile(deployed, TRUTH, None), 15)
     assert 0.4 <= wrong / published <= 0.6
 
 
 @pytest.mark.parametrize("key", ["is_neox_style", "rope_theta", "eagle_aux_hidden_state_layer_ids"])
 def test_keys_vllm_reads_for_the_model_or_its_layers_misalign_it(key: str) -> None:
-    profile = acceptance_profile(with_changes(PUBLISHED, **{key: 12345}), PUBLISHED, None)
+    profile = acceptance_profile(with_changes(RENDERED, **{key: 12345}), TRUTH, None)
     assert profile[0] == pytest.approx(0.08, abs=0.01)
 
 
@@ -147,14 +148,14 @@ def test_keys_vllm_reads_for_the_model_or_its_layers_misalign_it(key: str) -> No
 )
 def test_keys_no_server_reads_change_nothing(key: str) -> None:
     """Keys vLLM's qwen3_dflash.py never reads (the lab's own list, dflash_reading.py)."""
-    deployed = copy.deepcopy(PUBLISHED)
+    deployed = copy.deepcopy(RENDERED)
     *parents, leaf = key.split(".")
     node = deployed
     for parent in parents:
         node = node.setdefault(parent, {})
     node[leaf] = 12345
-    trained = acceptance_profile(PUBLISHED, PUBLISHED, None)
-    assert acceptance_profile(deployed, PUBLISHED, None) == trained
+    trained = acceptance_profile(RENDERED, TRUTH, None)
+    assert acceptance_profile(deployed, TRUTH, None) == trained
 
 
 def test_absent_layer_types_mean_full_attention() -> None:
@@ -167,7 +168,7 @@ def test_absent_layer_types_mean_full_attention() -> None:
 
 def test_sampled_drafts_follow_the_profile_with_per_request_spread() -> None:
     rng = random.Random(7)
-    profile = acceptance_profile(PUBLISHED, PUBLISHED, None)
+    profile = acceptance_profile(RENDERED, TRUTH, None)
     multipliers = [request_multiplier(rng) for _ in range(200)]
     assert len(set(multipliers)) == 200
     assert all(0.9 <= m <= 1.1 for m in multipliers)
@@ -180,7 +181,7 @@ def test_sampled_drafts_follow_the_profile_with_per_request_spread() -> None:
 
 
 def test_full_attention_past_the_window_collapses_after_position_four() -> None:
-    profile = acceptance_profile(PUBLISHED, PUBLISHED, None)
+    profile = acceptance_profile(RENDERED, TRUTH, None)
     drafting = Drafting(15, profile, sliding_window=2048, swa_as_full_attention=True)
     assert drafting.profile_at(2048) == profile
     collapsed = drafting.profile_at(2049)
@@ -191,7 +192,7 @@ def test_full_attention_past_the_window_collapses_after_position_four() -> None:
 
 
 def test_collapse_never_improves_a_drafter_that_already_misses() -> None:
-    unaligned = acceptance_profile(WRONG_IDS, PUBLISHED, None)
+    unaligned = acceptance_profile(WRONG_IDS, TRUTH, None)
     assert collapsed_past_window(unaligned) == unaligned
 
 
@@ -251,7 +252,7 @@ def build_container(root: Path, gpus: int = 2) -> ContainerPaths:
     (target_dir(container) / "config.json").write_text(
         (REFERENCE / "Qwen3.6-27B.config.json").read_text()
     )
-    add_drafter_weights(container, DRAFTER_NAME, PUBLISHED)
+    add_drafter_weights(container, DRAFTER_NAME, TRUTH)
     write_container_launchers(container, sys.executable)
     write_pct_launcher(host, sys.executable)
     return container
@@ -265,7 +266,7 @@ def add_drafter_weights(container: ContainerPaths, name: str, truth: dict) -> Pa
     """A published drafter: weights of 5 layers (fc.weight [5120, 25600]), its truth config."""
     weights = container.rootfs / "models" / name
     weights.mkdir(parents=True)
-    write_safetensors_stub(weights / "model.safetensors", weight_layout(PUBLISHED))
+    write_safetensors_stub(weights / "model.safetensors", dflash_layout(TRUTH))
     write_json_atomic(container.truth(name), truth)
     return weights
 
@@ -433,7 +434,7 @@ def container(tmp_path: Path) -> ContainerPaths:
 
 @pytest.fixture
 def drafter(container: ContainerPaths) -> Path:
-    return deploy_drafter(container, "r1", PUBLISHED, DRAFTER_NAME)
+    return deploy_drafter(container, "r1", RENDERED, DRAFTER_NAME)
 
 
 # --- vllm: start-up, routes, metrics ---------------------------------------------------------
@@ -523,7 +524,7 @@ def test_logs_vllms_spec_decoding_line_while_there_is_traffic(
 # --- vllm: acceptance by deployed config (statistical, from the counters) ---------------------
 
 CASES = {
-    "published": (PUBLISHED, DRAFTER_NAME),
+    "published": (RENDERED, DRAFTER_NAME),
     "layer-ids": (WRONG_IDS, DRAFTER_NAME),
     "mask-token": (WRONG_MASK, DRAFTER_NAME),
     "ids-vs-weights": (FOUR_IDS, "Qwen3.6-27B-DFlash-4ids"),
@@ -610,7 +611,7 @@ def broken_start(
 
 @pytest.mark.parametrize(
     "drafter_config",
-    [None, "{not json", json.dumps({**PUBLISHED, "dflash_config": {"mask_token_id": 248070}})],
+    [None, "{not json", json.dumps({**RENDERED, "dflash_config": {"mask_token_id": 248070}})],
     ids=["missing", "not-json", "no-target-layer-ids"],
 )
 def test_bad_drafter_config_fails_at_start_with_a_traceback(

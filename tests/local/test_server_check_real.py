@@ -17,7 +17,7 @@ from orchestrator.container import validator
 from orchestrator.drafters.findings import Severity
 from orchestrator.drafters.profiles import get_profile
 from orchestrator.inventory import load_inventory
-from orchestrator.lab.models import eagle3_head_config
+from orchestrator.lab.models import published_drafter_config
 from orchestrator.plan import LAUNCH_SCRIPT, TargetPlan, plan_deploy
 from orchestrator.playbook import load_playbook
 from orchestrator.preflight import ask_server
@@ -54,7 +54,8 @@ def ask(
         drafter_dir = models / Path(playbook.drafter.weights).name
         drafter_dir.mkdir()
         if playbook.drafter.config == "shipped" and profile is not None:
-            (drafter_dir / "config.json").write_text(json.dumps(eagle3_head_config(profile)))
+            config = published_drafter_config(profile.name)
+            (drafter_dir / "config.json").write_text(json.dumps(config))
     inventory = tmp_path / "inventory.yaml"
     inventory.write_text(
         json.dumps(

@@ -21,9 +21,8 @@ from orchestrator.connections import Given
 from orchestrator.container.audit import audit_line
 from orchestrator.container.lock import Owner
 from orchestrator.documents import API_VERSION, Document
-from orchestrator.drafters.profiles import get_profile
 from orchestrator.errors import InputError
-from orchestrator.lab.models import write_drafter_dir, write_target_dir
+from orchestrator.lab.models import published_drafter_config, write_dflash_dir, write_target_dir
 from orchestrator.layout import DRAFTER_CONFIG, VIEW_CONFIG
 from orchestrator.progress import no_progress
 from orchestrator.release import GateTarget
@@ -370,9 +369,8 @@ def test_rollback_to_an_unknown_id_is_bad_input_with_nothing_touched() -> None:
 @pytest.fixture
 def models(tmp_path: Path) -> dict[str, Path]:
     """The published target and drafter dirs, as local files for the scripted containers."""
-    profile = get_profile("z-lab/Qwen3.6-27B-DFlash")
-    write_target_dir(tmp_path / "target", profile)
-    write_drafter_dir(tmp_path / "drafter", profile)
+    write_target_dir(tmp_path / "target", "Qwen3.6-27B")
+    write_dflash_dir(tmp_path / "drafter", published_drafter_config("z-lab/Qwen3.6-27B-DFlash"))
     return {"target": tmp_path / "target", "drafter": tmp_path / "drafter"}
 
 

@@ -19,10 +19,10 @@ from orchestrator.drafters.kinds.dflash import (
     block_size,
     build_target_layer_ids,
     check_dflash,
-    weight_layout,
 )
 from orchestrator.drafters.modelfiles import read_model_dir, write_safetensors_stub
 from orchestrator.drafters.profiles import Profile, get_profile, merge_overrides, target_files
+from orchestrator.lab.models import dflash_layout
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "drafters"
 QWEN36 = "z-lab/Qwen3.6-27B-DFlash"
@@ -59,7 +59,7 @@ def tensors(config: dict) -> dict[str, dict]:
     """Header entries as a safetensors file of this layout would hold them."""
     return {
         name: {"dtype": dtype, "shape": shape, "data_offsets": [0, 0]}
-        for name, (dtype, shape) in weight_layout(config).items()
+        for name, (dtype, shape) in dflash_layout(config).items()
     }
 
 
@@ -398,7 +398,7 @@ def drafter_dir(tmp_path: Path) -> Path:
     """The published Qwen3.6 drafter's weights as it ships (no config.json), data sparse."""
     path = tmp_path / "Qwen3.6-27B-DFlash"
     path.mkdir()
-    layout = weight_layout(drafter())
+    layout = dflash_layout(drafter())
     assert layout["fc.weight"] == ("BF16", [5120, 25600])
     write_safetensors_stub(path / "model.safetensors", layout)
     return path
@@ -424,7 +424,7 @@ def test_four_layer_ids_against_five_layer_weights(drafter_dir: Path) -> None:
 
 
 def test_layer_count_against_the_weights(tmp_path: Path) -> None:
-    layout = weight_layout(merge_overrides(drafter(), {"num_hidden_layers": 4}))
+    layout = dflash_layout(merge_overrides(drafter(), {"num_hidden_layers": 4}))
     write_safetensors_stub(tmp_path / "model.safetensors", layout)
     tensors_read = read_model_dir(tmp_path).tensors
     assert tensors_read is not None

@@ -332,10 +332,11 @@ def test_every_key_names_a_source() -> None:
 
 
 def test_the_labs_head_passes_with_its_weights(tmp_path: Path) -> None:
-    from orchestrator.lab.models import write_eagle3_dir
+    from orchestrator.lab.models import published_drafter_config, write_eagle3_dir
 
     profile = get_profile(PROFILE)
-    config = write_eagle3_dir(tmp_path, profile)
+    config = published_drafter_config(PROFILE)
+    write_eagle3_dir(tmp_path, config)
     files = read_model_dir(tmp_path)
     assert check(config, profile=profile, tensors=files.tensors) == []
 

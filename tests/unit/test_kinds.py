@@ -19,7 +19,7 @@ from orchestrator.lab.acceptance import (
     mtp_profile,
     ngram_profile,
 )
-from orchestrator.lab.models import eagle3_head_config
+from orchestrator.lab.models import published_drafter_config
 from orchestrator.plan import DRAFTER_CONFIG, LAUNCH_SCRIPT, TargetPlan, plan_deploy
 from orchestrator.playbook import PLAYBOOK_DIR, load_playbook
 
@@ -165,7 +165,7 @@ def test_ngram_needs_nothing_and_finds_nothing() -> None:
 
 
 def test_the_lab_accepts_each_kinds_published_setup_and_not_its_misconfiguration() -> None:
-    head = eagle3_head_config(get_profile(EAGLE3))
+    head = published_drafter_config(EAGLE3)
     qwen3, qwen36 = target(EAGLE3), target(MTP)
     assert eagle3_profile(head, head, qwen3, 3) == [0.75, 0.6, 0.5]
     assert expected_acceptance_length(eagle3_profile(head, head, qwen3, 3), 3) > 2.0

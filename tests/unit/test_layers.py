@@ -85,6 +85,28 @@ def test_a_lower_floor_imports_nothing_above_it(floor: str) -> None:
     assert {module: names for module, names in wrong.items() if names} == {}
 
 
+ORCH_BELIEFS = (
+    "orchestrator.drafters.profiles",
+    "orchestrator.drafters.kinds",
+    "orchestrator.drafters.keytable",
+    "orchestrator.serving",
+)
+"""What orch believes about drafters and servers: its profiles, key tables and capability
+table."""
+
+
+def test_the_lab_takes_no_truth_from_orchs_own_tables() -> None:
+    """The lab's models and stand-in come from its own copies of the published files and
+    its own reading of vLLM, so a wrong row in orch's tables meets the lab as a
+    disagreement (a refused start, a failed gate), not as a lab that agrees with it."""
+    taken = {
+        module: sorted(name for name in imported if _within(name, ORCH_BELIEFS))
+        for module, imported in GRAPH.items()
+        if _within(module, ("orchestrator.lab",))
+    }
+    assert {module: names for module, names in taken.items() if names} == {}
+
+
 def test_no_import_cycles() -> None:
     """Depth-first search; the first cycle found is named."""
     done: set[str] = set()

@@ -13,10 +13,11 @@ from orchestrator.container.gpu import Gpu, GpuApp
 from orchestrator.container.probe import Sibling, parse_siblings
 from orchestrator.container.server import ServerState
 from orchestrator.drafters.findings import Finding, Severity
-from orchestrator.drafters.kinds.dflash import IDS, weight_layout
+from orchestrator.drafters.kinds.dflash import IDS
 from orchestrator.drafters.modelfiles import model_files_from_bytes, write_safetensors_stub
 from orchestrator.drafters.profiles import get_profile, target_files
 from orchestrator.inventory import load_inventory
+from orchestrator.lab.models import dflash_layout
 from orchestrator.plan import TargetPlan, plan_deploy
 from orchestrator.playbook import load_playbook
 from orchestrator.preflight import (
@@ -58,7 +59,7 @@ def weights(tmp_path_factory: pytest.TempPathFactory) -> Path:
     directory = tmp_path_factory.mktemp("weights")
     write_safetensors_stub(directory / SHARDS[0], {"model.embed_tokens.weight": ("BF16", [64, 8])})
     write_safetensors_stub(directory / SHARDS[1], {"lm_head.weight": ("BF16", [64, 8])})
-    layout = weight_layout(get_profile(QWEN36).config)
+    layout = dflash_layout(get_profile(QWEN36).config)
     write_safetensors_stub(directory / "model.safetensors", layout)
     return directory
 

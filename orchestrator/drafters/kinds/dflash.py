@@ -36,7 +36,6 @@ SLIDING = "sliding_attention"
 
 _LAYER_WEIGHT = re.compile(r"^(?:model\.)?layers\.(\d+)\.")
 _FC_WEIGHTS = ("fc.weight", "model.fc.weight")
-_TORCH_DTYPES = {"bfloat16": "BF16", "float16": "F16", "float32": "F32"}
 
 IDS = "dflash_config.target_layer_ids"
 MASK = "dflash_config.mask_token_id"
@@ -77,42 +76,6 @@ def _configured_block_size(config: dict) -> object:
     if isinstance(nested, dict) and "block_size" in nested:
         return nested["block_size"]
     return config.get("block_size", DEFAULT_BLOCK_SIZE)
-
-
-def weight_layout(config: dict) -> dict[str, tuple[str, list[int]]]:
-    """Tensor names, dtypes and shapes of a DFlash checkpoint with this config.
-
-    What the published checkpoints hold: fc (target features -> hidden),
-    hidden_norm, norm and Qwen3 decoder layers; embeddings and lm_head are the
-    target's. Feed it to `write_safetensors_stub` to build a weight file.
-    """
-    dtype = _TORCH_DTYPES[config.get("dtype") or config.get("torch_dtype") or "bfloat16"]
-    hidden, inter = config["hidden_size"], config["intermediate_size"]
-    head_dim = config["head_dim"]
-    q_out = config["num_attention_heads"] * head_dim
-    kv_out = config["num_key_value_heads"] * head_dim
-    ids = config["dflash_config"]["target_layer_ids"]
-    layout = {
-        "fc.weight": (dtype, [hidden, len(ids) * hidden]),
-        "hidden_norm.weight": (dtype, [hidden]),
-        "norm.weight": (dtype, [hidden]),
-    }
-    for i in range(config["num_hidden_layers"]):
-        for name, shape in (
-            ("self_attn.q_proj.weight", [q_out, hidden]),
-            ("self_attn.k_proj.weight", [kv_out, hidden]),
-            ("self_attn.v_proj.weight", [kv_out, hidden]),
-            ("self_attn.o_proj.weight", [hidden, q_out]),
-            ("self_attn.q_norm.weight", [head_dim]),
-            ("self_attn.k_norm.weight", [head_dim]),
-            ("mlp.gate_proj.weight", [inter, hidden]),
-            ("mlp.up_proj.weight", [inter, hidden]),
-            ("mlp.down_proj.weight", [hidden, inter]),
-            ("input_layernorm.weight", [hidden]),
-            ("post_attention_layernorm.weight", [hidden]),
-        ):
-            layout[f"layers.{i}.{name}"] = (dtype, shape)
-    return layout
 
 
 @dataclass(frozen=True)
