@@ -876,6 +876,7 @@ def doctor(
     PLAYBOOK the server command, model dirs and disk; one line per check, with the fix."""
     from orchestrator.connections import ssh
     from orchestrator.doctor import exit_code, run_doctor
+    from orchestrator.documents import jsonable
     from orchestrator.report import tables
 
     if playbook:
@@ -895,7 +896,7 @@ def doctor(
 
         inv = load_inventory(inventory_path)
         checks = run_doctor(inv, inv.select(limit), ssh(accept_new_host_keys))
-    tables.print_checks([c.to_dict() for c in checks], as_json)
+    tables.print_checks(jsonable(checks), as_json)
     sys.exit(exit_code(checks))
 
 

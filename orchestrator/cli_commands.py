@@ -178,7 +178,7 @@ def _document(
         inventory=str(inputs.inventory_path.resolve()),
         assignments=list(inputs.playbook.assignments),
         result=documents.run_result(code),
-        targets=[o.to_dict() for o in outcomes],
+        targets=documents.jsonable(outcomes),
     ), code
 
 
@@ -294,7 +294,7 @@ def deploy(
     document, code = _document(
         "DeployRun", inputs, options.run_id, started, rollout.outcomes, cancel
     )
-    document["rollout"] = rollout.to_dict()
+    document["rollout"] = documents.jsonable(rollout)
     document["connections"] = usage
     _close_log(log, document, code)
     if not options.dry_run:
@@ -340,7 +340,7 @@ def server_action(
     document, code = _document(
         "ServerRun", inputs, options.run_id, started, rollout.outcomes, cancel
     )
-    document = {**document, "action": action, "rollout": rollout.to_dict()}
+    document = {**document, "action": action, "rollout": documents.jsonable(rollout)}
     _close_log(log, document, code)
     _remember(document, action, options.user)
     return document, code
@@ -424,7 +424,7 @@ def rollback(
     outcomes = [outcome(name) for name in plans]
     document, code = _document("RollbackRun", inputs, options.run_id, started, outcomes, cancel)
     if resolution:
-        document["to"] = resolution.to_dict()
+        document["to"] = documents.jsonable(resolution)
     _close_log(log, document, code)
     _remember(document, "rollback", options.user)
     return document, code
@@ -589,7 +589,7 @@ def _verify_one(
         return entry, 3 if interrupted else 0
     actual = store.read_back(transport, plan.layout.release(current), VERIFIED_NAMES)
     applied = release.Applied.parse(actual.pop(release.MANIFEST, None))
-    entry["applied"] = applied.to_dict() if applied else None
+    entry["applied"] = documents.jsonable(applied)
     entry["changed_on_target"], entry["playbook_differs"] = drift(plan, current, applied, actual)
     if applied is not None:
         on_target = release.read_secrets(transport, plan.layout.release(current))
@@ -598,7 +598,7 @@ def _verify_one(
     findings += preflight.server_check_of_release(
         transport, plan, current, actual.get(LAUNCH_SCRIPT)
     )
-    entry["findings"] = [f.to_dict() for f in findings]
+    entry["findings"] = documents.jsonable(findings)
     bad = entry["changed_on_target"] or any(f.severity == Severity.ERROR for f in findings)
     entry["result"] = "drift" if bad else "ok"
     return entry, 3 if interrupted else (1 if bad else 0)

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Protocol
 
 from orchestrator.container.shell import BoundedTransport
+from orchestrator.documents import jsonable
 from orchestrator.errors import InputError
 from orchestrator.inventory import Inventory, SshSettings
 from orchestrator.runlog import RunLog
@@ -123,7 +124,7 @@ class Connections:
                 "endpoint": t.label,
                 "address": t.address,
                 "connections": 1,
-                **t.sessions.use().to_dict(),
+                **jsonable(t.sessions.use()),
             }
             for t in transports
         ]

@@ -37,6 +37,7 @@ from orchestrator.container.journal import (
 from orchestrator.container.lock import DeployLock, Owner
 from orchestrator.container.server import Server
 from orchestrator.deadline import now
+from orchestrator.documents import jsonable
 from orchestrator.drafters.findings import Finding, Severity
 from orchestrator.errors import Interrupted, NeedsAttention, OrchError, ServerFailed
 from orchestrator.gate import GateReport, run_gate
@@ -334,7 +335,7 @@ class TargetRun:
             "from_release": interrupted.from_release,
             "to_release": interrupted.to_release,
             "back_on": back_on,
-            "gate": report.to_dict() if report else None,
+            "gate": report,
             "replaced": replaced,
         }
         self.outcome.notes.append(
@@ -428,7 +429,7 @@ class TargetRun:
             "playbook": self.plan.playbook,
             "release": release_id,
             "result": "restored" if passed else "failed",
-            "gate": report.to_dict(),
+            "gate": report,
             "error": None if passed else report.verdict.reason,
         }
 
@@ -696,7 +697,7 @@ class TargetRun:
             store.prune(self.transport, self.layout, old)
 
     def _audit(self, action: str) -> None:
-        self._append_audit(action, self.outcome.to_dict())
+        self._append_audit(action, self.outcome)
 
     def _audit_recovery(
         self, interrupted: Transaction, back_on: str | None, report: GateReport | None
@@ -708,13 +709,13 @@ class TargetRun:
                 "release": back_on,
                 "current": back_on,
                 "previous_release": interrupted.to_release,
-                "gate": report.to_dict() if report else None,
+                "gate": report,
                 "interrupted_run": interrupted.run_id,
             },
         )
 
-    def _append_audit(self, action: str, target: dict[str, Any]) -> None:
-        line = audit.audit_line(self.options.run_id, self.options.user, action, target)
+    def _append_audit(self, action: str, target: Outcome | dict[str, Any]) -> None:
+        line = audit.audit_line(self.options.run_id, self.options.user, action, jsonable(target))
         audit.append(self.transport, self.layout.audit_log, line)
 
     def _dry_run(self) -> None:

@@ -13,7 +13,7 @@ GPU memory, the port, free disk under the state dir. Every failure carries its f
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+import pydantic
 
 from orchestrator import preflight, secrets
 from orchestrator.connections import SSH, Connect, Pool
@@ -39,16 +39,13 @@ DEFAULT_NVIDIA_SMI = "/usr/bin/nvidia-smi"
 OK, FAIL, INFO = "ok", "fail", "info"
 
 
-@dataclass(frozen=True)
+@pydantic.dataclasses.dataclass(frozen=True)
 class Check:
     target: str
     check: str
     status: str  # ok | fail | info (informational, never fails the doctor)
     detail: str
     fix: str = ""
-
-    def to_dict(self) -> dict[str, str]:
-        return asdict(self)
 
 
 def _plan_failed(target: str, exc: InputError) -> Check:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
+from pydantic_core import to_jsonable_python
 
 API_VERSION = "orch/v1"
 
@@ -88,6 +89,12 @@ _BY_EXIT_CODE: dict[int, RunResult] = {
 def run_result(exit_code: int) -> RunResult:
     """The run's result word for its exit code (130/143: interrupted)."""
     return _BY_EXIT_CODE.get(exit_code, "interrupted")
+
+
+def jsonable(value: object) -> Any:
+    """`value` as JSON data, in the shape its type declares: results are pydantic
+    dataclasses and models, and nothing else turns them into dicts."""
+    return to_jsonable_python(value)
 
 
 def document(kind: Kind, **fields: Any) -> dict[str, Any]:

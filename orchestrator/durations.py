@@ -1,18 +1,24 @@
 """Spans of time as people type them: `90s`, `5m`, `1h30m`, `2d`, or plain seconds;
-points in time given as a span ago or as a date; and a time as people read it,
-`3m ago`."""
+points in time given as a span ago or as a date; a time as people read it,
+`3m ago`; and seconds as documents give them."""
 
 from __future__ import annotations
 
 import re
 import time
 from datetime import UTC, datetime, timedelta
+from typing import Annotated
+
+from pydantic import PlainSerializer
 
 from orchestrator.errors import InputError
 
 UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 SPAN = re.compile(r"^(?:[0-9]+(?:\.[0-9]+)?(?:ms|s|m|h|d|w))+$")
 PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h|d|w)")
+
+Seconds = Annotated[float, PlainSerializer(lambda seconds: round(seconds, 3))]
+"""A span measured here: documents give it to the millisecond, the clock's noise cut."""
 
 
 def seconds(text: str, option: str) -> float:

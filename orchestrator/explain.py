@@ -13,13 +13,14 @@ import functools
 import json
 import typing
 from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel
+import pydantic
+from pydantic import BaseModel, ConfigDict, Field
 from pydantic_core import to_jsonable_python
 
 from orchestrator.documents import document as make_document
+from orchestrator.documents import jsonable
 from orchestrator.errors import InputError
 from orchestrator.inventory import Inventory
 from orchestrator.playbook import Playbook
@@ -29,35 +30,25 @@ KEY = "<name>"
 """Stands for a key of a mapping of sections (a host's or container's name)."""
 
 
-@dataclass(frozen=True)
+@pydantic.dataclasses.dataclass(frozen=True, config=ConfigDict(serialize_by_alias=True))
 class Entry:
     """One field of a schema, where it stands in its document."""
 
-    root: str
     path: str
-    type_text: str
+    root: Annotated[str, Field(serialization_alias="schema")]
+    type_text: Annotated[str, Field(serialization_alias="type")]
     default: str | None
     """As YAML would spell it; None when the field is required or a section."""
     required: bool
     description: str
-    section: type[BaseModel] | None
+    section: Annotated[type[BaseModel] | None, Field(exclude=True)]
     """The model of a section (or of each value of a mapping of sections)."""
-    mapping: bool = False
+    mapping: Annotated[bool, Field(exclude=True)] = False
     """A mapping of sections: its fields stand under `PATH.<name>.`."""
 
     @property
     def name(self) -> str:
         return self.path.rsplit(".", 1)[-1]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "path": self.path,
-            "schema": self.root,
-            "type": self.type_text,
-            "default": self.default,
-            "required": self.required,
-            "description": self.description,
-        }
 
 
 @functools.cache
@@ -348,6 +339,6 @@ def document(path: str | None) -> dict[str, Any]:
     return make_document(
         "Explain",
         path=path,
-        field=entry.to_dict() if entry else None,
-        fields=[field.to_dict() for field in inside],
+        field=jsonable(entry),
+        fields=jsonable(inside),
     )

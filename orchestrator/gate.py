@@ -31,11 +31,14 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
 
+import pydantic
 import tenacity
+from pydantic import ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 from orchestrator.deadline import Deadline
+from orchestrator.durations import Seconds
 from orchestrator.errors import OrchError
 from orchestrator.metrics.advice import Advice, speculative_tokens_advice
 from orchestrator.metrics.assess import (
@@ -93,7 +96,7 @@ class ScrapeFailed(Exception):
     """/metrics could not be read or parsed: could not measure, not measured bad."""
 
 
-@dataclass
+@pydantic.dataclasses.dataclass(config=ConfigDict(serialize_by_alias=True))
 class PhaseReport:
     """One context bucket on one endpoint, measured from its own requests' figures, or
     from its own counter deltas.
@@ -103,19 +106,19 @@ class PhaseReport:
     with per-request figures they are cancelled.
     """
 
-    bucket: ContextBucket
-    endpoint: Endpoint
-    verdict: Verdict
+    bucket: Annotated[ContextBucket, Field(exclude=True)]
+    endpoint: Annotated[Endpoint, Field(exclude=True)]
+    verdict: Annotated[Verdict, Field(exclude=True)]
     requests: int = 0
     request_errors: int = 0
-    prompt_tokens: tuple[int, int] | None = None
-    seconds: float = 0.0
-    batches: list[Measurement] = field(default_factory=list)
-    refused: str | None = None
-    """The server refused the probes' key (HTTP 401): not measured, and said why."""
-    source: str = COUNTERS
-    cancelled: int = 0
+    cancelled: Annotated[int, Field(serialization_alias="cancelled_requests")] = 0
     """Requests in flight when the phase decided, cancelled (per-request figures)."""
+    source: str = COUNTERS
+    seconds: Seconds = 0.0
+    prompt_tokens: Annotated[tuple[int, int] | None, Field(exclude=True)] = None
+    batches: Annotated[list[Measurement], Field(exclude=True)] = field(default_factory=list)
+    refused: Annotated[str | None, Field(exclude=True)] = None
+    """The server refused the probes' key (HTTP 401): not measured, and said why."""
 
     @property
     def label(self) -> str:
@@ -131,12 +134,15 @@ class PhaseReport:
             return ""
         return f"the server counted {low}..{high} prompt tokens: outside this bucket"
 
-    def to_dict(self) -> dict[str, object]:
-        verdict = self.verdict
+    @model_serializer(mode="wrap")
+    def _as_row(self, handler: SerializerFunctionWrapHandler) -> dict[str, object]:
+        """A phase reads as one row of the report's table: where it probed and what it
+        measured lead, its traffic (the stored fields) follows."""
+        bucket, verdict = self.bucket, self.verdict
         return {
-            "context": self.bucket.name,
-            "min_tokens": self.bucket.min_tokens,
-            "max_tokens": self.bucket.max_tokens,
+            "context": bucket.name,
+            "min_tokens": bucket.min_tokens,
+            "max_tokens": bucket.max_tokens,
             "endpoint": self.endpoint.path,
             "chat_template_kwargs": self.endpoint.settings(),
             "prompt_tokens_seen": list(self.prompt_tokens) if self.prompt_tokens else None,
@@ -147,12 +153,8 @@ class PhaseReport:
             "per_position_acceptance": list(verdict.per_position_acceptance),
             "verdict": verdict.outcome,
             "reason": verdict.reason,
-            "note": "; ".join(filter(None, [self.bucket.note, self.outside_bucket()])),
-            "requests": self.requests,
-            "request_errors": self.request_errors,
-            "cancelled_requests": self.cancelled,
-            "source": self.source,
-            "seconds": round(self.seconds, 3),
+            "note": "; ".join(filter(None, [bucket.note, self.outside_bucket()])),
+            **handler(self),
         }
 
     def progress(self, criteria: GateCriteria) -> str:
@@ -171,7 +173,7 @@ class PhaseReport:
         )
 
 
-@dataclass
+@pydantic.dataclasses.dataclass(config=ConfigDict(serialize_by_alias=True))
 class GateReport:
     """The gate's outcome over its phases.
 
@@ -181,39 +183,31 @@ class GateReport:
     """
 
     verdict: Verdict
-    requests: int = 0
-    request_errors: int = 0
-    scrape_errors: int = 0
-    resets: int = 0
-    explanation: str | None = None
-    seconds: float = 0.0
-    phases: list[PhaseReport] = field(default_factory=list)
-    advice: Advice | None = None
+    source: str | None = None
+    """Where the verdict's figures came from (None: no probe was sent)."""
+    note: Annotated[str | None, Field(serialization_alias="source_note")] = None
+    """Why the source differs from the playbook's, when it does."""
     criteria: GateCriteria | None = None
     sampling: dict[str, Any] | None = None
     """The sampling fields every probe request carried: the figures hold under it (None:
     no probe was sent, the server never became ready)."""
-    source: str | None = None
-    """Where the verdict's figures came from (None: no probe was sent)."""
-    note: str | None = None
-    """Why the source differs from the playbook's, when it does."""
+    explanation: str | None = None
+    requests: int = 0
+    request_errors: int = 0
+    scrape_errors: int = 0
+    resets: Annotated[int, Field(serialization_alias="counter_resets")] = 0
+    seconds: Seconds = 0.0
+    phases: Annotated[list[PhaseReport], Field(serialization_alias="by_context")] = field(
+        default_factory=list
+    )
+    advice: Advice | None = None
 
-    def to_dict(self) -> dict[str, object]:
-        return {
-            **self.verdict.to_dict(),
-            "source": self.source,
-            "source_note": self.note,
-            "criteria": dataclasses.asdict(self.criteria) if self.criteria else None,
-            "sampling": self.sampling,
-            "explanation": self.explanation,
-            "requests": self.requests,
-            "request_errors": self.request_errors,
-            "scrape_errors": self.scrape_errors,
-            "counter_resets": self.resets,
-            "seconds": round(self.seconds, 3),
-            "by_context": [phase.to_dict() for phase in self.phases],
-            "advice": self.advice.to_dict() if self.advice else None,
-        }
+    @model_serializer(mode="wrap")
+    def _verdict_first(self, handler: SerializerFunctionWrapHandler) -> dict[str, object]:
+        """The verdict's fields lead, flat: `gate.verdict`, `gate.reason`, as the gate's
+        figures are read everywhere."""
+        fields = handler(self)
+        return {**fields.pop("verdict"), **fields}
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import pydantic
+
+from orchestrator.documents import jsonable
+from orchestrator.durations import Seconds
 from orchestrator.errors import CheckFailed
 from orchestrator.playbook import Playbook
 
@@ -50,29 +54,19 @@ class RunFacts:
     user: str
 
 
-@dataclass(frozen=True)
+@pydantic.dataclasses.dataclass(frozen=True)
 class HookResult:
     event: str
     argv: list[str]
     exit_code: int | None
     """None when it did not run to an exit (could not start, or killed at its timeout)."""
-    seconds: float
+    seconds: Seconds
     error: str | None
     output: str
 
     @property
     def ok(self) -> bool:
         return self.exit_code == 0
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "event": self.event,
-            "argv": self.argv,
-            "exit_code": self.exit_code,
-            "seconds": round(self.seconds, 3),
-            "error": self.error,
-            "output": self.output,
-        }
 
     def summary(self) -> str:
         what = self.error or f"exit {self.exit_code}"
@@ -200,6 +194,6 @@ class Hooks:
             "on_failure": code != 0,
         }
         results = [self._run(event, document) for event in AFTER_RUN if due[event]]
-        ran = [r.to_dict() for r in results if r is not None]
+        ran = jsonable([r for r in results if r is not None])
         if ran:
             document["hooks"] = ran

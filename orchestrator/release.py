@@ -17,11 +17,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Annotated
 
-from pydantic import ValidationError
+import pydantic
+from pydantic import Field, TypeAdapter, ValidationError
 
 from orchestrator.container import release as store
+from orchestrator.documents import jsonable
 from orchestrator.drafters.findings import Finding
 from orchestrator.errors import InputError, NeedsAttention
 from orchestrator.layout import DRAFTER_CONFIG, LAUNCH_SCRIPT, SECRETS_FILE, VIEW_CONFIG, Layout
@@ -40,7 +42,7 @@ def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-@dataclass(frozen=True)
+@pydantic.dataclasses.dataclass(frozen=True)
 class GateTarget:
     """What a release's gate needs, recorded in its manifest: a rollback re-gates the
     release it goes back to with its own served name, port and gate settings."""
@@ -52,13 +54,6 @@ class GateTarget:
     @classmethod
     def of(cls, playbook: Playbook) -> GateTarget:
         return cls(playbook.target.served_name, playbook.server.port, playbook.gate)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "served_name": self.served_name,
-            "port": self.port,
-            "gate": self.gate.model_dump(mode="json"),
-        }
 
 
 def manifest(
@@ -83,8 +78,8 @@ def manifest(
         "drafter_weights": plan.drafter_weights,
         "files": {name: sha256(data) for name, data in plan.files.items()},
         "secrets": plan.secrets,
-        "forced_findings": [f.to_dict() for f in forced],
-        "gate_target": gate.to_dict(),
+        "forced_findings": jsonable(forced),
+        "gate_target": jsonable(gate),
     }
     return (json.dumps(document, indent=2) + "\n").encode()
 
@@ -135,12 +130,7 @@ def gate_target(
     before manifests recorded them, or whose manifest is unreadable."""
     raw = store.read_back(transport, layout.release(release_id), [MANIFEST]).get(MANIFEST)
     try:
-        recorded = json.loads(raw or b"null")["gate_target"]
-        return GateTarget(
-            str(recorded["served_name"]),
-            int(recorded["port"]),
-            Gate.model_validate(recorded["gate"]),
-        )
+        return TypeAdapter(GateTarget).validate_python(json.loads(raw or b"null")["gate_target"])
     except (ValueError, TypeError, KeyError, ValidationError):
         return fallback
 
@@ -154,7 +144,7 @@ def record_gate_target(
     raw = store.read_back(transport, layout.release(release_id), [MANIFEST]).get(MANIFEST)
     try:
         document = json.loads(raw or b"null")
-        document["gate_target"] = gate.to_dict()
+        document["gate_target"] = jsonable(gate)
     except (ValueError, TypeError):
         raise NeedsAttention(
             f"{path}: unreadable manifest, its gate settings cannot be recorded",
@@ -169,12 +159,12 @@ def record_gate_target(
     )
 
 
-@dataclass(frozen=True)
+@pydantic.dataclasses.dataclass(frozen=True)
 class Applied:
     """What the manifest of a release says was applied to make it."""
 
     run_id: str
-    files: dict[str, str]
+    files: Annotated[dict[str, str], Field(exclude=True)]
     """Each rendered file's SHA-256; the drafter view's config.json is config.json's."""
     playbook_path: str | None
     playbook_sha256: str | None
@@ -204,15 +194,6 @@ class Applied:
             assignments,
             secrets,
         )
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "run_id": self.run_id,
-            "playbook_path": self.playbook_path,
-            "playbook_sha256": self.playbook_sha256,
-            "assignments": self.assignments,
-            "secrets": self.secrets,
-        }
 
 
 @dataclass(frozen=True)

@@ -13,9 +13,13 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from dataclasses import field
+from typing import Annotated, TypeVar
 
+import pydantic
+from pydantic import ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
+
+from orchestrator.durations import Seconds
 from orchestrator.errors import OrchError
 from orchestrator.fanout import fan_out
 from orchestrator.outcome import Outcome
@@ -34,7 +38,7 @@ def share(value: int | str, total: int, at_least_one: bool = False) -> int:
     return max(1, count) if at_least_one and percent > 0 and total else count
 
 
-@dataclass(frozen=True)
+@pydantic.dataclasses.dataclass(frozen=True)
 class RolloutPlan:
     """A rollout's settings resolved against the number of containers."""
 
@@ -61,42 +65,29 @@ def waves(items: Sequence[T], plan: RolloutPlan) -> list[list[T]]:
     return canaries + [list(rest[i : i + step]) for i in range(0, len(rest), step)]
 
 
-@dataclass
+@pydantic.dataclasses.dataclass(config=ConfigDict(serialize_by_alias=True))
 class Wave:
     """One wave as it ran: its containers, their results, its wall time."""
 
-    number: int
+    number: Annotated[int, Field(serialization_alias="wave")]
     kind: str  # "canary" or "wave"
-    names: list[str]
+    names: Annotated[list[str], Field(serialization_alias="targets")]
     results: dict[str, int] = field(default_factory=dict)
-    seconds: float = 0.0
-    paused: float = 0.0  # seconds waited after this wave, before the next
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "wave": self.number,
-            "kind": self.kind,
-            "targets": self.names,
-            "results": self.results,
-            "seconds": round(self.seconds, 3),
-            "paused": round(self.paused, 3),
-        }
+    seconds: Seconds = 0.0
+    paused: Seconds = 0.0  # seconds waited after this wave, before the next
 
 
-@dataclass
+@pydantic.dataclasses.dataclass
 class RolloutRun:
     plan: RolloutPlan
-    outcomes: list[Outcome]
+    outcomes: Annotated[list[Outcome], Field(exclude=True)]
     waves: list[Wave]
 
-    def to_dict(self) -> dict[str, Any]:
-        settings = {
-            "canary": self.plan.canary,
-            "parallel": self.plan.parallel,
-            "max_failures": self.plan.max_failures,
-            "pause": self.plan.pause,
-        }
-        return {**settings, "waves": [wave.to_dict() for wave in self.waves]}
+    @model_serializer(mode="wrap")
+    def _settings_first(self, handler: SerializerFunctionWrapHandler) -> dict[str, object]:
+        """The plan's settings stand flat beside the waves they made: `rollout.canary`."""
+        fields = handler(self)
+        return {**fields.pop("plan"), **fields}
 
 
 def run_rollout(

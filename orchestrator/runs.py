@@ -15,7 +15,10 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
+
+import pydantic
+from pydantic import Field
 
 from orchestrator.container.audit import AuditRecord
 from orchestrator.errors import InputError
@@ -86,7 +89,7 @@ def fleet_runs(targets: Iterable[TargetRecord]) -> list[FleetRun]:
     return sorted(runs, key=lambda r: (r.time, r.run_id), reverse=True)
 
 
-@dataclass(frozen=True)
+@pydantic.dataclasses.dataclass(frozen=True)
 class Resolution:
     """What `rollback --to QUERY` does on each container, decided before any switch."""
 
@@ -95,13 +98,10 @@ class Resolution:
     """The run whose state is restored; None for a release no recorded run left current."""
     release: str | None
     """The release id the query named, if it named one rather than a run."""
-    wanted: dict[str, str]
+    wanted: Annotated[dict[str, str], Field(exclude=True)]
     """Container -> the release it is switched to."""
-    skipped: dict[str, str]
+    skipped: Annotated[dict[str, str], Field(exclude=True)]
     """Container -> why it is left as it is."""
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"query": self.query, "run_id": self.run_id, "release": self.release}
 
 
 def resolve(query: str, targets: Iterable[TargetRecord]) -> Resolution:

@@ -6,8 +6,11 @@ import dataclasses
 import json
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated
+
+import pydantic
+from pydantic import ConfigDict, Field
 
 from orchestrator.drafters.findings import Finding
 from orchestrator.drafters.kinds import CheckInputs, DrafterKind, detect_kind, get_kind
@@ -31,16 +34,13 @@ def read_tokenizer(path: Path) -> dict:
         raise InputError(f"{file}: cannot read tokenizer config: {exc}") from None
 
 
-@dataclass(frozen=True)
+@pydantic.dataclasses.dataclass(frozen=True, config=ConfigDict(serialize_by_alias=True))
 class Judged:
     """Which kind's rules a drafter was judged by, and why that kind."""
 
     kind: str
-    variant: str | None
+    variant: Annotated[str | None, Field(serialization_alias="format")]
     by: str
-
-    def to_dict(self) -> dict[str, object]:
-        return {"kind": self.kind, "format": self.variant, "by": self.by}
 
     def line(self) -> str:
         variant = f" ({self.variant} format)" if self.variant else ""

@@ -7,8 +7,9 @@ at run time and what to do about it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import StrEnum
+
+import pydantic
 
 
 class Severity(StrEnum):
@@ -18,9 +19,10 @@ class Severity(StrEnum):
     WARNING = "warning"
 
 
-@dataclass(frozen=True)
+@pydantic.dataclasses.dataclass(frozen=True)
 class Finding:
-    """One problem found in a model file or between two of them."""
+    """One problem found in a model file or between two of them; `expected` and
+    `actual` are parsed JSON values, so the finding is JSON as it stands."""
 
     severity: Severity
     field: str
@@ -39,13 +41,3 @@ class Finding:
         cls, field: str, message: str, *, expected: object = None, actual: object = None
     ) -> Finding:
         return cls(Severity.WARNING, field, expected, actual, message)
-
-    def to_dict(self) -> dict[str, object]:
-        """The finding as JSON-able data (expected/actual are parsed JSON values)."""
-        return {
-            "severity": self.severity.value,
-            "field": self.field,
-            "expected": self.expected,
-            "actual": self.actual,
-            "message": self.message,
-        }

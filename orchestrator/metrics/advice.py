@@ -9,24 +9,24 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from typing import Annotated
+
+import pydantic
+from pydantic import PlainSerializer
 
 TAIL_SHARE = 0.02
 
 
-@dataclass(frozen=True)
+@pydantic.dataclasses.dataclass(frozen=True)
 class Advice:
     """How many speculative tokens carry their weight, and what the rest add."""
 
     num_speculative_tokens: int
     suggested: int
-    kept_share: float
+    kept_share: Annotated[float, PlainSerializer(lambda share: round(share, 4))]
     """Of the mean acceptance length (bonus token included) at `suggested` tokens."""
     threshold: float
     text: str
-
-    def to_dict(self) -> dict[str, object]:
-        return {**asdict(self), "kept_share": round(self.kept_share, 4)}
 
 
 def speculative_tokens_advice(

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import Annotated, Literal
+
+import pydantic
+from pydantic import ConfigDict, Field
 
 from orchestrator.metrics.evaluate import Measurement, combine
 from orchestrator.metrics.stats import MERGED_INTERVALS, Batch, Interval, batch_means_interval
@@ -46,28 +49,17 @@ class GateCriteria:
             raise ValueError("confidence must be in (0, 1)")
 
 
-@dataclass(frozen=True)
+@pydantic.dataclasses.dataclass(frozen=True, config=ConfigDict(serialize_by_alias=True))
 class Verdict:
     """The gate's outcome; lower and upper bound the mean acceptance length."""
 
-    outcome: VerdictOutcome
+    outcome: Annotated[VerdictOutcome, Field(serialization_alias="verdict")]
     mean_acceptance_length: float | None
     lower: float | None
     upper: float | None
     per_position_acceptance: tuple[float, ...]
     drafts: int
     reason: str
-
-    def to_dict(self) -> dict[str, object]:
-        return {
-            "verdict": self.outcome,
-            "mean_acceptance_length": self.mean_acceptance_length,
-            "lower": self.lower,
-            "upper": self.upper,
-            "per_position_acceptance": list(self.per_position_acceptance),
-            "drafts": self.drafts,
-            "reason": self.reason,
-        }
 
 
 @dataclass(frozen=True)

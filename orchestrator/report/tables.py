@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
 
-from orchestrator.documents import document
+from orchestrator.documents import document, jsonable
 from orchestrator.drafters.findings import Finding, Severity
 from orchestrator.drafters.kinds import get_kind
 from orchestrator.durations import ago
@@ -47,8 +47,8 @@ def print_findings(
             document(
                 "Findings",
                 result="not_applied" if has_errors(findings) else "ok",
-                judged_as=judged.to_dict() if judged else None,
-                findings=[f.to_dict() for f in sorted_findings(findings)],
+                judged_as=jsonable(judged),
+                findings=jsonable(sorted_findings(findings)),
             )
         )
         return
@@ -118,7 +118,7 @@ def render_document(
                 "result": "error" if has_errors(plan.findings) else "ok",
                 "release_dir": plan.release_dir,
                 "files": {name: data.decode() for name, data in plan.files.items()},
-                "findings": [f.to_dict() for f in sorted_findings(plan.findings)],
+                "findings": jsonable(sorted_findings(plan.findings)),
                 **({"written": written[plan.container]} if written is not None else {}),
             }
         )

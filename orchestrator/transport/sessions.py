@@ -12,27 +12,22 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from typing import Annotated
+
+import pydantic
+from pydantic import ConfigDict, Field
 
 DEFAULT_MAX_SESSIONS = 10  # OpenSSH's MaxSessions (servconf.h DEFAULT_SESSIONS_MAX)
 
 
-@dataclass(frozen=True)
+@pydantic.dataclasses.dataclass(frozen=True, config=ConfigDict(serialize_by_alias=True))
 class SessionUse:
     """What one connection's session slots saw during a run."""
 
-    limit: int
-    peak: int
+    limit: Annotated[int, Field(serialization_alias="max_sessions")]
+    peak: Annotated[int, Field(serialization_alias="peak_sessions")]
     waited: int
     refused: int  # opens sshd refused and that were tried again
-
-    def to_dict(self) -> dict[str, int]:
-        return {
-            "max_sessions": self.limit,
-            "peak_sessions": self.peak,
-            "waited": self.waited,
-            "refused": self.refused,
-        }
 
 
 class SessionSlots:

@@ -24,6 +24,7 @@ from test_lab_standins import (
     wait_until,
 )
 
+from orchestrator.documents import jsonable
 from orchestrator.drafters.kinds import get_kind
 from orchestrator.gate import (
     GateReport,
@@ -128,7 +129,7 @@ def test_every_bucket_and_endpoint_is_its_own_phase(servers: dict, source: str) 
     before = drafts_counted(port)
     report = probe_gate(servers, "healthy", gate(source))
     assert report.verdict.outcome == "pass", report.verdict.reason
-    document = report.to_dict()
+    document = jsonable(report)
     assert (document["source"], document["source_note"]) == (source, None)
     phases = document["by_context"]
     assert [(p["context"], p["endpoint"], p["chat_template_kwargs"]) for p in phases] == [
@@ -350,7 +351,7 @@ def test_an_undecided_phase_leaves_the_gate_undecided() -> None:
 
 
 def test_by_context_json_names_bucket_endpoint_and_template_settings() -> None:
-    entry = phase(LONG_BUCKET, CHAT, verdict("fail", 1.9, COLLAPSED)).to_dict()
+    entry = jsonable(phase(LONG_BUCKET, CHAT, verdict("fail", 1.9, COLLAPSED)))
     assert entry == {
         "context": "long",
         "min_tokens": 2048,
@@ -377,12 +378,12 @@ def test_by_context_json_names_bucket_endpoint_and_template_settings() -> None:
 def test_prompts_the_server_counted_outside_the_bucket_are_noted() -> None:
     counted = phase(LONG_BUCKET, CHAT, verdict("pass", 4.2, HEALTHY))
     counted.prompt_tokens = (1900, 2300)
-    assert counted.to_dict()["note"] == (
+    assert jsonable(counted)["note"] == (
         "the drafter's sliding window is 2048 tokens;"
         " the server counted 1900..2300 prompt tokens: outside this bucket"
     )
     counted.prompt_tokens = (2100, 2300)
-    assert counted.to_dict()["note"] == "the drafter's sliding window is 2048 tokens"
+    assert jsonable(counted)["note"] == "the drafter's sliding window is 2048 tokens"
 
 
 class NoisyClient:

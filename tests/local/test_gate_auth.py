@@ -22,6 +22,7 @@ from test_lab_standins import (
     wait_ready,
 )
 
+from orchestrator.documents import jsonable
 from orchestrator.gate import GateReport, run_gate
 from orchestrator.secrets import ProbeKey
 
@@ -97,4 +98,4 @@ def test_probes_with_the_key_pass_and_without_it_fail_naming_the_key(keyed: dict
     assert "the key from secret VLLM_API_KEY (server.secrets) is not one the server accepts" in (
         wrong.verdict.reason
     )
-    assert "old-key" not in repr(wrong.to_dict())
+    assert "old-key" not in repr(jsonable(wrong))

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from orchestrator.documents import jsonable
 from orchestrator.drafters.findings import Finding, Severity
 from orchestrator.drafters.kinds.dflash import (
     IDS,
@@ -242,7 +243,7 @@ def test_the_guessed_config_from_the_field_fails_on_every_guess() -> None:
     ids = findings[0]
     assert (ids.expected, ids.actual) == ([1, 16, 31, 46, 61], [1, 17, 33, 49, 63])
     assert "acceptance collapses to ~1.1" in ids.message
-    assert json.loads(json.dumps([f.to_dict() for f in findings]))[4] == {
+    assert json.loads(json.dumps(jsonable(findings)))[4] == {
         "severity": "warning",
         "field": "bos_token_id",
         "expected": None,
@@ -449,7 +450,7 @@ def test_a_missing_or_odd_fc_weight_is_an_error(fc: list[int] | None, field: str
 
 def test_findings_are_json_data() -> None:
     finding = Finding.warning(IDS, "hint", expected=[1, 2], actual=None)
-    assert json.loads(json.dumps(finding.to_dict())) == {
+    assert json.loads(json.dumps(jsonable(finding))) == {
         "severity": "warning",
         "field": IDS,
         "expected": [1, 2],

@@ -12,7 +12,7 @@ import pytest
 from test_cli_commands import Fleet
 
 from orchestrator import cli_commands
-from orchestrator.documents import Document
+from orchestrator.documents import Document, jsonable
 from orchestrator.gate import GateReport
 from orchestrator.metrics.assess import GateCriteria, assess
 
@@ -51,7 +51,7 @@ def test_the_status_examples_have_the_fields_status_prints() -> None:
 
 
 def test_the_gate_fields_the_examples_show_are_the_ones_a_gate_report_has() -> None:
-    printed = set(GateReport(assess([], GateCriteria(2.5))).to_dict())
+    printed = set(jsonable(GateReport(assess([], GateCriteria(2.5)))))
     shown = [
         target["gate"]
         for example in EXAMPLES

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import pytest
 
+from orchestrator.documents import jsonable
 from orchestrator.metrics.advice import speculative_tokens_advice
 
 # Per-position acceptance of the published drafter in the lab (shares of drafts).
@@ -54,5 +55,5 @@ def test_no_curve_no_advice() -> None:
 def test_threshold_is_a_parameter_and_in_the_json() -> None:
     advice = speculative_tokens_advice(PUBLISHED, threshold=0.1)
     assert advice is not None and advice.suggested == 7
-    assert advice.to_dict()["threshold"] == 0.1
-    assert advice.to_dict()["kept_share"] == round(advice.kept_share, 4)
+    assert jsonable(advice)["threshold"] == 0.1
+    assert jsonable(advice)["kept_share"] == round(advice.kept_share, 4)

@@ -19,6 +19,7 @@ from test_metrics_simulation import (
     interval_measurements,
 )
 
+from orchestrator.documents import jsonable
 from orchestrator.metrics.assess import (
     FailureCauses,
     GateCriteria,
@@ -158,7 +159,7 @@ def test_no_spec_decode_is_a_failure_of_its_own() -> None:
 
 def test_a_verdict_serialises_to_json() -> None:
     verdict = run_gate(CORRECT, seed=2, budget=400)
-    document = json.loads(json.dumps(verdict.to_dict()))
+    document = json.loads(json.dumps(jsonable(verdict)))
     assert document == {
         "verdict": verdict.outcome,
         "mean_acceptance_length": verdict.mean_acceptance_length,

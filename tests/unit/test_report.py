@@ -8,6 +8,7 @@ import pytest
 from rich.console import Console
 
 from orchestrator import durations
+from orchestrator.documents import jsonable
 from orchestrator.drafters.findings import Finding, Severity
 from orchestrator.report import live, screen, tables
 from orchestrator.report import run as run_report
@@ -389,7 +390,7 @@ def test_verify_says_what_drifted_in_words(capsys: pytest.CaptureFixture) -> Non
         "result": "drift",
         "applied": {"run_id": "20261203T151150Z-037112"},
         "changed_on_target": ["changed on the target since run 20261203T151150Z-037112: x"],
-        "findings": [{**FINDING.to_dict(), "severity": "error"}],
+        "findings": [{**jsonable(FINDING), "severity": "error"}],
     }
     clean = {"name": "ct201", "host": "pve1", "release": "426ecd26673b", "result": "ok"}
     tables.print_verify({"playbook": "p", "result": "not_applied", "targets": [drifted, clean]})

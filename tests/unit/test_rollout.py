@@ -7,6 +7,7 @@ from collections.abc import Callable, Collection
 
 import pytest
 
+from orchestrator.documents import jsonable
 from orchestrator.errors import NeedsAttention, OrchError
 from orchestrator.outcome import Outcome
 from orchestrator.playbook import Rollout
@@ -185,13 +186,13 @@ def test_an_unreachable_container_is_its_own_failure_and_counts_against_the_budg
 def test_waves_are_summarised_in_order() -> None:
     deploys = Deploys({"c"})
     run = deploys.rollout(Rollout(canary=1, parallel=3, max_failures=0))
-    summary = [(w["wave"], w["kind"], w["targets"], w["results"]) for w in run.to_dict()["waves"]]
+    summary = [(w["wave"], w["kind"], w["targets"], w["results"]) for w in jsonable(run)["waves"]]
     assert summary == [
         (1, "canary", ["a"], {"deployed": 1}),
         (2, "wave", ["b", "c", "d"], {"deployed": 2, "rolled_back": 1}),
         (3, "wave", ["e", "f", "g"], {"skipped": 3}),
     ]
-    assert run.to_dict()["parallel"] == 3
+    assert jsonable(run)["parallel"] == 3
 
 
 def test_pause_between_waves_not_after_the_last_nor_once_the_budget_is_spent() -> None:

@@ -19,6 +19,7 @@ from orchestrator.cancel import Cancel
 from orchestrator.container.gpu import wait_free
 from orchestrator.container.lock import Owner
 from orchestrator.deploy import Options, TargetRun
+from orchestrator.documents import jsonable
 from orchestrator.drafters.kinds import get_kind
 from orchestrator.gate import run_gate
 from orchestrator.inventory import load_inventory
@@ -98,7 +99,7 @@ class Container(ScriptedContainer):
             "release_id": release_id,
             "run_id": "run-before",
             "files": {},
-            "gate_target": gate.to_dict(),
+            "gate_target": jsonable(gate),
         }
         self.release(release_id, {"manifest.json": json.dumps(manifest).encode()})
 
