@@ -18,8 +18,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+from pydantic import BaseModel
+
 from orchestrator.deadline import Deadline
-from orchestrator.documents import document, run_result
+from orchestrator.documents import document, jsonable, run_result
+from orchestrator.durations import Seconds
 from orchestrator.errors import NeedsAttention
 from orchestrator.fanout import READ_PARALLEL, fan_out
 from orchestrator.gate import SCRAPE_SECONDS, ScrapeFailed, scrape
@@ -131,24 +134,42 @@ class Watched:
             self.below_since = None
         self.state, self.reason = state, reason
 
-    def to_dict(self) -> dict[str, Any]:
+    def entry(self) -> WatchEntry:
+        """The container as this round's document lists it."""
         measured = self.measured
         curve = list(measured.per_position_acceptance or ()) if measured else []
         drafts = measured.drafts if measured else 0
-        return {
-            "name": self.plan.container,
-            "host": self.plan.host,
-            "acceptance": self.state,
-            "mean_acceptance_length": measured.mean_acceptance_length if measured else None,
-            "position1_acceptance": curve[0] if curve else None,
-            "per_position_acceptance": curve,
-            "drafts": drafts,
-            "drafts_per_second": round(drafts / self.span, 3) if self.span else None,
-            "window_seconds": round(self.span, 3),
-            "below_since": self.below_since,
-            "counter_resets": self.window.restarts,
-            "reason": self.reason,
-        }
+        return WatchEntry(
+            name=self.plan.container,
+            host=self.plan.host,
+            acceptance=self.state,
+            mean_acceptance_length=measured.mean_acceptance_length if measured else None,
+            position1_acceptance=curve[0] if curve else None,
+            per_position_acceptance=curve,
+            drafts=drafts,
+            drafts_per_second=round(drafts / self.span, 3) if self.span else None,
+            window_seconds=self.span,
+            below_since=self.below_since,
+            counter_resets=self.window.restarts,
+            reason=self.reason,
+        )
+
+
+class WatchEntry(BaseModel):
+    """One container in a `Watch` document: its window's figures and where it stands."""
+
+    name: str
+    host: str
+    acceptance: State
+    mean_acceptance_length: float | None
+    position1_acceptance: float | None
+    per_position_acceptance: list[float]
+    drafts: int
+    drafts_per_second: float | None
+    window_seconds: Seconds
+    below_since: str | None
+    counter_resets: int
+    reason: str
 
 
 class Watch:
@@ -204,7 +225,7 @@ class Watch:
                 "min_position1_acceptance": gate.min_position1_acceptance,
                 "min_drafts": gate.min_drafts,
             },
-            targets=[w.to_dict() for w in self.watched.values()],
+            targets=jsonable([w.entry() for w in self.watched.values()]),
         )
 
 

@@ -627,8 +627,9 @@ class RequestDrafts:
         self.per_step_accepted.append(accepted)
         self.per_step_drafted.append(drafted)
 
-    def to_dict(self, level: str) -> dict[str, Any]:
-        """The response's `speculative_decoding` (`to_dict`, same file); the per-step
+    def speculative_decoding(self, level: str) -> dict[str, Any]:
+        """The response's `speculative_decoding`, as RequestSpecDecodeMetrics.to_dict
+        (same file) gives it; the per-step
         arrays only at `detailed`, null otherwise: the response model's fields default to
         None and vLLM's responses keep null fields (`generate/base/protocol.py:50-51`)."""
         steps = sum(self.histogram)
@@ -838,7 +839,7 @@ def completion_body(
     single = (request.get("n") or 1) == 1
     if app.per_request_metrics != "none" and app.engine.drafting is not None and single:
         metrics: dict[str, Any] = dict.fromkeys(PER_REQUEST_TIMING)
-        metrics["speculative_decoding"] = drafts.to_dict(app.per_request_metrics)
+        metrics["speculative_decoding"] = drafts.speculative_decoding(app.per_request_metrics)
         body["metrics"] = metrics
     return body
 
