@@ -131,6 +131,70 @@ def test_layer_resolution_and_fc_width_follow_vllm() -> None:
     assert fc_width(served(head("plain"))) == (3, NESTED)
 
 
+# which target layers vLLM captures: eagle3_utils.py:103-139 (0.34.0), in this order
+
+
+@pytest.mark.parametrize(
+    ("config", "expected"),
+    [
+        # :109 the top-level list wins over every other, used as given
+        (
+            {IDS: [1, 2, 3], "target_layer_ids": [4, 5, 6], "eagle_config": {"layer_ids": [7]}},
+            ([1, 2, 3], IDS),
+        ),
+        # :110-114 dflash_config.target_layer_ids, each + 1, before the dspark and plain lists
+        (
+            {
+                "dflash_config": {"target_layer_ids": [1, 2, 3], "layer_ids": [7]},
+                "dspark_target_layer_ids": [4, 5, 6],
+            },
+            ([2, 3, 4], "dflash_config.target_layer_ids"),
+        ),
+        # :115-125 dspark_target_layer_ids, each + 1, before target_layer_ids
+        (
+            {"dspark_target_layer_ids": [4, 5, 6], "target_layer_ids": [1, 2, 3]},
+            ([5, 6, 7], "dspark_target_layer_ids"),
+        ),
+        # :126-130 target_layer_ids, each + 1, before any layer_ids
+        (
+            {"target_layer_ids": [1, 17, 32], "eagle_config": {"layer_ids": [7, 8, 9]}},
+            ([2, 18, 33], "target_layer_ids"),
+        ),
+        # :131-137 dflash_config.layer_ids, then eagle_config.layer_ids, as given
+        (
+            {"dflash_config": {"layer_ids": [4, 5, 6]}, "eagle_config": {"layer_ids": [7, 8, 9]}},
+            ([4, 5, 6], "dflash_config.layer_ids"),
+        ),
+        ({"eagle_config": {"layer_ids": [7, 8, 9]}}, ([7, 8, 9], "eagle_config.layer_ids")),
+        # :110 `if not layer_ids`: an empty list is no list
+        ({IDS: [], "target_layer_ids": [1, 17, 32]}, ([2, 18, 33], "target_layer_ids")),
+        # eagle_config's id list is not in the order at all (only its length counts,
+        # llama_eagle3.py:213-216): the target's defaults, eagle3_utils.py:24-30
+        ({"eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 17, 32]}}, ([2, 18, 33], None)),
+        ({}, ([2, 18, 33], None)),
+    ],
+)
+def test_the_captured_layers_follow_vllms_order(config: dict, expected: tuple) -> None:
+    assert captured_layers(config, 36) == expected
+
+
+@pytest.mark.parametrize(
+    ("layers", "expected"), [(36, [2, 18, 33]), (64, [2, 32, 61]), (5, [2, 2, 2])]
+)
+def test_the_targets_default_layers(layers: int, expected: list) -> None:
+    # interfaces.py:1764-1785: (2, num_layers // 2, num_layers - 3)
+    assert captured_layers({}, layers) == (expected, None)
+
+
+def test_the_finding_names_the_key_the_ids_came_from() -> None:
+    # a speculators head without top-level ids: vLLM reads transformer_layer_config's
+    # target_layer_ids (the converter keeps the layer config whole, speculators/base.py:58-63)
+    config = head("speculators", transformer_layer_config__target_layer_ids=[1, 17, 36])
+    findings = [f for f in check(config) if f.severity == "error"]
+    assert verdict(findings) == [("error", "transformer_layer_config.target_layer_ids")]
+    assert findings[0].actual == [2, 18, 37]  # id 37: past the target's 36 layers
+
+
 # refused at start by vLLM: errors quoting what vLLM says
 
 

@@ -70,16 +70,22 @@ _FC_WEIGHTS = ("fc.weight", "model.fc.weight")
 _LM_HEAD_WEIGHTS = ("lm_head.weight", "model.lm_head.weight")
 
 
+_DOCUMENT = read_key_document(__package__, "eagle3_keys.json")
+
+
 def _tables() -> tuple[KeyTable, KeyTable]:
-    document = read_key_document(__package__, "eagle3_keys.json")
-    sources = document["sources"]
-    model = document["model_keys"]
+    sources = _DOCUMENT["sources"]
+    model = _DOCUMENT["model_keys"]
     nested = {f"{LAYER_CONFIG}.{path}": entry for path, entry in model.items()}
-    return key_table({**nested, **document["speculators_keys"]}, sources), key_table(model, sources)
+    speculators = key_table({**nested, **_DOCUMENT["speculators_keys"]}, sources)
+    return speculators, key_table(model, sources)
 
 
 SPECULATORS_KEYS, PLAIN_KEYS = _tables()
 """Every key of an EAGLE-3 config orch knows, per format, and what vLLM does with it."""
+CAPTURE_ORDER = tuple((entry["key"], entry["shift"]) for entry in _DOCUMENT["capture_order"])
+"""(key of the served head, what vLLM adds to each id): the first set one names the layers
+captured (eagle3_utils.py:103-139)."""
 
 
 def config_format(config: dict) -> str | None:
@@ -168,15 +174,15 @@ def _length(value: object) -> int | None:
 
 def captured_layers(head: dict, num_target_layers: object) -> tuple[object, str | None]:
     """The target layer ids vLLM captures and the key they come from; None as the key
-    means the target's defaults (eagle3_utils.py:103-139, interfaces.py:1764-1785)."""
-    if head.get(LAYER_IDS):
-        return head[LAYER_IDS], LAYER_IDS
-    shifted = head.get("target_layer_ids")
-    if isinstance(shifted, list) and shifted and all(_is_int(i) for i in shifted):
-        return [i + 1 for i in shifted], "target_layer_ids"
-    listed = _nested(head, "eagle_config").get("layer_ids")
-    if listed:
-        return listed, "eagle_config.layer_ids"
+    means the target's defaults (eagle3_utils.py:24-30,103-139, interfaces.py:1764-1785)."""
+    for key, shift in CAPTURE_ORDER:
+        *parent, name = key.split(".")
+        ids = (_nested(head, parent[0]) if parent else head).get(name)
+        if not ids:
+            continue
+        if shift and isinstance(ids, list) and all(_is_int(i) for i in ids):
+            return [i + shift for i in ids], key
+        return ids, key
     if _is_int(num_target_layers):
         return default_layers(num_target_layers), None
     return None, None
@@ -211,10 +217,11 @@ class _Inputs:
     num_speculative_tokens: int | None
 
     def path(self, key: str) -> str:
-        """Where a key of the served config is written in the file."""
-        if self.format == SPECULATORS and key not in COPIED_KEYS:
-            return f"{LAYER_CONFIG}.{key}"
-        return key
+        """Where a key of the served config is written in the file: a speculators head's
+        copied keys at the top level (the ids only when set there: algos.py:47-50)."""
+        if self.format != SPECULATORS or (key in COPIED_KEYS and key != LAYER_IDS):
+            return key
+        return key if key == LAYER_IDS and self.config.get(key) else f"{LAYER_CONFIG}.{key}"
 
     @property
     def layers(self) -> object:
