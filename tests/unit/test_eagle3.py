@@ -278,6 +278,61 @@ def test_ids_only_in_eagle_config_are_silently_replaced_by_the_targets_defaults(
     assert IDS in finding.message  # the key vLLM would read is named
 
 
+def test_ids_only_in_a_speculators_layer_configs_eagle_config_are_named() -> None:
+    # the converter keeps transformer_layer_config whole (speculators/base.py:58-63), so its
+    # eagle_config reaches the head; eagle3_utils.py:103-139 still never reads its id list
+    # for the capture (only llama_eagle3.py:213-216 its length): the defaults (2, 18, 33)
+    nested = "transformer_layer_config.eagle_config.eagle_aux_hidden_state_layer_ids"
+    config = head(
+        "speculators",
+        transformer_layer_config__eagle_config={"eagle_aux_hidden_state_layer_ids": [1, 17, 32]},
+    )
+    [finding] = [f for f in check(config) if f.field == nested]
+    assert (finding.severity.value, finding.expected, finding.actual) == (
+        "warning",
+        [1, 17, 32],
+        [2, 18, 33],
+    )
+    assert f"vLLM reads the top-level {IDS} instead" in finding.message
+    assert "algos.py:47-50" in finding.message
+    # the same list copied to the top level is what vLLM captures: nothing to say of it
+    fixed = head(
+        "speculators",
+        transformer_layer_config__eagle_config={"eagle_aux_hidden_state_layer_ids": [1, 17, 32]},
+        **{IDS: [1, 17, 32]},
+    )
+    assert [f for f in check(fixed) if f.field == nested] == []
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "read"),
+    [
+        # speculators/algos.py:33-35: the top-level flag, default true, replaces the layer's
+        ("norm_before_residual", False, True),
+        # algos.py:30: draft_vocab_size comes from the top level (32000 in the fixture)
+        ("draft_vocab_size", 151936, 32000),
+        # algos.py:47-50: the top-level ids replace the layer's when set
+        (IDS, [1, 17, 32], [2, 18, 33]),
+    ],
+)
+def test_a_layer_config_key_the_converter_replaces_is_named(
+    key: str, value: object, read: object
+) -> None:
+    top = {IDS: [2, 18, 33]} if key == IDS else {}
+    config = head("speculators", **{f"transformer_layer_config__{key}": value}, **top)
+    [finding] = [f for f in check(config) if f.field == f"transformer_layer_config.{key}"]
+    assert (finding.severity.value, finding.expected, finding.actual) == ("warning", read, value)
+    assert f"from the top-level {key}" in finding.message
+
+
+def test_layer_ids_only_in_the_layer_config_are_read_there() -> None:
+    # algos.py:47-50 copies the top-level ids only when set: the layer's own list is read
+    config = head(
+        "speculators", transformer_layer_config__eagle_aux_hidden_state_layer_ids=[2, 18, 33]
+    )
+    assert check(config) == []
+
+
 def test_more_ids_than_a_llama_heads_fc_takes_is_an_error() -> None:
     # llama_eagle3.py:209-216: width from num_aux_hidden_states or eagle_config, else 3
     findings = check(head("speculators", **{IDS: [2, 12, 24, 33]}), tensors=weights(width=4))

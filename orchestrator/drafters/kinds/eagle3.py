@@ -251,7 +251,16 @@ def check_eagle3(inputs: CheckInputs) -> list[Finding]:
         inputs.profile,
         inputs.num_speculative_tokens,
     )
-    rules = (_refused_at_start, _misplaced, _verifier, _dimensions, _weights, _layer_ids, _steps)
+    rules = (
+        _refused_at_start,
+        _misplaced,
+        _overwritten,
+        _verifier,
+        _dimensions,
+        _weights,
+        _layer_ids,
+        _steps,
+    )
     findings = [finding for rule in rules for finding in rule(c)]
     table = SPECULATORS_KEYS if found == SPECULATORS else PLAIN_KEYS
     by_key = table.unknown_findings(config, open_ended=True)
@@ -371,6 +380,25 @@ def _misplaced(c: _Inputs) -> Iterator[Finding]:
             expected=f"{LAYER_CONFIG}.{name}",
             actual=c.config[name],
         )
+
+
+def _overwritten(c: _Inputs) -> Iterator[Finding]:
+    """transformer_layer_config keys the speculators converter replaces with the top-level
+    key (or its default) before vLLM reads them: never read, so warnings."""
+    layer = c.config.get(LAYER_CONFIG)
+    if c.format != SPECULATORS or not isinstance(layer, dict):
+        return
+    for key in COPIED_KEYS:
+        if key in layer and layer[key] != c.head.get(key):
+            yield Finding.warning(
+                f"{LAYER_CONFIG}.{key}",
+                f"{LAYER_CONFIG}.{key} is {layer[key]!r}, but the speculators converter sets "
+                f"the head's {key} from the top level (configs/speculators/algos.py:30-50): "
+                f"vLLM reads {c.head.get(key)!r} from the top-level {key} (or its default) "
+                "and never this one; set the top-level key if this value is meant",
+                expected=c.head.get(key),
+                actual=layer[key],
+            )
 
 
 def _verifier(c: _Inputs) -> Iterator[Finding]:
@@ -526,8 +554,7 @@ def _layer_ids(c: _Inputs) -> Iterator[Finding]:
     yield from _id_shape(c, ids, field)
     yield from _trained_ids(c, ids, source, field)
     yield from _count(c, ids, source, field)
-    if c.format == PLAIN:
-        yield from _nested_ids(c, ids, source)
+    yield from _nested_ids(c, ids, source)
 
 
 def _id_shape(c: _Inputs, ids: list[int], field: str) -> Iterator[Finding]:
@@ -605,16 +632,34 @@ def _count(c: _Inputs, ids: list[int], source: str | None, field: str) -> Iterat
 
 
 def _nested_ids(c: _Inputs, ids: list[int], source: str | None) -> Iterator[Finding]:
+    """eagle_config's id list, which vLLM reads for its length only: in the plain format
+    it is where EAGLE-3 training records the layers, so feeding others is an error; a
+    speculators head records them at the top level, so a different list in its layer
+    config's eagle_config may be stale: a warning."""
     nested = _nested(c.head, "eagle_config").get("eagle_aux_hidden_state_layer_ids")
     if not isinstance(nested, list) or not nested or nested == ids:
         return
-    chosen = f"{source}" if source else "nothing: it captures the target's defaults"
-    yield Finding.error(
-        NESTED_IDS,
-        f"{NESTED_IDS} is {nested} but vLLM never reads it to choose layers, only its length "
+    field = c.path(NESTED_IDS)
+    chosen = f"{c.path(source)}" if source else "nothing: it captures the target's defaults"
+    message = (
+        f"{field} is {nested} but vLLM never reads it to choose layers, only its length "
         f"(llama_eagle3.py:213-216); the layers come from {chosen} (eagle3_utils.py:103-139), "
-        f"so the head is fed {ids}, silently, and acceptance collapses; copy the list to the "
-        f"top-level {LAYER_IDS}",
+        f"so the head is fed {ids}"
+    )
+    if c.format == PLAIN:
+        yield Finding.error(
+            field,
+            f"{message}, silently, and acceptance collapses; copy the list to the top-level "
+            f"{LAYER_IDS}",
+            expected=nested,
+            actual=ids,
+        )
+        return
+    yield Finding.warning(
+        field,
+        f"{message}; vLLM reads the top-level {LAYER_IDS} instead (copied into the head by "
+        "configs/speculators/algos.py:47-50): set it there if these are the layers the head "
+        "was trained on",
         expected=nested,
         actual=ids,
     )
