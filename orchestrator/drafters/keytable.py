@@ -30,6 +30,11 @@ class Key:
     effect: str
     source: str
     role: str | None = None
+    allowed: tuple[object, ...] | None = None
+    """The only values the server accepts; any other is refused."""
+    without_profile: str | None = None
+    """What can be judged of the value when no published config says what it should be
+    (a name in the table's sources)."""
 
 
 @dataclass(frozen=True)
@@ -79,6 +84,23 @@ class KeyTable:
 
     def source_of(self, key: Key) -> str:
         return self.sources.get(key.source, key.source)
+
+    def refused_values(self, config: dict) -> list[Finding]:
+        """An error per key whose value is not one the server accepts."""
+        findings = []
+        for path, value in self.flatten(config).items():
+            key = self.keys.get(path)
+            if key is None or key.allowed is None or value in key.allowed:
+                continue
+            findings.append(
+                Finding.error(
+                    path,
+                    f"{path} is {value!r}: {key.effect} ({self.source_of(key)})",
+                    expected=list(key.allowed),
+                    actual=value,
+                )
+            )
+        return findings
 
     def unknown_findings(self, config: dict, *, open_ended: bool = False) -> list[Finding]:
         """A finding per key the table does not know, naming the nearest known one.
@@ -145,9 +167,14 @@ def read_key_document(package: str, name: str) -> dict:
 def key_table(entries: dict[str, dict], sources: dict[str, str]) -> KeyTable:
     """A table from key entries by dotted path (`read`, `effect`, `source`, `role`)."""
     return KeyTable(
-        keys={path: Key(path=path, **entry) for path, entry in entries.items()},
+        keys={path: _key(path, entry) for path, entry in entries.items()},
         sources=sources,
     )
+
+
+def _key(path: str, entry: dict) -> Key:
+    allowed = entry.get("allowed")
+    return Key(path=path, **{**entry, "allowed": None if allowed is None else tuple(allowed)})
 
 
 def load_key_table(package: str, name: str) -> KeyTable:

@@ -51,11 +51,15 @@ def head(form: str, **changes: object) -> dict:
     return config
 
 
-def weights(width: int = 3, draft_vocab: int = 32000, d2t: bool = True) -> dict[str, dict]:
-    """Safetensors header entries of a head for Qwen3-8B (hidden 4096)."""
+def weights(
+    width: int = 3, draft_vocab: int = 32000, d2t: bool = True, norms: tuple[str, ...] = ()
+) -> dict[str, dict]:
+    """Safetensors header entries of a head for Qwen3-8B (hidden 4096), with `norms` (names
+    of extra norm weights, 4096 wide each)."""
     shapes = {"fc.weight": [4096, width * 4096], "lm_head.weight": [draft_vocab, 4096]}
     if d2t:
         shapes["d2t"] = [draft_vocab]
+    shapes.update({name: [4096] for name in norms})
     return {
         name: {"dtype": "BF16", "shape": shape, "data_offsets": [0, 0]}
         for name, shape in shapes.items()
@@ -78,6 +82,10 @@ def check(
 
 def verdict(findings: list[Finding]) -> list[tuple[str, str]]:
     return [(f.severity.value, f.field) for f in findings]
+
+
+def errors(findings: list[Finding]) -> list[tuple[str, str]]:
+    return [found for found in verdict(findings) if found[0] == "error"]
 
 
 # valid heads in either format: nothing to say
@@ -382,6 +390,92 @@ def test_a_head_vllm_serves_wrong_is_an_error(
 def test_a_head_for_another_target_is_an_error() -> None:
     errors = {f.field for f in check(head("speculators"), QWEN36) if f.severity == "error"}
     assert {"target_hidden_size", "transformer_layer_config.vocab_size"} <= errors
+
+
+# norm flags and the weights: judged without a profile
+
+
+FC_NORMS = ("fc_norm.0.weight", "fc_norm.1.weight", "fc_norm.2.weight")
+
+
+@pytest.mark.parametrize(
+    ("form", "changes", "norms", "field"),
+    [
+        # llama_eagle3.py:223-229 builds input_norm; its load_weights (:411-448) returns no
+        # loaded set, so model_loader/default_loader.py:540-560 never checks it: it keeps
+        # its initial weight of ones (layers/layernorm.py:65)
+        ("speculators", {"norm_before_fc": True}, (), "norm_before_fc"),
+        # llama_eagle3.py:442-443: input_norm. weights dropped when norm_before_fc is off
+        ("speculators", {}, ("input_norm.weight",), "norm_before_fc"),
+        # llama_eagle3.py:184-188: eagle_config.norm_before_fc wins over the top-level flag
+        (
+            "plain",
+            {"norm_before_fc": True, "eagle_config__norm_before_fc": False},
+            ("input_norm.weight",),
+            "eagle_config.norm_before_fc",
+        ),
+        # llama_eagle3.py:231-240: fc_norm builds one norm per hidden state, same load path
+        ("speculators", {"fc_norm": True}, (), "fc_norm"),
+        # models/utils.py:449-459: an fc_norm weight without fc_norm has nowhere to go
+        ("speculators", {}, FC_NORMS, "fc_norm"),
+        # qwen3_eagle3.py:216-233, 389-424: a qwen3 head builds and loads them alike
+        (
+            "speculators",
+            {"transformer_layer_config__model_type": "qwen3"},
+            ("input_norm.weight",),
+            "norm_before_fc",
+        ),
+    ],
+)
+def test_a_norm_flag_its_weights_contradict_is_an_error(
+    form: str, changes: dict, norms: tuple, field: str
+) -> None:
+    findings = check(head(form, **changes), tensors=weights(norms=norms))
+    assert errors(findings) == [("error", field)]
+
+
+@pytest.mark.parametrize(
+    ("form", "changes", "norms"),
+    [
+        ("speculators", {"norm_before_fc": True}, ("input_norm.weight",)),
+        ("speculators", {"fc_norm": True}, FC_NORMS),
+        ("plain", {"eagle_config__norm_before_fc": True}, ("input_norm.weight",)),
+        ("plain", {"norm_before_fc": True, "eagle_config__norm_before_fc": False}, ()),
+    ],
+)
+def test_a_norm_flag_its_weights_agree_with_passes(form: str, changes: dict, norms: tuple) -> None:
+    assert errors(check(head(form, **changes), tensors=weights(norms=norms))) == []
+
+
+@pytest.mark.parametrize(
+    ("form", "field"),
+    [("speculators", "transformer_layer_config.hidden_act"), ("plain", "hidden_act")],
+)
+def test_an_activation_vllm_does_not_build_is_an_error(form: str, field: str) -> None:
+    # llama.py:112-115 (qwen2.py:105-108 for qwen3): "Unsupported activation", at build
+    prefix = "transformer_layer_config__" if form == "speculators" else ""
+    findings = check(head(form, **{f"{prefix}hidden_act": "gelu"}))
+    assert errors(findings) == [("error", field)]
+    assert any("Only silu is supported" in f.message for f in findings if f.field == field)
+
+
+def test_a_norm_flag_without_weights_is_judged_only_against_a_published_value() -> None:
+    # norm_before_residual and norm_output add no weight (llama_eagle3.py:98-104, 252-256):
+    # without a published value nothing tells how the head was trained
+    config = head("speculators", norm_before_residual=False, norm_output=True)
+    assert errors(check(config, tensors=weights())) == []
+    published = Profile(
+        "published", "eagle3", "Qwen/Qwen3-8B", {}, head("speculators", norm_before_residual=True)
+    )
+    # a published value is compared (norm_output is not published here: unknown, not judged)
+    assert verdict(check(config, profile=published)) == [("error", "norm_before_residual")]
+
+
+def test_every_value_that_silently_costs_acceptance_says_what_is_judged_without_a_profile() -> None:
+    for table in (SPECULATORS_KEYS, PLAIN_KEYS):
+        for key in table.keys.values():
+            if "acceptance lost silently" in key.effect:
+                assert key.without_profile in table.sources, key.path
 
 
 # harmless: warnings or nothing

@@ -83,6 +83,22 @@ def _tables() -> tuple[KeyTable, KeyTable]:
 
 SPECULATORS_KEYS, PLAIN_KEYS = _tables()
 """Every key of an EAGLE-3 config orch knows, per format, and what vLLM does with it."""
+
+
+@dataclass(frozen=True)
+class WeightFlag:
+    """A norm flag that adds a weight to the head: the weights say how it was trained."""
+
+    weight: str
+    """What vLLM matches in a weight's name (llama_eagle3.py:442-443)."""
+    overridden_by: str | None
+    """A key of the served head that wins over the flag when present."""
+    without_flag: str
+    """What vLLM does with the weight when the flag is off."""
+
+
+WEIGHT_FLAGS = {flag: WeightFlag(**rule) for flag, rule in _DOCUMENT["weight_flags"].items()}
+"""Flags judged by the weights, with no published config needed."""
 CAPTURE_ORDER = tuple((entry["key"], entry["shift"]) for entry in _DOCUMENT["capture_order"])
 """(key of the served head, what vLLM adds to each id): the first set one names the layers
 captured (eagle3_utils.py:103-139)."""
@@ -258,12 +274,13 @@ def check_eagle3(inputs: CheckInputs) -> list[Finding]:
         _verifier,
         _dimensions,
         _weights,
+        _norm_weights,
         _layer_ids,
         _steps,
     )
     findings = [finding for rule in rules for finding in rule(c)]
     table = SPECULATORS_KEYS if found == SPECULATORS else PLAIN_KEYS
-    by_key = table.unknown_findings(config, open_ended=True)
+    by_key = table.unknown_findings(config, open_ended=True) + table.refused_values(config)
     if inputs.profile is not None and config_format(inputs.profile.config) == found:
         published = set(table.flatten(inputs.profile.config))
         by_key += [
@@ -464,6 +481,47 @@ def _weights(c: _Inputs) -> Iterator[Finding]:
             actual=draft_vocab,
         )
     yield from _d2t(c, c.tensors, draft_vocab)
+
+
+def _norm_weights(c: _Inputs) -> Iterator[Finding]:
+    """A norm flag against the weights: vLLM never reports a norm weight missing, and drops
+    or refuses one whose flag is off, so either way round the head is not served as trained."""
+    if c.tensors is None or not uses_aux_hidden_states(c.head):
+        return
+    for flag, rule in WEIGHT_FLAGS.items():
+        key, value = _flag(c.head, flag, rule)
+        field = c.path(key)
+        held = sorted(name for name in c.tensors if rule.weight in name)
+        if value and not held:
+            yield Finding.error(
+                field,
+                f"{field} is {value!r} but the weights hold no {rule.weight}* tensor: vLLM "
+                "builds the norm and never checks its weight was loaded, so it runs with its "
+                "initial weight (ones; llama_eagle3.py:411-448, model_loader/default_loader.py:"
+                "540-560, layers/layernorm.py:65), a norm the head was not trained with: "
+                f"acceptance is lost silently; set {field} false",
+                expected=False,
+                actual=value,
+            )
+        elif held and not value:
+            yield Finding.error(
+                field,
+                f"the weights hold {held[0]} but {field} is {value!r}: {rule.without_flag}; "
+                f"set {field} true",
+                expected=True,
+                actual=value,
+            )
+
+
+def _flag(head: dict, flag: str, rule: WeightFlag) -> tuple[str, object]:
+    """The key that decides a flag and its value as vLLM reads it (llama_eagle3.py:184-188,
+    231): the overriding key when present, else the flag, default false."""
+    if rule.overridden_by:
+        parent, name = rule.overridden_by.split(".")
+        block = _nested(head, parent)
+        if name in block:
+            return rule.overridden_by, block[name]
+    return flag, head.get(flag, False)
 
 
 def _d2t(c: _Inputs, tensors: dict[str, dict], draft_vocab: object) -> Iterator[Finding]:
