@@ -114,3 +114,70 @@ def test_an_mtp_target_config_is_recognised_as_no_drafter_config() -> None:
     assert detect_kind(json.loads(QWEN3_8B.read_text())).name != "mtp"
     # published without the layer count: vLLM builds one (qwen3_5_mtp.py:84), not a drafter
     assert detect_kind(json.loads(REFERENCE_QWEN36.read_text())).name == "mtp"
+
+
+# the num_nextn_predict_layers families: the count at the top level, read by model_type
+
+DEEPSEEK_V3 = FIXTURES / "DeepSeek-V3.config.json"
+NEXTN = "num_nextn_predict_layers"
+
+
+def nextn_target(model_type: str = "deepseek_v3", layers: object = 1) -> dict:
+    """DeepSeek-V3 as published, as `model_type`, with `layers` MTP layers (None: unset)."""
+    config = json.loads(DEEPSEEK_V3.read_text())
+    config["model_type"] = model_type
+    config.pop(NEXTN)
+    if layers is not None:
+        config[NEXTN] = layers
+    return config
+
+
+@pytest.mark.parametrize("model_type", ["deepseek_v3", "deepseek_v32", "glm_moe_dsa"])
+@pytest.mark.parametrize(
+    ("layers", "tokens", "expected"),
+    [
+        # config/speculative.py:847-862: n_predict = num_nextn_predict_layers
+        (1, 1, []),
+        (2, 2, []),
+        # speculator_config.py:283-291: above n_predict, a multiple of it or refused
+        (2, 3, [("error", "num_speculative_tokens")]),
+        (1, 2, [("warning", "num_speculative_tokens")]),  # mtp/config.py:89-98: a warning
+        (0, 1, [("error", NEXTN)]),  # speculator_config.py:283-291: 1 % 0
+    ],
+)
+def test_a_deepseek_style_target_by_its_nextn_layers(
+    model_type: str, layers: int, tokens: int, expected: list
+) -> None:
+    assert verdict(check(nextn_target(model_type, layers), tokens=tokens)) == expected
+
+
+def test_the_published_deepseek_v3_drafts_with_its_one_mtp_layer() -> None:
+    assert mtp_layers(json.loads(DEEPSEEK_V3.read_text())) == ("deepseek_v3", 1)
+    assert detect_kind(json.loads(DEEPSEEK_V3.read_text())).name == "mtp"
+
+
+@pytest.mark.parametrize(
+    ("model_type", "builds"),
+    [
+        # transformers 5.19.0 DeepseekV3Config: num_nextn_predict_layers defaults to 1
+        # (configuration_deepseek_v3.py:79,117), so n_predict is 1 (speculative.py:847-862)
+        ("deepseek_v3", 1),
+        # qwen3_next_mtp.py:71, exaone_moe_mtp.py:56: getattr(config, ..., 1)
+        ("qwen3_next", 1),
+        ("exaone_moe", 1),
+    ],
+)
+def test_an_unset_nextn_count_in_a_family_that_defaults_it(model_type: str, builds: int) -> None:
+    findings = check(nextn_target(model_type, None), tokens=3)
+    assert verdict(findings) == [("warning", NEXTN), ("warning", "num_speculative_tokens")]
+    assert f"vLLM builds {builds} MTP layer" in findings[0].message
+    assert detect_kind(nextn_target(model_type, None)).name == "mtp"
+
+
+@pytest.mark.parametrize("model_type", ["deepseek_v32", "glm_moe_dsa", "ernie4_5_moe"])
+def test_an_unset_nextn_count_vllm_cannot_size_is_only_a_warning(model_type: str) -> None:
+    # speculative.py:847-862, 978-984: n_predict None, so num_speculative_tokens is checked
+    # against nothing (speculator_config.py:277-279); the MTP model reads the count itself
+    findings = check(nextn_target(model_type, None), tokens=3)
+    assert verdict(findings) == [("warning", NEXTN)]
+    assert "vLLM does not know how many" in findings[0].message
