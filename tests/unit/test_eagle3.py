@@ -14,7 +14,9 @@ import json
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
+from orchestrator.cli import cli
 from orchestrator.drafters.findings import Finding
 from orchestrator.drafters.kinds import CheckInputs, detect_kind, get_kind
 from orchestrator.drafters.kinds.eagle3 import (
@@ -25,7 +27,7 @@ from orchestrator.drafters.kinds.eagle3 import (
     fc_width,
     served,
 )
-from orchestrator.drafters.modelfiles import read_model_dir
+from orchestrator.drafters.modelfiles import read_model_dir, write_safetensors_stub
 from orchestrator.drafters.profiles import Profile, get_profile
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "drafters"
@@ -559,3 +561,25 @@ def test_a_head_without_aux_hidden_states_captures_nothing() -> None:
     config = head("plain", eagle_config__use_aux_hidden_state=False, **{IDS: [2, 18, 99]})
     tensors = {name: entry for name, entry in weights().items() if name != "fc.weight"}
     assert check(config, tensors=tensors) == []
+
+
+def test_a_qwen3_speculators_head_passes_verify_config(tmp_path: Path) -> None:
+    # speculators/algos.py:39-46: a qwen3 layer config is served as Eagle3Qwen3ForCausalLM,
+    # whose fc takes 3 hidden states by default (qwen3_eagle3.py:201-214): weights of 3
+    config = head("speculators", transformer_layer_config__model_type="qwen3", **{IDS: [2, 18, 33]})
+    (tmp_path / "head").mkdir()
+    (tmp_path / "head" / "config.json").write_text(json.dumps(config))
+    layout = {name: ("BF16", entry["shape"]) for name, entry in weights().items()}
+    write_safetensors_stub(tmp_path / "head" / "model.safetensors", layout)
+    (tmp_path / "target.json").write_text(json.dumps(QWEN3_8B))
+    arguments = ["verify-config", "--drafter", str(tmp_path / "head")]
+    arguments += ["--target", str(tmp_path / "target.json"), "--num-speculative-tokens", "3"]
+    done = CliRunner().invoke(cli, [*arguments, "--json"], env={"ORCH_INVENTORY": None})
+    document = json.loads(done.stdout)
+    assert (done.exit_code, document["findings"]) == (0, []), done.stdout
+    assert document["judged_as"]["kind"] == "eagle3"
+    # the same head with fc weights for 4 hidden states: vLLM fails to load them
+    layout["fc.weight"] = ("BF16", [4096, 4 * 4096])
+    write_safetensors_stub(tmp_path / "head" / "model.safetensors", layout)
+    failed = CliRunner().invoke(cli, arguments, env={"ORCH_INVENTORY": None})
+    assert failed.exit_code == 1, failed.stdout
