@@ -161,18 +161,27 @@ def test_a_bogus_speculative_key_with_force_shows_the_servers_words_and_rolls_ba
 
 
 @pytest.mark.parametrize(
-    ("assignment", "words"),
+    ("assignment", "field", "words"),
     [
-        (BOGUS_KEY, "Unexpected keyword argument"),
-        ('server.env.VLLM_USE_V2_MODEL_RUNNER="true"', "invalid literal for int()"),
+        (
+            "server.speculative_config.bogus_key=1",
+            "server.speculative_config.bogus_key",
+            "Unexpected keyword argument",
+        ),
+        (
+            'server.env.VLLM_USE_V2_MODEL_RUNNER="true"',
+            "server.env.VLLM_USE_V2_MODEL_RUNNER",
+            "invalid literal for int() with base 10: 'true'",
+        ),
     ],
 )
 def test_the_servers_own_dry_run_stops_a_launch_it_refuses_with_its_words(
-    real_lab: LabHandle, deployed: dict, assignment: str, words: str
+    real_lab: LabHandle, deployed: dict, assignment: str, field: str, words: str
 ) -> None:
     """Preflight runs the container's own vLLM over the exact launch of the DFlash lab
     playbook (its parser, env readers and SpeculativeConfig): what it refuses stops the
-    dry run, in its words, and nothing on the container changes."""
+    dry run with an error on the field, in its words, and nothing on the container
+    changes."""
     serving = served_pid(real_lab)
     deployments = [real_lab.deployment_dir("ct200", p) for p in ("lab-draft-model", "lab-dflash")]
 
@@ -182,7 +191,14 @@ def test_the_servers_own_dry_run_stops_a_launch_it_refuses_with_its_words(
     before = files()
     code, document, stderr = deploy(real_lab, "lab-dflash", "--dry-run", "--set", assignment)
     assert code == 1, stderr[-3000:]
-    assert words in str(document), str(document)[-3000:]
+    [entry] = document["targets"]
+    refused = [
+        f
+        for f in entry["findings"]
+        if f["severity"] == "error" and "refuses this launch at start" in f["message"]
+    ]
+    assert [f["field"] for f in refused] == [field], entry["findings"]
+    assert words in refused[0]["message"] and "vLLM 0.32.0" in refused[0]["message"]
     assert served_pid(real_lab) == serving
     assert files() == before
 
