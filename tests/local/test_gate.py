@@ -13,7 +13,7 @@ from collections.abc import Iterator, Sequence
 import pytest
 from test_lab_standins import (
     DRAFTER_NAME,
-    PUBLISHED,
+    RENDERED,
     build_container,
     deploy_drafter,
     samples,
@@ -65,7 +65,7 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, int 
     """The published drafter on a healthy server and on one that runs sliding layers fully,
     each with and without per-request figures (`_pr`)."""
     container = build_container(tmp_path_factory.mktemp("gate"))
-    drafter = deploy_drafter(container, "r1", PUBLISHED, DRAFTER_NAME)
+    drafter = deploy_drafter(container, "r1", RENDERED, DRAFTER_NAME)
     started: list[subprocess.Popen] = []
     memory = ("--gpu-memory-utilization", "0.1")
     swa_full = {"swa_as_full_attention": True}
@@ -94,7 +94,7 @@ SOURCES = {"counters": "", "per_request": "_pr"}
 
 
 def buckets() -> list[ContextBucket]:
-    return context_buckets(load_prompts("builtin"), load_passages(), PUBLISHED, 32768, 128)
+    return context_buckets(load_prompts("builtin"), load_passages(), RENDERED, 32768, 128)
 
 
 def gate(source: str = "counters", **probe: object) -> Gate:

@@ -13,7 +13,7 @@ import pytest
 from test_gate import CAUSES, LoopbackTransport, buckets, gate
 from test_lab_standins import (
     DRAFTER_NAME,
-    PUBLISHED,
+    RENDERED,
     build_container,
     deploy_drafter,
     start_vllm,
@@ -33,7 +33,7 @@ KEY = "lab-key-0123456789"
 def keyed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     """One server whose key comes from VLLM_API_KEY (no --api-key)."""
     container = build_container(tmp_path_factory.mktemp("auth"))
-    drafter = deploy_drafter(container, "r1", PUBLISHED, DRAFTER_NAME)
+    drafter = deploy_drafter(container, "r1", RENDERED, DRAFTER_NAME)
     started: list[subprocess.Popen] = []
     try:
         server = start_vllm(

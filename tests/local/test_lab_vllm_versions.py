@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from test_lab_standins import (
     DRAFTER_NAME,
-    PUBLISHED,
+    RENDERED,
     ContainerPaths,
     build_container,
     complete,
@@ -51,7 +51,7 @@ def container(tmp_path: Path) -> ContainerPaths:
 
 @pytest.fixture
 def drafter(container: ContainerPaths) -> Path:
-    return deploy_drafter(container, "r1", PUBLISHED, DRAFTER_NAME)
+    return deploy_drafter(container, "r1", RENDERED, DRAFTER_NAME)
 
 
 def version_of(container: ContainerPaths, env: dict[str, str]) -> str:
@@ -269,7 +269,7 @@ def test_a_windowless_sliding_drafter_is_refused_where_the_release_checks(
 ) -> None:
     """The published Qwen3.6 drafter config without use_sliding_window: transformers drops
     its sliding_window, and vLLM >= 0.25 finds no window for the sliding layers."""
-    windowless = {**PUBLISHED, "use_sliding_window": False}
+    windowless = {**RENDERED, "use_sliding_window": False}
     drafter = deploy_drafter(container, "r2", windowless, DRAFTER_NAME)
     env = {VLLM_VERSION_ENV: version, RUNNER: None}
     if refused:
