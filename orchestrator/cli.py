@@ -16,6 +16,7 @@ from orchestrator.errors import InputError, NeedsAttention, OrchError
 from orchestrator.lab.paths import DEFAULT_TOKENS_PER_SECOND
 
 if TYPE_CHECKING:
+    from orchestrator.documents.runs import DeployRun
     from orchestrator.lifecycle import Action
 
 EXIT_CODES = """Exit codes: 0 success; 1 the change did not pass its gate or checks (rolled back
@@ -237,7 +238,7 @@ def deploy(
 
 def _run_deploy(
     inputs: Any, options: Any, accept_new_host_keys: bool, as_json: bool
-) -> tuple[dict[str, Any], int]:
+) -> tuple[DeployRun, int]:
     """A deploy or its dry run, with the step view, stop signals and each container's
     diff printed as it comes."""
     from orchestrator import cli_commands
@@ -777,8 +778,9 @@ def history(
     as_json: bool,
 ) -> None:
     """Runs from the local history: when, who, what, and each target's outcome."""
+    from orchestrator.documents.history import History as HistoryDocument
     from orchestrator.durations import since as moment
-    from orchestrator.history import History, history_document
+    from orchestrator.history import History
     from orchestrator.report import screen, tables
 
     if show_run is not None:
@@ -799,7 +801,7 @@ def history(
     if steps_only:
         raise InputError("--steps goes with --show RUN_ID")
     after = moment(since, "--since") if since else None
-    runs = history_document(History().last(count, playbook_name, after, inventory_file))
+    runs = HistoryDocument.of(History().last(count, playbook_name, after, inventory_file))
     screen.print_json(runs) if as_json else tables.print_history(runs)
 
 

@@ -26,6 +26,14 @@ from orchestrator.container.server import Server
 from orchestrator.container.status import read_status
 from orchestrator.deadline import now
 from orchestrator.deploy import Options, ShowDiff, TargetRun
+from orchestrator.documents.runs import (
+    DeployRun,
+    InterruptedRun,
+    InterruptedTarget,
+    RollbackRun,
+    Run,
+)
+from orchestrator.documents.runs import ServerRun as ServerRunDocument
 from orchestrator.drafters.findings import Finding, Severity
 from orchestrator.drafters.modelfiles import parse_json_document
 from orchestrator.errors import InputError, NeedsAttention, OrchError
@@ -156,19 +164,17 @@ def _unreached(plan: TargetPlan, exc: OrchError) -> Outcome:
     )
 
 
-def _document(
-    kind: documents.Kind,
-    inputs: Inputs,
-    run_id: str,
-    started: str,
-    outcomes: list[Outcome],
-    cancel: Cancel,
-) -> tuple[dict[str, Any], int]:
-    worst = max((o.exit_code for o in outcomes), default=0)
-    code = cancel.exit_code if cancel.requested else worst
+def _exit_code(outcomes: list[Outcome], cancel: Cancel) -> int:
+    """The worst of the containers' exit codes; an interrupt's own when there was one."""
+    return cancel.exit_code if cancel.requested else max((o.exit_code for o in outcomes), default=0)
+
+
+def _run_fields(
+    inputs: Inputs, run_id: str, started: str, outcomes: list[Outcome], code: int
+) -> dict[str, Any]:
+    """What every run's document says of the run and its inputs (RunDocument's fields)."""
     drafter = inputs.playbook.drafter
-    return documents.document(
-        kind,
+    return dict(
         playbook=inputs.playbook.name,
         run_id=run_id,
         started=started,
@@ -178,58 +184,47 @@ def _document(
         inventory=str(inputs.inventory_path.resolve()),
         assignments=list(inputs.playbook.assignments),
         result=documents.run_result(code),
-        targets=documents.jsonable(outcomes),
-    ), code
+        targets=outcomes,
+    )
 
 
-def _remember(document: dict[str, Any], command: str, user: str) -> None:
+def _remember(document: Run, command: str, user: str, keep_changes: bool = False) -> None:
     """History is a record, not the change: failing to write it only warns. A run this
     one recovered (it died in its switch, before its own row) is recorded too, as the
     containers' records show it: interrupted, and where its recovery left each."""
     try:
-        History().record(document, command, user)
+        History().record(document, command, user, keep_changes)
         for interrupted in _recovered_runs(document):
             History().record_if_missing(interrupted, "deploy", user)
     except NeedsAttention as exc:
-        document.setdefault("warnings", []).append(str(exc))
+        document.warnings.append(str(exc))
 
 
-def _recovered_runs(document: dict[str, Any]) -> list[dict[str, Any]]:
-    runs: dict[str, dict[str, Any]] = {}
-    for target in document["targets"]:
-        recovered = target.get("recovered")
+def _recovered_runs(document: Run) -> list[InterruptedRun]:
+    runs: dict[str, InterruptedRun] = {}
+    for target in document.targets:
+        recovered = target.recovered
         if not recovered or recovered["run_id"] == UNKNOWN_RUN:
             continue  # none, or a run the container could not name (unreadable journal)
         run = runs.setdefault(
             recovered["run_id"],
-            documents.document(
-                "DeployRun",
-                playbook=document["playbook"],
+            InterruptedRun(
+                playbook=document.playbook,
                 run_id=recovered["run_id"],
                 started=recovered["started"],
-                result="interrupted",
-                recovered_by=document["run_id"],
+                recovered_by=document.run_id,
                 targets=[],
             ),
         )
-        run["targets"].append(
-            {
-                "name": target["name"],
-                "result": "interrupted",
-                "step": recovered.get("step"),
-                "release": recovered.get("to_release"),
-                "current": recovered.get("back_on"),
-            }
+        run.targets.append(
+            InterruptedTarget(
+                name=target.name,
+                step=recovered.get("step"),
+                release=recovered.get("to_release"),
+                current=recovered.get("back_on"),
+            )
         )
     return list(runs.values())
-
-
-def _with_changes(document: dict[str, Any], outcomes: list[Outcome]) -> dict[str, Any]:
-    """The run as history keeps it: each target also with the files' diff it read
-    (`changes`), which `orch report` shows."""
-    changes = {o.name: o.changes for o in outcomes}
-    targets = [{**t, "changes": changes.get(t["name"])} for t in document["targets"]]
-    return {**document, "targets": targets}
 
 
 def _open_log(command: str, inputs: Inputs, options: Options) -> runlog.RunLog:
@@ -243,18 +238,18 @@ def _open_log(command: str, inputs: Inputs, options: Options) -> runlog.RunLog:
     return log
 
 
-def _close_log(log: runlog.RunLog, document: dict[str, Any], code: int) -> None:
+def _close_log(log: runlog.RunLog, document: Run, code: int) -> None:
     """Each container's outcome and the run's result end the log; the document says
     where it is (and, if it could not be written, why)."""
-    for target in document["targets"]:
-        gate = target.get("gate") or {}
-        judged = f", gate {gate['verdict']}: {gate.get('reason')}" if gate.get("verdict") else ""
-        error = f": {target['error']}" if target.get("error") else ""
-        log.note(target["name"], f"result {target['result']}{judged}{error}")
-    log.note("", f"result {document['result']} (exit {code})")
-    document["log"] = None if log.warning else str(log.path)  # never a path it did not write
+    for target in document.targets:
+        gate = target.gate
+        judged = f", gate {gate.verdict.outcome}: {gate.verdict.reason}" if gate else ""
+        error = f": {target.error}" if target.error else ""
+        log.note(target.name, f"result {target.result}{judged}{error}")
+    log.note("", f"result {document.result} (exit {code})")
+    document.log = None if log.warning else str(log.path)  # never a path it did not write
     if log.warning:
-        document.setdefault("warnings", []).append(log.warning)
+        document.warnings.append(log.warning)
 
 
 def deploy(
@@ -264,7 +259,7 @@ def deploy(
     progress: Progress,
     cancel: Cancel,
     show_diff: ShowDiff = lambda *_: None,
-) -> tuple[dict[str, Any], int]:
+) -> tuple[DeployRun, int]:
     """With `options.diff`, `show_diff` gets each container's diff before its switch."""
     prompts = load_prompts(inputs.playbook.gate.probe.prompts)
     if not options.dry_run:
@@ -291,25 +286,26 @@ def deploy(
 
         rollout = _rolled_out(inputs, plans, cancel, one)
         usage = connections.usage()
-    document, code = _document(
-        "DeployRun", inputs, options.run_id, started, rollout.outcomes, cancel
+    code = _exit_code(rollout.outcomes, cancel)
+    document = DeployRun(
+        **_run_fields(inputs, options.run_id, started, rollout.outcomes, code),
+        rollout=rollout,
+        connections=usage,
     )
-    document["rollout"] = documents.jsonable(rollout)
-    document["connections"] = usage
     _close_log(log, document, code)
     if not options.dry_run:
-        _remember(_with_changes(document, rollout.outcomes), "deploy", options.user)
+        _remember(document, "deploy", options.user, keep_changes=True)
     return document, code
 
 
-def diff_exit_code(document: dict[str, Any], dry_run_code: int) -> int:
+def diff_exit_code(document: DeployRun, dry_run_code: int) -> int:
     """`orch diff`'s exit status, as `kubectl diff`'s: 0 nothing would change, 1 something
     would, 2 or more an error. A dry run's 1 (preflight found an error) is an error here."""
     if dry_run_code == 1:
         return 2
     if dry_run_code:
         return dry_run_code
-    return 1 if any(target.get("diff") for target in document["targets"]) else 0
+    return 1 if any(target.diff for target in document.targets) else 0
 
 
 def server_action(
@@ -319,7 +315,7 @@ def server_action(
     connect: Connect,
     progress: Progress,
     cancel: Cancel,
-) -> tuple[dict[str, Any], int]:
+) -> tuple[ServerRunDocument, int]:
     """`orch stop|start|restart|remove` on every selected container, in the rollout's
     order (canaries first, then waves, within its failure budget): a rolling restart."""
     prompts = load_prompts(inputs.playbook.gate.probe.prompts)
@@ -337,10 +333,12 @@ def server_action(
             return run.act(action)
 
         rollout = _rolled_out(inputs, plans, cancel, one)
-    document, code = _document(
-        "ServerRun", inputs, options.run_id, started, rollout.outcomes, cancel
+    code = _exit_code(rollout.outcomes, cancel)
+    document = ServerRunDocument(
+        **_run_fields(inputs, options.run_id, started, rollout.outcomes, code),
+        action=action,
+        rollout=rollout,
     )
-    document = {**document, "action": action, "rollout": documents.jsonable(rollout)}
     _close_log(log, document, code)
     _remember(document, action, options.user)
     return document, code
@@ -379,7 +377,7 @@ def rollback(
     connect: Connect,
     progress: Progress,
     cancel: Cancel,
-) -> tuple[dict[str, Any], int]:
+) -> tuple[RollbackRun, int]:
     """Each container back to its previous release, or with `to` (a run id, a release
     id, or a unique prefix) to what that run left it on. `to` is resolved from every
     container's records before anything is switched: an unknown or ambiguous id is
@@ -422,9 +420,10 @@ def rollback(
         return _unreached(plans[name], failed[name])
 
     outcomes = [outcome(name) for name in plans]
-    document, code = _document("RollbackRun", inputs, options.run_id, started, outcomes, cancel)
-    if resolution:
-        document["to"] = documents.jsonable(resolution)
+    code = _exit_code(outcomes, cancel)
+    document = RollbackRun(
+        **_run_fields(inputs, options.run_id, started, outcomes, code), to=resolution
+    )
     _close_log(log, document, code)
     _remember(document, "rollback", options.user)
     return document, code

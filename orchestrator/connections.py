@@ -12,22 +12,42 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
+import pydantic
+
 from orchestrator.container.shell import BoundedTransport
-from orchestrator.documents import jsonable
 from orchestrator.errors import InputError
 from orchestrator.inventory import Inventory, SshSettings
 from orchestrator.runlog import RunLog
 from orchestrator.secrets import output_hidden
 from orchestrator.transport.base import Result, Stream, Transport
 from orchestrator.transport.pct import PctTransport
+from orchestrator.transport.sessions import SessionUse
 from orchestrator.transport.ssh import SshTransport
+
+
+@pydantic.dataclasses.dataclass(frozen=True)
+class ConnectionUsage:
+    """One SSH connection's use in a run, as its document lists it: `waited` commands
+    queued for a session slot, `refused` opens sshd refused and that were tried again."""
+
+    endpoint: str
+    address: str
+    connections: int
+    max_sessions: int
+    peak_sessions: int
+    waited: int
+    refused: int
+
+    @classmethod
+    def of(cls, endpoint: str, address: str, use: SessionUse) -> ConnectionUsage:
+        return cls(endpoint, address, 1, use.limit, use.peak, use.waited, use.refused)
 
 
 class Pool(Protocol):
     """What an operation connects through: a transport per container, for one run."""
 
     def container(self, name: str) -> Transport: ...
-    def usage(self) -> list[dict[str, object]]: ...
+    def usage(self) -> list[ConnectionUsage]: ...
     def __enter__(self) -> Pool: ...
     def __exit__(self, *exc: object) -> None: ...
 
@@ -64,7 +84,7 @@ class Given:
         transport = self.transports[name]
         return RecordedTransport(transport, name, self.run_log) if self.run_log else transport
 
-    def usage(self) -> list[dict[str, object]]:
+    def usage(self) -> list[ConnectionUsage]:
         return []
 
     def __enter__(self) -> Given:
@@ -114,20 +134,12 @@ class Connections:
         transport = BoundedTransport(transport)
         return RecordedTransport(transport, name, self.run_log) if self.run_log else transport
 
-    def usage(self) -> list[dict[str, object]]:
+    def usage(self) -> list[ConnectionUsage]:
         """Per SSH connection: where, its session cap, the peak reached, and how many
         commands waited for a free session (they queue; no second connection is opened)."""
         with self._lock:
             transports = list(self._ssh.values())
-        return [
-            {
-                "endpoint": t.label,
-                "address": t.address,
-                "connections": 1,
-                **jsonable(t.sessions.use()),
-            }
-            for t in transports
-        ]
+        return [ConnectionUsage.of(t.label, t.address, t.sessions.use()) for t in transports]
 
     def close(self) -> None:
         with self._lock:

@@ -8,12 +8,15 @@ import sqlite3
 from contextlib import closing
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
-from orchestrator.deadline import now
-from orchestrator.documents import document
+from orchestrator.documents import KEEP_CHANGES, jsonable
+from orchestrator.documents.history import RecordedRun
 from orchestrator.errors import InputError, NeedsAttention
 from orchestrator.secrets import mask_document
+
+if TYPE_CHECKING:
+    from orchestrator.documents.runs import InterruptedRun, Run
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -50,13 +53,16 @@ class History:
         connection.execute(SCHEMA)
         return connection
 
-    def record(self, document: dict[str, Any], command: str, user: str) -> None:
+    def record(
+        self, document: Run | InterruptedRun, command: str, user: str, keep_changes: bool = False
+    ) -> None:
+        """`keep_changes`: each target's record keeps the diff of the files (deploys)."""
         try:
-            self._insert(document, command, user)
+            self._insert(document, command, user, keep_changes=keep_changes)
         except (sqlite3.Error, OSError) as exc:
             raise NeedsAttention(f"could not record the run in {self.path}: {exc}") from None
 
-    def record_if_missing(self, document: dict[str, Any], command: str, user: str) -> None:
+    def record_if_missing(self, document: InterruptedRun, command: str, user: str) -> None:
         """A run known only from a container's records (it died before writing its
         own row): added once, never over the run's own row."""
         try:
@@ -65,19 +71,25 @@ class History:
             raise NeedsAttention(f"could not record the run in {self.path}: {exc}") from None
 
     def _insert(
-        self, document: dict[str, Any], command: str, user: str, verb: str = "INSERT OR REPLACE"
+        self,
+        document: Run | InterruptedRun,
+        command: str,
+        user: str,
+        verb: str = "INSERT OR REPLACE",
+        keep_changes: bool = False,
     ) -> None:
+        recorded = jsonable(document, KEEP_CHANGES if keep_changes else None)
         with closing(self._connect()) as db, db:
             db.execute(
                 f"{verb} INTO runs VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (
-                    document["run_id"],
-                    document.get("started", now()),
+                    document.run_id,
+                    document.started,
                     user,
                     command,
-                    document["playbook"],
-                    document["result"],
-                    json.dumps(mask_document(document)),
+                    document.playbook,
+                    document.result,
+                    json.dumps(mask_document(recorded)),
                 ),
             )
 
@@ -87,7 +99,7 @@ class History:
         playbook: str | None = None,
         since: datetime | None = None,
         inventory: Path | None = None,
-    ) -> list[dict[str, Any]]:
+    ) -> list[RecordedRun]:
         """The newest runs first, each as recorded plus who ran what; only those of
         `playbook`, started at or after `since`, or run on `inventory` (the file, by its
         absolute path; runs recorded before runs named their inventory have none). A
@@ -116,7 +128,7 @@ class History:
         except (sqlite3.Error, OSError, ValueError, TypeError) as exc:
             raise NeedsAttention(f"cannot read the history {self.path}: {exc}") from None
 
-    def find(self, run_id: str) -> dict[str, Any]:
+    def find(self, run_id: str) -> RecordedRun:
         """The run with this id, or the one run whose id starts with it."""
         rows = []
         if self.path.exists():
@@ -128,12 +140,12 @@ class History:
                     (run_id, run_id, run_id),
                 ).fetchall()
         runs = [_run(*row) for row in rows]
-        exact = [run for run in runs if run["run_id"] == run_id]
+        exact = [run for run in runs if run.run_id == run_id]
         if exact or len(runs) == 1:
             return (exact or runs)[0]
         if not runs:
             raise InputError(f"run {run_id!r}: not in the local history ({self.path})")
-        ids = ", ".join(run["run_id"] for run in runs)
+        ids = ", ".join(run.run_id for run in runs)
         raise InputError(f"run {run_id!r} is ambiguous: {ids}...")
 
     def run_ids(self, limit: int = 200) -> list[tuple[str, str]]:
@@ -146,8 +158,9 @@ class History:
             ).fetchall()
 
 
-def _run(user: str, command: str, document: str) -> dict[str, Any]:
-    return {**json.loads(document), "user": user, "command": command}
+def _run(user: str, command: str, document: str) -> RecordedRun:
+    """A row as its run: the document recorded, and who ran it with which command."""
+    return RecordedRun.model_validate({**json.loads(document), "user": user, "command": command})
 
 
 ROOM_NEEDED = 16 * 1024 * 1024
@@ -174,18 +187,3 @@ def check_writable(directory: Path | None = None) -> None:
             f"the state dir {directory} has {free // 1024} KiB free, "
             f"{ROOM_NEEDED // 1024 // 1024} MiB needed for the run's record: nothing was changed"
         )
-
-
-def history_document(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """`orch history --json`: the runs, newest first, each as it was recorded (its own
-    envelope dropped; result words of older records in today's vocabulary)."""
-    return document(
-        "History",
-        runs=[
-            {
-                **{k: v for k, v in run.items() if k not in ("kind", "api_version")},
-                "result": run["result"].replace(" ", "_"),
-            }
-            for run in runs
-        ],
-    )

@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pydantic
 
@@ -36,6 +36,7 @@ from orchestrator.playbook import Playbook
 if TYPE_CHECKING:
     from orchestrator.cli_commands import Inputs
     from orchestrator.deploy import Options
+    from orchestrator.documents.runs import DeployRun, RollbackRun, Run
 
 OUTPUT_CHARS = 2000
 """The end of a hook's output kept for the report (its whole output is not orch's)."""
@@ -73,7 +74,7 @@ class HookResult:
         return f"hook {self.event} ({self.argv[0]}): {what} after {self.seconds:.1f} s"
 
 
-def environment(event: str, facts: RunFacts, document: Mapping[str, Any] | None) -> dict[str, str]:
+def environment(event: str, facts: RunFacts, document: Run | None) -> dict[str, str]:
     """The `ORCH_*` variables of one hook: the run's facts, and after the run its
     result and the containers by what happened to them (comma lists)."""
     env = {
@@ -87,11 +88,10 @@ def environment(event: str, facts: RunFacts, document: Mapping[str, Any] | None)
         "ORCH_USER": facts.user,
     }
     if document is not None:
-        targets = document.get("targets") or []
-        env["ORCH_RESULT"] = str(document.get("result", ""))
-        env["ORCH_RUN_LOG"] = str(document.get("log") or "")
+        env["ORCH_RESULT"] = document.result
+        env["ORCH_RUN_LOG"] = document.log or ""
         for result in ("deployed", "unchanged", "rolled_back", "failed", "skipped"):
-            names = [t["name"] for t in targets if t.get("result") == result]
+            names = [t.name for t in document.targets if t.result == result]
             env[f"ORCH_{result.upper()}"] = ",".join(names)
     return env
 
@@ -166,11 +166,11 @@ class Hooks:
         )
         return cls(facts, say)
 
-    def _run(self, event: str, document: Mapping[str, Any] | None) -> HookResult | None:
+    def _run(self, event: str, document: Run | None) -> HookResult | None:
         argv = getattr(self.hooks, event)
         if argv is None:
             return None
-        stdin = json.dumps(document, default=str).encode() if document is not None else b""
+        stdin = json.dumps(jsonable(document)).encode() if document is not None else b""
         env = environment(event, self.facts, document)
         result = run_hook(event, command(argv, self.facts.playbook), env, stdin, self.hooks.timeout)
         self.say(result.summary())
@@ -184,16 +184,14 @@ class Hooks:
         if result is not None and not result.ok:
             raise CheckFailed(f"{result.summary()}: the deploy did not start, nothing changed")
 
-    def after_run(self, document: dict[str, Any], code: int) -> None:
+    def after_run(self, document: DeployRun | RollbackRun, code: int) -> None:
         """Run the hooks the run's outcome calls for; their results go into the
         document's `hooks`, and never into its result."""
-        rolled_back = any(t.get("result") == "rolled_back" for t in document.get("targets", []))
+        rolled_back = any(t.result == "rolled_back" for t in document.targets)
         due = {
             "post_deploy": self.facts.action == "deploy" and code == 0,
             "on_rollback": self.facts.action == "rollback" or rolled_back,
             "on_failure": code != 0,
         }
         results = [self._run(event, document) for event in AFTER_RUN if due[event]]
-        ran = jsonable([r for r in results if r is not None])
-        if ran:
-            document["hooks"] = ran
+        document.hooks = [r for r in results if r is not None]

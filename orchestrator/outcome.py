@@ -6,8 +6,9 @@ from dataclasses import field
 from typing import Annotated, Any
 
 import pydantic
-from pydantic import Field
+from pydantic import Field, SerializationInfo, SerializerFunctionWrapHandler, model_serializer
 
+from orchestrator.documents import KEEP_CHANGES
 from orchestrator.drafters.findings import Finding
 from orchestrator.durations import Seconds
 from orchestrator.gate import GateReport
@@ -42,3 +43,12 @@ class Outcome:
     exit_code: Annotated[int, Excluded] = 0
     changes: Annotated[str | None, Excluded] = None
     """The same diff, read on every deploy: kept in the local history for `orch report`."""
+
+    @model_serializer(mode="wrap")
+    def _changes_when_kept(
+        self, handler: SerializerFunctionWrapHandler, info: SerializationInfo
+    ) -> dict[str, object]:
+        """A deploy's record in the local history keeps each container's diff (`orch
+        report` shows it); the document the deploy prints does not."""
+        fields = handler(self)
+        return {**fields, "changes": self.changes} if info.context == KEEP_CHANGES else fields

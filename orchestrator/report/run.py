@@ -4,13 +4,16 @@ context and endpoint, the acceptance by position, the waves and the connections.
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rich.console import Console, Group, RenderableType
 from rich.text import Text
 
-from orchestrator.drafters.findings import Finding
+from orchestrator.connections import ConnectionUsage
+from orchestrator.documents import jsonable
+from orchestrator.documents.runs import DeployRun, RollbackRun, Run
 from orchestrator.gate import SOURCES
+from orchestrator.outcome import Outcome
 from orchestrator.probes.sampling import describe
 from orchestrator.report.screen import (
     Cell,
@@ -19,23 +22,18 @@ from orchestrator.report.screen import (
     findings_table,
     fitted_table,
     mean_length,
-    mean_length_of,
     text,
     words,
 )
-
-if TYPE_CHECKING:
-    pass
+from orchestrator.rollout import RolloutRun
 
 
-def print_run(doc: dict[str, Any], stderr: bool = False) -> None:
+def print_run(doc: Run, stderr: bool = False) -> None:
     """The final table of a deploy or rollback, with per-position acceptance bars (on
-    stderr when stdout holds the result, a dry run's diff)."""
+    stderr when stdout holds the result, a dry run's diff). Gates are shown from their
+    JSON, the form `orch report` reads them in from the history too."""
     out = console(stderr=stderr)
-    out.print(
-        text(f"{doc['playbook']} run {doc['run_id']}: {words(doc['result'])}"),
-        highlight=False,
-    )
+    out.print(text(f"{doc.playbook} run {doc.run_id}: {words(doc.result)}"), highlight=False)
     columns = [
         Column("CONTAINER", identifier=True),
         Column("RESULT"),
@@ -47,30 +45,31 @@ def print_run(doc: dict[str, Any], stderr: bool = False) -> None:
         Column("DRAFTS", drop=4, justify="right"),
     ]
     rows: list[list[Cell]] = []
-    for target in doc["targets"]:
-        gate = target.get("gate") or {}
+    for target in doc.targets:
+        verdict = target.gate.verdict if target.gate else None
         rows.append(
             [
-                text(target["name"]),
-                text(words(target["result"])),
-                text(standing_on(target) or ""),
+                text(target.name),
+                text(words(target.result)),
+                text(target.current or ""),
                 text(attempted(target) or ""),
-                text(target.get("previous_release") or ""),
-                text(gate.get("verdict") or ""),
-                mean_length_of(target),
-                str(gate.get("drafts") or ""),
+                text(target.previous_release or ""),
+                text(verdict.outcome if verdict else ""),
+                mean_length(verdict.mean_acceptance_length if verdict else None),
+                str(verdict.drafts or "") if verdict else "",
             ]
         )
     out.print(fitted_table(out, columns, rows), crop=False)
-    if to := doc.get("to"):
-        state = f"the state run {to['run_id']} left" if to["run_id"] else f"release {to['release']}"
-        out.print(text(f"--to {to['query']}: back to {state}"), highlight=False)
-    for target in doc["targets"]:
-        for label, key in (("gate", "gate"), ("rollback gate", "rollback_gate")):
-            gate = target.get(key)
-            if gate:
+    if isinstance(doc, RollbackRun) and doc.to:
+        to = doc.to
+        state = f"the state run {to.run_id} left" if to.run_id else f"release {to.release}"
+        out.print(text(f"--to {to.query}: back to {state}"), highlight=False)
+    for target in doc.targets:
+        for label, report in (("gate", target.gate), ("rollback gate", target.rollback_gate)):
+            if report:
+                gate = jsonable(report)
                 for line in gate_lines(label, gate):
-                    out.print(text(target["name"], "bold") + text(line), highlight=False)
+                    out.print(text(target.name, "bold") + text(line), highlight=False)
                 if gate.get("sampling"):
                     out.print(text(f"  probed at {describe(gate['sampling'])}"), highlight=False)
                 if gate.get("source"):
@@ -82,39 +81,32 @@ def print_run(doc: dict[str, Any], stderr: bool = False) -> None:
                     out.print(context_table(out, gate["by_context"]), crop=False)
                 if gate.get("advice"):
                     out.print(f"  advice: {gate['advice']['text']}", highlight=False)
-        if target.get("findings"):
+        if target.findings:
             out.print(
-                findings_table(
-                    out,
-                    [Finding(**f) for f in target["findings"]],
-                    title=text(f"{target['name']}: findings"),
-                ),
+                findings_table(out, target.findings, title=text(f"{target.name}: findings")),
                 crop=False,
             )
-        for note in target.get("notes") or []:
-            out.print(f"{target['name']}: {note}", markup=False, highlight=False)
-        if target.get("error"):
-            out.print(text(f"{target['name']}: {target['error']}", "red"), highlight=False)
-        if target.get("diff") == "":
-            out.print(text(f"{target['name']}: no file differs from the current release"))
-    for line in [*wave_lines(doc.get("rollout")), *queue_lines(doc.get("connections"))]:
+        for note in target.notes:
+            out.print(f"{target.name}: {note}", markup=False, highlight=False)
+        if target.error:
+            out.print(text(f"{target.name}: {target.error}", "red"), highlight=False)
+        if target.diff == "":
+            out.print(text(f"{target.name}: no file differs from the current release"))
+    rollout = None if isinstance(doc, RollbackRun) else doc.rollout
+    connections = doc.connections if isinstance(doc, DeployRun) else []
+    for line in [*wave_lines(rollout), *queue_lines(connections)]:
         out.print(line, highlight=False)
-    for warning in doc.get("warnings", []):
+    for warning in doc.warnings:
         out.print(text(f"warning: {warning}", "yellow"), highlight=False)
-    if doc.get("log"):
-        out.print(text(f"run log: {doc['log']} (orch history --show {doc['run_id']})"))
+    if doc.log:
+        out.print(text(f"run log: {doc.log} (orch history --show {doc.run_id})"))
 
 
-def standing_on(target: dict[str, Any]) -> str | None:
-    """The release the container is on after the run (a dry run: the one it would get)."""
-    return target.get("current") if "current" in target else target.get("release")
-
-
-def attempted(target: dict[str, Any]) -> str | None:
+def attempted(target: Outcome) -> str | None:
     """The release the run tried, where the container is not on it (rolled back,
     interrupted, failed); empty where it is."""
-    tried = target.get("release")
-    return tried if tried != standing_on(target) and target.get("result") != "dry_run" else None
+    tried = target.release
+    return tried if tried != target.current and target.result != "dry_run" else None
 
 
 def source_words(gate: dict[str, Any]) -> str:
@@ -137,31 +129,31 @@ def gate_lines(label: str, gate: dict[str, Any]) -> list[str]:
     ]
 
 
-def wave_lines(rollout: dict[str, Any] | None) -> list[str]:
+def wave_lines(rollout: RolloutRun | None) -> list[str]:
     """`wave 2 of 5: 16 containers, deployed 15, rolled_back 1, 41.2 s` per wave."""
     if not rollout:
         return []
-    waves = rollout["waves"]
+    waves = rollout.waves
     lines = []
     for wave in waves:
-        results = ", ".join(f"{name} {count}" for name, count in sorted(wave["results"].items()))
-        kind = "canary" if wave["kind"] == "canary" else "wave"
-        pause = f", then paused {wave['paused']:g} s" if wave["paused"] else ""
+        results = ", ".join(f"{name} {count}" for name, count in sorted(wave.results.items()))
+        kind = "canary" if wave.kind == "canary" else "wave"
+        pause = f", then paused {wave.paused:g} s" if wave.paused else ""
         lines.append(
-            f"{kind} {wave['wave']} of {len(waves)}: {len(wave['targets'])} container(s), "
-            f"{results}, {wave['seconds']:.1f} s{pause}"
+            f"{kind} {wave.number} of {len(waves)}: {len(wave.names)} container(s), "
+            f"{results}, {wave.seconds:.1f} s{pause}"
         )
     return lines
 
 
-def queue_lines(connections: list[dict[str, Any]] | None) -> list[str]:
+def queue_lines(connections: list[ConnectionUsage]) -> list[str]:
     """Hosts where more commands were due at once than one connection's sessions allow."""
     return [
-        f"{c['endpoint']}: {c['waited']} command(s) queued for a session on its one SSH "
-        f"connection (max_sessions {c['max_sessions']}, peak {c['peak_sessions']}, "
-        f"{c['refused']} open(s) refused by sshd and tried again)"
-        for c in connections or []
-        if c["waited"]
+        f"{c.endpoint}: {c.waited} command(s) queued for a session on its one SSH "
+        f"connection (max_sessions {c.max_sessions}, peak {c.peak_sessions}, "
+        f"{c.refused} open(s) refused by sshd and tried again)"
+        for c in connections
+        if c.waited
     ]
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator import runlog
+from orchestrator.documents.history import RecordedRun, RecordedTarget
 from orchestrator.errors import InputError
 from orchestrator.history import History
 from orchestrator.report.run import source_words
@@ -49,11 +50,11 @@ class Section:
     level: int = 2
 
 
-def load(run_id: str) -> tuple[dict[str, Any], list[str]]:
+def load(run_id: str) -> tuple[RecordedRun, list[str]]:
     """The run's recorded document and its log's lines (none once the log is pruned)."""
     run = History().find(run_id)
     try:
-        lines = runlog.read(run["run_id"]).lines
+        lines = runlog.read(run.run_id).lines
     except InputError:
         lines = []
     return run, lines
@@ -126,70 +127,66 @@ def _gate_section(title: str, gate: dict[str, Any]) -> Section:
     return section
 
 
-def sections(run: dict[str, Any], lines: list[str]) -> list[Section]:
+def sections(run: RecordedRun, lines: list[str]) -> list[Section]:
     """The report's content, renderer-neutral."""
-    overview = Section(f"{run.get('command', 'run')} {run['playbook']}: {run['result']}", level=1)
+    overview = Section(f"{run.command} {run.playbook}: {run.result}", level=1)
     overview.facts = [
-        ("run", run["run_id"]),
-        ("who", str(run.get("user"))),
-        ("when", str(run.get("started"))),
-        ("playbook", run["playbook"]),
-        ("method", f"{run.get('method')} ({run.get('drafter')}) serving {run.get('model')}"),
-        ("inventory", str(run.get("inventory") or "not recorded")),
-        ("--set", ", ".join(run.get("assignments") or []) or "none"),
+        ("run", run.run_id),
+        ("who", run.user),
+        ("when", str(run.started)),
+        ("playbook", run.playbook),
+        ("method", f"{run.method} ({run.drafter}) serving {run.model}"),
+        ("inventory", str(run.inventory or "not recorded")),
+        ("--set", ", ".join(run.assignments) or "none"),
     ]
-    if run.get("to"):
-        overview.facts.append(("to", str(run["to"].get("query"))))
+    if run.to:
+        overview.facts.append(("to", run.to.query))
     overview.tables.append(
         Table(
             ["container", "host", "result", "from release", "to release", "current", "mean length"],
             [
                 [
-                    t["name"],
-                    str(t.get("host")),
-                    str(t.get("result")),
-                    str(t.get("previous_release")),
-                    str(t.get("release")),
-                    str(t.get("current")),
-                    _number((t.get("gate") or {}).get("mean_acceptance_length")),
+                    t.name,
+                    str(t.host),
+                    t.result,
+                    str(t.previous_release),
+                    str(t.release),
+                    str(t.current),
+                    _number((t.gate or {}).get("mean_acceptance_length")),
                 ]
-                for t in run["targets"]
+                for t in run.targets
             ],
         )
     )
     out = [overview]
     timeline = step_times(lines)
-    for target in run["targets"]:
-        out += _target_sections(target, timeline.get(target["name"], []))
+    for target in run.targets:
+        out += _target_sections(target, timeline.get(target.name, []))
     return out
 
 
-def _target_sections(target: dict[str, Any], timeline: list[tuple[str, str]]) -> list[Section]:
-    name = target["name"]
-    section = Section(f"{name}: {target.get('result')}", level=2)
-    if target.get("error"):
-        section.facts.append(("error", str(target["error"])))
-    for note in target.get("notes") or []:
+def _target_sections(target: RecordedTarget, timeline: list[tuple[str, str]]) -> list[Section]:
+    name = target.name
+    section = Section(f"{name}: {target.result}", level=2)
+    if target.error:
+        section.facts.append(("error", target.error))
+    for note in target.notes:
         section.notes.append(str(note))
-    if target.get("recovered"):
-        section.notes.append(f"recovered an interrupted run: {target['recovered']}")
-    seconds = target.get("steps") or {}
+    if target.recovered:
+        section.notes.append(f"recovered an interrupted run: {target.recovered}")
+    seconds = target.steps
     section.tables.append(Table(["step", "seconds"], [[k, f"{v:.2f}"] for k, v in seconds.items()]))
     if timeline:
         section.tables.append(Table(["time", "step"], [[t, s] for t, s in timeline]))
-    findings = target.get("findings") or []
-    if findings:
+    if target.findings:
         section.tables.append(
             Table(
                 ["severity", "field", "finding"],
-                [
-                    [str(f.get("severity")), str(f.get("field")), str(f.get("message"))]
-                    for f in findings
-                ],
+                [[f.severity, f.field, f.message] for f in target.findings],
             )
         )
     out = [section]
-    changes = target.get("changes", target.get("diff"))
+    changes = target.files_diff
     change = Section(f"{name}: what changed", level=3)
     if changes:
         change.code = changes
@@ -200,12 +197,10 @@ def _target_sections(target: dict[str, Any], timeline: list[tuple[str, str]]) ->
             else "the files' diff was not recorded for this run"
         )
     out.append(change)
-    if target.get("gate"):
-        out.append(_gate_section(f"{name}: gate", target["gate"]))
-    if target.get("rollback_gate"):
-        rollback = _gate_section(
-            f"{name}: rollback to {target.get('current')}", target["rollback_gate"]
-        )
+    if target.gate:
+        out.append(_gate_section(f"{name}: gate", target.gate))
+    if target.rollback_gate:
+        rollback = _gate_section(f"{name}: rollback to {target.current}", target.rollback_gate)
         out.append(rollback)
     return out
 

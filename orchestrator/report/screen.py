@@ -24,7 +24,7 @@ from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 
-from orchestrator.documents import document, run_result
+from orchestrator.documents import Document, document, jsonable, run_result
 from orchestrator.drafters.findings import Finding, Severity
 from orchestrator.secrets import mask_document
 
@@ -238,19 +238,15 @@ def write_plain(value: str, stream: TextIO | None = None) -> None:
     out.flush()
 
 
-def mean_length_of(target: dict[str, Any]) -> str:
-    return mean_length((target.get("gate") or {}).get("mean_acceptance_length"))
-
-
 def words(value: str) -> str:
     """A result or state word as people read it: `not_applied` -> `not applied`."""
     return value.replace("_", " ")
 
 
-def print_json(doc: dict[str, Any]) -> None:
-    """One document of the contract (documents.py) on stdout, secrets masked in its
+def print_json(doc: Document | dict[str, Any]) -> None:
+    """One document of the contract (documents/) on stdout, secrets masked in its
     strings (before JSON escapes them)."""
-    print(json.dumps(mask_document(doc), indent=2, default=str))
+    print(json.dumps(mask_document(jsonable(doc)), indent=2, default=str))
 
 
 _WHERE = re.compile(

@@ -23,7 +23,6 @@ from orchestrator.report.screen import (
     has_errors,
     heading,
     mean_length,
-    mean_length_of,
     print_json,
     printable,
     sorted_findings,
@@ -33,6 +32,7 @@ from orchestrator.report.screen import (
 )
 
 if TYPE_CHECKING:
+    from orchestrator.documents.history import History
     from orchestrator.drafters.profiles import Profile
     from orchestrator.plan import TargetPlan
     from orchestrator.verify import Judged
@@ -300,15 +300,15 @@ def print_releases(doc: dict[str, Any]) -> None:
         out.print("no runs recorded on these containers: nothing deployed yet", highlight=False)
 
 
-def _position1(target: dict[str, Any]) -> str:
-    """Position-1 acceptance of the target's gate, comparable across methods."""
-    positions = (target.get("gate") or {}).get("per_position_acceptance") or []
+def _position1(gate: dict[str, Any]) -> str:
+    """Position-1 acceptance of a recorded gate, comparable across methods."""
+    positions = gate.get("per_position_acceptance") or []
     return f"{positions[0]:.2f}" if positions else "-"
 
 
-def _sampling(target: dict[str, Any]) -> str:
-    """What the target's gate probes sampled at (empty: no gate, or before orch recorded it)."""
-    sampling = (target.get("gate") or {}).get("sampling")
+def _sampling(gate: dict[str, Any]) -> str:
+    """What a recorded gate's probes sampled at (empty: no gate, or before orch recorded it)."""
+    sampling = gate.get("sampling")
     return describe(sampling) if sampling else ""
 
 
@@ -331,28 +331,37 @@ HISTORY_COLUMNS = [
 ]
 
 
-def print_history(doc: dict[str, Any]) -> None:
+def print_history(doc: History) -> None:
     """One row per run and container; on a terminal a run's own fields on its first
     row only, in a pipe on every row (`orch history | grep ct200` keeps the run id)."""
     out = console()
     rows: list[list[Cell]] = []
-    for run in doc["runs"]:
+    for run in doc.runs:
         first = True
-        for target in run["targets"]:
+        for target in run.targets:
             own = [
-                text(run.get(key) or "") if first else Text("")
-                for key in ("started", "command", "playbook", "user", "model", "method", "drafter")
+                text(fact or "") if first else Text("")
+                for fact in (
+                    run.started,
+                    run.command,
+                    run.playbook,
+                    run.user,
+                    run.model,
+                    run.method,
+                    run.drafter,
+                )
             ]
+            gate = target.gate or {}
             rows.append(
                 [
-                    text(run["run_id"]) if first else Text(""),
-                    text(target["name"]),
-                    text(words(target["result"])),
-                    text(target.get("release") or ""),
-                    mean_length_of(target),
-                    _position1(target),
-                    _sampling(target),
-                    text(target.get("previous_release") or ""),
+                    text(run.run_id) if first else Text(""),
+                    text(target.name),
+                    text(words(target.result)),
+                    text(target.release or ""),
+                    mean_length(gate.get("mean_acceptance_length")),
+                    _position1(gate),
+                    _sampling(gate),
+                    text(target.previous_release or ""),
                     *own,
                 ]
             )

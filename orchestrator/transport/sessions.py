@@ -12,20 +12,17 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Annotated
-
-import pydantic
-from pydantic import ConfigDict, Field
+from dataclasses import dataclass
 
 DEFAULT_MAX_SESSIONS = 10  # OpenSSH's MaxSessions (servconf.h DEFAULT_SESSIONS_MAX)
 
 
-@pydantic.dataclasses.dataclass(frozen=True, config=ConfigDict(serialize_by_alias=True))
+@dataclass(frozen=True)
 class SessionUse:
     """What one connection's session slots saw during a run."""
 
-    limit: Annotated[int, Field(serialization_alias="max_sessions")]
-    peak: Annotated[int, Field(serialization_alias="peak_sessions")]
+    limit: int
+    peak: int
     waited: int
     refused: int  # opens sshd refused and that were tried again
 

@@ -22,7 +22,7 @@ import yaml
 from labtools import LabHandle, free_network
 from orchrun import ROOT, RunResult, orch
 
-from orchestrator.documents import API_VERSION, Document
+from orchestrator.documents import API_VERSION, AnyDocument
 from orchestrator.lab.cluster import Lab
 from orchestrator.lab.paths import pid_alive
 
@@ -80,7 +80,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
         down = _cli(env, "lab", "down", "--dir", str(lab_dir), "--json")
         assert down.code == 0, str(down)
         document = down.json
-        Document.model_validate(document)
+        AnyDocument.model_validate(document)
         assert document["kind"] == "LabDown" and document["stopped"]
         assert not [pid for pid in document["stopped"] if pid_alive(pid)]
 
@@ -99,7 +99,7 @@ def checked(result: RunResult, kind: str, code: int = 0) -> dict[str, Any]:
     """The one document on stdout, valid against the schema, with its envelope first."""
     assert result.code == code, (result.code, result.stderr[-2000:])
     document = result.json
-    Document.model_validate(document)
+    AnyDocument.model_validate(document)
     assert list(document)[:2] == ENVELOPE
     assert (document["kind"], document["api_version"]) == (kind, API_VERSION)
     assert "container" not in set(keys_everywhere(document))

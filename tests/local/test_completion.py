@@ -9,6 +9,7 @@ from pathlib import Path
 
 import click
 import pytest
+from recorded import record_json
 
 from orchestrator import completion
 from orchestrator.cli import cli
@@ -70,7 +71,7 @@ def test_run_ids_newest_first_and_of_the_playbook(
         ("20261202T100000Z-bbbbbb", "qwen-mtp", "2026-12-02T10:00:00+00:00"),
     ]:
         doc = {"run_id": run_id, "playbook": playbook, "started": started, "result": "ok"}
-        History().record({**doc, "targets": []}, "deploy", "ops")
+        record_json(History(), {**doc, "targets": []}, "deploy", "ops")
     every = completion.run_ids(context(), None, "2026")  # type: ignore[arg-type]
     assert [(i.value, i.help) for i in every] == [
         ("20261202T100000Z-bbbbbb", "qwen-mtp"),

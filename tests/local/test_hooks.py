@@ -9,10 +9,12 @@ import time
 from pathlib import Path
 
 import pytest
+from rundocs import deploy_run
 
 from orchestrator.errors import CheckFailed
 from orchestrator.hooks import Hooks, RunFacts, command, environment, run_hook
 from orchestrator.lab.paths import pid_alive
+from orchestrator.outcome import Outcome
 from orchestrator.playbook import PLAYBOOK_DIR, load_playbook
 
 REPORT = """
@@ -50,15 +52,11 @@ def ran(tmp_path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
-DOCUMENT = {
-    "kind": "DeployRun",
-    "result": "not_applied",
-    "log": "/state/runs/x.log",
-    "targets": [
-        {"name": "ct1", "result": "rolled_back"},
-        {"name": "ct2", "result": "skipped"},
-    ],
-}
+DOCUMENT = deploy_run(
+    [Outcome("ct1", "pve1", "rolled_back"), Outcome("ct2", "pve1", "skipped")],
+    result="not_applied",
+    log="/state/runs/x.log",
+)
 
 
 def test_the_environment_tells_the_runs_facts(tmp_path: Path) -> None:
@@ -98,16 +96,16 @@ def test_a_passing_pre_deploy_lets_the_run_go_on(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("action", "document", "code", "expected"),
+    ("action", "changed", "code", "expected"),
     [
-        ("deploy", {**DOCUMENT, "result": "ok", "targets": []}, 0, ["post"]),
-        ("deploy", DOCUMENT, 1, ["rollback", "failure"]),
-        ("deploy", {**DOCUMENT, "targets": [{"name": "ct1", "result": "failed"}]}, 3, ["failure"]),
-        ("rollback", {**DOCUMENT, "result": "ok", "targets": []}, 0, ["rollback"]),
+        ("deploy", {"result": "ok", "targets": []}, 0, ["post"]),
+        ("deploy", {}, 1, ["rollback", "failure"]),
+        ("deploy", {"targets": [Outcome("ct1", "pve1", "failed")]}, 3, ["failure"]),
+        ("rollback", {"result": "ok", "targets": []}, 0, ["rollback"]),
     ],
 )
 def test_the_outcome_calls_its_hooks_and_they_never_change_it(
-    tmp_path: Path, action: str, document: dict, code: int, expected: list[str]
+    tmp_path: Path, action: str, changed: dict, code: int, expected: list[str]
 ) -> None:
     run = facts(
         tmp_path,
@@ -116,13 +114,13 @@ def test_the_outcome_calls_its_hooks_and_they_never_change_it(
         on_rollback=hook(tmp_path, "rollback", 2),
         on_failure=hook(tmp_path, "failure", 0),
     )
-    document = json.loads(json.dumps(document))
+    document = DOCUMENT.model_copy(update=changed, deep=True)
     Hooks(run, lambda _: None).after_run(document, code)
     records = ran(tmp_path)
     assert [r["argv"][1] for r in records] == expected
     assert all(json.loads(r["stdin"])["kind"] == "DeployRun" for r in records)
-    assert [h["event"] for h in document["hooks"]] == [r["ORCH_HOOK"] for r in records]
-    assert document["result"] in ("ok", "not_applied")  # as it was
+    assert [h.event for h in document.hooks] == [r["ORCH_HOOK"] for r in records]
+    assert document.result in ("ok", "not_applied")  # as it was
 
 
 def test_a_timeout_kills_the_hook_and_what_it_started(tmp_path: Path) -> None:

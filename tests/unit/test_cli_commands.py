@@ -20,7 +20,7 @@ from orchestrator.cancel import Cancel
 from orchestrator.connections import Given
 from orchestrator.container.audit import audit_line
 from orchestrator.container.lock import Owner
-from orchestrator.documents import API_VERSION, Document
+from orchestrator.documents import API_VERSION, AnyDocument, Document, jsonable
 from orchestrator.errors import InputError
 from orchestrator.lab.models import published_drafter_config, write_dflash_dir, write_target_dir
 from orchestrator.layout import DRAFTER_CONFIG, VIEW_CONFIG
@@ -74,9 +74,11 @@ class Fleet:
         return rid
 
 
-def checked(document: dict[str, Any], kind: str) -> dict[str, Any]:
-    """Valid against the schema, its envelope first, `name` (never `container`) per target."""
-    Document.model_validate(document)
+def checked(printed: Document | dict[str, Any], kind: str) -> dict[str, Any]:
+    """Valid against the schema, its envelope first, `name` (never `container`) per target:
+    the document as `--json` prints it."""
+    document = jsonable(printed)
+    AnyDocument.model_validate(document)
     assert list(document)[:2] == ["kind", "api_version"]
     assert (document["kind"], document["api_version"]) == (kind, API_VERSION)
     assert all(list(t)[:2] == ["name", "host"] for t in document.get("targets", []))
@@ -329,12 +331,12 @@ def test_rollback_to_a_run_switches_each_container_back_and_gates_it() -> None:
         serving(container.transport, "qwen3.6-27b")
     options = cli_commands.Options(run_id="run-back", user="ops")
 
-    document, code = cli_commands.rollback(
+    run, code = cli_commands.rollback(
         fleet.inputs, options, RUN_A[:12], fleet.connect, no_progress, Cancel()
     )
 
-    assert code == 0, document
-    checked(document, "RollbackRun")
+    assert code == 0, run
+    document = checked(run, "RollbackRun")
     assert document["to"] == {"query": RUN_A[:12], "run_id": RUN_A, "release": None}
     targets = by_name(document)
     assert (targets["ct129"]["result"], targets["ct129"]["current"]) == ("unchanged", a)

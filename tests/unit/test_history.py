@@ -3,7 +3,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from recorded import record_json
 
+from orchestrator.documents import jsonable
+from orchestrator.documents.history import History as HistoryDocument
+from orchestrator.documents.runs import InterruptedRun, InterruptedTarget
 from orchestrator.errors import InputError, NeedsAttention
 from orchestrator.history import History, check_writable, new_run_id, state_dir
 from orchestrator.probes import load_prompts
@@ -19,16 +23,31 @@ def document(run_id: str, started: str, result: str) -> dict:
     }
 
 
+def interrupted(run_id: str, started: str) -> InterruptedRun:
+    target = InterruptedTarget(name="ct200", step="switch", release="r-new", current="r-old")
+    return InterruptedRun(
+        playbook="qwen-dflash", run_id=run_id, started=started, recovered_by="r9", targets=[target]
+    )
+
+
 def test_history_returns_newest_runs_first_with_who_ran_them(tmp_path: Path) -> None:
     history = History(tmp_path / "h.sqlite")
-    history.record(document("r1", "2026-12-01T10:00:00+00:00", "ok"), "deploy", "alice")
-    history.record(document("r2", "2026-12-02T10:00:00+00:00", "not applied"), "rollback", "bob")
+    history.record(interrupted("r1", "2026-12-01T10:00:00+00:00"), "deploy", "alice")
+    record_json(
+        history, document("r2", "2026-12-02T10:00:00+00:00", "not applied"), "rollback", "bob"
+    )
     runs = history.last(5)
-    assert [(r["run_id"], r["user"], r["command"], r["result"]) for r in runs] == [
+    assert [(r.run_id, r.user, r.command, r.result) for r in runs] == [
         ("r2", "bob", "rollback", "not applied"),
-        ("r1", "alice", "deploy", "ok"),
+        ("r1", "alice", "deploy", "interrupted"),
     ]
-    assert history.last(1)[0]["targets"] == [{"name": "ct200", "result": "deployed"}]
+    (older,) = history.last(1)
+    assert jsonable(older.targets) == [{"name": "ct200", "result": "deployed"}]  # as recorded
+    printed = jsonable(HistoryDocument.of(runs))["runs"]
+    assert printed[0]["result"] == "not_applied"  # today's words
+    assert list(printed[1]) == [
+        "playbook", "run_id", "started", "result", "recovered_by", "targets", "user", "command"
+    ]  # fmt: skip
 
 
 def test_empty_history_has_no_file_and_no_runs(tmp_path: Path) -> None:
@@ -70,7 +89,7 @@ def test_an_unwritable_history_is_a_project_error(tmp_path: Path) -> None:
     blocker = tmp_path / "state"
     blocker.write_text("a file where the state dir should be")
     with pytest.raises(NeedsAttention, match="could not record the run"):
-        History(blocker / "history.sqlite").record(document("r1", "x", "ok"), "deploy", "a")
+        History(blocker / "history.sqlite").record(interrupted("r1", "x"), "deploy", "a")
 
 
 def test_a_history_that_is_not_a_database_is_an_error_naming_it(tmp_path: Path) -> None:

@@ -1,49 +1,79 @@
 from __future__ import annotations
 
+import dataclasses
 import io
 import re
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 from rich.console import Console
+from rundocs import deploy_run
 
 from orchestrator import durations
+from orchestrator.connections import ConnectionUsage
 from orchestrator.documents import jsonable
+from orchestrator.documents.history import History, RecordedRun
+from orchestrator.documents.runs import DeployRun
 from orchestrator.drafters.findings import Finding, Severity
+from orchestrator.gate import GateReport, PhaseReport
+from orchestrator.metrics.advice import Advice
+from orchestrator.metrics.assess import Verdict, VerdictOutcome
+from orchestrator.outcome import Outcome
+from orchestrator.probes.context import ContextBucket
+from orchestrator.probes.endpoints import Endpoint
 from orchestrator.report import live, screen, tables
 from orchestrator.report import run as run_report
+from orchestrator.rollout import RolloutPlan, RolloutRun, Wave
 
-DOCUMENT = {
-    "playbook": "qwen-dflash",
-    "run_id": "r1",
-    "started": "2026-12-02T10:00:00+00:00",
-    "method": "dflash",
-    "drafter": "z-lab/Qwen3.6-27B-DFlash",
-    "model": "qwen3.6-27b",
-    "result": "not_applied",
-    "targets": [
-        {
-            "name": "ct200",
+REASON = "mean acceptance length 1.11 < required 2.50"
+
+
+def verdict(
+    outcome: VerdictOutcome = "fail", mean: float = 1.1078, drafts: int = 812, reason: str = REASON
+) -> Verdict:
+    return Verdict(outcome, mean, None, None, (0.08, 0.03), drafts, reason)
+
+
+def phase(
+    outcome: VerdictOutcome, mean: float, drafts: int, reason: str, upper: int | None
+) -> PhaseReport:
+    """The long context on the chat endpoint, without thinking."""
+    bucket = ContextBucket("long", 2048, upper, ())
+    endpoint = Endpoint("chat", {"enable_thinking": False})
+    return PhaseReport(bucket, endpoint, verdict(outcome, mean, drafts, reason))
+
+
+GATE = GateReport(verdict(), explanation="check dflash_config.target_layer_ids")
+
+
+def outcome(name: str = "ct200", **fields: Any) -> Outcome:
+    """ct200 rolled back from `new` to `old`: its gate failed."""
+    return Outcome(
+        **{
+            "name": name,
             "host": "pve1",
             "result": "rolled_back",
             "release": "new",
             "previous_release": "old",
             "current": "old",
-            "gate": {
-                "verdict": "fail",
-                "mean_acceptance_length": 1.1078,
-                "per_position_acceptance": [0.08, 0.03],
-                "drafts": 812,
-                "reason": "mean acceptance length 1.11 < required 2.50",
-                "explanation": "check dflash_config.target_layer_ids",
-            },
-            "rollback_gate": None,
-            "findings": [],
-            "error": "gate fail: mean acceptance length 1.11 < required 2.50",
+            "gate": GATE,
+            "error": f"gate fail: {REASON}",
+            **fields,
         }
-    ],
-    "warnings": ["could not record the run"],
-}
+    )
+
+
+def run(*targets: Outcome, **fields: Any) -> DeployRun:
+    """A deploy whose one container's gate failed: rolled back."""
+    fields = {"result": "not_applied", "warnings": ["could not record the run"], **fields}
+    return deploy_run(list(targets) or [outcome()], **fields)
+
+
+def history(**fields: Any) -> History:
+    """Alice's deploy of ct200 and ct201 (both rolled back), as the history gives it back."""
+    recorded = {**jsonable(run(outcome(), outcome("ct201"))), "user": "alice", "command": "deploy"}
+    return History(runs=[RecordedRun.model_validate({**recorded, **fields})])
 
 
 @pytest.fixture(autouse=True)
@@ -65,7 +95,7 @@ def cells(out: str, first: str) -> list[str]:
 
 
 def test_run_report_shows_outcome_gate_reason_and_warnings(capsys: pytest.CaptureFixture) -> None:
-    run_report.print_run(DOCUMENT)
+    run_report.print_run(run())
     out = capsys.readouterr().out
     assert out.startswith("qwen-dflash run r1: not applied\n")
     # RELEASE is where ct200 stands after the rollback; the release it tried has its column
@@ -85,9 +115,7 @@ def test_history_lists_one_row_per_target_with_its_method(
 ) -> None:
     monkeypatch.setenv("COLUMNS", "260")
     monkeypatch.setenv("TTY_COMPATIBLE", "1")  # a terminal: a run's fields on its first row
-    second = {**DOCUMENT["targets"][0], "name": "ct201"}  # type: ignore[dict-item]
-    run = {**DOCUMENT, "targets": [*DOCUMENT["targets"], second], "user": "alice"}  # type: ignore[list-item]
-    tables.print_history({"runs": [{**run, "command": "deploy"}]})
+    tables.print_history(history())
     out = capsys.readouterr().out
     assert cells(out, "r1") == [
         "r1", "ct200", "rolled back", "new", "1.11", "0.08", "old", "2026-12-02T10:00:00+00:00",
@@ -161,8 +189,8 @@ HOSTILE = "alice [/] [bold red]x[/bold red] [link=http://e]y"
 
 
 def test_remote_text_with_markup_is_printed_verbatim(capsys: pytest.CaptureFixture) -> None:
-    target = {**DOCUMENT["targets"][0], "error": f"lock held by {HOSTILE}"}  # type: ignore[dict-item]
-    run_report.print_run({**DOCUMENT, "targets": [target], "warnings": [HOSTILE]})
+    target = outcome(error=f"lock held by {HOSTILE}")
+    run_report.print_run(run(target, warnings=[HOSTILE]))
     out = capsys.readouterr().out
     assert f"ct200: lock held by {HOSTILE}" in out
     assert f"warning: {HOSTILE}" in out
@@ -190,26 +218,11 @@ def test_printable_keeps_newlines_and_tabs() -> None:
 
 
 def test_wave_lines_summarise_each_wave() -> None:
-    rollout = {
-        "waves": [
-            {
-                "wave": 1,
-                "kind": "canary",
-                "targets": ["a"],
-                "results": {"deployed": 1},
-                "seconds": 3.44,
-                "paused": 5.0,
-            },
-            {
-                "wave": 2,
-                "kind": "wave",
-                "targets": ["b", "c"],
-                "results": {"rolled_back": 1, "deployed": 1},
-                "seconds": 7.0,
-                "paused": 0.0,
-            },
-        ]
-    }
+    waves = [
+        Wave(1, "canary", ["a"], {"deployed": 1}, 3.44, 5.0),
+        Wave(2, "wave", ["b", "c"], {"rolled_back": 1, "deployed": 1}, 7.0, 0.0),
+    ]
+    rollout = RolloutRun(RolloutPlan(1, 2, 0, 5.0), [], waves)
     assert run_report.wave_lines(rollout) == [
         "canary 1 of 2: 1 container(s), deployed 1, 3.4 s, then paused 5 s",
         "wave 2 of 2: 2 container(s), deployed 1, rolled_back 1, 7.0 s",
@@ -219,8 +232,8 @@ def test_wave_lines_summarise_each_wave() -> None:
 
 def test_queue_lines_name_only_hosts_where_commands_waited() -> None:
     connections = [
-        {"endpoint": "pve1", "max_sessions": 10, "peak_sessions": 10, "waited": 33, "refused": 2},
-        {"endpoint": "pve2", "max_sessions": 10, "peak_sessions": 4, "waited": 0, "refused": 0},
+        ConnectionUsage("pve1", "10.0.0.1", 1, 10, 10, 33, 2),
+        ConnectionUsage("pve2", "10.0.0.2", 1, 10, 4, 0, 0),
     ]
     assert run_report.queue_lines(connections) == [
         "pve1: 33 command(s) queued for a session on its one SSH connection "
@@ -229,23 +242,10 @@ def test_queue_lines_name_only_hosts_where_commands_waited() -> None:
 
 
 def test_run_report_shows_each_phase_and_the_advice(capsys: pytest.CaptureFixture) -> None:
-    phase = {
-        "context": "long",
-        "min_tokens": 2048,
-        "max_tokens": None,
-        "endpoint": "/v1/chat/completions",
-        "chat_template_kwargs": {"enable_thinking": False},
-        "verdict": "fail",
-        "mean_acceptance_length": 1.904,
-        "drafts": 4122,
-    }
-    gate = {
-        **DOCUMENT["targets"][0]["gate"],  # type: ignore[index]
-        "by_context": [phase],
-        "advice": {"text": "positions 11-15 accept under 2% of drafts"},
-    }
-    document = {**DOCUMENT, "targets": [{**DOCUMENT["targets"][0], "gate": gate}]}  # type: ignore[index]
-    run_report.print_run(document)
+    long = phase("fail", 1.904, 4122, "", None)
+    advice = Advice(15, 10, 0.9, 0.02, "positions 11-15 accept under 2% of drafts")
+    gate = dataclasses.replace(GATE, phases=[long], advice=advice)
+    run_report.print_run(run(outcome(gate=gate)))
     out = capsys.readouterr().out
     assert cells(out, "long") == [
         "long", "2048..", "/v1/chat/completions", '{"enable_thinking": false}', "fail", "1.90",
@@ -279,23 +279,10 @@ def test_a_piped_report_keeps_every_line_whole_and_the_phases_a_table_at_80_colu
     run_id = "20261202T213333Z-ac274d"
     reason = "every phase passed: " + "; ".join(["short context ok"] * 8)
     said = "mean acceptance length 4.18 (95% lower bound 3.69) >= required 2.50 over 4691 drafts"
-    phase = {
-        "context": "long",
-        "min_tokens": 2048,
-        "max_tokens": 32768,
-        "endpoint": "/v1/chat/completions",
-        "chat_template_kwargs": {"enable_thinking": False},
-        "verdict": "pass",
-        "mean_acceptance_length": 4.18,
-        "drafts": 4691,
-        "reason": said,
-    }
-    target = DOCUMENT["targets"][0]  # type: ignore[index]
-    gate = {**target["gate"], "verdict": "pass", "reason": reason, "by_context": [phase]}
+    long = phase("pass", 4.18, 4691, said, 32768)
+    gate = GateReport(verdict("pass", reason=reason), phases=[long])
     log = f"/home/operator/.local/state/orch/runs/{run_id}.log"
-    run_report.print_run(
-        {**DOCUMENT, "run_id": run_id, "log": log, "targets": [{**target, "gate": gate}]}
-    )
+    run_report.print_run(run(outcome(gate=gate), run_id=run_id, log=log))
     lines = capsys.readouterr().out.splitlines()
     assert "ct200 gate: pass" in lines and reason not in "\n".join(lines)
     assert f"ct200   long context via /v1/chat/completions: {said}" in lines  # one line a phase
@@ -310,11 +297,7 @@ def test_a_pipe_gets_whole_lines_and_every_row_names_its_run(
     there, no row is a `FIELD value` record, and `orch history | grep ct201` keeps the
     run id on the matching line."""
     monkeypatch.delenv("COLUMNS")
-    second = {**DOCUMENT["targets"][0], "name": "ct201"}  # type: ignore[dict-item]
-    run = {**DOCUMENT, "targets": [*DOCUMENT["targets"], second], "user": "alice"}  # type: ignore[list-item]
-    tables.print_history(
-        {"runs": [{**run, "command": "deploy", "run_id": "20261202T213333Z-ac274d"}]}
-    )
+    tables.print_history(history(run_id="20261202T213333Z-ac274d"))
     out = capsys.readouterr().out
     (line,) = [line for line in out.splitlines() if "ct201" in line]
     assert line.split()[:2] == ["20261202T213333Z-ac274d", "ct201"]
@@ -440,7 +423,6 @@ def test_the_gates_figures_come_as_a_heartbeat_in_a_pipe(
 def test_a_gate_says_where_its_figures_came_from(
     capsys: pytest.CaptureFixture, source: str, note: str | None, said: str
 ) -> None:
-    target = DOCUMENT["targets"][0]  # type: ignore[index]
-    gate = {**target["gate"], "source": source, "source_note": note}
-    run_report.print_run({**DOCUMENT, "targets": [{**target, "gate": gate}]})
+    gate = dataclasses.replace(GATE, source=source, note=note)
+    run_report.print_run(run(outcome(gate=gate)))
     assert said in capsys.readouterr().out.splitlines()

@@ -6,6 +6,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
+from recorded import record_json
 
 from orchestrator.errors import InputError
 from orchestrator.history import History
@@ -58,7 +59,15 @@ def run(run_id: str = "20261203T120000Z-abcdef") -> dict:
                 "current": "aaaaaaaaaaaa",
                 "gate": gate,
                 "rollback_gate": {**gate, "verdict": "pass", "explanation": None},
-                "findings": [{"severity": "error", "field": "x", "message": HOSTILE}],
+                "findings": [
+                    {
+                        "severity": "error",
+                        "field": "x",
+                        "expected": 1,
+                        "actual": 2,
+                        "message": HOSTILE,
+                    }
+                ],
                 "error": f"gate failed: {HOSTILE}",
                 "steps": {"preflight": 0.4, "gate": 3.2},
                 "notes": [],
@@ -83,7 +92,7 @@ class Page(HTMLParser):
 def history(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> History:
     monkeypatch.setenv("ORCH_STATE_DIR", str(tmp_path))
     store = History()
-    store.record(run(), "deploy", "ops")
+    record_json(store, run(), "deploy", "ops")
     return store
 
 
@@ -111,7 +120,7 @@ def test_markdown_has_a_bar_chart_and_a_fence_longer_than_any_in_the_diff(
 
 
 def test_unknown_and_ambiguous_run_ids(history: History) -> None:
-    history.record(run("20261203T120000Z-abffff"), "deploy", "ops")
+    record_json(history, run("20261203T120000Z-abffff"), "deploy", "ops")
     with pytest.raises(InputError, match="ambiguous"):
         history.find("20261203T120000Z-ab")
     with pytest.raises(InputError, match="not in the local history"):

@@ -7,12 +7,12 @@ the two vocabularies below, so a program can match on them across commands.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict
 from pydantic_core import to_jsonable_python
 
-API_VERSION = "orch/v1"
+API_VERSION: Final = "orch/v1"
 
 Kind = Literal[
     "DeployRun",
@@ -91,15 +91,28 @@ def run_result(exit_code: int) -> RunResult:
     return _BY_EXIT_CODE.get(exit_code, "interrupted")
 
 
-def jsonable(value: object) -> Any:
-    """`value` as JSON data, in the shape its type declares: results are pydantic
-    dataclasses and models, and nothing else turns them into dicts."""
-    return to_jsonable_python(value)
+KEEP_CHANGES = "keep_changes"
+"""A serialisation context: outcomes give the diff each read (`changes`) too, as a
+deploy's record in the local history keeps it for `orch report`."""
+
+
+def jsonable(value: object, context: str | None = None) -> Any:
+    """`value` as JSON data, in the shape its type declares: documents and results are
+    pydantic models and dataclasses, and nothing else turns them into dicts."""
+    return to_jsonable_python(value, context=context)
 
 
 def document(kind: Kind, **fields: Any) -> dict[str, Any]:
     """A document of `kind`: the envelope first, then the command's own fields."""
     return {"kind": kind, "api_version": API_VERSION, **fields}
+
+
+class Document(BaseModel):
+    """The envelope: what every document starts with. Each kind's model extends it with
+    its own fields, declared in the order they print."""
+
+    kind: Kind
+    api_version: Literal["orch/v1"] = API_VERSION
 
 
 class TargetEntry(BaseModel):
@@ -115,12 +128,11 @@ class TargetEntry(BaseModel):
     error: str | None = None
 
 
-class Document(BaseModel):
-    """The envelope, as a schema: tests validate every command's output against it."""
+class AnyDocument(Document):
+    """Any command's output, as a schema: the envelope and the fields that mean the same
+    in every kind (docs/json.md). Tests validate every command's output against it."""
 
     model_config = ConfigDict(extra="allow")
-    kind: Kind
-    api_version: Literal["orch/v1"]
     result: RunResult | None = None
     state: TargetState | None = None
     targets: list[TargetEntry] | None = None
