@@ -32,8 +32,8 @@ from orchestrator.documents.runs import (
     InterruptedTarget,
     RollbackRun,
     Run,
+    ServerRun,
 )
-from orchestrator.documents.runs import ServerRun as ServerRunDocument
 from orchestrator.drafters.findings import Finding, Severity
 from orchestrator.drafters.modelfiles import parse_json_document
 from orchestrator.errors import InputError, NeedsAttention, OrchError
@@ -41,7 +41,7 @@ from orchestrator.fanout import READ_PARALLEL, GroupResult, fan_out
 from orchestrator.history import History, check_writable, new_run_id
 from orchestrator.inventory import Inventory, load_inventory
 from orchestrator.layout import DRAFTER_CONFIG, LAUNCH_SCRIPT, SECRETS_FILE, VIEW_CONFIG
-from orchestrator.lifecycle import Action, ServerRun
+from orchestrator.lifecycle import Action, ServerActionRun
 from orchestrator.outcome import Outcome
 from orchestrator.plan import TargetPlan, plan_deploy
 from orchestrator.playbook import Playbook, find_playbook, load_playbook
@@ -315,7 +315,7 @@ def server_action(
     connect: Connect,
     progress: Progress,
     cancel: Cancel,
-) -> tuple[ServerRunDocument, int]:
+) -> tuple[ServerRun, int]:
     """`orch stop|start|restart|remove` on every selected container, in the rollout's
     order (canaries first, then waves, within its failure budget): a rolling restart."""
     prompts = load_prompts(inputs.playbook.gate.probe.prompts)
@@ -328,13 +328,20 @@ def server_action(
 
         def one(name: str) -> Outcome:
             run = _target_run(
-                ServerRun, inputs, connections, plans[name], options, progress, prompts, cancel
+                ServerActionRun,
+                inputs,
+                connections,
+                plans[name],
+                options,
+                progress,
+                prompts,
+                cancel,
             )
             return run.act(action)
 
         rollout = _rolled_out(inputs, plans, cancel, one)
     code = _exit_code(rollout.outcomes, cancel)
-    document = ServerRunDocument(
+    document = ServerRun(
         **_run_fields(inputs, options.run_id, started, rollout.outcomes, code),
         action=action,
         rollout=rollout,

@@ -31,7 +31,7 @@ DONE: dict[Action, str] = {
 """Each action's target result when it did what was asked."""
 
 
-class ServerRun(TargetRun):
+class ServerActionRun(TargetRun):
     """One container's stop, start, restart or remove."""
 
     def act(self, action: Action) -> Outcome:

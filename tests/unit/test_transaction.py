@@ -23,7 +23,7 @@ from orchestrator.documents import jsonable
 from orchestrator.drafters.kinds import get_kind
 from orchestrator.gate import run_gate
 from orchestrator.inventory import load_inventory
-from orchestrator.lifecycle import ServerRun
+from orchestrator.lifecycle import ServerActionRun
 from orchestrator.plan import TargetPlan, plan_deploy
 from orchestrator.playbook import Gate, Playbook, Probe, load_playbook
 from orchestrator.probes.context import ContextBucket
@@ -222,9 +222,9 @@ def test_the_wait_for_gpu_memory_says_what_each_short_gpu_has_free() -> None:
 # -- stop, start, remove -------------------------------------------------------------------------
 
 
-def server_run(playbook: Playbook, plan: TargetPlan, container: Container) -> ServerRun:
+def server_run(playbook: Playbook, plan: TargetPlan, container: Container) -> ServerActionRun:
     options = Options(run_id="run-now", user="ops")
-    return ServerRun(plan, container.transport, playbook, BUCKETS, "nvidia-smi", options)
+    return ServerActionRun(plan, container.transport, playbook, BUCKETS, "nvidia-smi", options)
 
 
 def test_stop_then_start_keep_the_release_and_gate_it_again() -> None:
