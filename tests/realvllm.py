@@ -23,3 +23,13 @@ needs_034 = pytest.mark.skipif(
     reason=f"no vLLM 0.34.0 at {VENV_034}: run scripts/setup-vllm-0.34.sh or set "
     "ORCH_VLLM_034_VENV",
 )
+
+
+def own_cache(venv: Path) -> dict[str, str]:
+    """A `VLLM_CACHE_ROOT` of its own for each venv's processes. vLLM keeps what it learns
+    of a model class in `modelinfos/<module>-<class>.json` under that root, with the hash
+    of the class's module, and a hash that differs is a miss that inspects the class in a
+    subprocess importing vLLM again (0.32.0 `model_executor/models/registry.py:969, 1008,
+    1079`; 0.34.0 `:1067, 1106, 1180`): two releases sharing one root evict each other's
+    entries on every lookup."""
+    return {"VLLM_CACHE_ROOT": str(venv / "vllm-cache")}

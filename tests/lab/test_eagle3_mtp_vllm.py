@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from realvllm import VENV, VENV_034
+from realvllm import VENV, VENV_034, own_cache
 
 from orchestrator.drafters.kinds import CheckInputs, get_kind
 
@@ -314,7 +314,7 @@ def vllm(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,
-            env=env,
+            env={**env, **own_cache(venv)},
             cwd=work,
         )
         for release, venv in RELEASES.items()

@@ -8,12 +8,13 @@ shown there (tests/lab/test_realvllm_lab.py)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
-from realvllm import ROOT, VENV, VENV_034, needs_032, needs_034
+from realvllm import ROOT, VENV, VENV_034, needs_032, needs_034, own_cache
 
 from orchestrator.container import validator
 from orchestrator.drafters.findings import Severity
@@ -35,9 +36,17 @@ CPU = "server.env.VLLM_TARGET_DEVICE=cpu"
 variable (vllm/platforms/__init__.py cpu_platform_plugin)."""
 
 
-def local(argv: Sequence[str], stdin: bytes | None) -> Result:
-    done = subprocess.run(list(argv), input=stdin, capture_output=True, timeout=900, check=False)
-    return Result(tuple(argv), done.returncode, done.stdout, done.stderr)
+def local(venv: Path) -> Callable[[Sequence[str], bytes | None], Result]:
+    """Commands run here, as `venv`'s processes (with its own vLLM cache)."""
+    env = {**os.environ, **own_cache(venv)}
+
+    def run(argv: Sequence[str], stdin: bytes | None) -> Result:
+        done = subprocess.run(
+            list(argv), input=stdin, capture_output=True, timeout=900, check=False, env=env
+        )
+        return Result(tuple(argv), done.returncode, done.stdout, done.stderr)
+
+    return run
 
 
 def ask(
@@ -82,7 +91,7 @@ def ask(
     )
     [plan] = plan_deploy(playbook, load_inventory(inventory))
     launch = read_launch(plan.files[LAUNCH_SCRIPT].decode(), plan.release_id)
-    found = ask_server(MemoryTransport().on("validate_launch", local), plan, launch)
+    found = ask_server(MemoryTransport().on("validate_launch", local(venv)), plan, launch)
     assert found.reply is not None, found.unavailable
     assert not list((tmp_path / "state").glob("**/*")), "the check wrote into the deployment"
     return found, server_check.findings(found, launch), launch, plan
