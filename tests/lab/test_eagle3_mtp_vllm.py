@@ -23,6 +23,7 @@ The differences the runs show:
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import subprocess
@@ -285,9 +286,23 @@ def orch_verdict(case: Case) -> str:
 
 @pytest.fixture(scope="module")
 def vllm(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
+    """Every case through each release whose venv is here, once per test run: pytest-xdist
+    workers that take cases of this module share the first one's results (a lock file in
+    the run's directory, which every worker's temporary directory is under)."""
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        return probe_every_case(tmp_path_factory.mktemp("vllm"))
+    run_dir = tmp_path_factory.getbasetemp().parent
+    shared = run_dir / "eagle3-mtp-vllm.json"
+    with (run_dir / "eagle3-mtp-vllm.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not shared.exists():
+            shared.write_text(json.dumps(probe_every_case(tmp_path_factory.mktemp("vllm"))))
+    return json.loads(shared.read_text())
+
+
+def probe_every_case(work: Path) -> dict[str, dict]:
     """Every case through each release whose venv is here, one probe process each, run
     side by side (an import of vLLM is 10-30 s): results by release."""
-    work = tmp_path_factory.mktemp("vllm")
     cases = {
         name: {
             "target": case.target,
