@@ -23,7 +23,6 @@ The differences the runs show:
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import subprocess
@@ -284,25 +283,12 @@ def orch_verdict(case: Case) -> str:
     return "error" if any(f.severity == "error" for f in findings) else "ok"
 
 
-@pytest.fixture(scope="module")
-def vllm(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
-    """Every case through each release whose venv is here, once per test run: pytest-xdist
-    workers that take cases of this module share the first one's results (a lock file in
-    the run's directory, which every worker's temporary directory is under)."""
-    if "PYTEST_XDIST_WORKER" not in os.environ:
-        return probe_every_case(tmp_path_factory.mktemp("vllm"))
-    run_dir = tmp_path_factory.getbasetemp().parent
-    shared = run_dir / "eagle3-mtp-vllm.json"
-    with (run_dir / "eagle3-mtp-vllm.lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not shared.exists():
-            shared.write_text(json.dumps(probe_every_case(tmp_path_factory.mktemp("vllm"))))
-    return json.loads(shared.read_text())
-
-
-def probe_every_case(work: Path) -> dict[str, dict]:
-    """Every case through each release whose venv is here, one probe process each, run
-    side by side (an import of vLLM is 10-30 s): results by release."""
+def probe(release: str, work: Path) -> dict[str, dict]:
+    """Every case through `release`'s vLLM in one probe process (an import of vLLM is
+    10-30 s): results by case name; skipped when its venv is not here."""
+    venv = RELEASES[release]
+    if not (venv / "bin" / "python").exists():
+        pytest.skip(f"no vLLM {release} at {venv} (tests/realvllm.py says how)")
     cases = {
         name: {
             "target": case.target,
@@ -314,58 +300,55 @@ def probe_every_case(work: Path) -> dict[str, dict]:
     (work / "cases.json").write_text(json.dumps(cases))
     env = {
         **os.environ,
+        **own_cache(venv),
         "VLLM_TARGET_DEVICE": "cpu",
         "PYTHONPATH": str(PROBE / "stubs"),
         "HF_HUB_OFFLINE": "1",
     }
-    probes = {
-        release: subprocess.Popen(
-            [
-                str(venv / "bin" / "python"),
-                str(PROBE / "probe.py"),
-                str(work / "cases.json"),
-                str(work / f"{release}.json"),
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-            env={**env, **own_cache(venv)},
-            cwd=work,
-        )
-        for release, venv in RELEASES.items()
-        if (venv / "bin" / "python").exists()
-    }
-    results = {}
-    for release, probe in probes.items():
-        _, stderr = probe.communicate(timeout=1200)
-        assert probe.returncode == 0, (release, stderr[-4000:])
-        results[release] = json.loads((work / f"{release}.json").read_text())
-        assert results[release]["version"] == release, RELEASES[release]
-    return results
+    done = subprocess.run(
+        [str(venv / "bin" / "python"), str(PROBE / "probe.py"), "cases.json", "results.json"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=work,
+        timeout=1200,
+        check=False,
+    )
+    assert done.returncode == 0, (release, done.stderr[-4000:])
+    results = json.loads((work / "results.json").read_text())
+    assert results["version"] == release, venv
+    return results["cases"]
 
 
-def run_on(vllm: dict[str, dict], release: str) -> dict:
-    """The cases' results on `release`, skipped when its venv is not here."""
-    if release not in vllm:
-        pytest.skip(f"no vLLM {release} at {RELEASES[release]} (tests/realvllm.py says how)")
-    return vllm[release]["cases"]
-
-
-@pytest.mark.parametrize("release", list(RELEASES))
 @pytest.mark.parametrize("name", list(CASES))
-def test_orch_agrees_with_the_real_vllm(vllm: dict, release: str, name: str) -> None:
-    case, result = CASES[name], run_on(vllm, release)[name]
-    expected = case.vllm_0_32 if release == "0.32.0" and case.vllm_0_32 else case.vllm
-    assert result["verdict"] == expected, (release, case.why, result)
+def test_orchs_verdict_is_the_one_the_case_expects(name: str) -> None:
+    case = CASES[name]
     assert orch_verdict(case) == case.orch, case.why
-    if result["verdict"] == "refused":
-        assert case.orch == "error", result["error"]
 
 
 @pytest.mark.parametrize("release", list(RELEASES))
-def test_vllm_never_reads_eagle_configs_ids_to_choose_layers(vllm: dict, release: str) -> None:
-    results = run_on(vllm, release)
-    # accepted, and the capture list is empty: the target's defaults (2, 18, 33) are fed
+def test_orch_agrees_with_the_real_vllm(tmp_path: Path, release: str) -> None:
+    """One test per release, so that one probe process judges every case: cases spread
+    over pytest-xdist workers would each start it again."""
+    results = probe(release, tmp_path)
+    disagreements = {}
+    for name, case in CASES.items():
+        expected = case.vllm_0_32 if release == "0.32.0" and case.vllm_0_32 else case.vllm
+        result = results[name]
+        if result["verdict"] != expected or (
+            result["verdict"] == "refused" and case.orch != "error"
+        ):
+            disagreements[name] = {"expected": expected, "orch": case.orch, **result}
+    assert disagreements == {}
+    captures_no_eagle_config_ids(results)
+    sizes_one_layer_for_an_unset_deepseek_v3_count(results)
+    refusals_say_what_orch_quotes(results, release)
+
+
+def captures_no_eagle_config_ids(results: dict[str, dict]) -> None:
+    """vLLM never reads eagle_config's ids to choose the captured layers: accepted, and
+    the capture list is empty, so the target's defaults (2, 18, 33) are fed."""
     for name in (
         "ids only in eagle_config",
         "ids only in a speculators layer config's eagle_config",
@@ -376,15 +359,13 @@ def test_vllm_never_reads_eagle_configs_ids_to_choose_layers(vllm: dict, release
     assert results["qwen3 speculators head"]["architectures"] == ["Eagle3Qwen3ForCausalLM"]
 
 
-@pytest.mark.parametrize("release", list(RELEASES))
-def test_an_unset_deepseek_v3_layer_count_sizes_one_layer(vllm: dict, release: str) -> None:
-    result = run_on(vllm, release)["DeepSeek-V3 with the MTP layer count unset"]
+def sizes_one_layer_for_an_unset_deepseek_v3_count(results: dict[str, dict]) -> None:
+    result = results["DeepSeek-V3 with the MTP layer count unset"]
     assert (result["n_predict"], result["num_speculative_tokens"]) == (1, 3)
 
 
-@pytest.mark.parametrize("release", list(RELEASES))
-def test_refusals_say_what_orch_quotes(vllm: dict, release: str) -> None:
-    errors = {name: r.get("error", "") for name, r in run_on(vllm, release).items()}
+def refusals_say_what_orch_quotes(results: dict[str, dict], release: str) -> None:
+    errors = {name: r.get("error", "") for name, r in results.items()}
     assert (
         "Unsupported model_type mistral for Eagle3 speculator" in errors["layer model_type mistral"]
     )
