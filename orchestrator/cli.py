@@ -7,7 +7,7 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 
@@ -16,6 +16,7 @@ from orchestrator.errors import InputError, NeedsAttention, OrchError
 from orchestrator.lab.paths import DEFAULT_TOKENS_PER_SECOND
 
 if TYPE_CHECKING:
+    from orchestrator.documents import Document
     from orchestrator.documents.runs import DeployRun
     from orchestrator.lifecycle import Action
 
@@ -539,9 +540,12 @@ def verify_config(
     sys.exit(1 if screen.has_errors(findings) else 0)
 
 
+FleetDocument = TypeVar("FleetDocument", bound="Document")
+
+
 def _fleet_read(
-    operation: Callable[[Any, Any], tuple[dict[str, Any], int]],
-    printer: Callable[[dict[str, Any], Any], None],
+    operation: Callable[[Any, Any], tuple[FleetDocument, int]],
+    printer: Callable[[FleetDocument, Any], None],
     playbook: str,
     inventory_path: Path,
     limit: tuple[str, ...],

@@ -26,6 +26,25 @@ from orchestrator.container.server import Server
 from orchestrator.container.status import read_status
 from orchestrator.deadline import now
 from orchestrator.deploy import Options, ShowDiff, TargetRun
+from orchestrator.documents import TargetState
+from orchestrator.documents.fleet import (
+    Deploying,
+    KeptRelease,
+    LeftOn,
+    NothingToVerify,
+    RecordedFleetRun,
+    Releases,
+    ReleasesTarget,
+    ReleaseState,
+    Status,
+    StatusTarget,
+    Unlock,
+    Unlocked,
+    Unreached,
+    UnreachedStatus,
+    Verified,
+    Verify,
+)
 from orchestrator.documents.runs import (
     DeployRun,
     InterruptedRun,
@@ -437,6 +456,7 @@ def rollback(
 
 
 T = TypeVar("T")
+E = TypeVar("E")
 
 
 def read_each(
@@ -457,19 +477,13 @@ class FleetRead(Generic[T]):
     group: GroupResult[T]
 
     def entries(
-        self,
-        found: Callable[[str, T], dict[str, Any]],
-        failed: Callable[[str, OrchError], dict[str, Any]],
-    ) -> list[dict[str, Any]]:
-        """One document entry per container, in the inventory's order, each `name` and
-        `host` first."""
+        self, found: Callable[[TargetPlan, T], E], failed: Callable[[TargetPlan, OrchError], E]
+    ) -> list[E]:
+        """One document entry per container, in the inventory's order."""
         return [
-            {"name": name, "host": plan.host}
-            | (
-                found(name, self.group.succeeded[name])
-                if name in self.group.succeeded
-                else failed(name, self.group.failed[name])
-            )
+            found(plan, self.group.succeeded[name])
+            if name in self.group.succeeded
+            else failed(plan, self.group.failed[name])
             for name, plan in self.plans.items()
         ]
 
@@ -487,11 +501,16 @@ def _record(transport: Transport, plan: TargetPlan) -> TargetRecord:
     return release.record(transport, plan.layout, plan.container)
 
 
-def _unreachable(name: str, exc: OrchError) -> dict[str, Any]:
-    return {"result": "unreachable", "error": exc.message_for(name)}
+def _unreachable(plan: TargetPlan, exc: OrchError) -> Unreached:
+    return Unreached(
+        name=plan.container,
+        host=plan.host,
+        result="unreachable",
+        error=exc.message_for(plan.container),
+    )
 
 
-def releases(inputs: Inputs, connect: Connect = SSH) -> tuple[dict[str, Any], int]:
+def releases(inputs: Inputs, connect: Connect = SSH) -> tuple[Releases, int]:
     """Per run, newest first, the release it left each container on and whether that
     release is still kept and current; per container, its kept releases, including
     those no recorded run names."""
@@ -500,43 +519,43 @@ def releases(inputs: Inputs, connect: Connect = SSH) -> tuple[dict[str, Any], in
     runs = fleet_runs(records.values())
     named = {(name, r.current) for run in runs for name, r in run.targets.items()}
 
-    def found(name: str, record: TargetRecord) -> dict[str, Any]:
-        return {
-            "result": "ok",
-            "current": record.current,
-            "kept": [
-                {
-                    "release": k.release,
-                    "created": k.created,
-                    "made_by_run": k.run_id,
-                    "current": k.release == record.current,
-                    "named_by_a_run": (name, k.release) in named,
-                }
+    def found(plan: TargetPlan, record: TargetRecord) -> ReleasesTarget | Unreached:
+        return ReleasesTarget(
+            name=plan.container,
+            host=plan.host,
+            current=record.current,
+            kept=[
+                KeptRelease(
+                    release=k.release,
+                    created=k.created,
+                    made_by_run=k.run_id,
+                    current=k.release == record.current,
+                    named_by_a_run=(plan.container, k.release) in named,
+                )
                 for k in reversed(record.kept)
             ],
-        }
+        )
 
     code = 3 if read.group.failed else 0
-    document = documents.document(
-        "Releases",
+    document = Releases(
         playbook=inputs.playbook.name,
         result=documents.run_result(code),
         runs=[
-            {
-                "run_id": run.run_id,
-                "time": run.time,
-                "user": run.user,
-                "action": run.action,
-                "targets": [
-                    {
-                        "name": name,
-                        "result": record.result,
-                        "release": record.current,
-                        "release_state": _release_state(records[name], record.current),
-                    }
+            RecordedFleetRun(
+                run_id=run.run_id,
+                time=run.time,
+                user=run.user,
+                action=run.action,
+                targets=[
+                    LeftOn(
+                        name=name,
+                        result=record.result,
+                        release=record.current,
+                        release_state=_release_state(records[name], record.current),
+                    )
                     for name, record in run.targets.items()
                 ],
-            }
+            )
             for run in runs
         ],
         targets=read.entries(found, _unreachable),
@@ -544,7 +563,7 @@ def releases(inputs: Inputs, connect: Connect = SSH) -> tuple[dict[str, Any], in
     return document, code
 
 
-def _release_state(record: TargetRecord, release_id: str | None) -> str:
+def _release_state(record: TargetRecord, release_id: str | None) -> ReleaseState:
     """`current`, `kept` or `pruned` (a release no longer on the container); `none`
     when the run left nothing serving there."""
     if release_id is None:
@@ -554,26 +573,26 @@ def _release_state(record: TargetRecord, release_id: str | None) -> str:
     return "kept" if release_id in record.kept_ids else "pruned"
 
 
-def verify_remote(inputs: Inputs, connect: Connect = SSH) -> tuple[dict[str, Any], int]:
+def verify_remote(inputs: Inputs, connect: Connect = SSH) -> tuple[Verify, int]:
     """Each container's current release against its own manifest (a hand edit:
     `changed_on_target`, exit 1), then the manifest against a fresh render of the
     playbook as it is now (`playbook_differs`: informational), plus the drafter
     checks on the files as they are on the container."""
 
-    def one(transport: Transport, plan: TargetPlan) -> tuple[dict[str, Any], int]:
+    def one(transport: Transport, plan: TargetPlan) -> tuple[Verified | NothingToVerify, int]:
         entry, code = _verify_one(transport, plan, inputs.playbook)
-        if entry.get("playbook_differs"):
-            entry["apply_with"] = inputs.deploy_command(plan.container)
+        if isinstance(entry, Verified) and entry.playbook_differs:
+            entry.apply_with = inputs.deploy_command(plan.container)
         return entry, code
 
     read = fleet_read(inputs, connect, one)
     codes = [code for _, code in read.group.succeeded.values()]
     code = max([*codes, *(e.exit_code for e in read.group.failed.values())], default=0)
-    document = documents.document(
-        "Verify",
-        playbook=inputs.playbook.name,
-        result=documents.run_result(code),
-        targets=read.entries(lambda _, verified: verified[0], _unreachable),
+    targets: list[Verified | NothingToVerify | Unreached] = read.entries(
+        lambda _, verified: verified[0], _unreachable
+    )
+    document = Verify(
+        playbook=inputs.playbook.name, result=documents.run_result(code), targets=targets
     )
     return document, code
 
@@ -583,31 +602,38 @@ VERIFIED_NAMES = [release.MANIFEST, DRAFTER_CONFIG, LAUNCH_SCRIPT, VIEW_CONFIG]
 
 def _verify_one(
     transport: Transport, plan: TargetPlan, playbook: Playbook
-) -> tuple[dict[str, Any], int]:
-    entry: dict[str, Any] = {}
-    interrupted = Journal(transport, plan.layout).read()
-    if interrupted:
-        entry["interrupted"] = interrupted.describe()
+) -> tuple[Verified | NothingToVerify, int]:
+    journal = Journal(transport, plan.layout).read()
+    interrupted = journal.describe() if journal else None
     current = store.linked(transport, plan.layout.current)
-    entry["release"] = current or None
     if not current:  # a state, as in `status`: nothing deployed has nothing drifted
-        entry |= {"result": "ok", "state": "nothing_deployed"}
-        return entry, 3 if interrupted else 0
+        nothing = NothingToVerify(
+            name=plan.container, host=plan.host, interrupted=interrupted, release=None
+        )
+        return nothing, 3 if journal else 0
     actual = store.read_back(transport, plan.layout.release(current), VERIFIED_NAMES)
     applied = release.Applied.parse(actual.pop(release.MANIFEST, None))
-    entry["applied"] = documents.jsonable(applied)
-    entry["changed_on_target"], entry["playbook_differs"] = drift(plan, current, applied, actual)
+    changed, differs = drift(plan, current, applied, actual)
     if applied is not None:
         on_target = release.read_secrets(transport, plan.layout.release(current))
-        entry["changed_on_target"] += _secrets_changed(plan, applied, on_target)
+        changed += _secrets_changed(plan, applied, on_target)
     findings = _remote_findings(transport, plan, playbook, actual.get(DRAFTER_CONFIG))
     findings += preflight.server_check_of_release(
         transport, plan, current, actual.get(LAUNCH_SCRIPT)
     )
-    entry["findings"] = documents.jsonable(findings)
-    bad = entry["changed_on_target"] or any(f.severity == Severity.ERROR for f in findings)
-    entry["result"] = "drift" if bad else "ok"
-    return entry, 3 if interrupted else (1 if bad else 0)
+    bad = changed or any(f.severity == Severity.ERROR for f in findings)
+    verified = Verified(
+        name=plan.container,
+        host=plan.host,
+        interrupted=interrupted,
+        release=current,
+        applied=applied,
+        changed_on_target=changed,
+        playbook_differs=differs,
+        findings=findings,
+        result="drift" if bad else "ok",
+    )
+    return verified, 3 if journal else (1 if bad else 0)
 
 
 def drift(
@@ -705,34 +731,34 @@ def new_options(**kwargs: Any) -> Options:
     return Options(run_id=new_run_id(), **kwargs)
 
 
-def status(inputs: Inputs, connect: Connect = SSH) -> tuple[dict[str, Any], int]:
+def status(inputs: Inputs, connect: Connect = SSH) -> tuple[Status, int]:
     """Where each container stands. Nothing deployed yet is a state, not a problem; a run
     in progress is `deploying`, not a fault."""
     read = fleet_read(
         inputs, connect, lambda t, plan: _status_entry(t, plan, inputs.playbook.lock_lease)
     )
-    targets = read.entries(
+    targets: list[StatusTarget | UnreachedStatus] = read.entries(
         lambda _, entry: entry,
-        lambda name, exc: {"state": "unreachable", "error": exc.message_for(name)},
+        lambda plan, exc: UnreachedStatus(
+            name=plan.container, host=plan.host, error=exc.message_for(plan.container)
+        ),
     )
-    states = [t["state"] for t in targets]
     code = 0 if all(_as_meant(t) for t in targets) else 3
-    return documents.document(
-        "Status",
+    return Status(
         playbook=inputs.playbook.name,
         result=documents.run_result(code),
-        state=_fleet_state(states),
+        state=_fleet_state([t.state for t in targets]),
         targets=targets,
     ), code
 
 
-def _as_meant(target: dict[str, Any]) -> bool:
+def _as_meant(target: StatusTarget | UnreachedStatus) -> bool:
     """Serving, nothing deployed yet, a run at work, or stopped by `orch stop` (its last
     run a stop, or an interrupted stop finished): no one needs to look."""
-    if target["state"] in ("serving", "nothing_deployed", "deploying"):
+    if target.state in ("serving", "nothing_deployed", "deploying"):
         return True
-    last = target.get("last_run") or {}
-    return target["state"] == "stopped" and (
+    last = (target.last_run if isinstance(target, StatusTarget) else None) or {}
+    return target.state == "stopped" and (
         last.get("action") == "stop" or last.get("result") == "stopped"
     )
 
@@ -748,7 +774,7 @@ _STATE_ORDER = (
 )
 
 
-def _fleet_state(states: list[str]) -> str:
+def _fleet_state(states: list[TargetState]) -> TargetState:
     """The fleet's state: nothing deployed only when that holds everywhere, else the
     most pressing of its containers' states."""
     if states and set(states) == {"nothing_deployed"}:
@@ -756,7 +782,7 @@ def _fleet_state(states: list[str]) -> str:
     return min(states, key=_STATE_ORDER.index, default="nothing_deployed")
 
 
-def _status_entry(transport: Transport, plan: TargetPlan, lease: float | None) -> dict[str, Any]:
+def _status_entry(transport: Transport, plan: TargetPlan, lease: float | None) -> StatusTarget:
     """The journal first: a transaction whose run is provably gone is the first thing to
     know; one whose run still holds the lock is that run at work."""
     journal = Journal(transport, plan.layout).read()
@@ -765,39 +791,46 @@ def _status_entry(transport: Transport, plan: TargetPlan, lease: float | None) -
     # Status reads no heartbeat: a lock is live unless its owner's process on this
     # machine is provably gone (the lease is the deploy's to judge, on the container).
     live = owner if owner and owner.gone(lease or 0.0, 0.0) is None else None
-    entry["lock"] = lock_holder(str(entry["lock"] or ""))
-    entry["deploying"] = _deploying(live, journal) if live else None
-    entry["interrupted"] = journal.describe() if journal and not live else None
     server = Server(transport, plan.layout, plan.address, plan.port)
-    entry["health"] = _health(server) if entry["server"] == "running" else None
-    if entry.pop("release_missing"):
-        entry["error"] = f"current points at release {entry['release']}, whose dir is missing"
-    entry["state"] = _target_state(entry)
-    return entry
-
-
-def _deploying(owner: Owner, journal: Transaction | Unreadable | None) -> dict[str, Any]:
-    """The run holding the lock: its id, the step its journal says (None before its
-    switch begins, or when the journal is unreadable), who, and for how long."""
-    mine = isinstance(journal, Transaction) and journal.run_id == owner.run_id
-    return {
-        "run_id": owner.run_id,
-        "step": journal.step if mine and isinstance(journal, Transaction) else None,
-        "owner": f"{owner.user}@{owner.control_host}",
-        "elapsed": round(max(0.0, time.time() - owner.since), 1),
+    facts = {
+        "release": entry["release"],
+        "server": entry["server"],
+        "pid": entry["pid"],
+        "release_gate": entry["release_gate"],
+        "last_run": entry["last_run"],
+        "lock": lock_holder(str(entry["lock"] or "")),
+        "deploying": _deploying(live, journal) if live else None,
+        "interrupted": journal.describe() if journal and not live else None,
+        "health": _health(server) if entry["server"] == "running" else None,
     }
+    if entry["release_missing"]:
+        facts["error"] = f"current points at release {entry['release']}, whose dir is missing"
+    return StatusTarget.model_validate(
+        {"name": plan.container, "host": plan.host, **facts, "state": _target_state(facts)}
+    )
 
 
-def _target_state(entry: dict[str, Any]) -> str:
-    if entry["interrupted"]:
+def _deploying(owner: Owner, journal: Transaction | Unreadable | None) -> Deploying:
+    """The run holding the lock, and the step its journal says when it is that run's."""
+    mine = isinstance(journal, Transaction) and journal.run_id == owner.run_id
+    return Deploying(
+        run_id=owner.run_id,
+        step=journal.step if mine and isinstance(journal, Transaction) else None,
+        owner=f"{owner.user}@{owner.control_host}",
+        elapsed=round(max(0.0, time.time() - owner.since), 1),
+    )
+
+
+def _target_state(facts: dict[str, Any]) -> TargetState:
+    if facts["interrupted"]:
         return "interrupted"
-    if entry.get("error"):  # `current` names a release whose dir is gone: not serving it
-        return "unhealthy" if entry["server"] == "running" else "stopped"
-    if entry["deploying"]:
+    if facts.get("error"):  # `current` names a release whose dir is gone: not serving it
+        return "unhealthy" if facts["server"] == "running" else "stopped"
+    if facts["deploying"]:
         return "deploying"
-    if entry["server"] != "running":
-        return "nothing_deployed" if entry["release"] is None else "stopped"
-    return "serving" if entry["health"] == 200 else "unhealthy"
+    if facts["server"] != "running":
+        return "nothing_deployed" if facts["release"] is None else "stopped"
+    return "serving" if facts["health"] == 200 else "unhealthy"
 
 
 def _health(server: Server) -> int | None:
@@ -808,14 +841,21 @@ def _health(server: Server) -> int | None:
         return None
 
 
-def unlock(inputs: Inputs, connect: Connect = SSH) -> tuple[dict[str, Any], int]:
+def unlock(inputs: Inputs, connect: Connect = SSH) -> tuple[Unlock, int]:
     """Every container's lock removed (saying whose it was), reachable or not."""
     read = fleet_read(inputs, connect, lambda transport, plan: lock.remove(transport, plan.layout))
-    targets = read.entries(
-        lambda _, owner: {"result": "ok", "removed_lock": lock_holder(owner)},
-        lambda name, exc: {"result": "error", "error": exc.message_for(name)},
+    targets: list[Unlocked | Unreached] = read.entries(
+        lambda plan, owner: Unlocked(
+            name=plan.container, host=plan.host, removed_lock=lock_holder(owner)
+        ),
+        lambda plan, exc: Unreached(
+            name=plan.container,
+            host=plan.host,
+            result="error",
+            error=exc.message_for(plan.container),
+        ),
     )
     code = max((e.exit_code for e in read.group.failed.values()), default=0)
-    return documents.document(
-        "Unlock", playbook=inputs.playbook.name, result=documents.run_result(code), targets=targets
+    return Unlock(
+        playbook=inputs.playbook.name, result=documents.run_result(code), targets=targets
     ), code

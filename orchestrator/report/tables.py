@@ -10,6 +10,18 @@ from typing import TYPE_CHECKING, Any
 from rich.text import Text
 
 from orchestrator.documents import document, jsonable
+from orchestrator.documents.fleet import (
+    Deploying,
+    NothingToVerify,
+    Releases,
+    Status,
+    StatusTarget,
+    Unlock,
+    Unreached,
+    UnreachedStatus,
+    Verified,
+    Verify,
+)
 from orchestrator.drafters.findings import Finding, Severity
 from orchestrator.drafters.kinds import get_kind
 from orchestrator.durations import ago
@@ -181,56 +193,59 @@ def print_lab_status(doc: dict[str, Any]) -> None:
     out.print(fitted_table(out, columns, rows), crop=False)
 
 
-def print_verify(doc: dict[str, Any], deploy_with: str | None = None) -> None:
+def print_verify(doc: Verify, deploy_with: str | None = None) -> None:
     """Per container: hand edits first (they fail the check), then what the playbook
     would change now (information, with the deploy that applies it)."""
     out = console()
-    for target in doc["targets"]:
-        release_id = target.get("release")
+    for target in doc.targets:
+        release_id = None if isinstance(target, Unreached) else target.release
         on = f": release {release_id}" if release_id else ""
-        heading(out, text(f"{target['name']} on {target['host']}{on}"))
-        if target.get("error"):
-            out.print(text(target["error"], "red"), highlight=False)
-        if target.get("state") == "nothing_deployed":
+        heading(out, text(f"{target.name} on {target.host}{on}"))
+        if isinstance(target, Unreached):
+            out.print(text(target.error, "red"), highlight=False)
+        elif isinstance(target, NothingToVerify):
             out.print(text(f"nothing deployed yet: {deploy_with or _deploy(doc)}"))
-        for change in target.get("changed_on_target", []):  # whole lines, as diff prints them
-            out.print(text(change, "red"), highlight=False)
-        for change in target.get("playbook_differs", []):
-            out.print(text(change, "yellow"), highlight=False)
-        if target.get("apply_with"):
-            out.print(text(f"apply it with: {target['apply_with']}"))
-        if target.get("findings"):
-            out.print(findings_table(out, [Finding(**f) for f in target["findings"]]), crop=False)
+        else:
+            for change in target.changed_on_target:  # whole lines, as diff prints them
+                out.print(text(change, "red"), highlight=False)
+            for change in target.playbook_differs:
+                out.print(text(change, "yellow"), highlight=False)
+            if target.apply_with:
+                out.print(text(f"apply it with: {target.apply_with}"))
+            if target.findings:
+                out.print(findings_table(out, target.findings), crop=False)
     for line in verify_summary(doc):
-        out.print(text(line, "" if doc["result"] == "ok" else "red"), highlight=False)
+        out.print(text(line, "" if doc.result == "ok" else "red"), highlight=False)
 
 
-def verify_summary(doc: dict[str, Any]) -> list[str]:
+def verify_summary(doc: Verify) -> list[str]:
     """What verify-config found, in words: per container that drifted, what (hand edits
     since the run that applied its release, drafter checks its files fail, or what
     stopped the check); `no drift` when there is none."""
     lines = []
-    for target in doc["targets"]:
+    for target in doc.targets:
+        if isinstance(target, Unreached):
+            lines.append(f"{target.name}: not checked: {target.error}")
+            continue
         parts = []
-        if target.get("changed_on_target"):
-            run = (target.get("applied") or {}).get("run_id")
-            parts.append(
-                f"its release was changed on the container since run {run} applied it"
-                if run
-                else "its release differs from a fresh render (no readable manifest)"
-            )
-        errors = sum(f["severity"] == "error" for f in target.get("findings") or [])
-        if errors:
-            parts.append(f"its files fail {errors} drafter check(s)")
+        if isinstance(target, Verified):
+            if target.changed_on_target:
+                parts.append(
+                    f"its release was changed on the container since run "
+                    f"{target.applied.run_id} applied it"
+                    if target.applied
+                    else "its release differs from a fresh render (no readable manifest)"
+                )
+            errors = sum(f.severity == Severity.ERROR for f in target.findings)
+            if errors:
+                parts.append(f"its files fail {errors} drafter check(s)")
         if parts:
-            lines.append(f"{target['name']}: drift: {'; '.join(parts)}")
-        if target.get("interrupted"):
-            lines.append(f"{target['name']}: a run was interrupted there: {target['interrupted']}")
-        elif target.get("error"):
-            lines.append(f"{target['name']}: not checked: {target['error']}")
-    if doc["result"] == "ok":
+            lines.append(f"{target.name}: drift: {'; '.join(parts)}")
+        if target.interrupted:
+            lines.append(f"{target.name}: a run was interrupted there: {target.interrupted}")
+    if doc.result == "ok":
         return ["no drift: each container holds what its run applied"]
-    return lines or [f"not ok: {words(doc['result'])}"]
+    return lines or [f"not ok: {words(doc.result)}"]
 
 
 RELEASES_COLUMNS = [
@@ -254,49 +269,50 @@ KEPT_COLUMNS = [
 ]
 
 
-def print_releases(doc: dict[str, Any]) -> None:
+def print_releases(doc: Releases) -> None:
     """One row per run and container, newest run first; then the releases kept on a
     container that no listed run names. Ids are never cut (they are typed back): on a
     narrow terminal the other columns go, WHEN and USER first. In a pipe every row
     carries its run's fields."""
     out = console()
     rows: list[list[Cell]] = []
-    for run in doc["runs"]:
-        for i, target in enumerate(run["targets"]):
+    for run in doc.runs:
+        for i, left in enumerate(run.targets):
             first = i == 0 or not out.is_terminal  # a pipe: every line a whole record
             rows.append(
                 [
-                    text(run["run_id"] if first else ""),
-                    text(run["action"] if first else ""),
-                    text(target["name"]),
-                    text(words(target["result"] or "")),
-                    text(target["release"] or "-"),
-                    text(target["release_state"]),
-                    text(run["user"] if first else ""),
-                    text(run["time"] if first else ""),
+                    text(run.run_id if first else ""),
+                    text(run.action if first else ""),
+                    text(left.name),
+                    text(words(left.result or "")),
+                    text(left.release or "-"),
+                    text(left.release_state),
+                    text(run.user if first else ""),
+                    text(run.time if first else ""),
                 ]
             )
-    out.print(text(f"{doc['playbook']}: runs as the containers record them"), highlight=False)
+    out.print(text(f"{doc.playbook}: runs as the containers record them"), highlight=False)
     out.print(fitted_table(out, RELEASES_COLUMNS, rows), crop=False)
     unnamed: list[list[Cell]] = []
-    for target in doc["targets"]:
-        if target.get("error"):
-            out.print(text(f"{target['name']}: {target['error']}", "red"), highlight=False)
+    for target in doc.targets:
+        if isinstance(target, Unreached):
+            out.print(text(f"{target.name}: {target.error}", "red"), highlight=False)
+            continue
         unnamed += [
             [
-                text(target["name"]),
-                text(kept["release"]),
-                text("current" if kept["current"] else "kept"),
-                text(kept["made_by_run"] or "unknown"),
-                text(kept["created"] or "unknown"),
+                text(target.name),
+                text(kept.release),
+                text("current" if kept.current else "kept"),
+                text(kept.made_by_run or "unknown"),
+                text(kept.created or "unknown"),
             ]
-            for kept in target.get("kept", [])
-            if not kept["named_by_a_run"]
+            for kept in target.kept
+            if not kept.named_by_a_run
         ]
     if unnamed:
         out.print(text("kept on the containers, left current by no listed run"))
         out.print(fitted_table(out, KEPT_COLUMNS, unnamed), crop=False)
-    if not doc["runs"] and not unnamed:
+    if not doc.runs and not unnamed:
         out.print("no runs recorded on these containers: nothing deployed yet", highlight=False)
 
 
@@ -395,22 +411,20 @@ def last_run_words(last: dict[str, Any] | None) -> str:
     return f"{last['action']} {words(last['result'] or '')}{release} {ago(last['time'])}"
 
 
-def deploying_words(target: dict[str, Any]) -> str:
+def deploying_words(run: Deploying) -> str:
     """`run R by root@vm, at 'gate', 12 s`: the run at work on a container."""
-    run = target["deploying"]
-    step = f", at '{run['step']}'" if run.get("step") else ""
-    return f"run {run['run_id']} by {run['owner']}{step}, {run['elapsed']:.0f} s"
+    step = f", at '{run.step}'" if run.step else ""
+    return f"run {run.run_id} by {run.owner}{step}, {run.elapsed:.0f} s"
 
 
-def server_words(target: dict[str, Any]) -> str:
+def server_words(target: StatusTarget) -> str:
     """`running pid 1234`, `stopped` (also by `orch stop`, which removes the PID
     record), or `not started`."""
-    state = target.get("server")
-    if state == "running":
-        return f"running pid {target['pid']}"
-    if state == "stopped" or target.get("state") == "stopped":
+    if target.server == "running":
+        return f"running pid {target.pid}"
+    if target.server == "stopped" or target.state == "stopped":
         return "stopped"
-    return "not started" if state == "none" else ""
+    return "not started" if target.server == "none" else ""
 
 
 def locked_by(lock: dict[str, Any] | None) -> str:
@@ -422,55 +436,63 @@ def locked_by(lock: dict[str, Any] | None) -> str:
     return f"{lock['user']}@{lock['control_host']} {ago(lock['since'])}"
 
 
-def _deploy(doc: dict[str, Any]) -> str:
+def _deploy(doc: Status | Verify) -> str:
     """The deploy command when the inventory's path is not known here."""
-    return f"orch deploy {doc['playbook']} -i INVENTORY"
+    return f"orch deploy {doc.playbook} -i INVENTORY"
 
 
-def print_status(doc: dict[str, Any], deploy_with: str | None = None) -> None:
+def _status_row(t: StatusTarget | UnreachedStatus) -> list[Cell]:
+    if isinstance(t, UnreachedStatus):
+        return [text(t.name), text(words(t.state)), *[text("")] * 7, text(t.host)]
+    gate = t.release_gate or {}
+    never_gated = "not gated" if t.release and not gate else ""
+    return [
+        text(t.name),
+        text(words(t.state)),
+        text(t.release or ""),
+        text(server_words(t)),
+        text("" if t.health is None else ("ok" if t.health == 200 else f"{t.health}")),
+        text(gate.get("result") or never_gated),
+        mean_length(gate.get("mean_acceptance_length")),
+        text(last_run_words(t.last_run)),
+        text(locked_by(t.lock)),
+        text(t.host),
+    ]
+
+
+def _status_notes(t: StatusTarget | UnreachedStatus) -> list[tuple[str, str]]:
+    """What a container's row cannot hold: a run at work there (plain), a run
+    interrupted there and what went wrong (red)."""
+    if isinstance(t, UnreachedStatus):
+        return [(f"{t.name}: error: {t.error}", "red")]
+    notes = [(f"{t.name}: deploying: {deploying_words(t.deploying)}", "")] if t.deploying else []
+    notes += [(f"{t.name}: interrupted: {t.interrupted}", "red")] if t.interrupted else []
+    return notes + ([(f"{t.name}: error: {t.error}", "red")] if t.error else [])
+
+
+def print_status(doc: Status, deploy_with: str | None = None) -> None:
     """`deploy_with`: the deploy command with the real inventory, for the hint."""
     out = console()
-    rows: list[list[Cell]] = []
-    for t in doc["targets"]:
-        gate = t.get("release_gate") or {}
-        health = t.get("health")
-        never_gated = "not gated" if t.get("release") and not gate else ""
-        rows.append(
-            [
-                text(t["name"]),
-                text(words(t["state"])),
-                text(t.get("release") or ""),
-                text(server_words(t)),
-                text("" if health is None else ("ok" if health == 200 else f"{health}")),
-                text(gate.get("result") or never_gated),
-                mean_length(gate.get("mean_acceptance_length")),
-                text(last_run_words(t.get("last_run"))),
-                text(locked_by(t.get("lock"))),
-                text(t["host"]),
-            ]
-        )
+    rows = [_status_row(t) for t in doc.targets]
     out.print(fitted_table(out, STATUS_COLUMNS, rows), crop=False)
-    for t in doc["targets"]:
-        if t.get("deploying"):
-            out.print(text(f"{t['name']}: deploying: {deploying_words(t)}"), highlight=False)
-        for key in ("interrupted", "error"):
-            if t.get(key):
-                out.print(text(f"{t['name']}: {key}: {t[key]}", "red"), highlight=False)
-    if doc["state"] == "nothing_deployed":
+    for t in doc.targets:
+        for note, style in _status_notes(t):
+            out.print(text(note, style), highlight=False)
+    if doc.state == "nothing_deployed":
         out.print(text(f"nothing deployed yet: {deploy_with or _deploy(doc)}"))
 
 
-def print_unlock(doc: dict[str, Any]) -> None:
-    for t in doc["targets"]:
-        if t["result"] == "error":
-            line = f"error: {t['error']}"
-        elif t["removed_lock"]:
-            lock = t["removed_lock"]
+def print_unlock(doc: Unlock) -> None:
+    for t in doc.targets:
+        if isinstance(t, Unreached):
+            line = f"error: {t.error}"
+        elif t.removed_lock:
+            lock = t.removed_lock
             who = lock.get("text") or f"run {lock['run_id']} of {locked_by(lock)}"
             line = f"removed the lock held by {who}"
         else:
             line = "no lock"
-        print(printable(f"{t['name']}: {line}"))
+        print(printable(f"{t.name}: {line}"))
 
 
 def doctor_document(checks: list[dict[str, str]]) -> dict[str, Any]:

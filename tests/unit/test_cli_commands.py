@@ -98,10 +98,10 @@ def test_status_before_anything_is_deployed_is_a_state_not_an_error(
 ) -> None:
     fleet = Fleet()
 
-    document, code = cli_commands.status(fleet.inputs, fleet.connect)
+    printed, code = cli_commands.status(fleet.inputs, fleet.connect)
 
     assert code == 0
-    checked(document, "Status")
+    document = checked(printed, "Status")
     assert (document["result"], document["state"]) == ("ok", "nothing_deployed")
     for target in document["targets"]:
         assert (target["state"], target["release"], target["health"], target["lock"]) == (
@@ -112,7 +112,7 @@ def test_status_before_anything_is_deployed_is_a_state_not_an_error(
         )
     monkeypatch.setenv("NO_COLOR", "1")
     monkeypatch.setenv("COLUMNS", "80")
-    tables.print_status(document, fleet.inputs.deploy_command())
+    tables.print_status(printed, fleet.inputs.deploy_command())
     shown = capsys.readouterr().out
     # the hint is a command to paste: the real inventory path, not -i INVENTORY
     assert f"nothing deployed yet: orch deploy {PLAYBOOK} -i {EXAMPLE}\n" in shown
@@ -129,10 +129,10 @@ def test_status_names_the_release_the_last_gate_the_lock_and_an_unreachable_host
     )
     fleet.transports["ct129"] = Unreachable("pve-kpro5")
 
-    document, code = cli_commands.status(fleet.inputs, fleet.connect)
+    printed, code = cli_commands.status(fleet.inputs, fleet.connect)
 
     assert code == 3
-    checked(document, "Status")
+    document = checked(printed, "Status")
     targets = by_name(document)
     assert (document["result"], document["state"]) == ("needs_attention", "unreachable")
     dynamic = {"last_run": None, "release_gate": None, "deploying": None}
@@ -180,7 +180,8 @@ def test_an_interrupted_switch_is_the_first_thing_status_says() -> None:
         }
     ).encode()
 
-    document, code = cli_commands.status(fleet.inputs, fleet.connect)
+    printed, code = cli_commands.status(fleet.inputs, fleet.connect)
+    document = jsonable(printed)
 
     assert code == 3
     assert by_name(document)["ct129"]["state"] == "interrupted"
@@ -207,22 +208,23 @@ def test_a_live_run_is_deploying_and_exits_0_a_dead_one_is_interrupted(
     files[layout.lock_owner] = Owner.me("run-live", "root").to_json().encode()
     files[layout.journal] = journal_of("run-live", "wait ready")
 
-    document, code = cli_commands.status(fleet.inputs, fleet.connect)
+    printed, code = cli_commands.status(fleet.inputs, fleet.connect)
 
+    document = checked(printed, "Status")
     assert (code, document["result"], document["state"]) == (0, "ok", "deploying")
-    checked(document, "Status")
     target = by_name(document)["ct200"]
     assert (target["state"], target["interrupted"]) == ("deploying", None)
     assert target["deploying"]["run_id"] == "run-live"
     assert target["deploying"]["step"] == "wait ready"
     monkeypatch.setenv("COLUMNS", "200")
-    tables.print_status(document)
+    tables.print_status(printed)
     assert "ct200: deploying: run run-live by root@" in capsys.readouterr().out
 
     here = Owner.me("run-live", "root")
     dead = dataclasses.replace(here, pid=2**22 + 7)  # above Linux's pid_max: no such process
     files[layout.lock_owner] = dead.to_json().encode()
-    document, code = cli_commands.status(fleet.inputs, fleet.connect)
+    printed, code = cli_commands.status(fleet.inputs, fleet.connect)
+    document = jsonable(printed)
     assert (code, by_name(document)["ct200"]["state"]) == (3, "interrupted")
 
 
@@ -242,14 +244,15 @@ def test_status_shows_the_gate_that_admitted_the_current_release_apart_from_the_
     )  # fmt: skip
     serving(fleet.containers["ct200"].transport, "qwen3.6-27b")
 
-    document, _ = cli_commands.status(fleet.inputs, fleet.connect)
+    printed, _ = cli_commands.status(fleet.inputs, fleet.connect)
+    document = jsonable(printed)
 
     target = by_name(document)["ct200"]
     assert (target["release"], target["release_gate"]["run_id"]) == (kept, RUN_B)
     assert target["release_gate"]["mean_acceptance_length"] == 4.18
     assert (target["last_run"]["release"], target["last_run"]["result"]) == (tried, "rolled_back")
     monkeypatch.setenv("COLUMNS", "250")
-    tables.print_status(document)
+    tables.print_status(printed)
     [row] = [line for line in capsys.readouterr().out.splitlines() if line.startswith("ct200")]
     assert re.search(rf"{kept} +running pid 4242 +ok +pass +4\.18 +deploy rolled back {tried}", row)
     assert "1.11" not in row
@@ -265,10 +268,10 @@ def test_unlock_removes_each_lock_and_says_whose_it_was() -> None:
     fleet.containers["ct200"].files[layout.lock_owner] = owner.to_json().encode()
     fleet.containers["ct129"].files[fleet.plans["ct129"].layout.lock_owner] = b"not json"
 
-    document, code = cli_commands.unlock(fleet.inputs, fleet.connect)
+    printed, code = cli_commands.unlock(fleet.inputs, fleet.connect)
 
     assert code == 0
-    checked(document, "Unlock")
+    document = checked(printed, "Unlock")
     targets = by_name(document)
     assert targets["ct200"]["removed_lock"]["run_id"] == "run-x"
     assert targets["ct129"]["removed_lock"] == {"text": "not json"}
@@ -280,7 +283,8 @@ def test_unlock_of_an_unreachable_container_is_its_error_not_the_runs_end() -> N
     fleet = Fleet()
     fleet.transports["ct200"] = Unreachable("pve-train")
 
-    document, code = cli_commands.unlock(fleet.inputs, fleet.connect)
+    printed, code = cli_commands.unlock(fleet.inputs, fleet.connect)
+    document = jsonable(printed)
 
     assert code == 3
     targets = by_name(document)
@@ -304,10 +308,10 @@ def test_releases_lists_runs_newest_first_with_the_release_each_left() -> None:
     fleet = Fleet()
     a, b = two_runs(fleet)
 
-    document, code = cli_commands.releases(fleet.inputs, fleet.connect)
+    printed, code = cli_commands.releases(fleet.inputs, fleet.connect)
 
     assert code == 0
-    checked(document, "Releases")
+    document = checked(printed, "Releases")
     assert [r["run_id"] for r in document["runs"]] == [RUN_B, RUN_A]
     newest, oldest = document["runs"]
     assert newest["targets"] == [
@@ -386,10 +390,10 @@ def with_models(fleet: Fleet, models: dict[str, Path]) -> None:
 def test_verify_config_before_the_first_deploy_says_nothing_deployed() -> None:
     fleet = Fleet()
 
-    document, code = cli_commands.verify_remote(fleet.inputs, fleet.connect)
+    printed, code = cli_commands.verify_remote(fleet.inputs, fleet.connect)
 
     assert code == 0
-    checked(document, "Verify")
+    document = checked(printed, "Verify")
     assert [(t["result"], t["state"]) for t in document["targets"]] == [
         ("ok", "nothing_deployed")
     ] * 2
@@ -407,10 +411,10 @@ def test_verify_config_finds_a_hand_edit_since_the_run_that_applied_it(
     edited["target_layer_ids"] = [1, 17, 33, 49, 63]
     fleet.containers["ct200"].files[config] = json.dumps(edited).encode()
 
-    document, code = cli_commands.verify_remote(fleet.inputs, fleet.connect)
+    printed, code = cli_commands.verify_remote(fleet.inputs, fleet.connect)
 
     assert code == 1
-    checked(document, "Verify")
+    document = checked(printed, "Verify")
     targets = by_name(document)
     assert (targets["ct129"]["result"], targets["ct129"]["changed_on_target"]) == ("ok", [])
     assert targets["ct200"]["result"] == "drift"
@@ -430,7 +434,8 @@ def test_verify_config_shows_what_the_playbook_now_renders_differently(
     changed = Fleet("server.max_model_len=16384")
     changed.transports = fleet.transports
 
-    document, code = cli_commands.verify_remote(changed.inputs, changed.connect)
+    printed, code = cli_commands.verify_remote(changed.inputs, changed.connect)
+    document = jsonable(printed)
 
     assert code == 0
     target = by_name(document)["ct200"]

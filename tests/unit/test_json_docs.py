@@ -40,7 +40,7 @@ def test_the_status_examples_have_the_fields_status_prints() -> None:
     """A field added to or dropped from `status` must be added to or dropped from the page."""
     fleet = Fleet()
     fleet.deployed("ct200")
-    printed, _ = cli_commands.status(fleet.inputs, fleet.connect)
+    printed = jsonable(cli_commands.status(fleet.inputs, fleet.connect)[0])
     fields = set(printed["targets"][0])
     examples = [e for e in EXAMPLES if e["kind"] == "Status"]
     assert examples

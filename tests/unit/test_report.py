@@ -13,6 +13,7 @@ from rundocs import deploy_run
 from orchestrator import durations
 from orchestrator.connections import ConnectionUsage
 from orchestrator.documents import jsonable
+from orchestrator.documents.fleet import Status, StatusTarget, Verify
 from orchestrator.documents.history import History, RecordedRun
 from orchestrator.documents.runs import DeployRun
 from orchestrator.drafters.findings import Finding, Severity
@@ -171,6 +172,14 @@ def test_empty_columns_are_left_out_without_a_note() -> None:
     assert "narrow" not in out
 
 
+def status_target(**fields: Any) -> StatusTarget:
+    """A container's status row with nothing deployed, but for `fields`."""
+    nothing = {"release": None, "server": "none", "pid": None, "release_gate": None,
+               "last_run": None, "lock": None, "deploying": None, "interrupted": None,
+               "health": None, "state": "nothing_deployed"}  # fmt: skip
+    return StatusTarget.model_validate({"name": "ct200", "host": "pve1", **nothing, **fields})
+
+
 def test_lock_holders_and_server_state_in_words() -> None:
     since = datetime(2026, 12, 2, 10, 0, tzinfo=UTC).isoformat()
     lock = {"run_id": "r", "user": "root", "control_host": "ops1", "pid": 7, "since": since}
@@ -180,8 +189,8 @@ def test_lock_holders_and_server_state_in_words() -> None:
     )
     assert tables.locked_by({"text": "not json"}) == "not json"
     assert tables.locked_by(None) == ""
-    assert tables.server_words({"server": "running", "pid": 12}) == "running pid 12"
-    assert tables.server_words({"server": "none", "pid": None}) == "not started"
+    assert tables.server_words(status_target(server="running", pid=12)) == "running pid 12"
+    assert tables.server_words(status_target(server="none", pid=None)) == "not started"
     assert screen.mean_length(4.23456789) == "4.23"
 
 
@@ -199,14 +208,13 @@ def test_remote_text_with_markup_is_printed_verbatim(capsys: pytest.CaptureFixtu
 def test_status_with_markup_and_terminal_escapes_is_shown_as_text(
     capsys: pytest.CaptureFixture,
 ) -> None:
-    target = {
-        "name": "ct200",
-        "host": "pve1",
-        "state": "unreachable",
-        "lock": {"text": HOSTILE},
-        "error": "a\x1b[2Jb\x9bc\x07",
-    }
-    tables.print_status({"playbook": "p", "state": "unreachable", "targets": [target]})
+    target = status_target(
+        release="12abebba241d",
+        state="stopped",
+        lock={"text": HOSTILE},
+        error="a\x1b[2Jb\x9bc\x07",
+    )
+    tables.print_status(Status(playbook="p", result="ok", state="stopped", targets=[target]))
     out = capsys.readouterr().out
     assert HOSTILE in out
     assert "ct200: error: a\\x1b[2Jb\\x9bc\\x07" in out
@@ -309,23 +317,21 @@ def test_a_piped_status_keeps_its_last_run_column(
     capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("COLUMNS")
-    target = {
-        "name": "ct200",
-        "host": "pve1",
-        "state": "serving",
-        "release": "12abebba241d",
-        "server": "running",
-        "pid": 26173,
-        "health": 200,
-        "release_gate": {"result": "pass", "mean_acceptance_length": 4.2},
-        "last_run": {
+    target = status_target(
+        state="serving",
+        release="12abebba241d",
+        server="running",
+        pid=26173,
+        health=200,
+        release_gate={"result": "pass", "mean_acceptance_length": 4.2},
+        last_run={
             "action": "deploy",
             "result": "rolled_back",
             "release": "536fae0d5d06",
             "time": "2026-12-02T10:00:00+00:00",
         },
-    }
-    tables.print_status({"playbook": "p", "state": "serving", "targets": [target]})
+    )
+    tables.print_status(Status(playbook="p", result="ok", state="serving", targets=[target]))
     out = capsys.readouterr().out
     assert cells(out, "ct200")[:8] == [
         "ct200", "serving", "12abebba241d", "running pid 26173", "ok", "pass", "4.20",
@@ -366,23 +372,33 @@ def test_piped_findings_are_one_line_each(
 
 
 def test_verify_says_what_drifted_in_words(capsys: pytest.CaptureFixture) -> None:
+    applied = {"run_id": "20261203T151150Z-037112", "files": {}, "playbook_path": None,
+               "playbook_sha256": None, "assignments": [], "secrets": {}}  # fmt: skip
     drifted = {
         "name": "ct200",
         "host": "pve1",
         "release": "12abebba241d",
-        "result": "drift",
-        "applied": {"run_id": "20261203T151150Z-037112"},
+        "applied": applied,
         "changed_on_target": ["changed on the target since run 20261203T151150Z-037112: x"],
-        "findings": [{**jsonable(FINDING), "severity": "error"}],
+        "playbook_differs": [],
+        "findings": [jsonable(FINDING)],
+        "result": "drift",
     }
-    clean = {"name": "ct201", "host": "pve1", "release": "426ecd26673b", "result": "ok"}
-    tables.print_verify({"playbook": "p", "result": "not_applied", "targets": [drifted, clean]})
+    clean = {**drifted, "name": "ct201", "release": "426ecd26673b", "changed_on_target": [],
+             "findings": [], "result": "ok"}  # fmt: skip
+    tables.print_verify(
+        Verify.model_validate(
+            {"playbook": "p", "result": "not_applied", "targets": [drifted, clean]}
+        )
+    )
     last = capsys.readouterr().out.splitlines()[-1]
     assert last == (
         "ct200: drift: its release was changed on the container since run "
         "20261203T151150Z-037112 applied it; its files fail 1 drafter check(s)"
     )
-    tables.print_verify({"playbook": "p", "result": "ok", "targets": [clean]})
+    tables.print_verify(
+        Verify.model_validate({"playbook": "p", "result": "ok", "targets": [clean]})
+    )
     out = capsys.readouterr().out
     assert out.splitlines()[-1] == "no drift: each container holds what its run applied"
     assert "problems found" not in out

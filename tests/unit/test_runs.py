@@ -13,6 +13,7 @@ import pytest
 from orchestrator import release
 from orchestrator.cli_commands import drift
 from orchestrator.container.audit import AuditRecord, audit_line, parse_audit
+from orchestrator.documents.fleet import Releases
 from orchestrator.errors import InputError
 from orchestrator.inventory import load_inventory
 from orchestrator.plan import DRAFTER_CONFIG, LAUNCH_SCRIPT, VIEW_CONFIG, plan_deploy
@@ -247,6 +248,7 @@ def test_the_releases_table_never_cuts_an_id(
     monkeypatch.setenv("COLUMNS", columns)
     runs = fleet_runs(fleet())
     document = {
+        "result": "ok",
         "playbook": "qwen-dflash",
         "runs": [
             {
@@ -264,6 +266,8 @@ def test_the_releases_table_never_cuts_an_id(
         "targets": [
             {
                 "name": "ct2",
+                "host": "pve",
+                "current": None,
                 "kept": [
                     {
                         "release": "b2222222",
@@ -276,7 +280,7 @@ def test_the_releases_table_never_cuts_an_id(
             }
         ],
     }
-    print_releases(document)
+    print_releases(Releases.model_validate(document))
     out = capsys.readouterr().out
     assert max(len(line.rstrip()) for line in out.splitlines()) <= int(columns)
     words = set(out.split())  # an id cut or folded is not one word any more

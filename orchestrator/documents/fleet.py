@@ -1,0 +1,180 @@
+"""The documents of the commands that read every container of a fleet: status,
+releases, verify-config and unlock (which removes a lock, nothing else). Each lists
+its containers under `targets`, name and host first; one the read did not get
+through to says what stopped it."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, Field
+
+from orchestrator.documents import Document, RunResult, TargetState
+from orchestrator.drafters.findings import Finding
+from orchestrator.release import Applied
+
+
+class FleetTarget(BaseModel):
+    """A container as a fleet read lists it."""
+
+    name: str
+    host: str
+
+
+class Unreached(FleetTarget):
+    """A container the read did not get through to (`unlock` says `error`: it stops
+    nothing else)."""
+
+    result: Literal["unreachable", "error"]
+    error: str
+
+
+AuditSummary = dict[str, Any] | None
+"""A summary of the container's audit log (container/audit.py): its keys are the
+audit lines' own, which versions of orch extend."""
+
+LockHolder = dict[str, Any] | None
+"""A lock's owner as `container.lock.lock_holder` gives it: who, from where, since
+when; only `text` for an owner file orch did not write."""
+
+
+class Deploying(BaseModel):
+    """The run holding a container's lock: the step its journal says (None before its
+    switch begins, or when the journal is unreadable), who, and for how long (s)."""
+
+    run_id: str
+    step: str | None
+    owner: str
+    elapsed: float
+
+
+class StatusTarget(FleetTarget):
+    """Where one container stands: its release and server, the gate that admitted the
+    release, the last run, the lock, and a run at work or interrupted there."""
+
+    release: str | None
+    server: str
+    pid: int | None
+    release_gate: AuditSummary
+    last_run: AuditSummary
+    lock: LockHolder
+    deploying: Deploying | None
+    interrupted: str | None
+    health: int | None
+    """/health's status; None when the server is not running or did not answer."""
+    error: Annotated[str | None, Field(exclude_if=lambda error: error is None)] = None
+    """Only when `current` names a release whose dir is missing."""
+    state: TargetState
+
+
+class UnreachedStatus(FleetTarget):
+    """A container status could not read: a state, as status lists states."""
+
+    state: Literal["unreachable"] = "unreachable"
+    error: str
+
+
+class Status(Document):
+    kind: Literal["Status"] = "Status"
+    playbook: str
+    result: RunResult
+    state: TargetState
+    """The fleet's: the most pressing of its containers' states."""
+    targets: list[StatusTarget | UnreachedStatus]
+
+
+ReleaseState = Literal["current", "kept", "pruned", "none"]
+"""Where a run's release is now on its container (`none`: the run left nothing serving)."""
+
+
+class LeftOn(BaseModel):
+    """The release a run left one container on, and whether it is still there."""
+
+    name: str
+    result: str | None
+    release: str | None
+    release_state: ReleaseState
+
+
+class RecordedFleetRun(BaseModel):
+    """A run as the containers' audit logs record it."""
+
+    run_id: str
+    time: str
+    user: str
+    action: str
+    targets: list[LeftOn]
+
+
+class KeptRelease(BaseModel):
+    """A release dir kept on a container, and whether a listed run left it current."""
+
+    release: str
+    created: str | None
+    made_by_run: str | None
+    current: bool
+    named_by_a_run: bool
+
+
+class ReleasesTarget(FleetTarget):
+    result: Literal["ok"] = "ok"
+    current: str | None
+    kept: list[KeptRelease]
+    """Newest first."""
+
+
+class Releases(Document):
+    kind: Literal["Releases"] = "Releases"
+    playbook: str
+    result: RunResult
+    runs: list[RecordedFleetRun]
+    """Newest first."""
+    targets: list[ReleasesTarget | Unreached]
+
+
+class VerifyTarget(FleetTarget):
+    """What every checked container says first: a run interrupted there (only when one
+    was), and its current release."""
+
+    interrupted: Annotated[str | None, Field(exclude_if=lambda found: found is None)] = None
+    release: str | None
+
+
+class NothingToVerify(VerifyTarget):
+    """A container with nothing deployed: nothing there can have drifted."""
+
+    result: Literal["ok"] = "ok"
+    state: Literal["nothing_deployed"] = "nothing_deployed"
+
+
+class Verified(VerifyTarget):
+    """A current release checked against its manifest (hand edits), against a fresh
+    render of the playbook (what a deploy would change), and by the drafter checks."""
+
+    applied: Applied | None
+    """The release's manifest; None when it is unreadable."""
+    changed_on_target: list[str]
+    playbook_differs: list[str]
+    findings: list[Finding]
+    result: Literal["ok", "drift"]
+    apply_with: Annotated[str | None, Field(exclude_if=lambda command: command is None)] = None
+    """The deploy that applies what the playbook now renders differently."""
+
+
+class Verify(Document):
+    kind: Literal["Verify"] = "Verify"
+    playbook: str
+    result: RunResult
+    targets: list[Verified | NothingToVerify | Unreached]
+
+
+class Unlocked(FleetTarget):
+    result: Literal["ok"] = "ok"
+    removed_lock: LockHolder
+
+
+class Unlock(Document):
+    kind: Literal["Unlock"] = "Unlock"
+    playbook: str
+    result: RunResult
+    targets: list[Unlocked | Unreached]
