@@ -18,6 +18,7 @@ from orchestrator.lab.paths import DEFAULT_TOKENS_PER_SECOND
 if TYPE_CHECKING:
     from orchestrator.documents import Document
     from orchestrator.documents.runs import DeployRun
+    from orchestrator.documents.watch import Watch as WatchRound
     from orchestrator.lifecycle import Action
 
 EXIT_CODES = """Exit codes: 0 success; 1 the change did not pass its gate or checks (rolled back
@@ -714,18 +715,19 @@ def watch(
     from orchestrator import cli_commands
     from orchestrator import watch as live
     from orchestrator.connections import ssh
+    from orchestrator.documents import jsonable
     from orchestrator.durations import seconds
     from orchestrator.report.screen import printable
 
     every, span = seconds(interval, "--interval"), seconds(window, "--window")
     inputs = cli_commands.load(playbook, inventory_path, list(limit), list(assignments))
 
-    def emit(doc: dict[str, Any]) -> None:
+    def emit(doc: WatchRound) -> None:
         if as_json:
-            click.echo(json.dumps(doc))
+            click.echo(json.dumps(jsonable(doc)))
             return
         if not once:
-            click.echo(f"-- {doc['time'][11:19]} (window {doc['window_seconds']:g} s)")
+            click.echo(f"-- {doc.time[11:19]} (window {doc.window_seconds:g} s)")
         for line in live.lines(doc):
             click.echo(printable(line))
 
@@ -882,7 +884,6 @@ def doctor(
     PLAYBOOK the server command, model dirs and disk; one line per check, with the fix."""
     from orchestrator.connections import ssh
     from orchestrator.doctor import exit_code, run_doctor
-    from orchestrator.documents import jsonable
     from orchestrator.report import tables
 
     if playbook:
@@ -902,7 +903,7 @@ def doctor(
 
         inv = load_inventory(inventory_path)
         checks = run_doctor(inv, inv.select(limit), ssh(accept_new_host_keys))
-    tables.print_checks(jsonable(checks), as_json)
+    tables.print_checks(checks, as_json)
     sys.exit(exit_code(checks))
 
 

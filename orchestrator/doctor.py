@@ -13,7 +13,10 @@ GPU memory, the port, free disk under the state dir. Every failure carries its f
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import pydantic
+from pydantic import Field
 
 from orchestrator import preflight, secrets
 from orchestrator.connections import SSH, Connect, Pool
@@ -41,7 +44,8 @@ OK, FAIL, INFO = "ok", "fail", "info"
 
 @pydantic.dataclasses.dataclass(frozen=True)
 class Check:
-    target: str
+    target: Annotated[str, Field(exclude=True)]
+    """The host or container checked: the doctor's document lists its checks under it."""
     check: str
     status: str  # ok | fail | info (informational, never fails the doctor)
     detail: str

@@ -16,13 +16,11 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Literal
-
-from pydantic import BaseModel
 
 from orchestrator.deadline import Deadline
-from orchestrator.documents import document, jsonable, run_result
-from orchestrator.durations import Seconds
+from orchestrator.documents import run_result
+from orchestrator.documents.watch import Acceptance, Thresholds, WatchEntry
+from orchestrator.documents.watch import Watch as WatchRound
 from orchestrator.errors import NeedsAttention
 from orchestrator.fanout import READ_PARALLEL, fan_out
 from orchestrator.gate import SCRAPE_SECONDS, ScrapeFailed, scrape
@@ -32,7 +30,6 @@ from orchestrator.plan import TargetPlan
 from orchestrator.playbook import Gate
 from orchestrator.transport.base import Transport
 
-State = Literal["ok", "below", "too_few_drafts", "not_drafting", "unreachable"]
 EXIT_CODES: dict[str, int] = {"below": 1, "unreachable": 3}
 """A watch's exit code is the worst of its containers' (others: 0)."""
 
@@ -72,7 +69,7 @@ class Window:
 
 @dataclass(frozen=True)
 class Judgement:
-    state: State
+    state: Acceptance
     reason: str
 
 
@@ -100,7 +97,7 @@ class Watched:
 
     plan: TargetPlan
     window: Window
-    state: State = "too_few_drafts"
+    state: Acceptance = "too_few_drafts"
     reason: str = "no scrape yet"
     measured: Measurement | None = None
     span: float = 0.0
@@ -127,7 +124,7 @@ class Watched:
     def unreached(self, why: str) -> None:
         self._set("unreachable", why)
 
-    def _set(self, state: State, reason: str) -> None:
+    def _set(self, state: Acceptance, reason: str) -> None:
         if state == "below" and self.state != "below":
             self.below_since = datetime.now(UTC).isoformat(timespec="seconds")
         elif state != "below":
@@ -155,23 +152,6 @@ class Watched:
         )
 
 
-class WatchEntry(BaseModel):
-    """One container in a `Watch` document: its window's figures and where it stands."""
-
-    name: str
-    host: str
-    acceptance: State
-    mean_acceptance_length: float | None
-    position1_acceptance: float | None
-    per_position_acceptance: list[float]
-    drafts: int
-    drafts_per_second: float | None
-    window_seconds: Seconds
-    below_since: str | None
-    counter_resets: int
-    reason: str
-
-
 class Watch:
     """Rounds of scrapes over a fleet, each turned into one `Watch` document."""
 
@@ -187,7 +167,7 @@ class Watch:
         self.window_seconds = window_seconds
         self.watched = {p.container: Watched(p, Window(window_seconds)) for p in plans}
 
-    def round(self) -> dict[str, Any]:
+    def round(self) -> WatchRound:
         """Scrape every container once (side by side) and judge its window."""
 
         def one(name: str) -> tuple[SpecDecodeCounters | None, float]:
@@ -212,20 +192,19 @@ class Watch:
     def exit_code(self) -> int:
         return max((EXIT_CODES.get(w.state, 0) for w in self.watched.values()), default=0)
 
-    def document(self) -> dict[str, Any]:
+    def document(self) -> WatchRound:
         gate = self.gate
-        return document(
-            "Watch",
+        return WatchRound(
             playbook=self.playbook,
             result=run_result(self.exit_code()),
             time=datetime.now(UTC).isoformat(timespec="seconds"),
             window_seconds=self.window_seconds,
-            thresholds={
-                "min_mean_acceptance_length": gate.min_mean_acceptance_length,
-                "min_position1_acceptance": gate.min_position1_acceptance,
-                "min_drafts": gate.min_drafts,
-            },
-            targets=jsonable([w.entry() for w in self.watched.values()]),
+            thresholds=Thresholds(
+                min_mean_acceptance_length=gate.min_mean_acceptance_length,
+                min_position1_acceptance=gate.min_position1_acceptance,
+                min_drafts=gate.min_drafts,
+            ),
+            targets=[w.entry() for w in self.watched.values()],
         )
 
 
@@ -233,7 +212,7 @@ def watch(
     the_watch: Watch,
     interval: float,
     once: bool,
-    emit: Callable[[dict[str, Any]], None],
+    emit: Callable[[WatchRound], None],
     stop: Callable[[float], bool],
 ) -> int:
     """Scrape every `interval` seconds. With `once`: for one window, then emit its one
@@ -261,30 +240,30 @@ MARKS = {
 }
 
 
-def lines(doc: dict[str, Any]) -> list[str]:
+def lines(doc: WatchRound) -> list[str]:
     """One line per container of a `Watch` document, the mark first after its name."""
-    limits = doc["thresholds"]
-    position1_min = limits["min_position1_acceptance"]
-    width = max((len(t["name"]) for t in doc["targets"]), default=0)
+    limits = doc.thresholds
+    position1_min = limits.min_position1_acceptance
+    width = max((len(t.name) for t in doc.targets), default=0)
     out = []
-    for target in doc["targets"]:
-        mark = MARKS[target["acceptance"]]
-        if target["below_since"]:
-            mark += f" since {target['below_since'][11:19]}"
+    for target in doc.targets:
+        mark = MARKS[target.acceptance]
+        if target.below_since:
+            mark += f" since {target.below_since[11:19]}"
         figures = []
-        if target["mean_acceptance_length"] is not None:
+        if target.mean_acceptance_length is not None:
             figures.append(
-                f"mean length {target['mean_acceptance_length']:.2f}"
-                f" (min {limits['min_mean_acceptance_length']:.2f})"
+                f"mean length {target.mean_acceptance_length:.2f}"
+                f" (min {limits.min_mean_acceptance_length:.2f})"
             )
-        if target["position1_acceptance"] is not None:
+        if target.position1_acceptance is not None:
             bound = f" (min {position1_min:.2f})" if position1_min is not None else ""
-            figures.append(f"position-1 {target['position1_acceptance']:.2f}{bound}")
-        if target["drafts_per_second"] is not None:
+            figures.append(f"position-1 {target.position1_acceptance:.2f}{bound}")
+        if target.drafts_per_second is not None:
             figures.append(
-                f"{target['drafts_per_second']:.1f} drafts/s over {target['window_seconds']:.0f} s"
+                f"{target.drafts_per_second:.1f} drafts/s over {target.window_seconds:.0f} s"
             )
-        if target["acceptance"] != "ok":
-            figures.append(target["reason"])
-        out.append(f"{target['name']:<{width}}  {mark:<12}  " + "  ".join(figures))
+        if target.acceptance != "ok":
+            figures.append(target.reason)
+        out.append(f"{target.name:<{width}}  {mark:<12}  " + "  ".join(figures))
     return out

@@ -1,6 +1,6 @@
 """The documents of the commands that read every container of a fleet: status,
-releases, verify-config and unlock (which removes a lock, nothing else). Each lists
-its containers under `targets`, name and host first; one the read did not get
+releases, verify-config, unlock (which removes a lock, nothing else) and doctor. Each
+lists its containers under `targets`, name (and host) first; one the read did not get
 through to says what stopped it."""
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field
 
+from orchestrator.doctor import Check
 from orchestrator.documents import Document, RunResult, TargetState
 from orchestrator.drafters.findings import Finding
 from orchestrator.release import Applied
@@ -178,3 +179,35 @@ class Unlock(Document):
     playbook: str
     result: RunResult
     targets: list[Unlocked | Unreached]
+
+
+class CheckedTarget(BaseModel):
+    """A host or container with its checks, in the order they ran."""
+
+    name: str
+    result: Literal["ok", "error"]
+    checks: list[Check]
+
+
+class Doctor(Document):
+    kind: Literal["Doctor"] = "Doctor"
+    result: Literal["ok", "needs_attention"]
+    targets: list[CheckedTarget]
+
+    @classmethod
+    def of(cls, checks: list[Check]) -> Doctor:
+        """The checks grouped per host or container, each in the order first checked."""
+        grouped = {
+            name: [c for c in checks if c.target == name]
+            for name in dict.fromkeys(c.target for c in checks)
+        }
+        targets = [
+            CheckedTarget(
+                name=name,
+                result="error" if any(c.status == "fail" for c in own) else "ok",
+                checks=own,
+            )
+            for name, own in grouped.items()
+        ]
+        failed = any(t.result == "error" for t in targets)
+        return cls(result="needs_attention" if failed else "ok", targets=targets)

@@ -12,6 +12,7 @@ from rich.text import Text
 from orchestrator.documents import document, jsonable
 from orchestrator.documents.fleet import (
     Deploying,
+    Doctor,
     NothingToVerify,
     Releases,
     Status,
@@ -44,6 +45,7 @@ from orchestrator.report.screen import (
 )
 
 if TYPE_CHECKING:
+    from orchestrator.doctor import Check
     from orchestrator.documents.history import History
     from orchestrator.drafters.profiles import Profile
     from orchestrator.plan import TargetPlan
@@ -495,34 +497,21 @@ def print_unlock(doc: Unlock) -> None:
         print(printable(f"{t.name}: {line}"))
 
 
-def doctor_document(checks: list[dict[str, str]]) -> dict[str, Any]:
-    """`orch doctor --json`: the checks grouped per host or container, in order."""
-    names = list(dict.fromkeys(c["target"] for c in checks))
-    targets = []
-    for name in names:
-        own = [{k: v for k, v in c.items() if k != "target"} for c in checks if c["target"] == name]
-        failed = any(c["status"] == "fail" for c in own)
-        targets.append({"name": name, "result": "error" if failed else "ok", "checks": own})
-    failed = any(c["status"] == "fail" for c in checks)
-    return document("Doctor", result="needs_attention" if failed else "ok", targets=targets)
-
-
-def print_checks(checks: list[dict[str, str]], as_json: bool = False) -> None:
+def print_checks(checks: list[Check], as_json: bool = False) -> None:
     """`orch doctor`: one line per check (`fix:` under each failure), or one JSON document."""
     if as_json:
-        print_json(doctor_document(checks))
+        print_json(Doctor.of(checks))
         return
-    target_width = max((len(c["target"]) for c in checks), default=0)
-    check_width = max((len(c["check"]) for c in checks), default=0)
+    target_width = max((len(c.target) for c in checks), default=0)
+    check_width = max((len(c.check) for c in checks), default=0)
     for c in checks:  # plain lines: one per check, never wrapped, for grep and logs
-        status = c["status"].upper() if c["status"] == "fail" else c["status"]
+        status = c.status.upper() if c.status == "fail" else c.status
         print(
             printable(
-                f"{c['target']:<{target_width}}  {c['check']:<{check_width}}  {status:<4}  "
-                + c["detail"]
+                f"{c.target:<{target_width}}  {c.check:<{check_width}}  {status:<4}  " + c.detail
             )
         )
-        if c["status"] == "fail" and c["fix"]:
-            print(printable(" " * (target_width + check_width + 10) + f"fix: {c['fix']}"))
-    failed = sum(c["status"] == "fail" for c in checks)
+        if c.status == "fail" and c.fix:
+            print(printable(" " * (target_width + check_width + 10) + f"fix: {c.fix}"))
+    failed = sum(c.status == "fail" for c in checks)
     print(f"{failed} check(s) failed" if failed else "ready to deploy")

@@ -18,7 +18,6 @@ from orchestrator.container.host import (
     sshd_limits,
 )
 from orchestrator.doctor import Check, Doctor, exit_code
-from orchestrator.documents import jsonable
 from orchestrator.errors import NeedsAttention
 from orchestrator.inventory import Inventory
 from orchestrator.playbook import find_playbook
@@ -54,7 +53,7 @@ def test_one_line_per_check_with_the_fix_under_failures(capsys: pytest.CaptureFi
         Check("ct200", "container", "fail", "CT 200 on pve1 is stopped", "pct start 200"),
         Check("ct200", "sshd sessions", "info", "unknown"),
     ]
-    print_checks(jsonable(checks))
+    print_checks(checks)
     assert capsys.readouterr().out == (
         "pve1   login          ok    root@192.0.2.1, host key verified\n"
         "ct200  container      FAIL  CT 200 on pve1 is stopped\n"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from orchestrator.documents.watch import Watch
 from orchestrator.durations import seconds, since
 from orchestrator.errors import InputError
 from orchestrator.metrics.evaluate import Measurement
@@ -47,6 +48,10 @@ def test_judge_needs_min_drafts_then_names_each_missed_threshold() -> None:
 
 def test_lines_mark_a_container_below_with_its_figures() -> None:
     doc = {
+        "playbook": "qwen-dflash",
+        "result": "not_applied",
+        "time": "2026-12-03T12:01:05+00:00",
+        "window_seconds": 60.0,
         "thresholds": {
             "min_mean_acceptance_length": 2.5,
             "min_position1_acceptance": 0.5,
@@ -55,17 +60,21 @@ def test_lines_mark_a_container_below_with_its_figures() -> None:
         "targets": [
             {
                 "name": "ct200",
+                "host": "pve1",
                 "acceptance": "below",
                 "below_since": "2026-12-03T12:00:05+00:00",
                 "mean_acceptance_length": 1.35,
                 "position1_acceptance": 0.25,
+                "per_position_acceptance": [0.25, 0.1],
+                "drafts": 200,
                 "drafts_per_second": 40.0,
                 "window_seconds": 60,
+                "counter_resets": 0,
                 "reason": "mean acceptance length 1.35 < 2.50 over 200 drafts",
             }
         ],
     }
-    assert lines(doc) == [
+    assert lines(Watch.model_validate(doc)) == [
         "ct200  BELOW since 12:00:05  mean length 1.35 (min 2.50)  position-1 0.25 (min 0.50)"
         "  40.0 drafts/s over 60 s  mean acceptance length 1.35 < 2.50 over 200 drafts"
     ]
