@@ -1062,10 +1062,10 @@ def alerts(
     book = load_playbook(find_playbook(playbook), list(assignments))
     groups = rules.rule_groups(book, window, hold)
     if as_json:
-        from orchestrator.documents import document
+        from orchestrator.documents.local import Alerts
         from orchestrator.report.screen import print_json
 
-        print_json(document("Alerts", playbook=book.name, format=output_format, **groups))
+        print_json(Alerts(playbook=book.name, format=output_format, groups=groups["groups"]))
         return
     sets = [arg for a in assignments for arg in ("--set", a)]
     command = shlex.join(["orch", "alerts", playbook, *sets, "--window", window, "--for", hold])
@@ -1090,9 +1090,11 @@ def explain(path: str | None, markdown: bool, as_json: bool) -> None:
             raise click.UsageError("--markdown takes `playbook` or `inventory`, without --json")
         click.echo(fields.markdown(path), nl=False)
     elif as_json:
+        from orchestrator.documents.local import Explain
         from orchestrator.report.screen import print_json
 
-        print_json(fields.document(path))
+        field, inside = fields.described(path)
+        print_json(Explain(path=path, field=field, fields=inside))
     else:
         click.echo(fields.text(path), nl=False)
 
@@ -1170,10 +1172,10 @@ def completion(shell: str, as_json: bool) -> None:
     assert completer is not None  # every choice is one click ships
     source = completer(cli, {}, "orch", "_ORCH_COMPLETE").source()
     if as_json:
-        from orchestrator.documents import document
+        from orchestrator.documents.local import Completion
         from orchestrator.report.screen import print_json
 
-        print_json(document("Completion", shell=shell, script=source))
+        print_json(Completion(shell=shell, script=source))
     else:
         click.echo(source)
 

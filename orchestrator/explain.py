@@ -19,8 +19,6 @@ import pydantic
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic_core import to_jsonable_python
 
-from orchestrator.documents import document as make_document
-from orchestrator.documents import jsonable
 from orchestrator.errors import InputError
 from orchestrator.inventory import Inventory
 from orchestrator.playbook import Playbook
@@ -328,17 +326,10 @@ def _cell(value: str) -> str:
     return value.replace("|", "\\|").replace("\n", " ")
 
 
-def document(path: str | None) -> dict[str, Any]:
-    """`orch explain --json`: the field asked for (None for a root), then the fields
+def described(path: str | None) -> tuple[Entry | None, list[Entry]]:
+    """`orch explain --json`'s: the field asked for (None for a root), then the fields
     inside it (a section's, or the roots' top-level fields)."""
     entry = find(path) if path else None
     if entry is None:
-        inside = [field for root in _roots(path) for field in children(None, root)]
-    else:
-        inside = children(entry, entry.root) if entry.section else []
-    return make_document(
-        "Explain",
-        path=path,
-        field=jsonable(entry),
-        fields=jsonable(inside),
-    )
+        return None, [field for root in _roots(path) for field in children(None, root)]
+    return entry, children(entry, entry.root) if entry.section else []

@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
 
-from orchestrator.documents import document, jsonable
 from orchestrator.documents.fleet import (
     Deploying,
     Doctor,
@@ -23,6 +22,7 @@ from orchestrator.documents.fleet import (
     Verified,
     Verify,
 )
+from orchestrator.documents.local import Findings, Profiles, Render, RenderedTarget
 from orchestrator.drafters.findings import Finding, Severity
 from orchestrator.drafters.kinds import get_kind
 from orchestrator.durations import ago
@@ -58,11 +58,10 @@ def print_findings(
     """Offline findings, after the kind they were judged as (when a drafter config was read)."""
     if as_json:
         print_json(
-            document(
-                "Findings",
+            Findings(
                 result="not_applied" if has_errors(findings) else "ok",
-                judged_as=jsonable(judged),
-                findings=jsonable(sorted_findings(findings)),
+                judged_as=judged,
+                findings=sorted_findings(findings),
             )
         )
         return
@@ -92,7 +91,7 @@ def profile_entries(profiles: Iterable[Profile]) -> list[dict[str, Any]]:
 def print_profiles(profiles: Iterable[Profile], as_json: bool = False) -> None:
     entries = profile_entries(profiles)
     if as_json:
-        print_json(document("Profiles", profiles=entries))
+        print_json(Profiles(profiles=entries))
         return
     rows = []
     for entry in entries:
@@ -119,27 +118,24 @@ def print_profiles(profiles: Iterable[Profile], as_json: bool = False) -> None:
 
 def render_document(
     playbook: str, plans: Iterable[TargetPlan], written: dict[str, list[str]] | None = None
-) -> dict[str, Any]:
+) -> Render:
     """`orch render --json`: each container's files as a deploy would write them (and,
     with --output, the local files they went to)."""
-    targets = []
-    for plan in plans:
-        targets.append(
-            {
-                "name": plan.container,
-                "host": plan.host,
-                "release": plan.release_id,
-                "result": "error" if has_errors(plan.findings) else "ok",
-                "release_dir": plan.release_dir,
-                "files": {name: data.decode() for name, data in plan.files.items()},
-                "findings": jsonable(sorted_findings(plan.findings)),
-                **({"written": written[plan.container]} if written is not None else {}),
-            }
+    targets = [
+        RenderedTarget(
+            name=plan.container,
+            host=plan.host,
+            release=plan.release_id,
+            result="error" if has_errors(plan.findings) else "ok",
+            release_dir=plan.release_dir,
+            files={name: data.decode() for name, data in plan.files.items()},
+            findings=sorted_findings(plan.findings),
+            written=written[plan.container] if written is not None else None,
         )
-    failed = any(t["result"] == "error" for t in targets)
-    return document(
-        "Render", playbook=playbook, result="not_applied" if failed else "ok", targets=targets
-    )
+        for plan in plans
+    ]
+    failed = any(t.result == "error" for t in targets)
+    return Render(playbook=playbook, result="not_applied" if failed else "ok", targets=targets)
 
 
 def print_plans(plans: Iterable[TargetPlan], written: dict[str, list[str]] | None = None) -> None:

@@ -1,0 +1,77 @@
+"""The documents of the commands that work on this machine only, from the playbook,
+the profiles and local model files: verify-config on files, profiles, render,
+explain, alerts and completion."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, Field
+
+from orchestrator.documents import Document
+from orchestrator.drafters.findings import Finding
+from orchestrator.explain import Entry
+from orchestrator.verify import Judged
+
+
+class Findings(Document):
+    """`orch verify-config --drafter ... --target ...`: the checks of local model files,
+    errors first, after the kind they were judged as (when a drafter config was read)."""
+
+    kind: Literal["Findings"] = "Findings"
+    result: Literal["ok", "not_applied"]
+    judged_as: Judged | None
+    findings: list[Finding]
+
+
+class Profiles(Document):
+    kind: Literal["Profiles"] = "Profiles"
+    profiles: list[dict[str, Any]]
+    """Each profile's name, kind and target, the fields its kind tells profiles apart
+    by, then its notes: which fields stand between is each drafter kind's own."""
+
+
+class RenderedTarget(BaseModel):
+    """One container's files as a deploy would write them, and the drafter checks."""
+
+    name: str
+    host: str
+    release: str
+    result: Literal["ok", "error"]
+    release_dir: str
+    files: dict[str, str]
+    """Each file's text, by name."""
+    findings: list[Finding]
+    written: Annotated[list[str] | None, Field(exclude_if=lambda paths: paths is None)] = None
+    """With --output: the local files they went to."""
+
+
+class Render(Document):
+    kind: Literal["Render"] = "Render"
+    playbook: str
+    result: Literal["ok", "not_applied"]
+    targets: list[RenderedTarget]
+
+
+class Explain(Document):
+    kind: Literal["Explain"] = "Explain"
+    path: str | None
+    field: Entry | None
+    """The field asked for; None for a schema's root."""
+    fields: list[Entry]
+    """The fields inside it: a section's, or the roots' top-level fields."""
+
+
+class Alerts(Document):
+    kind: Literal["Alerts"] = "Alerts"
+    playbook: str
+    format: str
+    groups: list[dict[str, Any]]
+    """The rule groups as Prometheus reads them (a rules file's `groups`): their
+    shape is Prometheus's."""
+
+
+class Completion(Document):
+    kind: Literal["Completion"] = "Completion"
+    shell: str
+    script: str
