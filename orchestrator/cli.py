@@ -623,7 +623,8 @@ def logs(
     from orchestrator import cli_commands
     from orchestrator import logs as server_logs
     from orchestrator.connections import ssh
-    from orchestrator.documents import document, run_result
+    from orchestrator.documents import run_result
+    from orchestrator.documents.fleet import Logs
     from orchestrator.report import screen
 
     if follow and as_json:
@@ -646,8 +647,7 @@ def logs(
         tail = server_logs.tail(connections, plans, lines)
     if as_json:
         screen.print_json(
-            document(
-                "Logs",
+            Logs(
                 playbook=inputs.playbook.name,
                 result=run_result(tail.exit_code),
                 targets=tail.targets,
@@ -655,10 +655,11 @@ def logs(
         )
     else:
         for target in tail.targets:
-            if target.get("error") or target.get("note"):
-                warn(target["name"], target.get("error") or target["note"])
-            for line in target["lines"]:
-                emit(target["name"], line)
+            reason = target.error or target.note
+            if reason:
+                warn(target.name, reason)
+            for line in target.lines:
+                emit(target.name, line)
     sys.exit(tail.exit_code)
 
 
@@ -795,11 +796,9 @@ def history(
         log = runlog.read(show_run)
         lines = runlog.steps_only(log.lines) if steps_only else log.lines
         if as_json:
-            from orchestrator.documents import document
+            from orchestrator.documents.fleet import RunLog
 
-            screen.print_json(
-                document("RunLog", run_id=log.run_id, path=str(log.path), lines=lines)
-            )
+            screen.print_json(RunLog(run_id=log.run_id, path=str(log.path), lines=lines))
         else:
             for line in lines:
                 click.echo(screen.printable(line))
@@ -1136,13 +1135,11 @@ def inventory_import_ansible(
     if output is not None:
         write_new(output, imported.text, force)
     if as_json:
-        from orchestrator.documents import document
+        from orchestrator.documents.inventory import InventoryImport
         from orchestrator.report.screen import print_json
 
         print_json(
-            document(
-                "InventoryImport",
-                result="ok",
+            InventoryImport(
                 source=str(source),
                 output=str(output) if output else None,
                 inventory=None if output else imported.text,
@@ -1296,13 +1293,11 @@ def lab_up(
     started = the_lab.up(spec)
     running = the_lab.server()
     if as_json:
-        from orchestrator.documents import document
+        from orchestrator.documents.lab import LabUp
         from orchestrator.report.screen import print_json
 
         print_json(
-            document(
-                "LabUp",
-                result="ok",
+            LabUp(
                 started=started,
                 dir=str(the_lab.root),
                 inventory=str(the_lab.inventory),
@@ -1334,10 +1329,10 @@ def lab_down(lab_dir: Path | None, as_json: bool) -> None:
     the_lab = Lab(lab_dir or default_lab_dir())
     stopped = the_lab.down()
     if as_json:
-        from orchestrator.documents import document
+        from orchestrator.documents.lab import LabDown
         from orchestrator.report.screen import print_json
 
-        print_json(document("LabDown", result="ok", dir=str(the_lab.root), stopped=stopped))
+        print_json(LabDown(dir=str(the_lab.root), stopped=stopped))
         return
     click.echo(f"stopped {len(stopped)} process(es)" + (f": {stopped}" if stopped else ""))
 
@@ -1360,14 +1355,13 @@ def lab_acceptance(container: str, scale: float, lab_dir: Path | None) -> None:
 @json_option
 def lab_status(lab_dir: Path | None, as_json: bool) -> None:
     """Hosts, containers, their state, and the servers running in them."""
-    from orchestrator.documents import document
+    from orchestrator.documents.lab import LabStatus
     from orchestrator.lab.cluster import Lab, default_lab_dir
     from orchestrator.report import screen, tables
 
     the_lab = Lab(lab_dir or default_lab_dir())
     server = the_lab.server()
-    doc = document(
-        "LabStatus",
+    doc = LabStatus(
         dir=str(the_lab.root),
         server=server["kind"],
         vllm_version=server["vllm_version"],

@@ -11,7 +11,9 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, Field
 
 from orchestrator.connections import Pool
 from orchestrator.container.server import LogRead, parse_log_read, read_log
@@ -77,24 +79,34 @@ def read_once(transport: Transport, layout: Layout, cursor: Cursor, lines: int) 
     return read
 
 
+class ContainerLog(BaseModel):
+    """One container's last lines (`log`: the file they are from), or why there are
+    none: a `note` when it has no log yet, an `error` when it could not be read."""
+
+    name: str
+    host: str
+    result: Literal["ok", "unreachable", "error"]
+    log: str | None
+    lines: list[str]
+    note: Annotated[str | None, Field(exclude_if=lambda note: note is None)] = None
+    error: Annotated[str | None, Field(exclude_if=lambda error: error is None)] = None
+
+
 @dataclass
 class Tail:
     """Each container's last lines, or why there are none."""
 
-    targets: list[dict[str, Any]] = field(default_factory=list)
+    targets: list[ContainerLog] = field(default_factory=list)
     exit_code: int = 0
 
 
-def _failure(name: str, host: str, exc: OrchError) -> dict[str, Any]:
-    result = "unreachable" if isinstance(exc, TransportError) else "error"
-    return {
-        "name": name,
-        "host": host,
-        "result": result,
-        "log": None,
-        "lines": [],
-        "error": exc.message_for(name),
-    }
+def _failure(name: str, host: str, exc: OrchError) -> ContainerLog:
+    result: Literal["unreachable", "error"] = (
+        "unreachable" if isinstance(exc, TransportError) else "error"
+    )
+    return ContainerLog(
+        name=name, host=host, result=result, log=None, lines=[], error=exc.message_for(name)
+    )
 
 
 def tail(connections: Pool, plans: dict[str, TargetPlan], lines: int) -> Tail:
@@ -115,10 +127,17 @@ def tail(connections: Pool, plans: dict[str, TargetPlan], lines: int) -> Tail:
             result.exit_code = max(result.exit_code, group.failed[name].exit_code)
             continue
         cursor, taken = group.succeeded[name]
-        entry = {"name": name, "host": host, "result": "ok", "log": cursor.path, "lines": taken}
-        if not cursor.found:
-            entry.update(log=None, note=NO_LOG)
-        result.targets.append(entry)
+        found = cursor.found
+        result.targets.append(
+            ContainerLog(
+                name=name,
+                host=host,
+                result="ok",
+                log=cursor.path if found else None,
+                lines=taken,
+                note=None if found else NO_LOG,
+            )
+        )
     return result
 
 

@@ -8,7 +8,6 @@ import dataclasses
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
 
 from pydantic import ValidationError
 
@@ -34,7 +33,12 @@ from orchestrator.discovery.writer import (
     NotRead,
     container_names,
 )
-from orchestrator.documents import document
+from orchestrator.documents.inventory import (
+    DiscoveredContainer,
+    DiscoveredNode,
+    Inventory,
+    UnreadNode,
+)
 from orchestrator.errors import (
     HostKeyError,
     InputError,
@@ -270,33 +274,33 @@ def login_settings(address: str, options: dict[str, object]) -> SshSettings:
     return SshSettings(**host.model_dump(exclude={"address", "pct_path"}))
 
 
-def discovered_document(cluster: Cluster, output: Path | None, text: str) -> dict[str, Any]:
+def discovered_document(cluster: Cluster, output: Path | None, text: str) -> Inventory:
     """`orch inventory discover --json`: the nodes read and not read, the containers
     found, and the inventory written (its text when it was printed rather than written)."""
     found = zip(container_names(cluster.containers), cluster.containers, strict=True)
-    return document(
-        "Inventory",
+    return Inventory(
         result="partial" if cluster.unread else "ok",
         node=cluster.node,
         address=cluster.address,
         nodes=[
-            {"name": node.name, "address": node.address, "jump": node.jump} for node in cluster.read
+            DiscoveredNode(name=node.name, address=node.address, jump=node.jump)
+            for node in cluster.read
         ],
         unread=[
-            {"name": name, "reason": why.summary, "detail": why.detail}
+            UnreadNode(name=name, reason=why.summary, detail=why.detail)
             for name, why in cluster.unread.items()
         ],
         output=str(output) if output else None,
         inventory=None if output else text,
         targets=[
-            {
-                "name": name,
-                "vmid": c.guest.vmid,
-                "host": c.guest.node,
-                "status": c.guest.status,
-                "address": c.config.address,
-                "gpus": list(c.config.gpu_minors),
-            }
+            DiscoveredContainer(
+                name=name,
+                vmid=c.guest.vmid,
+                host=c.guest.node,
+                status=c.guest.status,
+                address=c.config.address,
+                gpus=list(c.config.gpu_minors),
+            )
             for name, c in found
         ],
     )

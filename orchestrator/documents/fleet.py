@@ -12,6 +12,7 @@ from pydantic import BaseModel, Field
 from orchestrator.doctor import Check
 from orchestrator.documents import Document, RunResult, TargetState
 from orchestrator.drafters.findings import Finding
+from orchestrator.logs import ContainerLog
 from orchestrator.release import Applied
 
 
@@ -211,3 +212,19 @@ class Doctor(Document):
         ]
         failed = any(t.result == "error" for t in targets)
         return cls(result="needs_attention" if failed else "ok", targets=targets)
+
+
+class Logs(Document):
+    kind: Literal["Logs"] = "Logs"
+    playbook: str
+    result: RunResult
+    targets: list[ContainerLog]
+
+
+class RunLog(Document):
+    """`orch history --show RUN --json`: the run's log on this machine."""
+
+    kind: Literal["RunLog"] = "RunLog"
+    run_id: str
+    path: str
+    lines: list[str]

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import yaml
 
+from orchestrator.documents.lab import LabTarget
 from orchestrator.errors import InputError
 from orchestrator.history import state_dir
 from orchestrator.lab import pveconf, realserver, sshd, tiny_cache
@@ -247,7 +248,7 @@ class Lab:
         write_json_atomic(paths.live, {"acceptance_scale": scale})
         return paths.live
 
-    def status(self) -> list[dict]:
+    def status(self) -> list[LabTarget]:
         rows = []
         node_by_name = {n.name: n for n in self.nodes()}
         for container in self.containers():
@@ -255,16 +256,16 @@ class Lab:
             state = json.loads(paths.state.read_text())
             ssh_node = node_by_name.get(container.name) or node_by_name[container.host]
             rows.append(
-                {
-                    "name": container.name,
-                    "vmid": container.vmid,
-                    "host": container.host,
-                    "access": container.access,
-                    "ssh": f"{ssh_node.address}:{ssh_node.port}",
-                    "sshd_up": sshd.is_our_sshd(ssh_node.pid, Path(ssh_node.config)),
-                    "status": state["status"],
-                    "servers": [r["pid"] for r in server_records(paths)],
-                }
+                LabTarget(
+                    name=container.name,
+                    vmid=container.vmid,
+                    host=container.host,
+                    access=container.access,
+                    ssh=f"{ssh_node.address}:{ssh_node.port}",
+                    sshd_up=sshd.is_our_sshd(ssh_node.pid, Path(ssh_node.config)),
+                    status=state["status"],
+                    servers=[r["pid"] for r in server_records(paths)],
+                )
             )
         return rows
 

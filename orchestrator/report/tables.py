@@ -22,6 +22,7 @@ from orchestrator.documents.fleet import (
     Verified,
     Verify,
 )
+from orchestrator.documents.lab import LabStatus
 from orchestrator.documents.local import Findings, Profiles, Render, RenderedTarget
 from orchestrator.drafters.findings import Finding, Severity
 from orchestrator.drafters.kinds import get_kind
@@ -160,20 +161,20 @@ def print_plans(plans: Iterable[TargetPlan], written: dict[str, list[str]] | Non
             out.print("drafter checks: no findings")
 
 
-def print_lab_status(doc: dict[str, Any]) -> None:
+def print_lab_status(doc: LabStatus) -> None:
     """`orch lab status`: one row per container of the lab."""
     rows = [
         [
-            text(t["name"]),
-            text(str(t["vmid"])),
-            text(t["host"]),
-            text(t["access"]),
-            text(t["ssh"]),
-            text("up" if t["sshd_up"] else "down"),
-            text(t["status"]),
-            text(", ".join(f"pid {pid}" for pid in t["servers"])),
+            text(t.name),
+            text(str(t.vmid)),
+            text(t.host),
+            text(t.access),
+            text(t.ssh),
+            text("up" if t.sshd_up else "down"),
+            text(t.status),
+            text(", ".join(f"pid {pid}" for pid in t.servers)),
         ]
-        for t in doc["targets"]
+        for t in doc.targets
     ]
     columns = [
         Column("CONTAINER", identifier=True),
@@ -186,8 +187,8 @@ def print_lab_status(doc: dict[str, Any]) -> None:
         Column("SERVERS"),
     ]
     out = console()
-    kind = "the real vLLM" if doc["server"] == "vllm" else "the vLLM stand-in"
-    out.print(text(f"server: {kind} {doc['vllm_version']}"), crop=False)
+    kind = "the real vLLM" if doc.server == "vllm" else "the vLLM stand-in"
+    out.print(text(f"server: {kind} {doc.vllm_version}"), crop=False)
     out.print(fitted_table(out, columns, rows), crop=False)
 
 
