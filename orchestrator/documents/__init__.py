@@ -102,11 +102,6 @@ def jsonable(value: object, context: str | None = None) -> Any:
     return to_jsonable_python(value, context=context)
 
 
-def document(kind: Kind, **fields: Any) -> dict[str, Any]:
-    """A document of `kind`: the envelope first, then the command's own fields."""
-    return {"kind": kind, "api_version": API_VERSION, **fields}
-
-
 class Document(BaseModel):
     """The envelope: what every document starts with. Each kind's model extends it with
     its own fields, declared in the order they print."""

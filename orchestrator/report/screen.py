@@ -15,8 +15,9 @@ import sys
 import textwrap
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any, Literal, TextIO
 
+from pydantic import BaseModel
 from rich import box
 from rich.console import Console, Group, RenderableType
 from rich.measure import Measurement
@@ -24,7 +25,7 @@ from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 
-from orchestrator.documents import Document, document, jsonable, run_result
+from orchestrator.documents import Document, RunResult, jsonable, run_result
 from orchestrator.drafters.findings import Finding, Severity
 from orchestrator.secrets import mask_document
 
@@ -256,27 +257,43 @@ _WHERE = re.compile(
 _FILE = re.compile(r"^(?P<file>[^\s:]*[/.][^\s:]*): (?P<message>.*)$")
 
 
-def error_entries(message: str) -> list[dict[str, Any]]:
-    """An error's lines as `file`, `line`, `column`, `field`, `message` (None where a
-    line does not say): `inventory.yaml:12:5: containers.ct200.vmid: ...`."""
+class ErrorLine(BaseModel):
+    """One line of an error, with where it points (None where the line does not say):
+    `inventory.yaml:12:5: containers.ct200.vmid: ...`."""
+
+    file: str | None
+    line: int | None
+    column: int | None
+    field: str | None
+    message: str
+
+
+class Error(Document):
+    """The one document a `--json` command prints when it stops before its own."""
+
+    kind: Literal["Error"] = "Error"
+    result: RunResult
+    message: str
+    errors: list[ErrorLine]
+
+
+def error_entries(message: str) -> list[ErrorLine]:
+    """An error's lines, each with where it points."""
     entries = []
     for text_line in filter(None, message.splitlines()):
         found = _WHERE.match(text_line) or _FILE.match(text_line)
         parts = found.groupdict() if found else {"message": text_line}
         entries.append(
-            {
-                "file": parts.get("file"),
-                "line": int(parts["line"]) if parts.get("line") else None,
-                "column": int(parts["column"]) if parts.get("column") else None,
-                "field": parts.get("field"),
-                "message": parts["message"],
-            }
+            ErrorLine(
+                file=parts.get("file"),
+                line=int(parts["line"]) if parts.get("line") else None,
+                column=int(parts["column"]) if parts.get("column") else None,
+                field=parts.get("field"),
+                message=parts["message"],
+            )
         )
     return entries
 
 
-def error_document(message: str, exit_code: int) -> dict[str, Any]:
-    """The one document a `--json` command prints when it stops before its own."""
-    return document(
-        "Error", result=run_result(exit_code), message=message, errors=error_entries(message)
-    )
+def error_document(message: str, exit_code: int) -> Error:
+    return Error(result=run_result(exit_code), message=message, errors=error_entries(message))
