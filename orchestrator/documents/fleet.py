@@ -23,6 +23,13 @@ class FleetTarget(BaseModel):
     host: str
 
 
+class FleetDocument(Document):
+    """What a fleet read's document says first: the playbook read for and the result."""
+
+    playbook: str
+    result: RunResult
+
+
 class Unreached(FleetTarget):
     """A container the read did not get through to (`unlock` says `error`: it stops
     nothing else)."""
@@ -76,10 +83,8 @@ class UnreachedStatus(FleetTarget):
     error: str
 
 
-class Status(Document):
+class Status(FleetDocument):
     kind: Literal["Status"] = "Status"
-    playbook: str
-    result: RunResult
     state: TargetState
     """The fleet's: the most pressing of its containers' states."""
     targets: list[StatusTarget | UnreachedStatus]
@@ -125,10 +130,8 @@ class ReleasesTarget(FleetTarget):
     """Newest first."""
 
 
-class Releases(Document):
+class Releases(FleetDocument):
     kind: Literal["Releases"] = "Releases"
-    playbook: str
-    result: RunResult
     runs: list[RecordedFleetRun]
     """Newest first."""
     targets: list[ReleasesTarget | Unreached]
@@ -163,10 +166,8 @@ class Verified(VerifyTarget):
     """The deploy that applies what the playbook now renders differently."""
 
 
-class Verify(Document):
+class Verify(FleetDocument):
     kind: Literal["Verify"] = "Verify"
-    playbook: str
-    result: RunResult
     targets: list[Verified | NothingToVerify | Unreached]
 
 
@@ -175,10 +176,8 @@ class Unlocked(FleetTarget):
     removed_lock: LockHolder
 
 
-class Unlock(Document):
+class Unlock(FleetDocument):
     kind: Literal["Unlock"] = "Unlock"
-    playbook: str
-    result: RunResult
     targets: list[Unlocked | Unreached]
 
 
@@ -214,10 +213,8 @@ class Doctor(Document):
         return cls(result="needs_attention" if failed else "ok", targets=targets)
 
 
-class Logs(Document):
+class Logs(FleetDocument):
     kind: Literal["Logs"] = "Logs"
-    playbook: str
-    result: RunResult
     targets: list[ContainerLog]
 
 
