@@ -29,7 +29,7 @@ from orchestrator.deploy import Options, ShowDiff, TargetRun
 from orchestrator.documents import TargetState
 from orchestrator.documents.fleet import (
     Deploying,
-    KeptRelease,
+    KeptReleaseEntry,
     LeftOn,
     NothingToVerify,
     RecordedFleetRun,
@@ -525,7 +525,7 @@ def releases(inputs: Inputs, connect: Connect = SSH) -> tuple[Releases, int]:
             host=plan.host,
             current=record.current,
             kept=[
-                KeptRelease(
+                KeptReleaseEntry(
                     release=k.release,
                     created=k.created,
                     made_by_run=k.run_id,

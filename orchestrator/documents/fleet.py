@@ -113,7 +113,7 @@ class RecordedFleetRun(BaseModel):
     targets: list[LeftOn]
 
 
-class KeptRelease(BaseModel):
+class KeptReleaseEntry(BaseModel):
     """A release dir kept on a container, and whether a listed run left it current."""
 
     release: str
@@ -126,7 +126,7 @@ class KeptRelease(BaseModel):
 class ReleasesTarget(FleetTarget):
     result: Literal["ok"] = "ok"
     current: str | None
-    kept: list[KeptRelease]
+    kept: list[KeptReleaseEntry]
     """Newest first."""
 
 
