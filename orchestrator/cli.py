@@ -16,7 +16,7 @@ from orchestrator.errors import InputError, NeedsAttention, OrchError
 from orchestrator.lab.paths import DEFAULT_TOKENS_PER_SECOND
 
 if TYPE_CHECKING:
-    from orchestrator.documents import Document
+    from orchestrator.documents.fleet import FleetDocument
     from orchestrator.documents.runs import DeployRun
     from orchestrator.documents.watch import Watch as WatchRound
     from orchestrator.lifecycle import Action
@@ -541,12 +541,12 @@ def verify_config(
     sys.exit(1 if screen.has_errors(findings) else 0)
 
 
-FleetDocument = TypeVar("FleetDocument", bound="Document")
+ReadDocument = TypeVar("ReadDocument", bound="FleetDocument")
 
 
 def _fleet_read(
-    operation: Callable[[Any, Any], tuple[FleetDocument, int]],
-    printer: Callable[[FleetDocument, Any], None],
+    operation: Callable[[Any, Any], tuple[ReadDocument, int]],
+    printer: Callable[[ReadDocument, Any], None],
     playbook: str,
     inventory_path: Path,
     limit: tuple[str, ...],

@@ -1,7 +1,7 @@
 """The documents of the commands that read every container of a fleet: status,
-releases, verify-config, unlock (which removes a lock, nothing else) and doctor. Each
-lists its containers under `targets`, name (and host) first; one the read did not get
-through to says what stopped it."""
+releases, verify-config, unlock (which removes a lock, nothing else), doctor and logs;
+and a run's own log (RunLog). Each lists its containers under `targets`, name (and
+host) first; one the read did not get through to says what stopped it."""
 
 from __future__ import annotations
 
