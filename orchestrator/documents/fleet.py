@@ -39,8 +39,8 @@ class Unreached(FleetTarget):
 
 
 AuditSummary = dict[str, Any] | None
-"""A summary of the container's audit log (container/audit.py): its keys are the
-audit lines' own, which versions of orch extend."""
+"""A run as the container's audit log records it (container/audit.py): its values are
+given as the version of orch that wrote the line recorded them, numbers included."""
 
 LockHolder = dict[str, Any] | None
 """A lock's owner as `container.lock.lock_holder` gives it: who, from where, since
