@@ -18,7 +18,7 @@ from orchestrator.lab.paths import DEFAULT_TOKENS_PER_SECOND
 if TYPE_CHECKING:
     from orchestrator.documents.fleet import FleetDocument
     from orchestrator.documents.runs import DeployRun
-    from orchestrator.documents.watch import Watch as WatchRound
+    from orchestrator.documents.watch import Watch
     from orchestrator.lifecycle import Action
 
 EXIT_CODES = """Exit codes: 0 success; 1 the change did not pass its gate or checks (rolled back
@@ -723,7 +723,7 @@ def watch(
     every, span = seconds(interval, "--interval"), seconds(window, "--window")
     inputs = cli_commands.load(playbook, inventory_path, list(limit), list(assignments))
 
-    def emit(doc: WatchRound) -> None:
+    def emit(doc: Watch) -> None:
         if as_json:
             click.echo(json.dumps(jsonable(doc)))
             return
@@ -736,14 +736,14 @@ def watch(
         ssh(accept_new_host_keys)(inputs.inventory, None) as connections,
         _stop_on_signals() as stop,
     ):
-        the_watch = live.Watch(
+        watcher = live.Watcher(
             inputs.playbook.name,
             inputs.plans,
             connections.container,
             inputs.playbook.gate,
             span,
         )
-        code = live.watch(the_watch, every, once, emit, stop.wait)
+        code = live.watch(watcher, every, once, emit, stop.wait)
     sys.exit(code if once else 0)
 
 

@@ -19,8 +19,7 @@ from datetime import UTC, datetime
 
 from orchestrator.deadline import Deadline
 from orchestrator.documents import run_result
-from orchestrator.documents.watch import Acceptance, Thresholds, WatchEntry
-from orchestrator.documents.watch import Watch as WatchRound
+from orchestrator.documents.watch import Acceptance, Thresholds, Watch, WatchEntry
 from orchestrator.errors import NeedsAttention
 from orchestrator.fanout import READ_PARALLEL, fan_out
 from orchestrator.gate import SCRAPE_SECONDS, ScrapeFailed, scrape
@@ -152,7 +151,7 @@ class Watched:
         )
 
 
-class Watch:
+class Watcher:
     """Rounds of scrapes over a fleet, each turned into one `Watch` document."""
 
     def __init__(
@@ -167,7 +166,7 @@ class Watch:
         self.window_seconds = window_seconds
         self.watched = {p.container: Watched(p, Window(window_seconds)) for p in plans}
 
-    def round(self) -> WatchRound:
+    def round(self) -> Watch:
         """Scrape every container once (side by side) and judge its window."""
 
         def one(name: str) -> tuple[SpecDecodeCounters | None, float]:
@@ -192,9 +191,9 @@ class Watch:
     def exit_code(self) -> int:
         return max((EXIT_CODES.get(w.state, 0) for w in self.watched.values()), default=0)
 
-    def document(self) -> WatchRound:
+    def document(self) -> Watch:
         gate = self.gate
-        return WatchRound(
+        return Watch(
             playbook=self.playbook,
             result=run_result(self.exit_code()),
             time=datetime.now(UTC).isoformat(timespec="seconds"),
@@ -209,10 +208,10 @@ class Watch:
 
 
 def watch(
-    the_watch: Watch,
+    watcher: Watcher,
     interval: float,
     once: bool,
-    emit: Callable[[WatchRound], None],
+    emit: Callable[[Watch], None],
     stop: Callable[[float], bool],
 ) -> int:
     """Scrape every `interval` seconds. With `once`: for one window, then emit its one
@@ -220,15 +219,15 @@ def watch(
     when asked to stop). Returns the exit code of the last round."""
     started = time.monotonic()
     while True:
-        last = the_watch.round()
+        last = watcher.round()
         if once:
-            if time.monotonic() - started >= the_watch.window_seconds:
+            if time.monotonic() - started >= watcher.window_seconds:
                 emit(last)
-                return the_watch.exit_code()
+                return watcher.exit_code()
         else:
             emit(last)
         if stop(interval):
-            return the_watch.exit_code()
+            return watcher.exit_code()
 
 
 MARKS = {
@@ -240,7 +239,7 @@ MARKS = {
 }
 
 
-def lines(doc: WatchRound) -> list[str]:
+def lines(doc: Watch) -> list[str]:
     """One line per container of a `Watch` document, the mark first after its name."""
     limits = doc.thresholds
     position1_min = limits.min_position1_acceptance

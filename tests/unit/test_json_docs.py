@@ -1,5 +1,5 @@
 """Every example document in docs/json.md holds to the contract the code prints
-(documents.py), so the page and the code cannot drift apart."""
+(orchestrator/documents/), so the page and the code cannot drift apart."""
 
 from __future__ import annotations
 
