@@ -12,9 +12,10 @@ starts `python -m vllm.entrypoints.openai.api_server` on 127.0.0.1, times /healt
 the process start (refused, then 200), sends 12 completions of 64 tokens per temperature
 (0, 0.7, 1.0; `ignore_eos`) and prints the mean acceptance length and per-position
 acceptance from the /metrics counter deltas. Last, with transformers on the same target
-along its greedy continuations of the same prompts: the mean top-1 probability at 0.05 to
-10 (TOP1_TEMPERATURES), which is what vLLM's rejection sampler keeps of a greedy-aligned
-draft, and the stand-in's `lab/acceptance.TOP1_BY_TEMPERATURE`.
+along its greedy continuations of the same prompts: the mean top-1 probability at each
+temperature of the stand-in's `lab/acceptance.TOP1_BY_TEMPERATURE` (0.05 to 10), which is
+what vLLM's rejection sampler keeps of a greedy-aligned draft, beside the value the
+stand-in keeps.
 Every server is stopped by its process group.
 """
 
@@ -33,11 +34,12 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from orchestrator.lab.acceptance import TOP1_BY_TEMPERATURE
+
 ROOT = Path(__file__).resolve().parent.parent
 PORT = 18290
 K = 3
 TEMPERATURES = (0.0, 0.7, 1.0)
-TOP1_TEMPERATURES = (0.05, 0.3, 0.7, 1.0, 2.0, 5.0, 10.0)
 PROMPTS = (
     "The gate probes the server with short prompts",
     "Every deploy writes a release and verifies it",
@@ -200,13 +202,24 @@ def main() -> None:
             measure(python, models, drafter, port)
         target = str(models / "tiny-target")
         top1 = subprocess.run(
-            [str(python), "-c", TOP1, target, json.dumps(PROMPTS), json.dumps(TOP1_TEMPERATURES)],
+            [
+                str(python),
+                "-c",
+                TOP1,
+                target,
+                json.dumps(PROMPTS),
+                json.dumps([t for t, _ in TOP1_BY_TEMPERATURE]),
+            ],
             check=True,
             capture_output=True,
             text=True,
         ).stdout
-        for temperature, value in json.loads(top1.splitlines()[-1]).items():
-            print(f"tiny-target: mean top-1 probability at temperature {temperature}: {value:.3f}")
+        measured = json.loads(top1.splitlines()[-1])
+        for temperature, kept in TOP1_BY_TEMPERATURE:
+            print(
+                f"tiny-target: mean top-1 probability at temperature {temperature}: "
+                f"{measured[str(temperature)]:.4f} (the stand-in keeps {kept})"
+            )
 
 
 if __name__ == "__main__":

@@ -109,8 +109,8 @@ def started(work: Callable[[], T]) -> Future[T]:
 def gather(transport: Transport, plan: TargetPlan, nvidia_smi: str) -> Facts:
     """Three commands (the two model dirs, then the small facts together), when no
     server of ours runs one probe of the port, and beside them all the server's own dry
-    run, which imports vLLM (15-35 s on a CPU) and says its version; `vllm --version`,
-    another import, runs only when the dry run could not say."""
+    run, which imports vLLM (15-35 s on a CPU) and says its version; `vllm --version`
+    runs after it only when the dry run could not run or find a version."""
     launch = read_launch(plan.files[LAUNCH_SCRIPT].decode("utf-8", "replace"), plan.release_id)
     server_said = started(
         lambda: ask_server(transport, plan, launch) if launch.executable else None

@@ -27,6 +27,7 @@ vLLM runs, so vLLM's logging cannot corrupt it).
 """
 
 import contextlib
+import importlib.metadata
 import inspect
 import io
 import json
@@ -127,12 +128,17 @@ class WarningLog(logging.Handler):
 
 
 def version():
+    """vLLM's own version, else its package metadata's (a vLLM that fails to import still
+    has a version to judge it by, as `vllm --version` falls back to the same)."""
     try:
         import vllm  # type: ignore[import-not-found]
 
         return str(getattr(vllm, "__version__", ""))
     except BaseException as exc:
-        return "unimportable: " + describe(exc)
+        try:
+            return importlib.metadata.version("vllm")
+        except importlib.metadata.PackageNotFoundError:
+            return "unimportable: " + describe(exc)
 
 
 def describe(exc):

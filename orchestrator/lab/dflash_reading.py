@@ -176,7 +176,8 @@ MTP_LAYER_FIELDS = ("mtp_num_hidden_layers", "num_nextn_predict_layers")
 """Where a target declares its MTP layers (0.34.0 `config/speculative.py:833-948`,
 `:1038`)."""
 UNSET_BUILDS_ONE = ("qwen3_5", "qwen3_5_moe", "qwen3_5_text", "qwen3_5_moe_text")
-"""Model types whose MTP model builds one layer when the config declares none:
+"""The qwen3_5 family (the lab's Qwen3.6-27B target), whose MTP model builds one layer
+when the config declares none:
 `getattr(config, "mtp_num_hidden_layers", 1)` (0.32.0 `models/qwen3_5_mtp.py:82`, 0.34.0
 `:84`), and transformers 5.19.0's Qwen3_5TextConfig has no such field to default it."""
 

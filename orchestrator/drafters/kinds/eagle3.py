@@ -90,7 +90,8 @@ class WeightFlag:
     """A norm flag that adds a weight to the head: the weights say how it was trained."""
 
     weight: str
-    """What vLLM matches in a weight's name (llama_eagle3.py:442-443)."""
+    """The weight's name prefix: `input_norm.` is matched by name (llama_eagle3.py:442-443),
+    `fc_norm.` is a module that exists only with its flag (llama_eagle3.py:231-240)."""
     overridden_by: str | None
     """A key of the served head that wins over the flag when present."""
     without_flag: str
@@ -596,7 +597,7 @@ def _fc_weight(c: _Inputs, tensors: dict[str, dict]) -> Iterator[Finding]:
 def _width_path(c: _Inputs, key: str) -> str:
     if key == "the default":
         return c.path("num_aux_hidden_states")
-    return key if key == NESTED_IDS else c.path(key)
+    return c.path(key)
 
 
 def _layer_ids(c: _Inputs) -> Iterator[Finding]:

@@ -29,6 +29,9 @@ class Family:
     source: str
     unset_builds: int | None
     """MTP layers vLLM builds when the key is unset (None: not known to build any)."""
+    unset_checked: bool = False
+    """Whether, unset, num_speculative_tokens is still checked against that count (the
+    config class defaults it, so vLLM's n_predict has it)."""
 
 
 _DOCUMENT = read_key_document(__package__, "mtp_keys.json")
@@ -101,10 +104,11 @@ def _layers(c: CheckInputs) -> Iterator[Finding]:
     if layers is None:
         built = family.unset_builds
         what = f"vLLM builds {built} MTP layer" if built else "vLLM does not know how many"
+        against = f"against {built}" if family.unset_checked else "against nothing"
         yield Finding.warning(
             family.key,
             f"{family.key} is not set: {what} ({source}) and checks num_speculative_tokens "
-            "against nothing; make sure the checkpoint holds the MTP layers' weights and set "
+            f"{against}; make sure the checkpoint holds the MTP layers' weights and set "
             "the count it has",
             expected="the checkpoint's MTP layer count",
         )
