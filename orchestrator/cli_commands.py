@@ -207,12 +207,12 @@ def _run_fields(
     )
 
 
-def _remember(document: Run, command: str, user: str, keep_changes: bool = False) -> None:
+def _remember(document: Run, command: str, user: str) -> None:
     """History is a record, not the change: failing to write it only warns. A run this
     one recovered (it died in its switch, before its own row) is recorded too, as the
     containers' records show it: interrupted, and where its recovery left each."""
     try:
-        History().record(document, command, user, keep_changes)
+        History().record(document, command, user)
         for interrupted in _recovered_runs(document):
             History().record_if_missing(interrupted, "deploy", user)
     except NeedsAttention as exc:
@@ -313,7 +313,7 @@ def deploy(
     )
     _close_log(log, document, code)
     if not options.dry_run:
-        _remember(document, "deploy", options.user, keep_changes=True)
+        _remember(document, "deploy", options.user)
     return document, code
 
 

@@ -13,10 +13,7 @@ GPU memory, the port, free disk under the state dir. Every failure carries its f
 
 from __future__ import annotations
 
-from typing import Annotated
-
-import pydantic
-from pydantic import Field
+from typing import Final
 
 from orchestrator import preflight, secrets
 from orchestrator.connections import SSH, Connect, Pool
@@ -29,6 +26,8 @@ from orchestrator.container.host import (
 )
 from orchestrator.discovery import commands as proxmox
 from orchestrator.discovery.facts import parse_guest_config
+from orchestrator.documents import CheckStatus
+from orchestrator.documents.fleet import Check
 from orchestrator.drafters.findings import Severity
 from orchestrator.errors import HostKeyError, InputError, OrchError, TransportError
 from orchestrator.inventory import Inventory
@@ -39,17 +38,9 @@ from orchestrator.transport.base import Transport
 from orchestrator.transport.pct import PctTransport, pct_refusal
 
 DEFAULT_NVIDIA_SMI = "/usr/bin/nvidia-smi"
-OK, FAIL, INFO = "ok", "fail", "info"
-
-
-@pydantic.dataclasses.dataclass(frozen=True)
-class Check:
-    target: Annotated[str, Field(exclude=True)]
-    """The host or container checked: the doctor's document lists its checks under it."""
-    check: str
-    status: str  # ok | fail | info (informational, never fails the doctor)
-    detail: str
-    fix: str = ""
+OK: Final = "ok"
+FAIL: Final = "fail"
+INFO: Final = "info"
 
 
 def _plan_failed(target: str, exc: InputError) -> Check:
@@ -229,7 +220,7 @@ class Doctor:
         )
         for finding in findings:
             expected = "" if finding.expected is None else f"expected {finding.expected}"
-            status = FAIL if finding.severity == Severity.ERROR else INFO
+            status: CheckStatus = FAIL if finding.severity == Severity.ERROR else INFO
             checks.append(Check(name, finding.field, status, finding.message, expected))
         if not any(f.field.startswith(("target", "drafter")) for f in findings):
             weights = sum(n.endswith(".safetensors") for n in facts.target.sizes)

@@ -53,12 +53,9 @@ class History:
         connection.execute(SCHEMA)
         return connection
 
-    def record(
-        self, document: Run | InterruptedRun, command: str, user: str, keep_changes: bool = False
-    ) -> None:
-        """`keep_changes`: each target's record keeps the diff of the files (deploys)."""
+    def record(self, document: Run | InterruptedRun, command: str, user: str) -> None:
         try:
-            self._insert(document, command, user, keep_changes=keep_changes)
+            self._insert(document, command, user)
         except (sqlite3.Error, OSError) as exc:
             raise NeedsAttention(f"could not record the run in {self.path}: {exc}") from None
 
@@ -76,9 +73,9 @@ class History:
         command: str,
         user: str,
         verb: str = "INSERT OR REPLACE",
-        keep_changes: bool = False,
     ) -> None:
-        recorded = jsonable(document, KEEP_CHANGES if keep_changes else None)
+        """A deploy's targets keep the diff of the files they read (`orch report`)."""
+        recorded = jsonable(document, KEEP_CHANGES if document.kind == "DeployRun" else None)
         with closing(self._connect()) as db, db:
             db.execute(
                 f"{verb} INTO runs VALUES (?, ?, ?, ?, ?, ?, ?)",

@@ -11,13 +11,12 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Annotated, Literal
-
-from pydantic import BaseModel, Field
+from typing import Literal
 
 from orchestrator.connections import Pool
 from orchestrator.container.server import LogRead, parse_log_read, read_log
 from orchestrator.container.shell import run_step
+from orchestrator.documents.fleet import ContainerLog
 from orchestrator.errors import OrchError, TransportError
 from orchestrator.fanout import READ_PARALLEL, fan_out
 from orchestrator.layout import Layout
@@ -77,19 +76,6 @@ def read_once(transport: Transport, layout: Layout, cursor: Cursor, lines: int) 
     if read.mode == "tail":
         read_secrets(transport, layout.current)
     return read
-
-
-class ContainerLog(BaseModel):
-    """One container's last lines (`log`: the file they are from), or why there are
-    none: a `note` when it has no log yet, an `error` when it could not be read."""
-
-    name: str
-    host: str
-    result: Literal["ok", "unreachable", "error"]
-    log: str | None
-    lines: list[str]
-    note: Annotated[str | None, Field(exclude_if=lambda note: note is None)] = None
-    error: Annotated[str | None, Field(exclude_if=lambda error: error is None)] = None
 
 
 @dataclass

@@ -8,13 +8,10 @@ from typing import Annotated, Any
 import pydantic
 from pydantic import Field, SerializationInfo, SerializerFunctionWrapHandler, model_serializer
 
-from orchestrator.documents import KEEP_CHANGES
+from orchestrator.documents import KEEP_CHANGES, OnlyWhenSet
 from orchestrator.drafters.findings import Finding
 from orchestrator.durations import Seconds
 from orchestrator.gate import GateReport
-
-Excluded = Field(exclude=True)
-OnlyWhenSet = Field(exclude_if=lambda value: value is None)
 
 
 @pydantic.dataclasses.dataclass
@@ -40,8 +37,8 @@ class Outcome:
     """With --diff: `diff -u` of current vs new ("" = no change)."""
     replaced: Annotated[dict[str, Any] | None, OnlyWhenSet] = None
     """With `deploy --replace`: the other playbook's server it stopped, and what became of it."""
-    exit_code: Annotated[int, Excluded] = 0
-    changes: Annotated[str | None, Excluded] = None
+    exit_code: Annotated[int, Field(exclude=True)] = 0
+    changes: Annotated[str | None, Field(exclude=True)] = None
     """The same diff, read on every deploy: kept in the local history for `orch report`."""
 
     @model_serializer(mode="wrap")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 from pydantic_core import to_jsonable_python
 
 API_VERSION: Final = "orch/v1"
@@ -102,6 +102,10 @@ def jsonable(value: object, context: str | None = None) -> Any:
     return to_jsonable_python(value, context=context)
 
 
+OnlyWhenSet = Field(exclude_if=lambda value: value is None)
+"""A field a document prints only when it has a value (`None`: the key is left out)."""
+
+
 class Document(BaseModel):
     """The envelope: what every document starts with. Each kind's model extends it with
     its own fields, declared in the order they print."""
@@ -131,3 +135,23 @@ class AnyDocument(Document):
     result: RunResult | None = None
     state: TargetState | None = None
     targets: list[TargetEntry] | None = None
+
+
+class ErrorLine(BaseModel):
+    """One line of an error, with where it points (None where the line does not say):
+    `inventory.yaml:12:5: containers.ct200.vmid: ...`."""
+
+    file: str | None
+    line: int | None
+    column: int | None
+    field: str | None
+    message: str
+
+
+class Error(Document):
+    """The one document a `--json` command prints when it stops before its own."""
+
+    kind: Literal["Error"] = "Error"
+    result: RunResult
+    message: str
+    errors: list[ErrorLine]

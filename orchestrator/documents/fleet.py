@@ -7,13 +7,36 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
+import pydantic
 from pydantic import BaseModel, Field
 
-from orchestrator.doctor import Check
-from orchestrator.documents import Document, RunResult, TargetState
+from orchestrator.documents import CheckStatus, Document, OnlyWhenSet, RunResult, TargetState
 from orchestrator.drafters.findings import Finding
-from orchestrator.logs import ContainerLog
 from orchestrator.release import Applied
+
+
+@pydantic.dataclasses.dataclass(frozen=True)
+class Check:
+    target: Annotated[str, Field(exclude=True)]
+    """The host or container checked: the doctor's document lists its checks under it."""
+    check: str
+    status: CheckStatus
+    """`info`: informational, never fails the doctor."""
+    detail: str
+    fix: str = ""
+
+
+class ContainerLog(BaseModel):
+    """One container's last lines (`log`: the file they are from), or why there are
+    none: a `note` when it has no log yet, an `error` when it could not be read."""
+
+    name: str
+    host: str
+    result: Literal["ok", "unreachable", "error"]
+    log: str | None
+    lines: list[str]
+    note: Annotated[str | None, OnlyWhenSet] = None
+    error: Annotated[str | None, OnlyWhenSet] = None
 
 
 class FleetTarget(BaseModel):
@@ -71,7 +94,7 @@ class StatusTarget(FleetTarget):
     interrupted: str | None
     health: int | None
     """/health's status; None when the server is not running or did not answer."""
-    error: Annotated[str | None, Field(exclude_if=lambda error: error is None)] = None
+    error: Annotated[str | None, OnlyWhenSet] = None
     """Only when `current` names a release whose dir is missing."""
     state: TargetState
 
@@ -141,7 +164,7 @@ class VerifyTarget(FleetTarget):
     """What every checked container says first: a run interrupted there (only when one
     was), and its current release."""
 
-    interrupted: Annotated[str | None, Field(exclude_if=lambda found: found is None)] = None
+    interrupted: Annotated[str | None, OnlyWhenSet] = None
     release: str | None
 
 
@@ -162,7 +185,7 @@ class Verified(VerifyTarget):
     playbook_differs: list[str]
     findings: list[Finding]
     result: Literal["ok", "drift"]
-    apply_with: Annotated[str | None, Field(exclude_if=lambda command: command is None)] = None
+    apply_with: Annotated[str | None, OnlyWhenSet] = None
     """The deploy that applies what the playbook now renders differently."""
 
 

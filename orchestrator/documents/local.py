@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 
-from orchestrator.documents import Document
+from orchestrator.documents import Document, OnlyWhenSet
 from orchestrator.drafters.findings import Finding
 from orchestrator.explain import Entry
 from orchestrator.verify import Judged
@@ -42,7 +42,7 @@ class RenderedTarget(BaseModel):
     files: dict[str, str]
     """Each file's text, by name."""
     findings: list[Finding]
-    written: Annotated[list[str] | None, Field(exclude_if=lambda paths: paths is None)] = None
+    written: Annotated[list[str] | None, OnlyWhenSet] = None
     """With --output: the local files they went to."""
 
 

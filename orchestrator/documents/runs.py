@@ -6,15 +6,16 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
+import pydantic
 from pydantic import BaseModel, Field
 
-from orchestrator.connections import ConnectionUsage
-from orchestrator.documents import Document, RunResult
+from orchestrator.documents import Document, OnlyWhenSet, RunResult
 from orchestrator.hooks import HookResult
 from orchestrator.lifecycle import Action
 from orchestrator.outcome import Outcome
 from orchestrator.rollout import RolloutRun
 from orchestrator.runs import Resolution
+from orchestrator.transport.sessions import SessionUse
 
 Warnings = Annotated[list[str], Field(exclude_if=lambda warnings: not warnings)]
 """What went wrong beside the run (its log or history could not be written): only
@@ -22,6 +23,24 @@ when something did."""
 
 HookResults = Annotated[list[HookResult], Field(exclude_if=lambda ran: not ran)]
 """The playbook's hooks that ran after the run: only when some did."""
+
+
+@pydantic.dataclasses.dataclass(frozen=True)
+class ConnectionUsage:
+    """One SSH connection's use in a run, as its document lists it: `waited` commands
+    queued for a session slot, `refused` opens sshd refused and that were tried again."""
+
+    endpoint: str
+    address: str
+    connections: int
+    max_sessions: int
+    peak_sessions: int
+    waited: int
+    refused: int
+
+    @classmethod
+    def of(cls, endpoint: str, address: str, use: SessionUse) -> ConnectionUsage:
+        return cls(endpoint, address, 1, use.limit, use.peak, use.waited, use.refused)
 
 
 class RunDocument(Document):
@@ -60,7 +79,7 @@ class ServerRun(RunDocument):
 
 class RollbackRun(RunDocument):
     kind: Literal["RollbackRun"] = "RollbackRun"
-    to: Annotated[Resolution | None, Field(exclude_if=lambda to: to is None)] = None
+    to: Annotated[Resolution | None, OnlyWhenSet] = None
     """With `--to`: what it named, and whose state it restores."""
     log: str | None = None
     warnings: Warnings = []

@@ -9,9 +9,8 @@ from typing import Any
 from rich.console import Console, Group, RenderableType
 from rich.text import Text
 
-from orchestrator.connections import ConnectionUsage
 from orchestrator.documents import jsonable
-from orchestrator.documents.runs import DeployRun, RollbackRun, Run
+from orchestrator.documents.runs import ConnectionUsage, DeployRun, RollbackRun, Run
 from orchestrator.gate import SOURCES
 from orchestrator.outcome import Outcome
 from orchestrator.probes.sampling import describe

@@ -15,9 +15,8 @@ import sys
 import textwrap
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from pydantic import BaseModel
 from rich import box
 from rich.console import Console, Group, RenderableType
 from rich.measure import Measurement
@@ -25,7 +24,7 @@ from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 
-from orchestrator.documents import Document, RunResult, jsonable, run_result
+from orchestrator.documents import Document, Error, ErrorLine, jsonable, run_result
 from orchestrator.drafters.findings import Finding, Severity
 from orchestrator.secrets import mask_document
 
@@ -244,10 +243,10 @@ def words(value: str) -> str:
     return value.replace("_", " ")
 
 
-def print_json(doc: Document | dict[str, Any]) -> None:
+def print_json(doc: Document) -> None:
     """One document of the contract (documents/) on stdout, secrets masked in its
     strings (before JSON escapes them)."""
-    print(json.dumps(mask_document(jsonable(doc)), indent=2, default=str))
+    print(json.dumps(mask_document(jsonable(doc)), indent=2))
 
 
 _WHERE = re.compile(
@@ -255,26 +254,6 @@ _WHERE = re.compile(
     r"(?:(?P<field>[A-Za-z0-9_.\[\]-]+): )?(?P<message>.*)$"
 )
 _FILE = re.compile(r"^(?P<file>[^\s:]*[/.][^\s:]*): (?P<message>.*)$")
-
-
-class ErrorLine(BaseModel):
-    """One line of an error, with where it points (None where the line does not say):
-    `inventory.yaml:12:5: containers.ct200.vmid: ...`."""
-
-    file: str | None
-    line: int | None
-    column: int | None
-    field: str | None
-    message: str
-
-
-class Error(Document):
-    """The one document a `--json` command prints when it stops before its own."""
-
-    kind: Literal["Error"] = "Error"
-    result: RunResult
-    message: str
-    errors: list[ErrorLine]
 
 
 def error_entries(message: str) -> list[ErrorLine]:

@@ -46,7 +46,7 @@ from orchestrator.report.screen import (
 )
 
 if TYPE_CHECKING:
-    from orchestrator.doctor import Check
+    from orchestrator.documents.fleet import Check
     from orchestrator.documents.history import History
     from orchestrator.drafters.profiles import Profile
     from orchestrator.plan import TargetPlan

@@ -17,7 +17,8 @@ from orchestrator.container.host import (
     parse_sshd_limits,
     sshd_limits,
 )
-from orchestrator.doctor import Check, Doctor, exit_code
+from orchestrator.doctor import Doctor, exit_code
+from orchestrator.documents.fleet import Check
 from orchestrator.errors import NeedsAttention
 from orchestrator.inventory import Inventory
 from orchestrator.playbook import find_playbook
