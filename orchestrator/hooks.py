@@ -26,17 +26,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import pydantic
-
 from orchestrator.documents import jsonable
-from orchestrator.durations import Seconds
+from orchestrator.documents.runs import DeployRun, HookResult, RollbackRun, Run
 from orchestrator.errors import CheckFailed
 from orchestrator.playbook import Playbook
 
 if TYPE_CHECKING:
     from orchestrator.cli_commands import Inputs
     from orchestrator.deploy import Options
-    from orchestrator.documents.runs import DeployRun, RollbackRun, Run
 
 OUTPUT_CHARS = 2000
 """The end of a hook's output kept for the report (its whole output is not orch's)."""
@@ -53,25 +50,6 @@ class RunFacts:
     inventory: str
     containers: list[str]
     user: str
-
-
-@pydantic.dataclasses.dataclass(frozen=True)
-class HookResult:
-    event: str
-    argv: list[str]
-    exit_code: int | None
-    """None when it did not run to an exit (could not start, or killed at its timeout)."""
-    seconds: Seconds
-    error: str | None
-    output: str
-
-    @property
-    def ok(self) -> bool:
-        return self.exit_code == 0
-
-    def summary(self) -> str:
-        what = self.error or f"exit {self.exit_code}"
-        return f"hook {self.event} ({self.argv[0]}): {what} after {self.seconds:.1f} s"
 
 
 def environment(event: str, facts: RunFacts, document: Run | None) -> dict[str, str]:

@@ -10,7 +10,7 @@ import pydantic
 from pydantic import BaseModel, Field
 
 from orchestrator.documents import Document, OnlyWhenSet, RunResult
-from orchestrator.hooks import HookResult
+from orchestrator.durations import Seconds
 from orchestrator.lifecycle import Action
 from orchestrator.outcome import Outcome
 from orchestrator.rollout import RolloutRun
@@ -20,6 +20,26 @@ from orchestrator.transport.sessions import SessionUse
 Warnings = Annotated[list[str], Field(exclude_if=lambda warnings: not warnings)]
 """What went wrong beside the run (its log or history could not be written): only
 when something did."""
+
+
+@pydantic.dataclasses.dataclass(frozen=True)
+class HookResult:
+    event: str
+    argv: list[str]
+    exit_code: int | None
+    """None when it did not run to an exit (could not start, or killed at its timeout)."""
+    seconds: Seconds
+    error: str | None
+    output: str
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0
+
+    def summary(self) -> str:
+        what = self.error or f"exit {self.exit_code}"
+        return f"hook {self.event} ({self.argv[0]}): {what} after {self.seconds:.1f} s"
+
 
 HookResults = Annotated[list[HookResult], Field(exclude_if=lambda ran: not ran)]
 """The playbook's hooks that ran after the run: only when some did."""
