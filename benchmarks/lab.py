@@ -25,8 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from orchestrator.container.release import make_drafter_view
 from orchestrator.container.shell import SH
+from orchestrator.container.store import make_drafter_view
 from orchestrator.inventory import load_inventory
 from orchestrator.lab.cluster import SERVER_PORT, SSH_PORT, Lab, stop_pids
 from orchestrator.lab.paths import pid_alive

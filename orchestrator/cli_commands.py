@@ -18,8 +18,7 @@ from typing import Any, Generic, TypeVar
 from orchestrator import documents, preflight, release, runlog
 from orchestrator.cancel import Cancel
 from orchestrator.connections import SSH, Connect, Pool
-from orchestrator.container import lock
-from orchestrator.container import release as store
+from orchestrator.container import lock, store
 from orchestrator.container.journal import UNKNOWN_RUN, Journal, Transaction, Unreadable
 from orchestrator.container.lock import Owner, lock_holder
 from orchestrator.container.server import Server

@@ -24,8 +24,7 @@ from typing import Any
 
 from orchestrator import preflight, release
 from orchestrator.cancel import Cancel
-from orchestrator.container import audit
-from orchestrator.container import release as store
+from orchestrator.container import audit, store
 from orchestrator.container.gpu import wait_free
 from orchestrator.container.journal import (
     GATE_PASSED,

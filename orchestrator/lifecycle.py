@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Literal
 
-from orchestrator.container import release as store
+from orchestrator.container import store
 from orchestrator.container.journal import GATE_PASSED
 from orchestrator.container.server import Server
 from orchestrator.deploy import Refused, TargetRun

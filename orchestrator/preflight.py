@@ -16,9 +16,9 @@ from typing import TypeVar
 
 from orchestrator.container import probe, validator
 from orchestrator.container.gpu import Gpu, GpuApp, parse_gpu_apps, parse_gpus
-from orchestrator.container.release import release_id_of
 from orchestrator.container.server import ServerState, parse_server_state
 from orchestrator.container.shell import DEFAULT_TIMEOUT, parse_frames, parse_listing, run_step
+from orchestrator.container.store import release_id_of
 from orchestrator.drafters.findings import Finding
 from orchestrator.drafters.kinds import CheckInputs
 from orchestrator.drafters.modelfiles import (

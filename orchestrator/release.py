@@ -1,5 +1,5 @@
 """What a release is: its manifest, its files written and read back through the
-container's release store (orchestrator/container/release.py), cat-verify and diffs.
+container's release store (orchestrator/container/store.py), cat-verify and diffs.
 
 A release is `releases/<id>/` holding the rendered drafter config, the launch
 script, a manifest, and `drafter/` (links to the downloaded weights plus the
@@ -22,7 +22,7 @@ from typing import Annotated
 import pydantic
 from pydantic import Field, TypeAdapter, ValidationError
 
-from orchestrator.container import release as store
+from orchestrator.container import store
 from orchestrator.documents import jsonable
 from orchestrator.drafters.findings import Finding
 from orchestrator.errors import InputError, NeedsAttention

@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from orchestrator.container import audit
-from orchestrator.container.release import release_id_of
 from orchestrator.container.shell import PROCESS_FUNCTIONS, builder, q, reading, script
+from orchestrator.container.store import release_id_of
 from orchestrator.layout import Layout
 from orchestrator.transport.base import Transport
 

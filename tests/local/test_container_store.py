@@ -11,15 +11,15 @@ from shelltools import (
     run,
 )
 
-from orchestrator.container.release import (
+from orchestrator.container.shell import (
+    append_line,
+)
+from orchestrator.container.store import (
     list_releases,
     make_drafter_view,
     parse_release_list,
     release_id_of,
     remove_releases,
-)
-from orchestrator.container.shell import (
-    append_line,
 )
 from orchestrator.drafters.modelfiles import (
     write_safetensors_stub,
