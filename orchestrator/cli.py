@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from orchestrator.documents.fleet import FleetDocument
     from orchestrator.documents.runs import DeployRun
     from orchestrator.documents.watch import Watch
-    from orchestrator.lifecycle import Action
+    from orchestrator.transaction.actions import Action
 
 EXIT_CODES = """Exit codes: 0 success; 1 the change did not pass its gate or checks (rolled back
 or not applied, nothing broken); 2 bad input (nothing touched); 3 needs attention

@@ -24,7 +24,6 @@ from orchestrator.container.lock import Owner, lock_holder
 from orchestrator.container.server import Server
 from orchestrator.container.status import read_status
 from orchestrator.deadline import now
-from orchestrator.deploy import Options, ShowDiff, TargetRun
 from orchestrator.documents import TargetState
 from orchestrator.documents.fleet import (
     Deploying,
@@ -59,8 +58,6 @@ from orchestrator.fanout import READ_PARALLEL, GroupResult, fan_out
 from orchestrator.history import History, check_writable, new_run_id
 from orchestrator.inventory import Inventory, load_inventory
 from orchestrator.layout import DRAFTER_CONFIG, LAUNCH_SCRIPT, SECRETS_FILE, VIEW_CONFIG
-from orchestrator.lifecycle import Action, ServerActionRun
-from orchestrator.outcome import Outcome
 from orchestrator.plan import TargetPlan, plan_deploy
 from orchestrator.playbook import Playbook, find_playbook, load_playbook
 from orchestrator.probes import load_passages, load_prompts
@@ -70,10 +67,15 @@ from orchestrator.rollout import RolloutPlan, RolloutRun, run_rollout
 from orchestrator.runs import TargetRecord, fleet_runs, resolve
 from orchestrator.secrets import digest, parse_exports
 from orchestrator.secrets import resolve as resolve_secrets
+from orchestrator.transaction import releases as release_files
+from orchestrator.transaction.actions import Action, ServerActionRun
+from orchestrator.transaction.deployment import Deployment
+from orchestrator.transaction.options import Options
+from orchestrator.transaction.outcome import Outcome
+from orchestrator.transaction.target import ShowDiff, TargetRun
 from orchestrator.transport.base import Transport
 
 DEFAULT_NVIDIA_SMI = "/usr/bin/nvidia-smi"
-R = TypeVar("R", bound=TargetRun)
 
 
 @dataclass(frozen=True)
@@ -116,8 +118,7 @@ def check_replace(inputs: Inputs, other: str) -> None:
         raise InputError(f"--replace {other}: that is the playbook being deployed")
 
 
-def _target_run(
-    run_class: type[R],
+def _deployment(
     inputs: Inputs,
     connections: Pool,
     plan: TargetPlan,
@@ -125,8 +126,7 @@ def _target_run(
     progress: Progress,
     prompts: list[str],
     cancel: Cancel,
-    show_diff: ShowDiff = lambda *_: None,
-) -> R:
+) -> Deployment:
     nvidia_smi = inputs.inventory.container_vars(plan.container).get(
         "nvidia_smi", DEFAULT_NVIDIA_SMI
     )
@@ -138,16 +138,15 @@ def _target_run(
         inputs.playbook.gate.probe.max_tokens,
     )
 
-    def neighbour(playbook: str) -> TargetRun | None:
-        """Another playbook's run on this container (deploy --replace, its recovery)."""
+    def neighbour(playbook: str) -> Deployment | None:
+        """Another playbook's deployment on this container (deploy --replace, its recovery)."""
         try:
             other = load(playbook, inputs.inventory_path, [plan.container], [])
         except OrchError:
             return None
         if not other.plans or other.playbook.name == inputs.playbook.name:
             return None
-        return _target_run(
-            TargetRun,
+        return _deployment(
             other,
             connections,
             other.plans[0],
@@ -157,7 +156,7 @@ def _target_run(
             cancel,
         )
 
-    return run_class(
+    return Deployment(
         plan,
         connections.container(plan.container),
         inputs.playbook,
@@ -166,7 +165,6 @@ def _target_run(
         options,
         progress,
         cancel,
-        show_diff,
         neighbour,
     )
 
@@ -222,14 +220,14 @@ def _recovered_runs(document: Run) -> list[InterruptedRun]:
     runs: dict[str, InterruptedRun] = {}
     for target in document.targets:
         recovered = target.recovered
-        if not recovered or recovered["run_id"] == UNKNOWN_RUN:
+        if not recovered or recovered.run_id == UNKNOWN_RUN:
             continue  # none, or a run the container could not name (unreadable journal)
         run = runs.setdefault(
-            recovered["run_id"],
+            recovered.run_id,
             InterruptedRun(
                 playbook=document.playbook,
-                run_id=recovered["run_id"],
-                started=recovered["started"],
+                run_id=recovered.run_id,
+                started=recovered.started,
                 recovered_by=document.run_id,
                 targets=[],
             ),
@@ -237,9 +235,9 @@ def _recovered_runs(document: Run) -> list[InterruptedRun]:
         run.targets.append(
             InterruptedTarget(
                 name=target.name,
-                step=recovered.get("step"),
-                release=recovered.get("to_release"),
-                current=recovered.get("back_on"),
+                step=recovered.step,
+                release=recovered.to_release,
+                current=recovered.back_on,
             )
         )
     return list(runs.values())
@@ -289,18 +287,8 @@ def deploy(
     with connect(inputs.inventory, log) as connections:
 
         def one(name: str) -> Outcome:
-            run = _target_run(
-                TargetRun,
-                inputs,
-                connections,
-                plans[name],
-                options,
-                progress,
-                prompts,
-                cancel,
-                show_diff,
-            )
-            return run.deploy()
+            run = _deployment(inputs, connections, plans[name], options, progress, prompts, cancel)
+            return TargetRun(run, show_diff).deploy()
 
         rollout = _rolled_out(inputs, plans, cancel, one)
         usage = connections.usage()
@@ -345,17 +333,8 @@ def server_action(
     with connect(inputs.inventory, log) as connections:
 
         def one(name: str) -> Outcome:
-            run = _target_run(
-                ServerActionRun,
-                inputs,
-                connections,
-                plans[name],
-                options,
-                progress,
-                prompts,
-                cancel,
-            )
-            return run.act(action)
+            run = _deployment(inputs, connections, plans[name], options, progress, prompts, cancel)
+            return ServerActionRun(run).act(action)
 
         rollout = _rolled_out(inputs, plans, cancel, one)
     code = _exit_code(rollout.outcomes, cancel)
@@ -427,10 +406,8 @@ def rollback(
         )
 
         def one(name: str) -> Outcome:
-            run = _target_run(
-                TargetRun, inputs, connections, plans[name], options, progress, prompts, cancel
-            )
-            return run.rollback(wanted[name])
+            run = _deployment(inputs, connections, plans[name], options, progress, prompts, cancel)
+            return TargetRun(run).rollback(wanted[name])
 
         parallel = RolloutPlan.of(inputs.playbook.rollout, len(plans)).parallel
         group = fan_out(list(wanted), one, parallel)
@@ -497,7 +474,7 @@ def fleet_read(
 
 
 def _record(transport: Transport, plan: TargetPlan) -> TargetRecord:
-    return release.record(transport, plan.layout, plan.container)
+    return release_files.record(transport, plan.layout, plan.container)
 
 
 def _unreachable(plan: TargetPlan, exc: OrchError) -> Unreached:
@@ -614,7 +591,7 @@ def _verify_one(
     applied = release.Applied.parse(actual.pop(release.MANIFEST, None))
     changed, differs = drift(plan, current, applied, actual)
     if applied is not None:
-        on_target = release.read_secrets(transport, plan.layout.release(current))
+        on_target = release_files.read_secrets(transport, plan.layout.release(current))
         changed += _secrets_changed(plan, applied, on_target)
     findings = _remote_findings(transport, plan, playbook, actual.get(DRAFTER_CONFIG))
     findings += preflight.server_check_of_release(

@@ -33,7 +33,7 @@ from orchestrator.playbook import Playbook
 
 if TYPE_CHECKING:
     from orchestrator.cli_commands import Inputs
-    from orchestrator.deploy import Options
+    from orchestrator.transaction.options import Options
 
 OUTPUT_CHARS = 2000
 """The end of a hook's output kept for the report (its whole output is not orch's)."""

@@ -21,7 +21,7 @@ from orchestrator.errors import OrchError, TransportError
 from orchestrator.fanout import READ_PARALLEL, fan_out
 from orchestrator.layout import Layout
 from orchestrator.plan import TargetPlan
-from orchestrator.release import read_secrets
+from orchestrator.transaction.releases import read_secrets
 from orchestrator.transport.base import Transport
 
 READ_LIMIT = 256 * 1024

@@ -1,5 +1,8 @@
-"""What a release is: its manifest, its files written and read back through the
-container's release store (orchestrator/container/store.py), cat-verify and diffs.
+"""What a release is: its manifest, what the manifest says was applied, the comparison
+of its files (cat-verify's, by SHA-256 and the drafter's key fields) and their diffs.
+Pure but for `write_local` (`orch render --out`); the transaction writes and reads a
+release on the target (orchestrator/transaction/releases.py) through the container's
+release store (orchestrator/container/store.py).
 
 A release is `releases/<id>/` holding the rendered drafter config, the launch
 script, a manifest, and `drafter/` (links to the downloaded weights plus the
@@ -20,18 +23,14 @@ from pathlib import Path
 from typing import Annotated
 
 import pydantic
-from pydantic import Field, TypeAdapter, ValidationError
+from pydantic import Field
 
-from orchestrator.container import store
 from orchestrator.documents import jsonable
 from orchestrator.drafters.findings import Finding
-from orchestrator.errors import InputError, NeedsAttention
-from orchestrator.layout import DRAFTER_CONFIG, LAUNCH_SCRIPT, SECRETS_FILE, VIEW_CONFIG, Layout
+from orchestrator.errors import InputError
+from orchestrator.layout import DRAFTER_CONFIG, LAUNCH_SCRIPT, SECRETS_FILE, VIEW_CONFIG
 from orchestrator.plan import TargetPlan
 from orchestrator.playbook import Gate, Playbook
-from orchestrator.runs import TargetRecord, parse_manifest_summary
-from orchestrator.secrets import ProbeKey, no_log, parse_exports, probe_key, register
-from orchestrator.transport.base import Transport
 
 MANIFEST = "manifest.json"
 RENDERED = (DRAFTER_CONFIG, LAUNCH_SCRIPT)  # the files a release may hold that --diff shows
@@ -84,17 +83,6 @@ def manifest(
     return (json.dumps(document, indent=2) + "\n").encode()
 
 
-def write(transport: Transport, plan: TargetPlan, files: Mapping[str, bytes]) -> None:
-    """Each file streamed through stdin to a temp file, fsynced, renamed (the secrets
-    file too, by the same write: mode 0600 from its creation, owned by the user that
-    starts the server); then the view."""
-    store.write(transport, plan.release_dir, files, MODES)
-    if plan.secrets_file is not None:
-        store.write(transport, plan.release_dir, {SECRETS_FILE: plan.secrets_file}, MODES)
-    if DRAFTER_CONFIG in files and plan.drafter_weights:
-        store.link_drafter_view(transport, plan.drafter_weights, plan.drafter_view)
-
-
 def write_local(plan: TargetPlan, directory: Path) -> list[Path]:
     """The release's files as a deploy writes them (same bytes, same modes), in
     `directory/<container>/`, for review or a pipeline's artefacts."""
@@ -110,53 +98,6 @@ def write_local(plan: TargetPlan, directory: Path) -> list[Path]:
     except OSError as exc:
         raise InputError(f"{exc.filename}: cannot write: {exc.strerror}") from exc
     return written
-
-
-def record(transport: Transport, layout: Layout, name: str) -> TargetRecord:
-    """The container's record of runs and releases, read in one round trip."""
-    records = store.read_records(transport, layout)
-    return TargetRecord(
-        name,
-        records.current,
-        [parse_manifest_summary(rid, records.manifests.get(rid)) for rid in records.releases],
-        records.audit,
-    )
-
-
-def gate_target(
-    transport: Transport, layout: Layout, release_id: str, fallback: GateTarget
-) -> GateTarget:
-    """The release's own gate settings from its manifest; `fallback` for a release made
-    before manifests recorded them, or whose manifest is unreadable."""
-    raw = store.read_back(transport, layout.release(release_id), [MANIFEST]).get(MANIFEST)
-    try:
-        return TypeAdapter(GateTarget).validate_python(json.loads(raw or b"null")["gate_target"])
-    except (ValueError, TypeError, KeyError, ValidationError):
-        return fallback
-
-
-def record_gate_target(
-    transport: Transport, layout: Layout, release_id: str, gate: GateTarget, run_id: str
-) -> None:
-    """A re-gated release's manifest with its new gate settings and the run that set
-    them; the rest of what was applied stays as it was."""
-    path = f"{layout.release(release_id)}/{MANIFEST}"
-    raw = store.read_back(transport, layout.release(release_id), [MANIFEST]).get(MANIFEST)
-    try:
-        document = json.loads(raw or b"null")
-        document["gate_target"] = jsonable(gate)
-    except (ValueError, TypeError):
-        raise NeedsAttention(
-            f"{path}: unreadable manifest, its gate settings cannot be recorded",
-            subject=transport.label,
-        ) from None
-    document["regated_by"] = run_id
-    store.write(
-        transport,
-        layout.release(release_id),
-        {MANIFEST: (json.dumps(document, indent=2) + "\n").encode()},
-        MODES,
-    )
 
 
 @pydantic.dataclasses.dataclass(frozen=True)
@@ -306,58 +247,6 @@ def changes(
     old = f"{container}:{current_dir}/{SECRETS_FILE} (current)" if was else "/dev/null"
     made = f"{container}:{new_dir}/{SECRETS_FILE} (new)" if now else "/dev/null"
     return files + f"--- {old}\n+++ {made}\n" + "".join(f"{line}\n" for line in changed)
-
-
-def verify_kept(transport: Transport, plan: TargetPlan, release_id: str) -> list[Mismatch]:
-    """A kept release's files against the hashes its own manifest recorded, as a new
-    release is cat-verified: a rollback checks its target so before anything stops.
-    Where the playbook renders what the manifest recorded, a mismatch has its diff."""
-    names = [MANIFEST, *plan.read_back_files]
-    actual = store.read_back(transport, plan.layout.release(release_id), names)
-    applied = Applied.parse(actual.pop(MANIFEST, None))
-    if applied is None:
-        return [Mismatch(MANIFEST, "missing or unreadable: the files cannot be verified")]
-    rendered = plan.read_back_files
-    known = {n: d for n, d in rendered.items() if sha256(d) == applied.files.get(n)}
-    label = f"applied by run {applied.run_id}"
-    return compare_hashes(applied.files, known, actual, plan.kind.key_fields, label)
-
-
-def verify(transport: Transport, plan: TargetPlan, written: Mapping[str, bytes]) -> list[Mismatch]:
-    """Cat-verify: read every written file back whole, plus the view's config, and the
-    secrets file's values (compared in memory, never shown)."""
-    expected = (
-        {**written, VIEW_CONFIG: written[DRAFTER_CONFIG]} if DRAFTER_CONFIG in written else written
-    )
-    actual = store.read_back(transport, plan.release_dir, list(expected))
-    return compare(expected, actual, plan.kind.key_fields) + _verify_secrets(transport, plan)
-
-
-def _verify_secrets(transport: Transport, plan: TargetPlan) -> list[Mismatch]:
-    if plan.secrets_file is None:
-        return []
-    actual = read_secrets(transport, plan.release_dir)
-    if actual is None:
-        return [Mismatch(SECRETS_FILE, "missing on the target")]
-    want, got = parse_exports(plan.secrets_file), parse_exports(actual)
-    differ = sorted(name for name in want.keys() | got.keys() if want.get(name) != got.get(name))
-    return [Mismatch(SECRETS_FILE, f"secret {name} differs as read back") for name in differ]
-
-
-def read_secrets(transport: Transport, release_dir: str) -> bytes | None:
-    """A release's secrets file, read without recording its bytes; its values are
-    masked from then on. None when the release has none."""
-    with no_log():
-        raw = store.read_back(transport, release_dir, [SECRETS_FILE]).get(SECRETS_FILE)
-    if raw is not None:
-        register(parse_exports(raw).values())
-    return raw
-
-
-def release_key(transport: Transport, release_dir: str) -> ProbeKey | None:
-    """The API key a release's server requires (see secrets.probe_key), from its files."""
-    launch = store.read_back(transport, release_dir, [LAUNCH_SCRIPT]).get(LAUNCH_SCRIPT, b"")
-    return probe_key(launch, read_secrets(transport, release_dir))
 
 
 def secret_changes(applied: Mapping[str, str], now: Mapping[str, str]) -> list[str]:

@@ -22,8 +22,8 @@ from pydantic import ConfigDict, Field, SerializerFunctionWrapHandler, model_ser
 from orchestrator.durations import Seconds
 from orchestrator.errors import OrchError
 from orchestrator.fanout import fan_out
-from orchestrator.outcome import Outcome
 from orchestrator.playbook import Rollout
+from orchestrator.transaction.outcome import Outcome
 
 T = TypeVar("T")
 

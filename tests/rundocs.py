@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from orchestrator.documents.runs import DeployRun
-from orchestrator.outcome import Outcome
 from orchestrator.rollout import RolloutPlan, RolloutRun
+from orchestrator.transaction.outcome import Outcome
 
 
 def deploy_run(targets: list[Outcome], **fields: Any) -> DeployRun:

@@ -11,10 +11,10 @@ from pydantic import BaseModel, Field
 
 from orchestrator.documents import Document, OnlyWhenSet, RunResult
 from orchestrator.durations import Seconds
-from orchestrator.lifecycle import Action
-from orchestrator.outcome import Outcome
 from orchestrator.rollout import RolloutRun
 from orchestrator.runs import Resolution
+from orchestrator.transaction.actions import Action
+from orchestrator.transaction.outcome import Outcome
 from orchestrator.transport.sessions import SessionUse
 
 Warnings = Annotated[list[str], Field(exclude_if=lambda warnings: not warnings)]

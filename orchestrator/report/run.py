@@ -12,7 +12,6 @@ from rich.text import Text
 from orchestrator.documents import jsonable
 from orchestrator.documents.runs import ConnectionUsage, DeployRun, RollbackRun, Run
 from orchestrator.gate import SOURCES
-from orchestrator.outcome import Outcome
 from orchestrator.probes.sampling import describe
 from orchestrator.report.screen import (
     Cell,
@@ -25,6 +24,7 @@ from orchestrator.report.screen import (
     words,
 )
 from orchestrator.rollout import RolloutRun
+from orchestrator.transaction.outcome import Outcome
 
 
 def print_run(doc: Run, stderr: bool = False) -> None:

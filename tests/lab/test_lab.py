@@ -22,7 +22,6 @@ from pathlib import Path
 import pytest
 from labtools import LabHandle, free_network
 
-from orchestrator import release
 from orchestrator.container.server import Server
 from orchestrator.errors import HostKeyError, ServiceUnavailable, TransportError
 from orchestrator.inventory import Inventory, load_inventory
@@ -30,6 +29,7 @@ from orchestrator.lab.cluster import SSH_PORT, Lab
 from orchestrator.lab.paths import pid_alive
 from orchestrator.plan import plan_target
 from orchestrator.playbook import find_playbook, load_playbook
+from orchestrator.transaction import releases
 from orchestrator.transport import http
 from orchestrator.transport.pct import PctTransport
 from orchestrator.transport.ssh import SshTransport
@@ -62,7 +62,7 @@ def start_rendered_server(
 ) -> tuple[Server, int]:
     """Write the planned release for `name` and start its launch script, as a deploy does."""
     plan = plan_target(load_playbook(find_playbook("qwen-dflash")), inventory, name)
-    release.write(transport, plan, plan.files)
+    releases.write(transport, plan, plan.files)
     server = Server(transport, plan.layout, plan.address, plan.port)
     pid = server.start(plan.release_id)
     server.wait_ready(pid, timeout=30)

@@ -14,8 +14,8 @@ from rundocs import deploy_run
 from orchestrator.errors import CheckFailed
 from orchestrator.hooks import Hooks, RunFacts, command, environment, run_hook
 from orchestrator.lab.paths import pid_alive
-from orchestrator.outcome import Outcome
 from orchestrator.playbook import PLAYBOOK_DIR, load_playbook
+from orchestrator.transaction.outcome import Outcome
 
 REPORT = """
 import json, os, sys

@@ -11,11 +11,11 @@ from pathlib import Path
 
 from test_runs import RUN_A, RUN_B, fleet_lines
 
-from orchestrator import release
 from orchestrator.layout import Layout
 from orchestrator.runs import (
     KeptRelease,
 )
+from orchestrator.transaction import releases
 from orchestrator.transport.base import Result
 from orchestrator.transport.memory import ANY, MemoryTransport
 
@@ -37,7 +37,7 @@ def test_the_release_records_are_read_from_a_real_deployment(tmp_path: Path) -> 
         done = subprocess.run(list(argv), capture_output=True, timeout=30, check=False)
         return Result(tuple(argv), done.returncode, done.stdout, done.stderr)
 
-    record = release.record(MemoryTransport().on(ANY, local), layout, "ct1")
+    record = releases.record(MemoryTransport().on(ANY, local), layout, "ct1")
     assert record.current == "b1111111"
     assert record.kept == [
         KeptRelease("a1111111", manifest["created"], RUN_A),
@@ -46,5 +46,5 @@ def test_the_release_records_are_read_from_a_real_deployment(tmp_path: Path) -> 
     ]
     assert [r.run_id for r in record.records] == [RUN_A, RUN_B]
 
-    empty = release.record(MemoryTransport().on(ANY, local), Layout(str(tmp_path / "x")), "ct2")
+    empty = releases.record(MemoryTransport().on(ANY, local), Layout(str(tmp_path / "x")), "ct2")
     assert (empty.current, empty.kept, empty.records) == (None, [], [])

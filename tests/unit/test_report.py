@@ -19,12 +19,12 @@ from orchestrator.drafters.findings import Finding, Severity
 from orchestrator.gate import GateReport, PhaseReport
 from orchestrator.metrics.advice import Advice
 from orchestrator.metrics.assess import Verdict, VerdictOutcome
-from orchestrator.outcome import Outcome
 from orchestrator.probes.context import ContextBucket
 from orchestrator.probes.endpoints import Endpoint
 from orchestrator.report import live, screen, tables
 from orchestrator.report import run as run_report
 from orchestrator.rollout import RolloutPlan, RolloutRun, Wave
+from orchestrator.transaction.outcome import Outcome
 
 REASON = "mean acceptance length 1.11 < required 2.50"
 

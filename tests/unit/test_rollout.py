@@ -9,9 +9,9 @@ import pytest
 
 from orchestrator.documents import jsonable
 from orchestrator.errors import NeedsAttention, OrchError
-from orchestrator.outcome import Outcome
 from orchestrator.playbook import Rollout
 from orchestrator.rollout import RolloutPlan, RolloutRun, run_rollout, share, waves
+from orchestrator.transaction.outcome import Outcome
 
 NAMES = ["a", "b", "c", "d", "e", "f", "g"]
 
@@ -112,7 +112,7 @@ class Deploys:
 
     @staticmethod
     def unreached(name: str, exc: OrchError) -> Outcome:
-        return Outcome(name, "pve", result="unreached", error=str(exc), exit_code=exc.exit_code)
+        return Outcome(name, "pve", result="failed", error=str(exc), exit_code=exc.exit_code)
 
     def rollout(self, rollout: Rollout, names: list[str] = NAMES) -> RolloutRun:
         return run_rollout(
@@ -179,7 +179,7 @@ def test_an_unreachable_container_is_its_own_failure_and_counts_against_the_budg
 
     results = deploys.run(Rollout(canary=0, parallel=2, max_failures=0))
 
-    assert results[:2] == [("a", "deployed"), ("b", "unreached")]
+    assert results[:2] == [("a", "deployed"), ("b", "failed")]
     assert {result for _, result in results[2:]} == {"skipped"}
 
 

@@ -18,16 +18,18 @@ from test_plan import EXAMPLE, PLAYBOOK
 from orchestrator.cancel import Cancel
 from orchestrator.container.gpu import wait_free
 from orchestrator.container.lock import Owner
-from orchestrator.deploy import Options, TargetRun
 from orchestrator.documents import jsonable
 from orchestrator.drafters.kinds import get_kind
 from orchestrator.gate import run_gate
 from orchestrator.inventory import load_inventory
-from orchestrator.lifecycle import ServerActionRun
 from orchestrator.plan import TargetPlan, plan_deploy
 from orchestrator.playbook import Gate, Playbook, Probe, load_playbook
 from orchestrator.probes.context import ContextBucket
 from orchestrator.release import GateTarget
+from orchestrator.transaction.actions import ServerActionRun
+from orchestrator.transaction.deployment import Deployment
+from orchestrator.transaction.options import Options
+from orchestrator.transaction.target import TargetRun
 from orchestrator.transport.base import Result
 from orchestrator.transport.memory import MemoryTransport
 
@@ -123,7 +125,15 @@ def target_run(
 ) -> TargetRun:
     options = Options(run_id="run-now", user="ops")
     return TargetRun(
-        plan, container.transport, playbook, BUCKETS, "nvidia-smi", options, cancel=cancel
+        Deployment(
+            plan,
+            container.transport,
+            playbook,
+            BUCKETS,
+            "nvidia-smi",
+            options,
+            cancel=cancel or Cancel(),
+        )
     )
 
 
@@ -224,7 +234,9 @@ def test_the_wait_for_gpu_memory_says_what_each_short_gpu_has_free() -> None:
 
 def server_run(playbook: Playbook, plan: TargetPlan, container: Container) -> ServerActionRun:
     options = Options(run_id="run-now", user="ops")
-    return ServerActionRun(plan, container.transport, playbook, BUCKETS, "nvidia-smi", options)
+    return ServerActionRun(
+        Deployment(plan, container.transport, playbook, BUCKETS, "nvidia-smi", options)
+    )
 
 
 def test_stop_then_start_keep_the_release_and_gate_it_again() -> None:
@@ -283,7 +295,7 @@ def test_a_stop_cut_short_is_finished_by_the_next_run() -> None:
 
     outcome = server_run(playbook, plan, container).act("stop")
 
-    assert outcome.recovered is not None and outcome.recovered["back_on"] == "aaaaaaaaaaaa"
+    assert outcome.recovered is not None and outcome.recovered.back_on == "aaaaaaaaaaaa"
     assert "finished its stop" in outcome.notes[0]
     assert container.server is None and outcome.result == "unchanged"
     audit = [json.loads(line) for line in container.files[container.layout.audit_log].splitlines()]

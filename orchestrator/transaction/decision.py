@@ -1,0 +1,169 @@
+"""The decision after a gate, apart from the I/O that follows it: keep the release
+or go back, which links to point, what to prune, and the result, exit code and error
+the container's outcome then records. Pure: typed facts in, a typed decision out."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from orchestrator.gate import GateReport
+from orchestrator.metrics.assess import VerdictOutcome
+
+OnInconclusive = Literal["rollback", "keep"]
+Switching = Literal["deploy", "rollback"]
+
+
+@dataclass(frozen=True)
+class Judged:
+    """What a gate said of a release, as the decision reads it."""
+
+    verdict: VerdictOutcome
+    served: bool
+    """Drafts were measured and not every probe request failed: a server that answered."""
+    reason: str = ""
+    gated: bool = True
+    """A gate ran (False: the switch failed before one could)."""
+
+    @classmethod
+    def of(cls, report: GateReport) -> Judged:
+        served = report.verdict.drafts > 0 and report.request_errors < report.requests
+        return cls(report.verdict.outcome, served, report.verdict.reason, bool(report.phases))
+
+
+def admits(gate: Judged, on_inconclusive: OnInconclusive) -> bool:
+    """Pass; or inconclusive with `on_inconclusive: keep`, but only for a server that
+    was measured and answered (a dead one is never kept)."""
+    return gate.verdict == "pass" or (
+        gate.verdict == "inconclusive" and on_inconclusive == "keep" and gate.served
+    )
+
+
+def keeps(gate: Judged, on_inconclusive: OnInconclusive, cancelled: bool) -> bool:
+    """A release a switch made current stays: a pass always; an admitted inconclusive
+    unless a stop request cut the gate short (then it was not measured to the end)."""
+    return gate.verdict == "pass" or (admits(gate, on_inconclusive) and not cancelled)
+
+
+@dataclass(frozen=True)
+class Switched:
+    """A deploy's or rollback's switch to `new`, judged by its gate."""
+
+    action: Switching
+    new: str
+    previous: str | None
+    """The release `current` named before the switch."""
+    gate: Judged
+    on_inconclusive: OnInconclusive
+    cancelled: bool = False
+    earlier: str | None = None
+    """The `previous` link, read when `previous` is `new` (a redeploy of the current
+    release): the way back then goes one further."""
+    replacing: bool = False
+    """`deploy --replace` stopped another playbook's running server for this switch."""
+    was_serving: bool = True
+    """This deployment's own server ran before the switch."""
+
+
+@dataclass(frozen=True)
+class Keep:
+    """`new` stays current."""
+
+    result: Literal["deployed", "rolled_back"]
+    record_previous: str | None
+    """The release the `previous` link is pointed at (None: left as it is)."""
+    prune_keeping: frozenset[str] | None
+    """Old releases are pruned, these kept (None: no pruning, a rollback's)."""
+    replaced_stays_stopped: bool
+
+
+@dataclass(frozen=True)
+class GoBack:
+    """`new` did not stay: back to `to`, or with `to` None its server stopped and
+    `current` removed (as before the first deploy)."""
+
+    to: str | None
+    prune_keeping: frozenset[str] | None
+    restore_replaced: bool
+
+
+def journal_back_to(previous: str | None, replacing: bool, was_serving: bool) -> str | None:
+    """What the journal records as the way back: replacing another server while this
+    deployment's own did not run, what ran before was that one, not a release of ours."""
+    return None if replacing and not was_serving else previous
+
+
+def after_gate(switched: Switched) -> Keep | GoBack:
+    s = switched
+    prunes = s.action == "deploy"
+    if keeps(s.gate, s.on_inconclusive, s.cancelled):
+        return Keep(
+            "deployed" if prunes else "rolled_back",
+            s.previous if s.previous and s.previous != s.new else None,
+            frozenset({s.new, s.previous or ""}) if prunes else None,
+            s.replacing,
+        )
+    back_to = journal_back_to(s.previous, s.replacing, s.was_serving)
+    previous = s.earlier if s.previous == s.new else s.previous
+    to = previous if previous != s.new and (back_to or not s.replacing) else None
+    # releases of failed and interrupted runs count too: they never pile up
+    return GoBack(to, frozenset({s.new, to or ""}) if prunes else None, s.replacing)
+
+
+@dataclass(frozen=True)
+class WentBack:
+    """How the way back after a switch that did not stay went."""
+
+    action: Switching
+    gate: Judged
+    """The gate of the release that did not stay."""
+    to: str | None
+    back_gate: Judged | None
+    """The gate of the release gone back to (None: nothing to go back to)."""
+    on_inconclusive: OnInconclusive
+    replaced: tuple[str, Literal["restored", "failed"], str | None] | None = None
+    """With --replace: the other playbook, whether it was restored, and why not."""
+    cancelled: bool = False
+    cancel_exit_code: int = 0
+
+
+@dataclass(frozen=True)
+class Settled:
+    """The result, exit code and error the container's outcome records."""
+
+    result: Literal["rolled_back", "failed", "interrupted"]
+    exit_code: int
+    error: str
+
+
+def settled(went: WentBack) -> Settled:
+    """After going back: rolled back if the way back passed (or the replaced server was
+    restored), failed (exit 3: needs attention) if the way back failed too."""
+    w = went
+    code, error = 1, f"gate {w.gate.verdict}: {w.gate.reason}"
+    result: Literal["rolled_back", "failed", "interrupted"] = (
+        "rolled_back" if w.action == "deploy" and w.back_gate else "failed"
+    )
+    if w.replaced:
+        playbook, restored, why = w.replaced
+        if restored == "restored":
+            result = "rolled_back"
+        else:
+            code, error = 3, f"{error}; RESTORE of {playbook} failed: {why}"
+    if w.back_gate and not admits(w.back_gate, w.on_inconclusive):
+        result, code = "failed", 3
+        error += (
+            f"; ROLLBACK to {w.to} did not pass either: {w.back_gate.reason}"
+            if w.back_gate.gated
+            else f"; ROLLBACK to {w.to} failed: {w.back_gate.reason}"
+        )
+    if w.cancelled:
+        result, code = "interrupted", max(code, w.cancel_exit_code)
+        error = "interrupted before its gate passed; " + (
+            f"back on {w.to}"
+            if w.to
+            else f"{w.replaced[0]} restored"
+            if w.replaced
+            else "its server stopped (nothing to go back to)"
+        )
+    return Settled(result, code, error)

@@ -1,0 +1,194 @@
+"""One playbook's deployment on one container, as a run works on it: the facade every
+room of the transaction takes instead of ten arguments. It bundles the container's
+transport, the plan and its layout, the playbook, the gate's context buckets, the
+nvidia-smi path, the run's options, progress and stop request; it builds the
+deployment's server, lock and journal once; it holds the container's outcome; and it
+names the other playbooks' deployments on the same container (`neighbours`)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from orchestrator import gate
+from orchestrator.cancel import Cancel
+from orchestrator.container import audit, store
+from orchestrator.container.journal import Journal
+from orchestrator.container.lock import DeployLock, Owner
+from orchestrator.container.server import Server
+from orchestrator.documents import jsonable
+from orchestrator.errors import NeedsAttention
+from orchestrator.gate import GateReport, Tick
+from orchestrator.layout import LAUNCH_SCRIPT, Layout
+from orchestrator.metrics.assess import FailureCauses
+from orchestrator.plan import TargetPlan
+from orchestrator.playbook import Gate, Playbook
+from orchestrator.probes.context import ContextBucket
+from orchestrator.progress import Progress, no_progress
+from orchestrator.release import GateTarget
+from orchestrator.secrets import ProbeKey, probe_key
+from orchestrator.transaction import releases
+from orchestrator.transaction.decision import Judged, admits
+from orchestrator.transaction.options import Options
+from orchestrator.transaction.outcome import Outcome
+from orchestrator.transport.base import Transport
+
+GateRunner = Callable[
+    [
+        Transport,
+        str,
+        int,
+        str,
+        Gate,
+        Sequence[ContextBucket],
+        FailureCauses,
+        "threading.Event | None",
+        "ProbeKey | None",
+        Tick,
+    ],
+    GateReport,
+]
+"""orchestrator.gate.run_gate's signature: a test gives a scripted gate."""
+
+
+def _no_neighbours(_: str) -> Deployment | None:
+    return None
+
+
+@dataclass
+class Deployment:
+    plan: TargetPlan
+    transport: Transport
+    playbook: Playbook
+    buckets: list[ContextBucket]
+    nvidia_smi: str
+    options: Options
+    progress: Progress = no_progress
+    cancel: Cancel = field(default_factory=Cancel)
+    neighbours: Callable[[str], Deployment | None] = _no_neighbours
+    """Another playbook's deployment (a name or file) on the same container, None when
+    that playbook has no plan here: the one `--replace` stops, or a recovery restores."""
+    run_gate: GateRunner = gate.run_gate
+
+    def __post_init__(self) -> None:
+        self.layout: Layout = self.plan.layout
+        self.owner = Owner.me(self.options.run_id, self.options.user)
+        self.lock = DeployLock(self.transport, self.layout, self.owner, self.playbook.lock_lease)
+        self.journal = Journal(self.transport, self.layout)
+        self.outcome = Outcome(self.plan.container, self.plan.host, release=self.plan.release_id)
+
+    @property
+    def name(self) -> str:
+        return self.plan.container
+
+    def server(self, port: int | None = None) -> Server:
+        """This deployment's server, as its plan serves it (on `port`: as an earlier
+        release recorded it)."""
+        return Server(self.transport, self.layout, self.plan.address, port or self.plan.port)
+
+    def stop_server(self) -> None:
+        """Stopped by its recorded PID, within the playbook's stop timeout."""
+        self.server().stop(self.playbook.server.stop_timeout)
+
+    # -- the gate ------------------------------------------------------------------------
+    def gate_target(self, release_id: str) -> GateTarget:
+        """The new release is gated as the playbook says; an earlier one as its manifest
+        recorded (a release made before manifests recorded it: as the playbook says)."""
+        wanted = GateTarget.of(self.playbook)
+        if release_id == self.plan.release_id:
+            return wanted
+        return releases.gate_target(self.transport, self.layout, release_id, wanted)
+
+    def probe_key(self, release_id: str) -> ProbeKey | None:
+        """The key the release's server requires: the new release's from the plan, an
+        earlier one's from its own files on the target."""
+        if release_id == self.plan.release_id:
+            return probe_key(self.plan.files[LAUNCH_SCRIPT], self.plan.secrets_file)
+        return releases.release_key(self.transport, self.layout.release(release_id))
+
+    def gate(
+        self,
+        target: GateTarget,
+        step: str,
+        stop: threading.Event | None = None,
+        key: ProbeKey | None = None,
+    ) -> GateReport:
+        """The gate of the server `target` describes, timed as `step`."""
+        with self.step(step):
+            return self.run_gate(
+                self.transport,
+                self.plan.address,
+                target.port,
+                target.served_name,
+                target.gate,
+                self.buckets,
+                self.plan.kind.failure_causes,
+                stop,
+                key,
+                self.tick(step),
+            )
+
+    def admits(self, report: GateReport) -> bool:
+        """See decision.admits, with this playbook's `on_inconclusive`."""
+        return admits(Judged.of(report), self.playbook.gate.on_inconclusive)
+
+    # -- steps ---------------------------------------------------------------------------
+    def step(self, name: str) -> Timer:
+        """Written to the journal (during a switch), then shown and timed: a run killed
+        once its line is out has the step in its journal."""
+        self.journal.advance(name)
+        self.progress(self.name, name)
+        return Timer(self.outcome.steps, name)
+
+    def tick(self, step: str) -> Tick:
+        """What a step last saw (the gate's figures so far), as its progress."""
+        return lambda figures: self.progress(self.name, step, figures)
+
+    def note(self, text: str) -> None:
+        self.progress(self.name, text)
+
+    def still_ours(self) -> None:
+        """A lock broken and taken by another run meanwhile (its heartbeat found it
+        gone): this run switches nothing."""
+        if self.lock.lost:
+            raise NeedsAttention(f"{self.lock.lost}; nothing was switched", subject=self.name)
+
+    def record_previous(self, previous: str | None, current: str) -> None:
+        if previous and previous != current:
+            store.point(self.transport, self.layout.previous, previous, "record previous")
+
+    def prune(self, keep: frozenset[str]) -> None:
+        """The releases past `releases_kept`, oldest first, but those in `keep`."""
+        ordered = store.kept(self.transport, self.layout)
+        old = [r for r in ordered[: -self.playbook.releases_kept] if r not in keep]
+        if old:
+            store.prune(self.transport, self.layout, old)
+
+    def audit(self, action: str, record: object = None) -> None:
+        """One line on the container's audit log: this run's outcome there, or `record`."""
+        line = audit.audit_line(
+            self.options.run_id,
+            self.options.user,
+            action,
+            jsonable(self.outcome if record is None else record),
+        )
+        audit.append(self.transport, self.layout.audit_log, line)
+
+    def finish(self, action: str) -> None:
+        self.audit(action)
+        self.journal.clear()
+
+
+class Timer:
+    """A step's seconds, added to what the step took before in this run."""
+
+    def __init__(self, steps: dict[str, float], name: str) -> None:
+        self.steps, self.name = steps, name
+
+    def __enter__(self) -> None:
+        self.started = time.monotonic()
+
+    def __exit__(self, *exc: object) -> None:
+        self.steps[self.name] = self.steps.get(self.name, 0.0) + time.monotonic() - self.started

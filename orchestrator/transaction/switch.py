@@ -1,0 +1,94 @@
+"""The switch: stop the running server by its PID, wait for its GPU memory, point
+`current` at a release, start its server, wait until it is ready, gate it; and the
+way back after a switch that did not stay."""
+
+from __future__ import annotations
+
+import threading
+
+from orchestrator import preflight
+from orchestrator.container import store
+from orchestrator.container.gpu import wait_free
+from orchestrator.container.server import Server
+from orchestrator.errors import OrchError, ServerFailed
+from orchestrator.gate import GateReport
+from orchestrator.metrics.assess import Verdict
+from orchestrator.release import GateTarget
+from orchestrator.transaction.deployment import Deployment
+
+GPU_RELEASE_TIMEOUT = 120.0
+
+
+def switch(
+    d: Deployment, release_id: str, target: GateTarget, phase: str = "", cancellable: bool = False
+) -> GateReport:
+    """Stop the running server, point `current` at the release, start it, gate it.
+
+    Any failure on the way is a failed gate report, never an exception: once the
+    old server may be stopped, the caller must always get to roll back. Step names
+    carry `phase` ("rollback") so the two halves of a rollback time apart. Only a
+    `cancellable` switch gives up its waits on a stop request; an undo does not.
+    """
+    prefix = f"{phase} " if phase else ""
+    stop = d.cancel.event if cancellable else None
+    server = d.server(target.port)
+    try:
+        key = d.probe_key(release_id)  # first: its values are masked from here on
+        _start(d, server, release_id, prefix, stop)
+    except ServerFailed as exc:
+        return GateReport(
+            failed_verdict(f"server did not become ready: {exc.reason}"),
+            explanation=exc.log_tail.strip() or None,
+        )
+    except OrchError as exc:
+        return GateReport(failed_verdict(f"switching to {release_id} failed: {exc}"))
+    return d.gate(target, f"{prefix}gate", stop, key)
+
+
+def _start(
+    d: Deployment, server: Server, release_id: str, prefix: str, stop: threading.Event | None
+) -> None:
+    with d.step(f"{prefix}stop server"):
+        server.stop(d.playbook.server.stop_timeout)
+        wait_free(
+            d.transport,
+            d.nvidia_smi,
+            d.playbook.server.tensor_parallel_size,
+            preflight.MIN_FREE_GPU_SHARE,
+            timeout=GPU_RELEASE_TIMEOUT,
+            tick=d.tick(f"{prefix}stop server (GPU memory)"),
+        )
+    if stop and stop.is_set():  # the old server is down: straight to the way back
+        raise ServerFailed("interrupted before the switch of current")
+    with d.step(f"{prefix}switch current"):
+        store.point(d.transport, d.layout.current, release_id, "switch current")
+    with d.step(f"{prefix}start server"):
+        pid = server.start(release_id)
+    with d.step(f"{prefix}wait ready"):
+        timeout = d.gate_target(release_id).gate.ready_timeout
+        waiting = d.tick(f"{prefix}wait ready (up to {timeout:.0f} s)")
+        server.wait_ready(
+            pid,
+            timeout,
+            tick=lambda _, line: waiting(f"server log: {line}" if line else ""),
+            stop=stop,
+        )
+
+
+def go_back(d: Deployment, to: str | None) -> GateReport | None:
+    """Undo a switch: `to` made ready and gated with its own settings, or, with
+    nothing to go back to, the new server stopped and `current` removed (the
+    container is as before its first deploy: nothing deployed, nothing broken).
+    Never cut short by a stop request."""
+    if not to:
+        d.note("stop failed server (no previous release)")
+        d.journal.advance("stop failed server")
+        d.stop_server()
+        store.unpoint(d.transport, d.layout.current, "unlink current")
+        return None
+    d.note(f"roll back to {to}")
+    return switch(d, to, d.gate_target(to), phase="rollback")
+
+
+def failed_verdict(reason: str) -> Verdict:
+    return Verdict("fail", None, None, None, (), 0, reason)
