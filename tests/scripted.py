@@ -13,10 +13,12 @@ from pathlib import Path
 
 from orchestrator.container.audit import STATUS_TAIL
 from orchestrator.container.shell import Command
-from orchestrator.errors import TransportError
+from orchestrator.errors import ServiceUnavailable, TransportError
+from orchestrator.gate import GateReport
 from orchestrator.layout import Layout
+from orchestrator.metrics.assess import Verdict
 from orchestrator.transport.base import Result
-from orchestrator.transport.memory import MemoryTransport
+from orchestrator.transport.memory import MemoryStream, MemoryTransport
 
 SERVER_PID = 4242
 
@@ -82,7 +84,10 @@ class ScriptedContainer:
         """Seconds since the lock's heartbeat was touched, on the container's clock."""
         self.journal_steps: list[str] = []
         self.events: list[str] = []
-        self.transport = MemoryTransport(name)
+        self.gpus = "0, GPU-a, 49140, 100, 49040\n1, GPU-b, 49140, 100, 49040\n"
+        """What nvidia-smi's GPU query prints (two idle 48 GiB GPUs)."""
+        self.vllm_version = "0.32.0"
+        self.transport = ContainerTransport(name, self)
         for concern, handler in self._handlers().items():
             self.transport.on(concern, self._answer(handler))
 
@@ -122,6 +127,7 @@ class ScriptedContainer:
             "remove_file": self._remove_file,
             "point_link": self._point_link,
             "read_link": lambda link: self.links.get(link, ""),
+            "remove_link": lambda link: self.links.pop(link, None) and b"",
             "append_line": self._append_line,
             "read_files": lambda paths: frames(
                 [(p, self.files[p]) for p in paths if p in self.files]
@@ -145,6 +151,8 @@ class ScriptedContainer:
             # No vLLM to ask here: the server's own dry run finds no Python to run it with.
             "validate_launch": lambda vllm, payload, stdin: (127, f"{vllm}: python: not found"),
             "status_report": self._status_report,
+            "target_facts": self._target_facts,
+            "read_vllm_version": lambda vllm: self.vllm_version,
             "read_model_dir": self._read_model_dir,
         }
 
@@ -267,6 +275,19 @@ class ScriptedContainer:
         self.server = SERVER_PID
         return f"{SERVER_PID} 99 0"
 
+    def _target_facts(self, layout: Layout, nvidia_smi: str) -> bytes:
+        return frames(
+            [
+                ("gpus", self.gpus.encode()),
+                ("gpus.rc", b"0"),
+                ("apps", b""),
+                ("apps.rc", b"0"),
+                ("disk", b"500000000"),
+                ("server", f"{self._server_state()}\n".encode()),
+                ("current", self._readlink(layout.current)),
+            ]
+        )
+
     def _status_report(self, layout: Layout) -> str:
         audit = self.files.get(layout.audit_log, b"").decode().splitlines()
         return (
@@ -297,6 +318,20 @@ def _header(path: Path, limit: int) -> bytes:
         return first8 + (file.read(size) if size <= limit else b"")
 
 
+class ContainerTransport(MemoryTransport):
+    """A scripted container's transport: its server's port answers only while the
+    server runs (preflight probes the port of a stopped one)."""
+
+    def __init__(self, label: str, container: ScriptedContainer) -> None:
+        super().__init__(label)
+        self.container = container
+
+    def open_stream(self, address: str, port: int, timeout: float = 10.0) -> MemoryStream:
+        if self.container.server is None:
+            raise ServiceUnavailable(self.label, f"connect {address}:{port}", "refused")
+        return super().open_stream(address, port, timeout)
+
+
 class Unreachable(MemoryTransport):
     """A container whose host does not answer."""
 
@@ -304,3 +339,41 @@ class Unreachable(MemoryTransport):
         self, argv: Sequence[str], stdin: bytes | None = None, timeout: float | None = None
     ) -> Result:
         raise TransportError(self.label, "connect", "Connection refused")
+
+
+class ScriptedGate:
+    """A gate that judges the release `current` names on `container` when it is asked
+    (orchestrator.gate.run_gate's signature): `verdicts` by release id, else `default`.
+    `inconclusive-dead` is an inconclusive gate of a server that answered nothing.
+    `during` runs inside each gate (a stop request, say); `asked` lists what was gated."""
+
+    def __init__(
+        self,
+        container: ScriptedContainer,
+        verdicts: dict[str, str] | None = None,
+        default: str = "pass",
+        during: Callable[[], None] = lambda: None,
+    ) -> None:
+        self.container, self.verdicts, self.default = container, verdicts or {}, default
+        self.during = during
+        self.asked: list[tuple[str | None, str, int]] = []
+
+    def __call__(
+        self, transport: object, address: str, port: int, served_name: str, *_: object
+    ) -> GateReport:
+        link = self.container.links.get(self.container.layout.current, "")
+        release_id = link.rsplit("/", 1)[-1] or None
+        self.asked.append((release_id, served_name, port))
+        self.during()
+        word = self.verdicts.get(release_id or "", self.default)
+        outcome, served = word.split("-")[0], not word.endswith("-dead")
+        verdict = Verdict(
+            outcome,  # type: ignore[arg-type]
+            3.0 if served else None,
+            None,
+            None,
+            (),
+            100 if served else 0,
+            f"scripted {word}",
+        )
+        return GateReport(verdict, requests=4, request_errors=0 if served else 4)
