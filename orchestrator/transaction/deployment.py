@@ -44,8 +44,8 @@ GateRunner = Callable[
         Gate,
         Sequence[ContextBucket],
         FailureCauses,
-        "threading.Event | None",
-        "ProbeKey | None",
+        threading.Event | None,
+        ProbeKey | None,
         Tick,
     ],
     GateReport,
@@ -59,6 +59,9 @@ def _no_neighbours(_: str) -> Deployment | None:
 
 @dataclass
 class Deployment:
+    """One container's share of a run: what every room of the transaction reads and acts
+    through. `run_gate` is the gate; a test gives a scripted one."""
+
     plan: TargetPlan
     transport: Transport
     playbook: Playbook

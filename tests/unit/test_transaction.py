@@ -12,7 +12,7 @@ import threading
 import time
 
 import pytest
-from scripted import ScriptedContainer, metrics, serving
+from scripted import ScriptedContainer, ScriptedGate, metrics, serving
 from test_plan import EXAMPLE, PLAYBOOK
 
 from orchestrator.cancel import Cancel
@@ -27,7 +27,7 @@ from orchestrator.playbook import Gate, Playbook, Probe, load_playbook
 from orchestrator.probes.context import ContextBucket
 from orchestrator.release import GateTarget
 from orchestrator.transaction.actions import ServerActionRun
-from orchestrator.transaction.deployment import Deployment
+from orchestrator.transaction.deployment import Deployment, GateRunner
 from orchestrator.transaction.options import Options
 from orchestrator.transaction.target import TargetRun
 from orchestrator.transport.base import Result
@@ -121,7 +121,11 @@ def setup(served_name: str = "new-name") -> tuple[Playbook, TargetPlan, Containe
 
 
 def target_run(
-    playbook: Playbook, plan: TargetPlan, container: Container, cancel: Cancel | None = None
+    playbook: Playbook,
+    plan: TargetPlan,
+    container: Container,
+    cancel: Cancel | None = None,
+    gate: GateRunner = run_gate,
 ) -> TargetRun:
     options = Options(run_id="run-now", user="ops")
     return TargetRun(
@@ -133,6 +137,7 @@ def target_run(
             "nvidia-smi",
             options,
             cancel=cancel or Cancel(),
+            run_gate=gate,
         )
     )
 
@@ -175,12 +180,11 @@ def test_a_stop_request_during_the_gate_goes_back_to_the_previous_release() -> N
     container.gated_release("aaaaaaaaaaaa", "old-name")
     container.gated_release("bbbbbbbbbbbb", "old-name")
     container.links[container.layout.current] = "releases/aaaaaaaaaaaa"
-    serving(container.transport, "old-name")
-    container.transport.on_http("GET", "/metrics", lambda _: (200, metrics(1)))  # undecided
+    container.transport.on_http("GET", "/health", lambda _: (200, b""))
     cancel = Cancel()
-    threading.Timer(0.3, cancel.request, [15]).start()
+    gate = ScriptedGate(container, default="inconclusive", during=lambda: cancel.request(15))
 
-    outcome = target_run(playbook, plan, container, cancel).rollback("bbbbbbbbbbbb")
+    outcome = target_run(playbook, plan, container, cancel, gate).rollback("bbbbbbbbbbbb")
 
     assert (outcome.result, outcome.exit_code, outcome.current) == (
         "interrupted",
@@ -189,6 +193,7 @@ def test_a_stop_request_during_the_gate_goes_back_to_the_previous_release() -> N
     )
     assert container.links[container.layout.current] == "releases/aaaaaaaaaaaa"
     assert "rollback gate" in container.journal_steps
+    assert [asked for asked, _, _ in gate.asked] == ["bbbbbbbbbbbb", "aaaaaaaaaaaa"]
     assert container.events[-3:] == ["audit rollback", "journal cleared", "unlock"]
 
 
