@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Literal
 
 import pydantic
 
@@ -20,7 +21,8 @@ from orchestrator.transaction.deployment import Deployment
 from orchestrator.transaction.outcome import Recovered, Replaced
 from orchestrator.transaction.switch import go_back
 
-FINISHED_ON_RECOVERY = {"stop": "stopped", "remove": "removed"}
+RecoveryResult = Literal["stopped", "removed", "recovered"]
+FINISHED_ON_RECOVERY: dict[str, RecoveryResult] = {"stop": "stopped", "remove": "removed"}
 """Interrupted actions the next run finishes rather than undoes, with the result it records."""
 
 
@@ -28,7 +30,7 @@ FINISHED_ON_RECOVERY = {"stop": "stopped", "remove": "removed"}
 class RecoveryRecord:
     """What the container's audit log records of a recovery."""
 
-    result: str
+    result: RecoveryResult
     release: str | None
     current: str | None
     previous_release: str

@@ -794,6 +794,10 @@ def test_deploy_replace(
     outcome = site.deploy(replace="other")
 
     assert (outcome.result, outcome.exit_code) == (result, exit_code), outcome.error
+    printed = jsonable(outcome)["replaced"]  # docs/json.md: its keys, in this order
+    assert list(printed) == ["playbook", "release", "result"] + (
+        [] if isinstance(replaced, StayedStopped) else ["gate", "error"]
+    )
     if isinstance(replaced, StayedStopped):
         assert outcome.replaced == replaced
         assert other.audit() == [("stop", "stopped")]
@@ -834,6 +838,18 @@ def test_an_interrupted_replace_settles_the_replaced_playbook(
     outcome = site.act("stop")
 
     assert outcome.recovered is not None and outcome.recovered.replaced is not None
+    assert list(jsonable(outcome)["recovered"]) == [
+        "inferred",
+        "run_id",
+        "started",
+        "action",
+        "step",
+        "from_release",
+        "to_release",
+        "back_on",
+        "gate",
+        "replaced",
+    ]
     assert outcome.recovered.replaced.result == ("stopped" if step == "gate passed" else "restored")
     assert other.audit() == audit
     assert (other.container.server is not None) is other_running
