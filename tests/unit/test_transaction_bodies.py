@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from scripted import ScriptedContainer, ScriptedGate
+from scripted import ScriptedContainer, ScriptedGate, frames
 
 from orchestrator.cancel import Cancel
 from orchestrator.container.lock import Owner
@@ -30,6 +30,7 @@ from orchestrator.transaction.deployment import Deployment
 from orchestrator.transaction.options import Options
 from orchestrator.transaction.outcome import Outcome, Restored, StayedStopped
 from orchestrator.transaction.target import TargetRun
+from orchestrator.transport.base import Result
 
 ROOT = Path(__file__).resolve().parents[2]
 PLAYBOOK = ROOT / "playbooks" / "qwen-dflash.yaml"
@@ -853,3 +854,44 @@ def test_an_interrupted_replace_settles_the_replaced_playbook(
     assert outcome.recovered.replaced.result == ("stopped" if step == "gate passed" else "restored")
     assert other.audit() == audit
     assert (other.container.server is not None) is other_running
+
+
+@pytest.mark.parametrize("step", ["switch current", "start server", "gate", "stop failed server"])
+def test_an_interrupted_first_deploy_is_undone_to_nothing(
+    models: dict[str, Path], step: str
+) -> None:
+    site = Site(models)
+    site.kept(MID)
+    site.on(MID, running=step != "stop failed server")
+    site.journal(action="deploy", from_release=None, to_release=MID, step=step)
+
+    outcome = site.act("stop")
+
+    assert outcome.recovered is not None and outcome.recovered.back_on is None
+    assert "its server stopped, nothing to go back to" in outcome.notes[0]
+    assert (site.link("current"), site.container.server) == (None, None)
+    assert site.audit() == [("recover", "recovered"), ("stop", "unchanged")]
+
+
+def test_a_release_that_reads_back_otherwise_is_refused_before_the_switch(
+    models: dict[str, Path],
+) -> None:
+    site = Site(models)
+    site.on(OLD)
+    c = site.container
+
+    def torn(argv: Any, _stdin: bytes | None) -> Result:
+        paths = dict(argv.args)["paths"]
+        read = [
+            (p, c.files[p][:-1] if "/releases/" in p else c.files[p]) for p in paths if p in c.files
+        ]
+        return Result(tuple(argv), 0, frames(read), b"")
+
+    c.transport.on("read_files", torn)
+
+    outcome = site.deploy()
+
+    assert (outcome.result, outcome.exit_code) == ("failed", 1)
+    assert (outcome.error or "").startswith("cat-verify failed, the server was not touched")
+    assert (site.link("current"), c.server, site.audit()) == (OLD, 4242, [])
+    assert site.gate.asked == []
