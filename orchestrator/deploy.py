@@ -36,7 +36,7 @@ from orchestrator.container.journal import (
 )
 from orchestrator.container.lock import DeployLock, Owner
 from orchestrator.container.server import Server
-from orchestrator.deadline import now
+from orchestrator.deadline import SYSTEM_CLOCK, Clock, now
 from orchestrator.documents import jsonable
 from orchestrator.drafters.findings import Finding, Severity
 from orchestrator.errors import Interrupted, NeedsAttention, OrchError, ServerFailed
@@ -90,8 +90,10 @@ class TargetRun:
         cancel: Cancel | None = None,
         show_diff: ShowDiff = lambda *_: None,
         neighbours: Neighbours = lambda _: None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.plan, self.transport, self.playbook = plan, transport, playbook
+        self.clock = clock
         self.neighbours = neighbours
         self.replacing: TargetRun | None = None
         """With --replace: the other playbook's run on this container, its lock held."""
@@ -177,6 +179,7 @@ class TargetRun:
                 self.plan.kind.failure_causes,
                 self.cancel.event,
                 tick=self._gate_tick("gate (new settings)"),
+                clock=self.clock,
             )
         self.outcome.gate = report
         if self._passed(report):
@@ -537,6 +540,7 @@ class TargetRun:
                 stop,
                 key,
                 self._gate_tick(f"{prefix}gate"),
+                self.clock,
             )
 
     def _probe_key(self, release_id: str) -> ProbeKey | None:
@@ -560,6 +564,7 @@ class TargetRun:
                 tick=lambda held: self.progress(
                     self.plan.container, f"{prefix}stop server (GPU memory)", held
                 ),
+                clock=self.clock,
             )
         if stop and stop.is_set():  # the old server is down: straight to the way back
             raise ServerFailed("interrupted before the switch of current")
@@ -578,6 +583,7 @@ class TargetRun:
                     f"server log: {line}" if line else "",
                 ),
                 stop=stop,
+                clock=self.clock,
             )
 
     # -- steps -------------------------------------------------------------

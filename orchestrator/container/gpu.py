@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from orchestrator.container.shell import builder, parse_csv_rows, reading
-from orchestrator.deadline import Deadline
+from orchestrator.deadline import SYSTEM_CLOCK, Clock, Deadline
 from orchestrator.errors import NeedsAttention
 from orchestrator.transport.base import Transport
 
@@ -73,6 +73,7 @@ def wait_free(
     share: float,
     timeout: float,
     tick: Callable[[str], None] = lambda _: None,
+    clock: Clock = SYSTEM_CLOCK,
 ) -> None:
     """Until each of the first `gpus` GPUs has `share` of its memory free; `tick`
     hears, at every look that finds too little, what each short GPU has free.
@@ -80,7 +81,7 @@ def wait_free(
     Judged by memory, not by PIDs: inside an LXC container nvidia-smi may show
     the host's PIDs, or none, for the old server's workers.
     """
-    deadline = Deadline.after(timeout)
+    deadline = Deadline.after(timeout, clock=clock)
     while True:
         result = transport.run(gpu_query(nvidia_smi), timeout=deadline.limit(30))
         if not result.ok:
