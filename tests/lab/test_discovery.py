@@ -1,5 +1,6 @@
-"""Discovery: parsers on captured Proxmox output, the inventory writer, and
-`orch inventory discover` against a real lab host."""
+"""Discovery: the inventory writer, and `orch inventory discover` against a real lab
+host (the parsers: tests/unit/test_proxmox.py; the runner in memory:
+tests/unit/test_discovery_run.py)."""
 
 from __future__ import annotations
 
@@ -15,21 +16,9 @@ import isolated
 import pytest
 import yaml
 from labtools import FAST, LabHandle, free_network
+from pvenodes import recorded
 
 from orchestrator.container.shell import parse_csv_rows
-from orchestrator.discovery import commands
-from orchestrator.discovery.facts import (
-    Guest,
-    GuestConfig,
-    NodeGpu,
-    NodeInfo,
-    parse_cluster_status,
-    parse_guest_config,
-    parse_interfaces,
-    parse_node_gpus,
-    parse_resources,
-    parse_tool_paths,
-)
 from orchestrator.discovery.run import jump_through, write_new
 from orchestrator.discovery.writer import (
     Cluster,
@@ -38,154 +27,28 @@ from orchestrator.discovery.writer import (
     NotRead,
     inventory_text,
 )
-from orchestrator.errors import InputError, NeedsAttention
+from orchestrator.errors import InputError
 from orchestrator.inventory import SshSettings, load_inventory
 from orchestrator.lab.cluster import Lab, LabSpec, stop_pids
 from orchestrator.lab.paths import HostPaths
-
-FIXTURES = Path(__file__).parent.parent / "fixtures" / "proxmox"
-
-
-def fixture(name: str) -> str:
-    return (FIXTURES / name).read_text()
-
-
-# --- commands ---------------------------------------------------------------------------
-
-
-def test_commands_are_argv_lists() -> None:
-    assert commands.cluster_resources("/usr/bin/pvesh") == [
-        "/usr/bin/pvesh", "get", "/cluster/resources", "--type", "vm", "--output-format", "json",
-    ]  # fmt: skip
-    assert commands.cluster_status("pvesh") == [
-        "pvesh", "get", "/cluster/status", "--output-format", "json",
-    ]  # fmt: skip
-    assert commands.guest_config("/usr/sbin/pct", 200) == [
-        "/usr/sbin/pct", "config", "200", "--current",
-    ]  # fmt: skip
-    assert commands.guest_interfaces("pvesh", "pve1", 201) == [
-        "pvesh", "get", "/nodes/pve1/lxc/201/interfaces", "--output-format", "json",
-    ]  # fmt: skip
-    assert commands.node_gpus("nvidia-smi") == [
-        "nvidia-smi", "--query-gpu=index,name,memory.total", "--format=csv,noheader,nounits",
-    ]  # fmt: skip
-
-
-# --- parsers ----------------------------------------------------------------------------
-
-
-def test_resources_keep_guests_sorted_by_vmid_with_unknown_status_and_missing_name() -> None:
-    guests = parse_resources(fixture("cluster-resources.json"))
-    assert guests == [
-        Guest(105, "pve-train", "qemu", "stopped", "win11"),
-        Guest(129, "kpro5", "lxc", "running", "kpro5-ct"),
-        Guest(200, "pve-train", "lxc", "unknown", None),
-        Guest(300, "pve-train", "lxc", "stopped", "gpu-template", template=True),
-        Guest(1001, "pve-train", "lxc", "running", "gpu-b"),
-    ]
-
-
-@pytest.mark.parametrize(
-    "text",
-    ["not json", '{"vmid": 1}', '[{"type": "lxc", "node": "a"}]', '[{"type": "lxc", "vmid": "x"}]'],
+from orchestrator.proxmox import (
+    Guest,
+    GuestConfig,
+    NodeGpu,
+    parse_cluster_status,
+    parse_guest_config,
+    parse_node_gpus,
+    parse_resources,
 )
-def test_resources_that_do_not_parse_need_attention(text: str) -> None:
-    with pytest.raises(NeedsAttention, match="cannot read pvesh's cluster resources"):
-        parse_resources(text)
-
-
-def test_cluster_status_gives_nodes_with_ip_and_which_one_answers() -> None:
-    assert parse_cluster_status(fixture("cluster-status.json")) == [
-        NodeInfo("kpro5", "192.0.2.15", local=False, online=True),
-        NodeInfo("pve-train", "192.0.2.20", local=True, online=True),
-    ]
-
-
-def test_standalone_node_has_no_cluster_entry_and_nodeid_0() -> None:
-    assert parse_cluster_status(fixture("cluster-status-standalone.json")) == [
-        NodeInfo("pve-solo", "192.0.2.30", local=True, online=True)
-    ]
-
-
-def test_four_node_status_in_hash_order_with_an_offline_node() -> None:
-    """As pve-manager's get_status gives it: a cluster entry, then the nodes in hash order,
-    `local` on the node asked, `online` 0 for a node corosync does not see."""
-    assert parse_cluster_status(fixture("cluster-status-four.json")) == [
-        NodeInfo("pve3", "10.20.0.13", local=False, online=True),
-        NodeInfo("pve1", "10.20.0.11", local=True, online=True),
-        NodeInfo("pve4", "10.20.0.14", local=False, online=False),
-        NodeInfo("pve2", "10.20.0.12", local=False, online=True),
-    ]
-    guests = parse_resources(fixture("cluster-resources-four.json"))
-    assert {g.vmid: g.node for g in guests} == {
-        1101: "pve1", 1201: "pve2", 1202: "pve2", 1301: "pve3", 1401: "pve4", 1402: "pve4",
-    }  # fmt: skip
-
-
-def test_a_node_ip_that_is_no_address_needs_attention() -> None:
-    text = '[{"type": "node", "name": "pve2", "ip": "10.0.0.2\\n# x", "online": 1}]'
-    with pytest.raises(NeedsAttention, match="cannot read pvesh's cluster status"):
-        parse_cluster_status(text)
-
-
-def test_config_with_pve8_device_keys() -> None:
-    assert parse_guest_config(fixture("pct-config-devices.txt")) == GuestConfig(
-        "gpu-b", "192.0.2.41", None, (2, 3), ("eth0",)
-    )
-
-
-def test_config_with_mount_entries_takes_the_first_static_address() -> None:
-    assert parse_guest_config(fixture("pct-config-mount-entries.txt")) == GuestConfig(
-        "ct200", "10.10.0.200", None, (0, 1), ("eth0", "eth1")
-    )
-
-
-def test_config_takes_any_nets_ipv4_before_an_ipv6_and_knows_a_template() -> None:
-    config = parse_guest_config(fixture("pct-config-two-nets.txt"))
-    assert (config.address, config.interfaces, config.template) == (
-        "192.0.2.51", ("eth0", "eth1"), True,
-    )  # fmt: skip
-    ipv6_only = "net0: name=eth0,ip=dhcp,ip6=2001:db8::7/64\nnet1: name=eth1,ip=manual\n"
-    assert parse_guest_config(ipv6_only).address == "2001:db8::7"
-
-
-def test_config_without_a_static_address_says_why() -> None:
-    assert parse_guest_config(fixture("pct-config-dhcp.txt")) == GuestConfig(
-        "web", None, "net0 has ip=dhcp", (), ("eth0",)
-    )
-    assert parse_guest_config("hostname: x\n").address_note == "no network interface (net0)"
-
-
-def test_live_addresses_of_the_containers_nets_ipv4_first_never_link_local() -> None:
-    text = fixture("lxc-interfaces.json")
-    assert parse_interfaces(text, ("eth0", "eth1")) == "192.0.2.51"
-    assert parse_interfaces(text, ("eth0",)) == "2001:db8::51"
-    assert parse_interfaces(text, ("eth2",)) is None
-    assert parse_interfaces("null\n", ("eth0",)) is None  # a stopped container
-    with pytest.raises(NeedsAttention, match="cannot read pvesh's container interfaces"):
-        parse_interfaces('{"name": "eth0"}', ("eth0",))
-
-
-def test_node_gpus_and_tool_paths() -> None:
-    gpus = parse_node_gpus(fixture("node-gpus.csv"))
-    assert gpus[2] == NodeGpu(2, "NVIDIA H100 80GB HBM3", 81559) and len(gpus) == 4
-    with pytest.raises(NeedsAttention, match="nvidia-smi's GPU list"):
-        parse_node_gpus("0, A6000, lots\n")
-    assert parse_tool_paths("pvesh /usr/bin/pvesh\npct /usr/sbin/pct\nnvidia-smi -\n") == {
-        "pvesh": "/usr/bin/pvesh",
-        "pct": "/usr/sbin/pct",
-        "nvidia-smi": None,
-    }
-
 
 # --- writer -----------------------------------------------------------------------------
 
 
 def cluster_from_fixtures(node_gpus: list[NodeGpu] | None) -> Cluster:
-    guests = parse_resources(fixture("cluster-resources.json"))
+    guests = parse_resources(recorded("cluster-resources.json"))
     configs = {
-        1001: parse_guest_config(fixture("pct-config-devices.txt")),
-        200: parse_guest_config(fixture("pct-config-mount-entries.txt")),
+        1001: parse_guest_config(recorded("pct-config-devices.txt")),
+        200: parse_guest_config(recorded("pct-config-mount-entries.txt")),
     }
     here = [g for g in guests if g.node == "pve-train" and g.type == "lxc"]
     node = NodeRead(
@@ -199,7 +62,7 @@ def cluster_from_fixtures(node_gpus: list[NodeGpu] | None) -> Cluster:
     return Cluster(
         address="192.0.2.20",
         read=[node],
-        nodes=parse_cluster_status(fixture("cluster-status.json")),
+        nodes=parse_cluster_status(recorded("cluster-status.json")),
         unread={"kpro5": NotRead("no SSH connection to it", "connect: connection refused")},
         elsewhere=[g for g in guests if g.node != "pve-train" and g.type == "lxc"],
         vms=[g for g in guests if g.type == "qemu"],
@@ -220,7 +83,7 @@ def written(tmp_path: Path, cluster: Cluster) -> tuple[str, dict]:
 
 def test_written_inventory_has_containers_gpus_groups_and_comments(tmp_path: Path) -> None:
     text, inventory = written(
-        tmp_path, cluster_from_fixtures(parse_node_gpus(fixture("node-gpus.csv")))
+        tmp_path, cluster_from_fixtures(parse_node_gpus(recorded("node-gpus.csv")))
     )
     containers = inventory["containers"]
     assert list(containers) == ["ct200", "gpu-b"]
@@ -281,9 +144,9 @@ def test_stopped_and_dhcp_containers_get_their_own_comments(tmp_path: Path) -> N
 
 def four_node_cluster() -> Cluster:
     """pve1 asked; pve2 answered through it, pve3 directly; pve4 offline."""
-    guests = parse_resources(fixture("cluster-resources-four.json"))
-    gpus = parse_node_gpus(fixture("node-gpus.csv"))
-    config = parse_guest_config(fixture("pct-config-devices.txt"))
+    guests = parse_resources(recorded("cluster-resources-four.json"))
+    gpus = parse_node_gpus(recorded("node-gpus.csv"))
+    config = parse_guest_config(recorded("pct-config-devices.txt"))
 
     def on(node: str) -> list[FoundContainer]:
         return [FoundContainer(g, config) for g in guests if g.node == node and g.type == "lxc"]
@@ -296,7 +159,7 @@ def four_node_cluster() -> Cluster:
             NodeRead("pve2", "10.20.0.12", None, on("pve2"), gpus, jump=jump),
             NodeRead("pve3", "10.20.0.13", "/opt/pve/pct", on("pve3"), None),
         ],
-        nodes=parse_cluster_status(fixture("cluster-status-four.json")),
+        nodes=parse_cluster_status(recorded("cluster-status-four.json")),
         unread={"pve4": NotRead("offline in the cluster's status", "online 0")},
         elsewhere=[g for g in guests if g.node == "pve4" and g.type == "lxc"],
         vms=[g for g in guests if g.type == "qemu"],
