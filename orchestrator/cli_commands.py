@@ -20,6 +20,7 @@ from orchestrator.cancel import Cancel
 from orchestrator.connections import SSH, Connect, Pool
 from orchestrator.container import lock
 from orchestrator.container import release as store
+from orchestrator.container.gpu import DEFAULT_NVIDIA_SMI
 from orchestrator.container.journal import UNKNOWN_RUN, Journal, Transaction, Unreadable
 from orchestrator.container.lock import Owner, lock_holder
 from orchestrator.container.server import Server
@@ -73,7 +74,6 @@ from orchestrator.secrets import digest, parse_exports
 from orchestrator.secrets import resolve as resolve_secrets
 from orchestrator.transport.base import Transport
 
-DEFAULT_NVIDIA_SMI = "/usr/bin/nvidia-smi"
 R = TypeVar("R", bound=TargetRun)
 
 

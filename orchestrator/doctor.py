@@ -17,7 +17,7 @@ from typing import Final
 
 from orchestrator import preflight, proxmox, secrets
 from orchestrator.connections import SSH, Connect, Pool
-from orchestrator.container.gpu import gpu_query, parse_gpus
+from orchestrator.container.gpu import DEFAULT_NVIDIA_SMI, gpu_query, parse_gpus
 from orchestrator.documents import CheckStatus
 from orchestrator.documents.fleet import Check
 from orchestrator.drafters.findings import Severity
@@ -36,7 +36,6 @@ from orchestrator.serving import server_check
 from orchestrator.transport.base import Transport
 from orchestrator.transport.pct import PctTransport, pct_refusal
 
-DEFAULT_NVIDIA_SMI = "/usr/bin/nvidia-smi"
 OK: Final = "ok"
 FAIL: Final = "fail"
 INFO: Final = "info"

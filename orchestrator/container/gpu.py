@@ -11,6 +11,9 @@ from orchestrator.deadline import SYSTEM_CLOCK, Clock, Deadline
 from orchestrator.errors import NeedsAttention
 from orchestrator.transport.base import Transport
 
+DEFAULT_NVIDIA_SMI = "/usr/bin/nvidia-smi"
+"""Where a container's nvidia-smi is unless the inventory's `nvidia_smi` var says."""
+
 GPU_QUERY = (
     "--query-gpu=index,uuid,memory.total,memory.used,memory.free",
     "--format=csv,noheader,nounits",
@@ -25,11 +28,6 @@ GPU_APPS_QUERY = (
 @builder
 def gpu_query(nvidia_smi: str) -> list[str]:
     return [nvidia_smi, *GPU_QUERY]
-
-
-@builder
-def gpu_apps_query(nvidia_smi: str) -> list[str]:
-    return [nvidia_smi, *GPU_APPS_QUERY]
 
 
 @dataclass(frozen=True)

@@ -117,10 +117,6 @@ class Published:
         return self.config.get("sliding_window")
 
     @property
-    def bos_token_id(self) -> int | None:
-        return self.config.get("bos_token_id")
-
-    @property
     def block_size(self) -> int:
         return block_size(self.config)
 
