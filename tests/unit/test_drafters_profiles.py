@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.drafters.kinds.dflash import Published, check_dflash
+from orchestrator.drafters.kinds.dflash.drafter import Published
+from orchestrator.drafters.kinds.dflash.rules import check_dflash
 from orchestrator.drafters.modelfiles import read_model_dir
 from orchestrator.drafters.profiles import (
     detect_profile,

@@ -11,7 +11,7 @@ import jinja2
 import pytest
 import yaml
 
-from orchestrator.drafters.kinds.dflash import IDS
+from orchestrator.drafters.kinds.dflash.drafter import IDS
 from orchestrator.drafters.profiles import get_profile
 from orchestrator.errors import InputError
 from orchestrator.inventory import load_inventory
