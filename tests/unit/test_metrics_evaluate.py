@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from test_metrics_simulation import (
+from simulated import (
     BROKEN,
     CORRECT,
     Drafter,

@@ -13,38 +13,27 @@ import time
 
 import pytest
 from clocks import FakeClock
-from scripted import ScriptedContainer, metrics, serving
-from test_plan import EXAMPLE, PLAYBOOK
+from scripted import metrics, serving
+from transactions import BUCKETS, FAST_GATE, Container, setup, target_run
 
 from orchestrator.cancel import Cancel
 from orchestrator.container.gpu import wait_free
 from orchestrator.container.lock import Owner
-from orchestrator.deadline import SYSTEM_CLOCK, Clock
-from orchestrator.deploy import Options, TargetRun
-from orchestrator.documents import jsonable
+from orchestrator.deploy import Options
 from orchestrator.drafters.kinds import get_kind
 from orchestrator.gate import run_gate
-from orchestrator.inventory import load_inventory
 from orchestrator.lifecycle import ServerActionRun
-from orchestrator.plan import TargetPlan, plan_deploy
-from orchestrator.playbook import Gate, Playbook, Probe, load_playbook
-from orchestrator.probes.context import ContextBucket
-from orchestrator.release import GateTarget
+from orchestrator.plan import TargetPlan
+from orchestrator.playbook import Gate, Playbook, Probe
 from orchestrator.transport.base import Result
 from orchestrator.transport.memory import MemoryTransport
 
 CAUSES = get_kind("dflash").failure_causes
-
-FAST_GATE = Gate(
-    min_drafts=50,
-    probe=Probe(scrape_interval=0.02, concurrency=1, max_tokens=8, endpoints=["completions"]),
-)
 ONE_SCRAPE_A_SECOND = Gate(
     min_drafts=50,
     probe=Probe(scrape_interval=1.0, concurrency=1, max_tokens=8, endpoints=["completions"]),
 )
 """A gate for a fake clock: its whole budget in a hundred-odd looks."""
-BUCKETS = [ContextBucket("short", 0, None, ("hello",))]
 
 
 # -- the gate ------------------------------------------------------------------------------------
@@ -91,62 +80,6 @@ def test_a_stop_request_ends_the_gate_undecided() -> None:
     )
     assert report.verdict.outcome == "inconclusive"
     assert "interrupted" in report.verdict.reason
-
-
-# -- the transaction -----------------------------------------------------------------------------
-
-
-class Container(ScriptedContainer):
-    """The deployment of `plan` in memory, its server running."""
-
-    def __init__(self, plan: TargetPlan) -> None:
-        super().__init__(plan.container, plan.layout)
-        self.run_server()
-
-    def gated_release(self, release_id: str, served_name: str, gate: Gate = FAST_GATE) -> None:
-        """A release on the container whose manifest records its own gate settings."""
-        target = GateTarget(served_name, 8000, gate)
-        manifest = {
-            "release_id": release_id,
-            "run_id": "run-before",
-            "files": {},
-            "gate_target": jsonable(target),
-        }
-        self.release(release_id, {"manifest.json": json.dumps(manifest).encode()})
-
-
-def setup(served_name: str = "new-name") -> tuple[Playbook, TargetPlan, Container]:
-    playbook = load_playbook(
-        PLAYBOOK,
-        [
-            f"target.served_name={served_name}",
-            "gate.min_drafts=50",
-            "gate.probe.scrape_interval=0.02",
-            "gate.probe.concurrency=1",
-        ],
-    )
-    plan = plan_deploy(playbook, load_inventory(EXAMPLE))[0]
-    return playbook, plan, Container(plan)
-
-
-def target_run(
-    playbook: Playbook,
-    plan: TargetPlan,
-    container: Container,
-    cancel: Cancel | None = None,
-    clock: Clock = SYSTEM_CLOCK,
-) -> TargetRun:
-    options = Options(run_id="run-now", user="ops")
-    return TargetRun(
-        plan,
-        container.transport,
-        playbook,
-        BUCKETS,
-        "nvidia-smi",
-        options,
-        cancel=cancel,
-        clock=clock,
-    )
 
 
 def test_rollback_regates_the_old_release_with_its_own_served_name() -> None:
