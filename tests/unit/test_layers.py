@@ -228,3 +228,26 @@ WITH_LAB = TWO + "beside | c\n"
 def test_how_the_picture_is_read(picture: str, module: str, imported: str, why: str | None) -> None:
     rows = read_picture(f"```floors\n{picture}```\n")
     assert climbs(f"orchestrator.{module}", f"orchestrator.{imported}", rows) == why
+
+
+TESTS = ROOT / "tests"
+
+
+def test_no_test_module_imports_another() -> None:
+    """Shared builders live in helpers under tests/ (and shared fixtures in conftests): a
+    test module that imports another runs that module's tests' imports and fixtures too,
+    and ties the two together by name."""
+    importing = sorted(
+        f"{path.relative_to(ROOT)}: {name}"
+        for path in TESTS.rglob("test_*.py")
+        for node in ast.walk(ast.parse(path.read_text()))
+        for name in (
+            [node.module or ""]
+            if isinstance(node, ast.ImportFrom)
+            else [a.name for a in node.names]
+            if isinstance(node, ast.Import)
+            else []
+        )
+        if name.split(".")[0].startswith("test_") or name.split(".")[0] == "conftest"
+    )
+    assert importing == []
