@@ -100,10 +100,22 @@ def counters_of(lengths: list[int], created: float | None = None) -> SpecDecodeC
 
 
 def snapshots(lengths: list[int], per_interval: int) -> list[SpecDecodeCounters]:
-    """What a scraper sees every `per_interval` drafts, after some warm-up drafts."""
+    """What a scraper sees every `per_interval` drafts, after some warm-up drafts: each
+    snapshot the last plus the interval's own counters (linear in the drafts)."""
     warm_up = [3, 0, 7]
-    chunks = [warm_up, *chunked(lengths, per_interval)]
-    return [counters_of(seen) for seen in accumulate(chunks)]
+    steps = [counters_of(chunk) for chunk in [warm_up, *chunked(lengths, per_interval)]]
+    return list(accumulate(steps, _plus))
+
+
+def _plus(before: SpecDecodeCounters, step: SpecDecodeCounters) -> SpecDecodeCounters:
+    return SpecDecodeCounters(
+        drafts=before.drafts + step.drafts,
+        draft_tokens=before.draft_tokens + step.draft_tokens,
+        accepted=before.accepted + step.accepted,
+        accepted_per_pos=tuple(
+            a + b for a, b in zip(before.accepted_per_pos, step.accepted_per_pos, strict=True)
+        ),
+    )
 
 
 def interval_measurements(lengths: list[int], per_interval: int) -> list[Measurement]:
