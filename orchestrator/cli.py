@@ -955,7 +955,7 @@ def inventory_discover(
     pct config and nvidia-smi on each node) and write an inventory for them. A node
     that cannot be reached directly is read through this host as jump host; exit 3
     when a node could not be read (the inventory is still written, saying which)."""
-    from orchestrator.discovery.run import discover, login_settings, write_new
+    from orchestrator.discovery.run import discover, login_settings, ssh_nodes, write_new
     from orchestrator.discovery.writer import inventory_text
 
     login = login_settings(
@@ -969,7 +969,7 @@ def inventory_discover(
             "jump": jump,
         },
     )
-    cluster = discover(address, login, accept_new_host_keys)
+    cluster = discover(address, login, ssh_nodes(accept_new_host_keys))
     command = f"orch inventory discover --address {address}" + (f" --port {port}" if port else "")
     text = inventory_text(cluster, login, command)
     if output is not None:

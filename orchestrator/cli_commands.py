@@ -19,6 +19,7 @@ from orchestrator import documents, preflight, release, runlog
 from orchestrator.cancel import Cancel
 from orchestrator.connections import SSH, Connect, Pool
 from orchestrator.container import lock, store
+from orchestrator.container.gpu import DEFAULT_NVIDIA_SMI
 from orchestrator.container.journal import UNKNOWN_RUN, Journal, Transaction, Unreadable
 from orchestrator.container.lock import Owner, lock_holder
 from orchestrator.container.server import Server
@@ -74,8 +75,6 @@ from orchestrator.transaction.options import Options
 from orchestrator.transaction.outcome import Outcome
 from orchestrator.transaction.target import ShowDiff, TargetRun
 from orchestrator.transport.base import Transport
-
-DEFAULT_NVIDIA_SMI = "/usr/bin/nvidia-smi"
 
 
 @dataclass(frozen=True)

@@ -15,17 +15,9 @@ from __future__ import annotations
 
 from typing import Final
 
-from orchestrator import preflight, secrets
+from orchestrator import preflight, proxmox, secrets
 from orchestrator.connections import SSH, Connect, Pool
-from orchestrator.container.gpu import gpu_query, parse_gpus
-from orchestrator.container.host import (
-    container_status,
-    parse_container_status,
-    parse_sshd_limits,
-    sshd_limits,
-)
-from orchestrator.discovery import commands as proxmox
-from orchestrator.discovery.facts import parse_guest_config
+from orchestrator.container.gpu import DEFAULT_NVIDIA_SMI, gpu_query, parse_gpus
 from orchestrator.documents import CheckStatus
 from orchestrator.documents.fleet import Check
 from orchestrator.drafters.findings import Severity
@@ -33,11 +25,17 @@ from orchestrator.errors import HostKeyError, InputError, OrchError, TransportEr
 from orchestrator.inventory import Inventory
 from orchestrator.plan import MissingVars, TargetPlan
 from orchestrator.playbook import Playbook
+from orchestrator.proxmox import (
+    container_status,
+    parse_container_status,
+    parse_guest_config,
+    parse_sshd_limits,
+    sshd_limits,
+)
 from orchestrator.serving import server_check
 from orchestrator.transport.base import Transport
 from orchestrator.transport.pct import PctTransport, pct_refusal
 
-DEFAULT_NVIDIA_SMI = "/usr/bin/nvidia-smi"
 OK: Final = "ok"
 FAIL: Final = "fail"
 INFO: Final = "info"

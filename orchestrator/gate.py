@@ -28,7 +28,6 @@ import dataclasses
 import itertools
 import queue
 import threading
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Annotated, Any
@@ -37,7 +36,7 @@ import pydantic
 import tenacity
 from pydantic import ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
-from orchestrator.deadline import Deadline
+from orchestrator.deadline import SYSTEM_CLOCK, Clock, Deadline
 from orchestrator.durations import Seconds
 from orchestrator.errors import OrchError
 from orchestrator.metrics.advice import Advice, speculative_tokens_advice
@@ -446,6 +445,7 @@ def run_gate(
     stop: threading.Event | None = None,
     key: ProbeKey | None = None,
     tick: Tick = lambda _: None,
+    clock: Clock = SYSTEM_CLOCK,
 ) -> GateReport:
     """Probe every context bucket on every endpoint, one phase each, within the budgets.
 
@@ -471,10 +471,10 @@ def run_gate(
         criteria=criteria,
         source=gate.acceptance_source,
     )
-    started = time.monotonic()
+    started = clock.now()
     target = _Target(transport, address, port, served_name, key)
     if gate.acceptance_source == PER_REQUEST:
-        deadline = Deadline.after(gate.time_budget, stop)
+        deadline = Deadline.after(gate.time_budget, stop, clock)
         missing = _run_at_once(target, gate, judged_by, phases, deadline, report, tick)
         if missing:
             report.phases.clear()
@@ -487,8 +487,8 @@ def run_gate(
     if report.source == COUNTERS:
         for index, (bucket, endpoint) in enumerate(phases):
             left = len(phases) - index
-            seconds = (gate.time_budget - (time.monotonic() - started)) / left
-            deadline = Deadline.after(max(0.0, seconds), stop)
+            seconds = (gate.time_budget - (clock.now() - started)) / left
+            deadline = Deadline.after(max(0.0, seconds), stop, clock)
             phase, go_on = _run_phase(
                 target, gate, judged_by, bucket, endpoint, deadline, report, tick
             )
@@ -502,7 +502,7 @@ def run_gate(
     report.explanation = refused or explain_phases(report.phases, report.verdict, causes)
     if report.verdict.outcome == "pass":  # a failed drafter needs fixing, not tuning
         report.advice = speculative_tokens_advice(report.verdict.per_position_acceptance)
-    report.seconds = time.monotonic() - started
+    report.seconds = clock.now() - started
     return report
 
 
@@ -519,14 +519,18 @@ class _Running:
     probe: _Probe
     ledger: RequestLedger
     workers: list[threading.Thread]
-    started: float = field(default_factory=time.monotonic)
+    clock: Clock
+    started: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.started = self.clock.now()
 
     def decide(self, verdict: Verdict, cancel: bool = True) -> None:
         """The phase's verdict, its time, and its requests in flight ended; its batches
         are the requests it judged."""
         self.phase.verdict = verdict
         self.phase.batches = list(self.ledger.judged)
-        self.phase.seconds = time.monotonic() - self.started
+        self.phase.seconds = self.clock.now() - self.started
         self.phase.cancelled = self.probe.stop(cancel)
 
     def out_of_traffic(self) -> bool:
@@ -555,7 +559,7 @@ def _run_at_once(
         probe = _Probe.for_phase(target, gate, bucket, endpoint, deadline, answers)
         workers = probe.workers(gate.probe.concurrency)
         phase = PhaseReport(bucket, endpoint, assess([], criteria), source=PER_REQUEST)
-        running[probe] = _Running(phase, probe, RequestLedger(criteria), workers)
+        running[probe] = _Running(phase, probe, RequestLedger(criteria), workers, deadline.clock)
         report.phases.append(phase)
     undecided = set(running.values())
     try:
@@ -666,7 +670,7 @@ def _run_phase(
     transport, address, port = target.transport, target.address, target.port
     probe = _Probe.for_phase(target, gate, bucket, endpoint, deadline)
     phase = PhaseReport(bucket, endpoint, assess([], criteria))
-    started = time.monotonic()
+    started = deadline.clock.now()
     workers = probe.workers(gate.probe.concurrency)
     go_on = True
     try:
@@ -732,7 +736,7 @@ def _run_phase(
                     f"{budget} spent before the gate decided: {phase.verdict.reason}",
                 )
                 break
-        phase.seconds = time.monotonic() - started  # decided; in-flight requests still run
+        phase.seconds = deadline.clock.now() - started  # decided; in-flight requests still run
     finally:
         probe.stop(cancel=deadline.cancel.is_set())  # an interrupted gate waits for nothing
         for worker in workers:

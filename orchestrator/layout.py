@@ -111,10 +111,6 @@ class Layout:
         """Where this deployment and its siblings (other playbooks' on the container) live."""
         return self.root.rsplit("/", 1)[0] or "/"
 
-    def sibling(self, name: str) -> Layout:
-        """Another playbook's deployment under the same state dir."""
-        return Layout(f"{self.state_dir.rstrip('/')}/{name}")
-
     @property
     def removable(self) -> list[str]:
         """What `orch remove` deletes: the links and the server's records first, so a

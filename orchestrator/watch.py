@@ -11,13 +11,12 @@ container `below` in consecutive rounds keeps the time it first was (`below_sinc
 
 from __future__ import annotations
 
-import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from orchestrator.deadline import Deadline
+from orchestrator.deadline import SYSTEM_CLOCK, Clock, Deadline
 from orchestrator.documents import run_result
 from orchestrator.documents.watch import Acceptance, Thresholds, Watch, WatchEntry
 from orchestrator.errors import NeedsAttention
@@ -161,7 +160,9 @@ class Watcher:
         transport_of: Callable[[str], Transport],
         gate: Gate,
         window_seconds: float,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
+        self.clock = clock
         self.playbook, self.gate, self.transport_of = playbook, gate, transport_of
         self.window_seconds = window_seconds
         self.watched = {p.container: Watched(p, Window(window_seconds)) for p in plans}
@@ -178,7 +179,7 @@ class Watcher:
                 )
             except ScrapeFailed as exc:
                 raise NeedsAttention(f"could not read /metrics: {exc}") from None
-            return counters, time.monotonic()
+            return counters, self.clock.now()
 
         group = fan_out(list(self.watched), one, READ_PARALLEL)
         for name, watched in self.watched.items():
@@ -217,11 +218,11 @@ def watch(
     """Scrape every `interval` seconds. With `once`: for one window, then emit its one
     document; else emit each round's until `stop(seconds)` (a wait that returns True
     when asked to stop). Returns the exit code of the last round."""
-    started = time.monotonic()
+    started = watcher.clock.now()
     while True:
         last = watcher.round()
         if once:
-            if time.monotonic() - started >= watcher.window_seconds:
+            if watcher.clock.now() - started >= watcher.window_seconds:
                 emit(last)
                 return watcher.exit_code()
         else:

@@ -53,6 +53,7 @@ from pathlib import Path
 
 import pytest
 from labtools import ALL_AT_ONCE, FAST, LabHandle, changes, cli_env, lab_state, start_lab
+from releasefiles import release_files
 from shelltools import Processes
 
 from orchestrator.errors import InputError
@@ -186,3 +187,10 @@ def deployment(tmp_path: Path) -> Path:
     directory = tmp_path / "deploy it's $(x)"
     directory.mkdir()
     return directory
+
+
+@pytest.fixture
+def rendered() -> dict[str, bytes]:
+    """The example release's rendered files, as release.verify expects them back (tests of
+    cat-verify and of the diffs a deploy shows)."""
+    return dict(release_files())

@@ -7,9 +7,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from orchestrator.container.shell import builder, parse_csv_rows, reading
-from orchestrator.deadline import Deadline
+from orchestrator.deadline import SYSTEM_CLOCK, Clock, Deadline
 from orchestrator.errors import NeedsAttention
 from orchestrator.transport.base import Transport
+
+DEFAULT_NVIDIA_SMI = "/usr/bin/nvidia-smi"
+"""Where a container's nvidia-smi is unless the inventory's `nvidia_smi` var says."""
 
 GPU_QUERY = (
     "--query-gpu=index,uuid,memory.total,memory.used,memory.free",
@@ -25,11 +28,6 @@ GPU_APPS_QUERY = (
 @builder
 def gpu_query(nvidia_smi: str) -> list[str]:
     return [nvidia_smi, *GPU_QUERY]
-
-
-@builder
-def gpu_apps_query(nvidia_smi: str) -> list[str]:
-    return [nvidia_smi, *GPU_APPS_QUERY]
 
 
 @dataclass(frozen=True)
@@ -73,6 +71,7 @@ def wait_free(
     share: float,
     timeout: float,
     tick: Callable[[str], None] = lambda _: None,
+    clock: Clock = SYSTEM_CLOCK,
 ) -> None:
     """Until each of the first `gpus` GPUs has `share` of its memory free; `tick`
     hears, at every look that finds too little, what each short GPU has free.
@@ -80,7 +79,7 @@ def wait_free(
     Judged by memory, not by PIDs: inside an LXC container nvidia-smi may show
     the host's PIDs, or none, for the old server's workers.
     """
-    deadline = Deadline.after(timeout)
+    deadline = Deadline.after(timeout, clock=clock)
     while True:
         result = transport.run(gpu_query(nvidia_smi), timeout=deadline.limit(30))
         if not result.ok:

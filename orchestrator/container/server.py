@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import re
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -26,7 +25,7 @@ from orchestrator.container.shell import (
     run_step,
     script,
 )
-from orchestrator.deadline import Deadline
+from orchestrator.deadline import SYSTEM_CLOCK, Clock, Deadline
 from orchestrator.errors import ServerFailed, TransportError
 from orchestrator.layout import Layout
 from orchestrator.transport import http
@@ -289,6 +288,7 @@ class Server:
         timeout: float,
         tick: Callable[[float, str], None] = lambda *_: None,
         stop: threading.Event | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> float:
         """Poll /health with capped exponential backoff while watching the process and
         its log; fail fast on exit or a fatal log line; give up when `stop` is set.
@@ -297,13 +297,13 @@ class Server:
 
         Every look is bounded by what is left of `timeout`, so a server that drips its
         answers cannot hold the wait past it."""
-        started = time.monotonic()
+        started = clock.now()
         stop = stop or threading.Event()
-        deadline = Deadline.after(timeout, stop)
+        deadline = Deadline.after(timeout, stop, clock)
 
         def attempt() -> None:
             state, tail = self.watch(deadline.limit(WATCH_SECONDS))
-            tick(time.monotonic() - started, last_line(tail))
+            tick(clock.now() - started, last_line(tail))
             if not state.running or state.pid != pid:
                 raise ServerFailed(
                     "the server exited while starting",
@@ -338,4 +338,4 @@ class Server:
                 f"not ready after {timeout:.0f} s (ready_timeout)",
                 self.log_tail(deadline.limit(WATCH_SECONDS)),
             ) from None
-        return time.monotonic() - started
+        return clock.now() - started

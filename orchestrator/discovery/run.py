@@ -1,29 +1,20 @@
-"""Discovery's runner: the commands of `discovery.commands` over one SSH connection per
-Proxmox node (the node asked first, then each other member it names), with the
-transport's host-key rules; parsing is elsewhere."""
+"""Discovery's runner: the commands of `proxmox` over one connection per Proxmox node
+(the node asked first, then each other member it names), each opened by the `connect`
+it is given (`ssh_nodes` on the command line, memory in tests); parsing is elsewhere."""
 
 from __future__ import annotations
 
 import dataclasses
 import os
 import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 from pydantic import ValidationError
 
+from orchestrator import proxmox
 from orchestrator.container.shell import run_step
-from orchestrator.discovery import commands
-from orchestrator.discovery.facts import (
-    Guest,
-    GuestConfig,
-    NodeInfo,
-    parse_cluster_status,
-    parse_guest_config,
-    parse_interfaces,
-    parse_node_gpus,
-    parse_resources,
-    parse_tool_paths,
-)
 from orchestrator.discovery.writer import (
     DEFAULT_PCT,
     NAME,
@@ -48,26 +39,52 @@ from orchestrator.errors import (
     Unreachable,
 )
 from orchestrator.inventory import Host, SshSettings
+from orchestrator.proxmox import (
+    Guest,
+    GuestConfig,
+    NodeInfo,
+    parse_cluster_status,
+    parse_guest_config,
+    parse_interfaces,
+    parse_node_gpus,
+    parse_resources,
+    parse_tool_paths,
+)
 from orchestrator.transport.base import Transport
 from orchestrator.transport.pct import NOT_ROOT
 from orchestrator.transport.ssh import SshTransport
 
+NodeConnect = Callable[[str, str, SshSettings], AbstractContextManager[Transport]]
+"""A login to one Proxmox node: (name, address, login) -> its transport, for as long as
+discovery reads the node."""
 
-def discover(address: str, login: SshSettings, accept_new_host_keys: bool = False) -> Cluster:
+
+def ssh_nodes(accept_new_host_keys: bool = False) -> NodeConnect:
+    """Each node over SSH, with the transport's host-key rules."""
+
+    @contextmanager
+    def connect(name: str, address: str, login: SshSettings) -> Iterator[Transport]:
+        host = SshTransport(name, address, login, accept_new_host_keys)
+        try:
+            yield host
+        finally:
+            host.close()
+
+    return connect
+
+
+def discover(address: str, login: SshSettings, connect: NodeConnect) -> Cluster:
     """Read the cluster through `address`: its members and guests, then each node's
     containers on that node, with the same login (through `address` as jump host for a
     node that cannot be reached directly)."""
     if login.identity_file and not os.access(Path(login.identity_file).expanduser(), os.R_OK):
         raise InputError(f"--identity-file: cannot read {login.identity_file}")
-    host = SshTransport(address, address, login, accept_new_host_keys)
-    try:
-        return _read_cluster(host, address, login, accept_new_host_keys)
-    finally:
-        host.close()
+    with connect(address, address, login) as host:
+        return _read_cluster(host, address, login, connect)
 
 
 def _read_cluster(
-    host: SshTransport, address: str, login: SshSettings, accept_new_host_keys: bool
+    host: Transport, address: str, login: SshSettings, connect: NodeConnect
 ) -> Cluster:
     tools = _tool_paths(host)
     pvesh = tools.get("pvesh")
@@ -77,7 +94,7 @@ def _read_cluster(
             "(log in as root, or as a user whose PATH has /usr/bin)"
         )
     try:
-        listing = run_step(host, commands.cluster_resources(pvesh), "listing the cluster's guests")
+        listing = run_step(host, proxmox.cluster_resources(pvesh), "listing the cluster's guests")
     except StepFailed as exc:
         if not NOT_ROOT.search(exc.message):
             raise
@@ -86,7 +103,7 @@ def _read_cluster(
             "log in as root (--user root), or add --become sudo"
         ) from None
     guests = parse_resources(listing.text)
-    status = host.run(commands.cluster_status(pvesh), timeout=60)
+    status = host.run(proxmox.cluster_status(pvesh), timeout=60)
     nodes = parse_cluster_status(status.text) if status.ok else []
     name = _local_node(address, nodes, {g.node for g in guests})
     read = [_read_node(host, tools, name, address, guests)]
@@ -95,7 +112,7 @@ def _read_cluster(
     for node in sorted(nodes, key=lambda n: n.name):
         if node.name == name:
             continue
-        outcome = _read_other(node, login, via, accept_new_host_keys, guests)
+        outcome = _read_other(node, login, via, connect, guests)
         if isinstance(outcome, NotRead):
             unread[node.name] = outcome
         else:
@@ -112,7 +129,7 @@ def _read_cluster(
 
 
 def _tool_paths(host: Transport) -> dict[str, str | None]:
-    return parse_tool_paths(run_step(host, commands.tool_paths(), "finding pvesh and pct").text)
+    return parse_tool_paths(run_step(host, proxmox.tool_paths(), "finding pvesh and pct").text)
 
 
 def _read_node(
@@ -135,7 +152,7 @@ def _read_node(
     ]
     nvidia_smi = tools.get("nvidia-smi")
     node_gpus = (
-        parse_node_gpus(run_step(host, commands.node_gpus(nvidia_smi), "listing GPUs").text)
+        parse_node_gpus(run_step(host, proxmox.node_gpus(nvidia_smi), "listing GPUs").text)
         if nvidia_smi
         else None
     )
@@ -147,7 +164,7 @@ def _read_other(
     node: NodeInfo,
     login: SshSettings,
     via: str | None,
-    accept_new_host_keys: bool,
+    connect: NodeConnect,
     guests: list[Guest],
 ) -> NodeRead | NotRead:
     """Another node, logged in to at its cluster IP directly, else through `via`."""
@@ -156,12 +173,12 @@ def _read_other(
     if node.ip is None:
         return NotRead("no ip in the cluster's status", "pvesh get /cluster/status: no ip")
     try:
-        return _read_node_at(node.name, node.ip, login, accept_new_host_keys, guests)
+        return _read_node_at(node.name, node.ip, login, connect, guests)
     except Unreachable as direct:
         if via is None:
             return NotRead("no SSH connection to it", direct.message_for(node.name))
         try:
-            return _read_node_at(node.name, node.ip, login, accept_new_host_keys, guests, via)
+            return _read_node_at(node.name, node.ip, login, connect, guests, via)
         except NeedsAttention as exc:
             detail = f"directly: {direct.message_for(node.name)}\nthrough {via}: "
             return NotRead(
@@ -176,16 +193,13 @@ def _read_node_at(
     name: str,
     address: str,
     login: SshSettings,
-    accept_new_host_keys: bool,
+    connect: NodeConnect,
     guests: list[Guest],
     jump: str | None = None,
 ) -> NodeRead:
     settings = login.model_copy(update={"jump": jump}) if jump else login
-    host = SshTransport(name, address, settings, accept_new_host_keys)
-    try:
+    with connect(name, address, settings) as host:
         return _read_node(host, _tool_paths(host), name, address, guests, jump)
-    finally:
-        host.close()
 
 
 def _summary(exc: NeedsAttention) -> str:
@@ -211,13 +225,13 @@ def _running_config(host: Transport, pct: str, pvesh: str, guest: Guest) -> Gues
     """The container's configuration as it runs; a DHCP (or `manual`) one's address is
     its live one, when it is running and has one."""
     config = parse_guest_config(
-        run_step(host, commands.guest_config(pct, guest.vmid), f"pct config {guest.vmid}").text
+        run_step(host, proxmox.guest_config(pct, guest.vmid), f"pct config {guest.vmid}").text
     )
     if config.address or guest.status != "running" or not config.interfaces:
         return config
     live = run_step(
         host,
-        commands.guest_interfaces(pvesh, guest.node, guest.vmid),
+        proxmox.guest_interfaces(pvesh, guest.node, guest.vmid),
         f"reading the live addresses of {guest.vmid}",
     )
     address = parse_interfaces(live.text, config.interfaces)

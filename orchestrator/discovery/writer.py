@@ -15,8 +15,8 @@ from typing import Any
 
 import yaml
 
-from orchestrator.discovery.facts import Guest, GuestConfig, NodeGpu, NodeInfo
 from orchestrator.inventory import SshSettings
+from orchestrator.proxmox import Guest, GuestConfig, NodeGpu, NodeInfo
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 DEFAULT_PCT = "/usr/sbin/pct"

@@ -66,14 +66,6 @@ class KeyTable:
             if expected != actual:
                 yield path, _shown(expected), _shown(actual)
 
-    def read_differences(self, config: dict, published: dict) -> list[Key]:
-        """The known keys the server reads whose value differs: what changes how it drafts."""
-        return [
-            self.keys[path]
-            for path, _, _ in self.differences(config, published)
-            if path in self.keys and self.keys[path].read
-        ]
-
     def unknown(self, config: dict) -> list[str]:
         return [path for path in self.flatten(config) if path not in self.keys]
 

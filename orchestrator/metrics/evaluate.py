@@ -63,11 +63,6 @@ class Measurement:
         at_least = _at_least(self.accepted_length_counts)
         return tuple(count / self.drafts for count in at_least[1:])
 
-    @property
-    def draft_acceptance_rate(self) -> float | None:
-        """Accepted tokens over proposed tokens."""
-        return self.accepted / self.draft_tokens if self.draft_tokens else None
-
 
 def is_reset(before: SpecDecodeCounters, after: SpecDecodeCounters) -> bool:
     """True when the server restarted between the scrapes.

@@ -43,7 +43,6 @@ RUNNER_OFF_REFUSED = (V2_SELECTED, V2_DEFAULT)
 """Modes where `VLLM_USE_V2_MODEL_RUNNER=0` forces the V1 runner, which raises `error`."""
 INTEGER, ONLY_1 = "integer", "only_1"
 RUNNER_VALUES = (INTEGER, ONLY_1)
-BACKEND_SOURCES = ("target", "speculative_config")
 
 
 class UnknownVersion(ValueError):

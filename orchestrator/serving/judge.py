@@ -31,7 +31,7 @@ from orchestrator.serving.capabilities import (
 )
 
 ATTENTION_BACKEND_ENV = "VLLM_ATTENTION_BACKEND"
-SLIDING, FULL = "sliding_attention", "full_attention"
+SLIDING = "sliding_attention"
 
 
 @dataclass(frozen=True)
@@ -314,11 +314,6 @@ def serves_cleanly(row: Row, method: str, drafter: dict, target: dict) -> bool:
     )
     head_ok = not (row.lm_head_zero_for_conditional_generation and conditional_generation(target))
     return bool(row.serves(method)) and mixed_ok and head_ok
-
-
-def runner_enabled(value: str | None) -> bool:
-    """As vLLM reads a boolean variable (vllm/envs.py maybe_convert_bool: bool(int(value)))."""
-    return bool(_integer(value))
 
 
 def is_mixed(drafter: dict) -> bool:

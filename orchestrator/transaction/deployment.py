@@ -18,6 +18,7 @@ from orchestrator.container import audit, store
 from orchestrator.container.journal import Journal
 from orchestrator.container.lock import DeployLock, Owner
 from orchestrator.container.server import Server
+from orchestrator.deadline import SYSTEM_CLOCK, Clock
 from orchestrator.documents import jsonable
 from orchestrator.errors import NeedsAttention
 from orchestrator.gate import GateReport, Tick
@@ -47,6 +48,7 @@ GateRunner = Callable[
         threading.Event | None,
         ProbeKey | None,
         Tick,
+        Clock,
     ],
     GateReport,
 ]
@@ -74,6 +76,8 @@ class Deployment:
     """Another playbook's deployment (a name or file) on the same container, None when
     that playbook has no plan here: the one `--replace` stops, or a recovery restores."""
     run_gate: GateRunner = gate.run_gate
+    clock: Clock = SYSTEM_CLOCK
+    """What every wait of the transaction reads and sleeps on (a test gives a fake one)."""
 
     def __post_init__(self) -> None:
         self.layout: Layout = self.plan.layout
@@ -131,6 +135,7 @@ class Deployment:
                 stop,
                 key,
                 self.tick(step),
+                self.clock,
             )
 
     def admits(self, report: GateReport) -> bool:

@@ -57,6 +57,7 @@ def _start(
             preflight.MIN_FREE_GPU_SHARE,
             timeout=GPU_RELEASE_TIMEOUT,
             tick=d.tick(f"{prefix}stop server (GPU memory)"),
+            clock=d.clock,
         )
     if stop and stop.is_set():  # the old server is down: straight to the way back
         raise ServerFailed("interrupted before the switch of current")
@@ -72,6 +73,7 @@ def _start(
             timeout,
             tick=lambda _, line: waiting(f"server log: {line}" if line else ""),
             stop=stop,
+            clock=d.clock,
         )
 
 

@@ -10,8 +10,8 @@ import json
 import signal
 
 import pytest
+from faulttools import FAST, NAME, SLOW_GATE, SLOW_LOAD, Orch, server_processes
 from labtools import LabHandle
-from test_fault_matrix import FAST, NAME, SLOW_GATE, SLOW_LOAD, Orch, server_processes
 
 pytestmark = [pytest.mark.lab, pytest.mark.faults]
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from labdeploy import deploy, serving_pid, target
 from labtools import FAST, LabHandle
 from orchrun import ROOT
 
@@ -21,16 +22,6 @@ pytestmark = pytest.mark.lab
 GUESSED_IDS = "drafter.overrides.dflash_config.target_layer_ids=[1,17,33,49,63]"
 
 
-def deploy(lab: LabHandle, *args: str) -> tuple[int, dict]:
-    result = lab.orch("deploy", "qwen-dflash", "-i", str(lab.inventory), "--json", *FAST, *args)
-    assert result.stdout, result.stderr
-    return result.code, result.json
-
-
-def target(document: dict, name: str) -> dict:
-    return next(t for t in document["targets"] if t["name"] == name)
-
-
 def release_files(lab: LabHandle, name: str, release: str) -> dict[str, bytes]:
     """What the release was made of (its server's log grows with every start of it)."""
     directory = lab.deployment_dir(name) / "releases" / release
@@ -39,11 +30,6 @@ def release_files(lab: LabHandle, name: str, release: str) -> dict[str, bytes]:
         for p in sorted(directory.iterdir())
         if p.is_file() and p.name != "server.log"
     }
-
-
-def serving_pid(lab: LabHandle, name: str) -> int:
-    pid_file = lab.deployment_dir(name) / "server.pid"
-    return int(pid_file.read_text().split()[0])
 
 
 def test_field_story_deploy_then_guessed_ids_roll_back(lab: LabHandle) -> None:

@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 
 import pytest
-from labtools import LabHandle
-from test_deploy_lab import FAST, deploy, serving_pid, target
+from labdeploy import deploy, serving_pid, target
+from labtools import FAST, LabHandle
 
 pytestmark = pytest.mark.lab
 

@@ -11,41 +11,13 @@ import pytest
 from labtools import LabHandle
 
 from orchestrator.connections import Connections
-from orchestrator.container.host import (
-    container_status,
-    parse_container_status,
-    parse_sshd_limits,
-    sshd_limits,
-)
 from orchestrator.doctor import Doctor, exit_code
 from orchestrator.documents.fleet import Check
-from orchestrator.errors import NeedsAttention
 from orchestrator.inventory import Inventory
 from orchestrator.playbook import find_playbook
 from orchestrator.report.tables import print_checks
 from orchestrator.transport.memory import MemoryTransport, reply
 from orchestrator.transport.pct import PctTransport
-
-
-def test_commands() -> None:
-    assert container_status("/usr/sbin/pct", 200) == ["/usr/sbin/pct", "status", "200"]
-    assert sshd_limits() == [
-        "/bin/sh",
-        "-c",
-        "/usr/sbin/sshd -T 2>/dev/null | grep -i -E '^(maxsessions|maxstartups) '",
-    ]
-
-
-def test_parsers() -> None:
-    assert parse_container_status("status: running\n") == "running"
-    assert parse_container_status("status: stopped\n") == "stopped"
-    with pytest.raises(NeedsAttention, match="cannot read pct status"):
-        parse_container_status("CT 200 is fine\n")
-    assert parse_sshd_limits("maxsessions 10\nmaxstartups 10:30:100\n") == {
-        "maxsessions": "10",
-        "maxstartups": "10:30:100",
-    }
-    assert parse_sshd_limits("") == {}
 
 
 def test_one_line_per_check_with_the_fix_under_failures(capsys: pytest.CaptureFixture) -> None:
@@ -69,7 +41,7 @@ def container_check(status: str, config: str = "hostname: ct200\n") -> Check:
     """Doctor's container check on a host whose pct answers as scripted."""
     host = MemoryTransport("pve1")
     host.on("container_status", reply(f"status: {status}\n"))
-    host.on("/usr/sbin/pct", reply(config))  # pct config 200 --current (not a named builder)
+    host.on("guest_config", reply(config))
     inventory = Inventory.model_validate(
         {"hosts": {"pve1": {"address": "192.0.2.1"}},
          "containers": {"ct200": {"vmid": 200, "host": "pve1", "address": "192.0.2.10"}}}

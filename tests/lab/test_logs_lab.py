@@ -12,9 +12,9 @@ import time
 from pathlib import Path
 
 import pytest
+from labdeploy import deploy
 from labtools import LabHandle
 from orchrun import ROOT
-from test_deploy_lab import deploy
 
 pytestmark = pytest.mark.lab
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 import http.client
 import json
 import re
-import socket
 import subprocess
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 
 import pytest
-from test_lab_standins import (
+from loopback import CAUSES, LoopbackTransport, buckets, gate
+from standins import (
     DRAFTER_NAME,
     RENDERED,
     build_container,
@@ -25,7 +25,6 @@ from test_lab_standins import (
 )
 
 from orchestrator.documents import jsonable
-from orchestrator.drafters.kinds import get_kind
 from orchestrator.gate import (
     GateReport,
     PhaseReport,
@@ -34,28 +33,9 @@ from orchestrator.gate import (
     run_gate,
 )
 from orchestrator.metrics.assess import GateCriteria, Verdict, VerdictOutcome
-from orchestrator.playbook import Gate, Probe
-from orchestrator.probes import load_passages, load_prompts
-from orchestrator.probes.context import ContextBucket, context_buckets
+from orchestrator.playbook import Gate
+from orchestrator.probes.context import ContextBucket
 from orchestrator.probes.endpoints import Endpoint
-from orchestrator.transport.base import Result
-
-CAUSES = get_kind("dflash").failure_causes
-
-
-class LoopbackTransport:
-    """A real TCP stream to the stand-in; the gate only opens streams."""
-
-    label = "loopback"
-
-    def run(
-        self, argv: Sequence[str], stdin: bytes | None = None, timeout: float | None = None
-    ) -> Result:
-        raise AssertionError("the gate runs no commands")
-
-    def open_stream(self, address: str, port: int, timeout: float = 10.0) -> socket.socket:
-        return socket.create_connection((address, port), timeout)
-
 
 PER_REQUEST = ("--per-request-spec-decode-metrics", "summary")
 
@@ -91,25 +71,6 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, int 
 
 SOURCES = {"counters": "", "per_request": "_pr"}
 """Each source and the servers that serve it."""
-
-
-def buckets() -> list[ContextBucket]:
-    return context_buckets(load_prompts("builtin"), load_passages(), RENDERED, 32768, 128)
-
-
-def gate(source: str = "counters", **probe: object) -> Gate:
-    settings = {
-        "max_tokens": 128,
-        "scrape_interval": 0.25,
-        "chat_template_kwargs": {"enable_thinking": False},
-        **probe,
-    }
-    return Gate(
-        min_drafts=300,
-        time_budget=60,
-        acceptance_source=source,
-        probe=Probe.model_validate(settings),
-    )
 
 
 def probe_gate(servers: dict, name: str, the_gate: Gate) -> GateReport:

@@ -10,8 +10,8 @@ import urllib.request
 from collections.abc import Iterator
 
 import pytest
-from test_gate import CAUSES, LoopbackTransport, buckets, gate
-from test_lab_standins import (
+from loopback import CAUSES, LoopbackTransport, buckets, gate
+from standins import (
     DRAFTER_NAME,
     RENDERED,
     build_container,

@@ -6,7 +6,6 @@ Every process a test starts is stopped by its PID in a fixture's teardown.
 from __future__ import annotations
 
 import copy
-import http.client
 import itertools
 import json
 import math
@@ -17,18 +16,35 @@ import re
 import signal
 import socket
 import subprocess
-import sys
 import time
-from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from standins import (
+    DRAFTER_NAME,
+    REFERENCE,
+    RENDERED,
+    TRUTH,
+    Acceptance,
+    Server,
+    add_drafter_weights,
+    build_container,
+    complete,
+    deploy_drafter,
+    free_port,
+    is_ready,
+    measure,
+    request,
+    samples,
+    start_vllm,
+    stop_by_pid,
+    target_dir,
+    wait_ready,
+    wait_until,
+)
 
-from orchestrator.drafters.modelfiles import write_safetensors_stub
-from orchestrator.drafters.profiles import get_profile
 from orchestrator.lab.acceptance import (
     acceptance_profile,
     collapsed_past_window,
@@ -37,24 +53,17 @@ from orchestrator.lab.acceptance import (
     sample_accepted,
     sampling_factor,
 )
-from orchestrator.lab.models import dflash_layout, published_drafter_config
 from orchestrator.lab.paths import (
     VLLM_VERSION_ENV as VERSION_ENV,
 )
 from orchestrator.lab.paths import (
     ContainerPaths,
     HostPaths,
-    write_container_launchers,
     write_json_atomic,
-    write_pct_launcher,
 )
 from orchestrator.lab.vllm_standin import Drafting
 
-REFERENCE = Path(__file__).parent.parent / "fixtures/drafters"  # the published configs
-RENDERED = get_profile("z-lab/Qwen3.6-27B-DFlash").config  # as orch renders and deploys it
-TRUTH = published_drafter_config("z-lab/Qwen3.6-27B-DFlash")  # the lab's copy, as published
 QWEN3_8B_DRAFTER = json.loads((REFERENCE / "z-lab_Qwen3-8B-DFlash-b16.config.json").read_text())
-DRAFTER_NAME = "Qwen3.6-27B-DFlash"
 SPEC_COUNTERS = (
     "vllm:spec_decode_num_drafts_total",
     "vllm:spec_decode_num_draft_tokens_total",
@@ -208,242 +217,13 @@ def test_long_context_is_normal_when_the_window_is_honoured_or_absent(drafting: 
     assert drafting.profile_at(100_000) == [0.8] * 15
 
 
-# --- a lab container on disk -----------------------------------------------------------------
-
-
-_HANDED_OUT: set[int] = set()
-
-
-def free_port() -> int:
-    """A free loopback port not handed out before in this process. A server binds its
-    port only once it runs, so servers started together could be given the same one;
-    the stand-in binds with SO_REUSEADDR and listens after loading, so both would bind
-    and the second's clients would be answered by the first."""
-    while True:
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            port = probe.getsockname()[1]
-        if port not in _HANDED_OUT:
-            _HANDED_OUT.add(port)
-            return port
-
-
-def build_container(root: Path, gpus: int = 2) -> ContainerPaths:
-    """Host pve1 with container 100: running, two GPUs, target and drafter dirs, truth, bin/."""
-    host = HostPaths(root / "hosts" / "pve1")
-    container = host.container(100)
-    write_json_atomic(
-        container.state, {"name": "gpu1", "vmid": 100, "status": "running", "hostname": "gpu1"}
-    )
-    container.config.write_text("arch: amd64\ncores: 16\nhostname: gpu1\nmemory: 131072\n")
-    write_json_atomic(
-        container.gpus,
-        [
-            {
-                "index": i,
-                "name": "NVIDIA RTX A6000",
-                "memory_total_mib": 49140,
-                "uuid": f"GPU-0000010{i}-0000-4000-8000-000000000000",
-            }
-            for i in range(gpus)
-        ],
-    )
-    target_dir(container).mkdir(parents=True)
-    (target_dir(container) / "config.json").write_text(
-        (REFERENCE / "Qwen3.6-27B.config.json").read_text()
-    )
-    add_drafter_weights(container, DRAFTER_NAME, TRUTH)
-    write_container_launchers(container, sys.executable)
-    write_pct_launcher(host, sys.executable)
-    return container
-
-
-def target_dir(container: ContainerPaths) -> Path:
-    return container.rootfs / "models/Qwen3.6-27B"
-
-
-def add_drafter_weights(container: ContainerPaths, name: str, truth: dict) -> Path:
-    """A published drafter: weights of 5 layers (fc.weight [5120, 25600]), its truth config."""
-    weights = container.rootfs / "models" / name
-    weights.mkdir(parents=True)
-    write_safetensors_stub(weights / "model.safetensors", dflash_layout(TRUTH))
-    write_json_atomic(container.truth(name), truth)
-    return weights
-
-
-def deploy_drafter(container: ContainerPaths, release: str, config: dict | None, name: str) -> Path:
-    """A release's drafter view: a link to the weights and its own config.json."""
-    view = container.rootfs / "var/lib/orch/releases" / release / "drafter"
-    view.mkdir(parents=True)
-    (view / "model.safetensors").symlink_to(
-        container.rootfs / "models" / name / "model.safetensors"
-    )
-    if config is not None:
-        (view / "config.json").write_text(json.dumps(config))
-    return view
-
-
-def speculative(drafter: Path, k: int = 15) -> str:
-    return json.dumps({"method": "dflash", "model": str(drafter), "num_speculative_tokens": k})
-
-
-@dataclass
-class Server:
-    process: subprocess.Popen
-    port: int
-    log: Path
-    container: ContainerPaths
-
-    @property
-    def record(self) -> Path:
-        return self.container.server_record(self.process.pid)
-
-    def output(self) -> str:
-        return self.log.read_text()
-
-
-def stop_by_pid(process: subprocess.Popen) -> None:
-    if process.poll() is None:
-        os.kill(process.pid, signal.SIGKILL)
-    process.wait(timeout=10)
-
-
-@pytest.fixture
-def processes() -> Iterator[list[subprocess.Popen]]:
-    """Processes a test started; killed by PID if still running at the end."""
-    started: list[subprocess.Popen] = []
-    yield started
-    for process in started:
-        stop_by_pid(process)
-
-
-def start_vllm(
-    started: list[subprocess.Popen],
-    container: ContainerPaths,
-    *flags: str,
-    drafter: Path | None = None,
-    load_seconds: float = 0.3,
-    faults: dict | None = None,
-    env: dict[str, str | None] | None = None,
-) -> Server:
-    """`vllm serve` through the container's launcher, output to a log file (an `env`
-    value None unsets the variable)."""
-    port = free_port()
-    argv = [str(container.vllm), "serve", str(target_dir(container))]
-    if drafter is not None:
-        argv += ["--speculative-config", speculative(drafter)]
-    argv += ["--host", "127.0.0.1", "--port", str(port), "--load-seconds", str(load_seconds)]
-    # The playbook's launch environment: today's vLLM serves mixed drafters on the V2 runner.
-    environment = {**os.environ, "VLLM_USE_V2_MODEL_RUNNER": "1", **(env or {})}
-    environment = {name: value for name, value in environment.items() if value is not None}
-    if faults is not None:
-        environment["ORCH_LAB_FAULTS"] = json.dumps(faults)
-    log = container.root / f"vllm-{port}.log"
-    with log.open("wb") as output:
-        process = subprocess.Popen(
-            [*argv, *flags], stdout=output, stderr=subprocess.STDOUT, env=environment
-        )
-    started.append(process)
-    return Server(process, port, log, container)
-
-
-def wait_until(condition: Callable[[], object], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout} s")
-        time.sleep(0.02)
-
-
-def request(port: int, method: str, path: str, body: dict | None = None) -> tuple[int, bytes, str]:
-    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    try:
-        payload = None if body is None else json.dumps(body).encode()
-        connection.request(method, path, payload, {"Content-Type": "application/json"})
-        response = connection.getresponse()
-        return response.status, response.read(), response.getheader("Content-Type") or ""
-    finally:
-        connection.close()
-
-
-def is_ready(server: Server) -> bool:
-    assert server.process.poll() is None, server.output()
-    try:
-        return request(server.port, "GET", "/health")[0] == 200
-    except OSError:
-        return False
-
-
-def wait_ready(server: Server) -> Server:
-    wait_until(lambda: is_ready(server))
-    return server
-
-
-def samples(port: int) -> dict[tuple[str, str], float]:
-    """Metric samples by (name, position label) from /metrics, as an exporter reader sees them."""
-    status, body, _ = request(port, "GET", "/metrics")
-    assert status == 200
-    return {
-        (sample.name, sample.labels.get("position", "")): sample.value
-        for family in text_string_to_metric_families(body.decode())
-        for sample in family.samples
-    }
-
-
-GREEDY = {"temperature": 0}
-"""What the gate's probes send by default."""
-
-
-def complete(port: int, max_tokens: int, sampling: dict = GREEDY) -> dict:
-    body = {"prompt": "Explain speculative decoding", "max_tokens": max_tokens, **sampling}
-    status, body, _ = request(port, "POST", "/v1/completions", body)
-    assert status == 200, body
-    return json.loads(body)
-
-
-@dataclass
-class Acceptance:
-    drafts: float
-    mean_length: float
-    per_position: list[float]
-
-
-def measure(port: int, requests: int, max_tokens: int = 256, sampling: dict = GREEDY) -> Acceptance:
-    """Drive completions and read the spec-decode counter deltas, as the gate does."""
-    before = samples(port)
-    with ThreadPoolExecutor(8) as pool:
-        list(pool.map(lambda _: complete(port, max_tokens, sampling), range(requests)))
-    after = samples(port)
-
-    def delta(name: str, position: str = "") -> float:
-        return after[(name, position)] - before[(name, position)]
-
-    drafts = delta("vllm:spec_decode_num_drafts_total")
-    accepted = delta("vllm:spec_decode_num_accepted_tokens_total")
-    per_position = [
-        delta("vllm:spec_decode_num_accepted_tokens_per_pos_total", str(i)) / drafts
-        for i in range(15)
-    ]
-    return Acceptance(drafts, 1 + accepted / drafts, per_position)
-
-
-@pytest.fixture
-def container(tmp_path: Path) -> ContainerPaths:
-    return build_container(tmp_path)
-
-
-@pytest.fixture
-def drafter(container: ContainerPaths) -> Path:
-    return deploy_drafter(container, "r1", RENDERED, DRAFTER_NAME)
-
-
 # --- vllm: start-up, routes, metrics ---------------------------------------------------------
 
 
 def test_refuses_connections_while_loading_then_serves(
-    container: ContainerPaths, drafter: Path, processes: list
+    container: ContainerPaths, drafter: Path, started: list
 ) -> None:
-    server = start_vllm(processes, container, drafter=drafter, load_seconds=1.5)
+    server = start_vllm(started, container, drafter=drafter, load_seconds=1.5)
     wait_until(server.record.exists)
     with pytest.raises(ConnectionRefusedError):
         socket.create_connection(("127.0.0.1", server.port), timeout=1).close()
@@ -455,10 +235,10 @@ def test_refuses_connections_while_loading_then_serves(
 
 
 def test_serves_openai_routes_and_vllm_metrics(
-    container: ContainerPaths, drafter: Path, processes: list
+    container: ContainerPaths, drafter: Path, started: list
 ) -> None:
     server = wait_ready(
-        start_vllm(processes, container, "--served-model-name", "qwen3.6-27b", drafter=drafter)
+        start_vllm(started, container, "--served-model-name", "qwen3.6-27b", drafter=drafter)
     )
     status, body, _ = request(server.port, "GET", "/v1/models")
     assert status == 200
@@ -501,9 +281,9 @@ def test_serves_openai_routes_and_vllm_metrics(
 
 
 def test_without_speculative_config_there_are_no_spec_decode_series(
-    container: ContainerPaths, processes: list
+    container: ContainerPaths, started: list
 ) -> None:
-    server = wait_ready(start_vllm(processes, container))
+    server = wait_ready(start_vllm(started, container))
     complete(server.port, 64)
     names = {name for name, _ in samples(server.port)}
     assert "vllm:generation_tokens_total" in names
@@ -511,11 +291,9 @@ def test_without_speculative_config_there_are_no_spec_decode_series(
 
 
 def test_logs_vllms_spec_decoding_line_while_there_is_traffic(
-    container: ContainerPaths, drafter: Path, processes: list
+    container: ContainerPaths, drafter: Path, started: list
 ) -> None:
-    server = start_vllm(
-        processes, container, drafter=drafter, env={"VLLM_LOG_STATS_INTERVAL": "0.2"}
-    )
+    server = start_vllm(started, container, drafter=drafter, env={"VLLM_LOG_STATS_INTERVAL": "0.2"})
     wait_ready(server)
     complete(server.port, 400)
     wait_until(lambda: SPEC_DECODE_LINE.search(server.output()))
@@ -602,9 +380,9 @@ def test_attention_mistakes_lower_acceptance_and_bos_changes_nothing(
 
 
 def broken_start(
-    container: ContainerPaths, processes: list, drafter: Path | None, *flags: str
+    container: ContainerPaths, started: list, drafter: Path | None, *flags: str
 ) -> Server:
-    server = start_vllm(processes, container, *flags, drafter=drafter)
+    server = start_vllm(started, container, *flags, drafter=drafter)
     server.process.wait(timeout=10)
     return server
 
@@ -615,22 +393,22 @@ def broken_start(
     ids=["missing", "not-json", "no-target-layer-ids"],
 )
 def test_bad_drafter_config_fails_at_start_with_a_traceback(
-    container: ContainerPaths, processes: list, drafter_config: str | None
+    container: ContainerPaths, started: list, drafter_config: str | None
 ) -> None:
     drafter = deploy_drafter(container, "bad", None, DRAFTER_NAME)
     if drafter_config is not None:
         (drafter / "config.json").write_text(drafter_config)
-    server = broken_start(container, processes, drafter)
+    server = broken_start(container, started, drafter)
     assert server.process.returncode != 0
     assert "Traceback (most recent call last)" in server.output()
     assert not list(container.servers_dir.glob("*.json"))
 
 
 def test_speculative_config_needs_num_speculative_tokens(
-    container: ContainerPaths, drafter: Path, processes: list
+    container: ContainerPaths, drafter: Path, started: list
 ) -> None:
     flags = ["--speculative-config", json.dumps({"method": "dflash", "model": str(drafter)})]
-    server = broken_start(container, processes, None, *flags)
+    server = broken_start(container, started, None, *flags)
     assert server.process.returncode == 1
     output = server.output()
     assert "Traceback" in output
@@ -641,27 +419,27 @@ def test_speculative_config_needs_num_speculative_tokens(
 
 
 def test_missing_target_config_fails_with_a_traceback(
-    container: ContainerPaths, drafter: Path, processes: list
+    container: ContainerPaths, drafter: Path, started: list
 ) -> None:
     (target_dir(container) / "config.json").unlink()
-    server = broken_start(container, processes, drafter)
+    server = broken_start(container, started, drafter)
     assert server.process.returncode == 1
     assert "Traceback" in server.output()
     assert "config.json" in server.output()
 
 
-def test_unknown_flag_is_a_usage_error(container: ContainerPaths, processes: list) -> None:
+def test_unknown_flag_is_a_usage_error(container: ContainerPaths, started: list) -> None:
     """As the real 0.32.0 `vllm serve M --bogus-flag 1`: exit 2 and argparse's line."""
-    server = broken_start(container, processes, None, "--bogus-flag", "1")
+    server = broken_start(container, started, None, "--bogus-flag", "1")
     assert server.process.returncode == 2
     assert server.output().splitlines()[-1] == "vllm: error: unrecognized arguments: --bogus-flag 1"
 
 
-def bad_launch(container: ContainerPaths, processes: list, speculative: str) -> tuple[int, str]:
+def bad_launch(container: ContainerPaths, started: list, speculative: str) -> tuple[int, str]:
     """Exit code and the error's lines from the first one naming an error, as the real
     0.32.0 server printed them for the same --speculative-config."""
     env = {VERSION_ENV: "0.32.0"}
-    server = start_vllm(processes, container, "--speculative-config", speculative, env=env)
+    server = start_vllm(started, container, "--speculative-config", speculative, env=env)
     code = server.process.wait(timeout=10)
     lines = server.output().splitlines()
     first = next(
@@ -671,9 +449,9 @@ def bad_launch(container: ContainerPaths, processes: list, speculative: str) -> 
 
 
 def test_invalid_json_is_a_usage_error_as_vllm_words_it(
-    container: ContainerPaths, processes: list
+    container: ContainerPaths, started: list
 ) -> None:
-    code, error = bad_launch(container, processes, "{bad")
+    code, error = bad_launch(container, started, "{bad")
     assert code == 2
     assert re.fullmatch(
         r"vllm serve: error: argument --speculative-config/-sc: Value \{bad cannot be "
@@ -683,10 +461,10 @@ def test_invalid_json_is_a_usage_error_as_vllm_words_it(
 
 
 def test_an_unknown_speculative_key_is_pydantics_unexpected_keyword_argument(
-    container: ContainerPaths, drafter: Path, processes: list
+    container: ContainerPaths, drafter: Path, started: list
 ) -> None:
     config = {"method": "dflash", "model": str(drafter), "num_speculative_tokens": 3}
-    code, error = bad_launch(container, processes, json.dumps({**config, "bogus_key": 1}))
+    code, error = bad_launch(container, started, json.dumps({**config, "bogus_key": 1}))
     assert code == 1
     assert error.splitlines()[:3] == [
         "pydantic_core._pydantic_core.ValidationError: 1 validation error for SpeculativeConfig",
@@ -697,9 +475,9 @@ def test_an_unknown_speculative_key_is_pydantics_unexpected_keyword_argument(
 
 
 def test_an_unknown_method_lists_the_releases_methods(
-    container: ContainerPaths, processes: list
+    container: ContainerPaths, started: list
 ) -> None:
-    code, error = bad_launch(container, processes, '{"method":"nope","num_speculative_tokens":3}')
+    code, error = bad_launch(container, started, '{"method":"nope","num_speculative_tokens":3}')
     assert code == 1
     assert error.splitlines()[1] == "method"
     assert error.splitlines()[2].startswith(
@@ -713,11 +491,11 @@ def test_an_unknown_method_lists_the_releases_methods(
 
 
 def test_a_drafter_dir_without_config_is_pydantics_value_error(
-    container: ContainerPaths, processes: list
+    container: ContainerPaths, started: list
 ) -> None:
     missing = container.rootfs / "models/missing"
     config = {"method": "dflash", "model": str(missing), "num_speculative_tokens": 3}
-    code, error = bad_launch(container, processes, json.dumps(config))
+    code, error = bad_launch(container, started, json.dumps(config))
     assert code == 1
     assert error.splitlines()[:2] == [
         "pydantic_core._pydantic_core.ValidationError: 1 validation error for SpeculativeConfig",
@@ -725,17 +503,17 @@ def test_a_drafter_dir_without_config_is_pydantics_value_error(
     ]
 
 
-def test_decode_speed_must_be_positive(container: ContainerPaths, processes: list) -> None:
-    server = broken_start(container, processes, None, "--tokens-per-second", "0")
+def test_decode_speed_must_be_positive(container: ContainerPaths, started: list) -> None:
+    server = broken_start(container, started, None, "--tokens-per-second", "0")
     assert server.process.returncode == 2
     assert "--tokens-per-second: must be > 0, got 0" in server.output()
 
 
 def test_busy_gpu_refuses_a_second_server(
-    container: ContainerPaths, drafter: Path, processes: list
+    container: ContainerPaths, drafter: Path, started: list
 ) -> None:
-    wait_ready(start_vllm(processes, container, drafter=drafter))
-    second = broken_start(container, processes, drafter)
+    wait_ready(start_vllm(started, container, drafter=drafter))
+    second = broken_start(container, started, drafter)
     assert second.process.returncode == 1
     assert "is less than desired GPU memory utilization" in second.output()
 
@@ -751,9 +529,9 @@ def stop_seconds(server: Server) -> float:
 
 
 def test_sigterm_stops_within_two_seconds_and_drops_the_record(
-    container: ContainerPaths, drafter: Path, processes: list
+    container: ContainerPaths, drafter: Path, started: list
 ) -> None:
-    server = wait_ready(start_vllm(processes, container, drafter=drafter))
+    server = wait_ready(start_vllm(started, container, drafter=drafter))
     assert server.record.exists()
     assert stop_seconds(server) < 2
     assert server.process.returncode == 0
@@ -761,10 +539,10 @@ def test_sigterm_stops_within_two_seconds_and_drops_the_record(
 
 
 def test_hang_while_loading_from_faults_file(
-    container: ContainerPaths, drafter: Path, processes: list
+    container: ContainerPaths, drafter: Path, started: list
 ) -> None:
     write_json_atomic(container.faults, {"hang_while_loading": True})
-    server = start_vllm(processes, container, drafter=drafter, load_seconds=0.1)
+    server = start_vllm(started, container, drafter=drafter, load_seconds=0.1)
     wait_until(server.record.exists)
     time.sleep(0.6)
     with pytest.raises(ConnectionRefusedError):
@@ -773,11 +551,11 @@ def test_hang_while_loading_from_faults_file(
     assert not server.record.exists()
 
 
-def test_crash_after_ready(container: ContainerPaths, drafter: Path, processes: list) -> None:
+def test_crash_after_ready(container: ContainerPaths, drafter: Path, started: list) -> None:
     """As the real 0.32.0 server did when its engine died: the error and traceback in the
     log, /health 503 and requests 500 until the watchdog stops it, then exit 0."""
     server = start_vllm(
-        processes, container, drafter=drafter, faults={"crash_after_ready_seconds": 0.5}
+        started, container, drafter=drafter, faults={"crash_after_ready_seconds": 0.5}
     )
     wait_ready(server)
     wait_until(lambda: request(server.port, "GET", "/health")[0] == 503)
@@ -792,9 +570,9 @@ def test_crash_after_ready(container: ContainerPaths, drafter: Path, processes: 
     assert "EngineDeadError" in server.output()
 
 
-def test_ignore_sigterm(container: ContainerPaths, drafter: Path, processes: list) -> None:
+def test_ignore_sigterm(container: ContainerPaths, drafter: Path, started: list) -> None:
     server = wait_ready(
-        start_vllm(processes, container, drafter=drafter, faults={"ignore_sigterm": True})
+        start_vllm(started, container, drafter=drafter, faults={"ignore_sigterm": True})
     )
     server.process.send_signal(signal.SIGTERM)
     with pytest.raises(subprocess.TimeoutExpired):
@@ -802,17 +580,17 @@ def test_ignore_sigterm(container: ContainerPaths, drafter: Path, processes: lis
     assert is_ready(server)
 
 
-def test_garbage_metrics(container: ContainerPaths, drafter: Path, processes: list) -> None:
+def test_garbage_metrics(container: ContainerPaths, drafter: Path, started: list) -> None:
     server = wait_ready(
-        start_vllm(processes, container, drafter=drafter, faults={"garbage_metrics": True})
+        start_vllm(started, container, drafter=drafter, faults={"garbage_metrics": True})
     )
     with pytest.raises(ValueError):
         samples(server.port)
 
 
-def test_drop_spec_decode(container: ContainerPaths, drafter: Path, processes: list) -> None:
+def test_drop_spec_decode(container: ContainerPaths, drafter: Path, started: list) -> None:
     server = wait_ready(
-        start_vllm(processes, container, drafter=drafter, faults={"drop_spec_decode": True})
+        start_vllm(started, container, drafter=drafter, faults={"drop_spec_decode": True})
     )
     complete(server.port, 64)
     names = {name for name, _ in samples(server.port)}
@@ -889,7 +667,7 @@ def test_pct_status_list_config_start_stop(container: ContainerPaths) -> None:
 
 
 def test_pct_stop_terminates_the_containers_servers(
-    container: ContainerPaths, drafter: Path, processes: list
+    container: ContainerPaths, drafter: Path, started: list
 ) -> None:
     serve = [str(container.vllm), "serve", str(target_dir(container)), "--port", str(free_port())]
     process = subprocess.Popen(
@@ -897,7 +675,7 @@ def test_pct_stop_terminates_the_containers_servers(
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    processes.append(process)
+    started.append(process)
     wait_until(container.server_record(process.pid).exists)
     assert pct(container, "stop", "100").returncode == 0
     assert process.wait(timeout=5) == 0
@@ -936,14 +714,14 @@ APPS_QUERY = "--query-compute-apps=pid,used_memory,gpu_uuid"
 
 
 def test_nvidia_smi_reports_memory_of_running_servers(
-    container: ContainerPaths, drafter: Path, processes: list
+    container: ContainerPaths, drafter: Path, started: list
 ) -> None:
     idle = nvidia_smi(container, GPU_QUERY, "--format=csv,noheader,nounits").stdout.decode()
     uuid0 = "GPU-00000100-0000-4000-8000-000000000000"
     assert idle.splitlines()[0] == f"0, NVIDIA RTX A6000, {uuid0}, 49140, 0, 49140"
     assert nvidia_smi(container, APPS_QUERY, "--format=csv,noheader,nounits").stdout == b""
 
-    server = wait_ready(start_vllm(processes, container, drafter=drafter))
+    server = wait_ready(start_vllm(started, container, drafter=drafter))
     busy = nvidia_smi(container, GPU_QUERY, "--format=csv,noheader,nounits").stdout.decode()
     assert busy.splitlines()[0] == f"0, NVIDIA RTX A6000, {uuid0}, 49140, 44226, 4914"
     assert busy.splitlines()[1].endswith(", 49140, 0, 49140")
@@ -984,9 +762,9 @@ def test_nvidia_smi_refuses_unknown_fields(container: ContainerPaths) -> None:
     [("/health", "drip_health_seconds", 0.01), ("/metrics", "drip_metrics_seconds", 0.0005)],
 )
 def test_dripping_routes_answer_one_byte_at_a_time(
-    container: ContainerPaths, drafter: Path, processes: list, route: str, knob: str, seconds: float
+    container: ContainerPaths, drafter: Path, started: list, route: str, knob: str, seconds: float
 ) -> None:
-    server = wait_ready(start_vllm(processes, container, drafter=drafter, faults={knob: seconds}))
+    server = wait_ready(start_vllm(started, container, drafter=drafter, faults={knob: seconds}))
     with socket.create_connection(("127.0.0.1", server.port), timeout=30) as connection:
         connection.sendall(f"GET {route} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
         chunks = []
@@ -1018,19 +796,19 @@ def test_sampling_keeps_greedy_acceptance_and_loses_it_as_temperature_rises() ->
 
 
 def test_requests_without_sampling_get_the_servers_default_temperature(
-    container: ContainerPaths, drafter: Path, processes: list
+    container: ContainerPaths, drafter: Path, started: list
 ) -> None:
     """vLLM samples an unset temperature at the target's generation_config.json default,
     else 1.0; the same drafter accepts less there than greedily."""
     half = ("--gpu-memory-utilization", "0.4")  # two servers side by side
-    server = wait_ready(start_vllm(processes, container, *half, drafter=drafter))
+    server = wait_ready(start_vllm(started, container, *half, drafter=drafter))
     greedy = measure(server.port, requests=32)
     unset = measure(server.port, requests=32, sampling={})
     assert_first_position_rate(greedy, 0.8)
     assert_first_position_rate(unset, 0.8 * sampling_factor(1.0))
 
     (target_dir(container) / "generation_config.json").write_text('{"temperature": 0.7}')
-    configured = wait_ready(start_vllm(processes, container, *half, drafter=drafter))
+    configured = wait_ready(start_vllm(started, container, *half, drafter=drafter))
     unset = measure(configured.port, requests=32, sampling={})
     assert_first_position_rate(unset, 0.8 * sampling_factor(0.7))
 

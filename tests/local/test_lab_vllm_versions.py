@@ -1,7 +1,7 @@
 """The lab's vLLM stand-in behaves like the release it claims, as its own source-cited data
 (orchestrator/lab/vllm_releases.yaml) says; never as orch's capability table says.
 
-Real processes on loopback; every one is stopped by its PID in the `processes` fixture.
+Real started on loopback; every one is stopped by its PID in the `started` fixture.
 """
 
 from __future__ import annotations
@@ -14,25 +14,21 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from test_lab_standins import (
+from standins import (
     DRAFTER_NAME,
     RENDERED,
-    ContainerPaths,
     build_container,
     complete,
     deploy_drafter,
     measure,
-    processes,
     start_vllm,
     target_dir,
     wait_ready,
 )
 
-from orchestrator.lab.paths import VLLM_VERSION_ENV
+from orchestrator.lab.paths import VLLM_VERSION_ENV, ContainerPaths
 from orchestrator.lab.releases import default_release, known_releases, release
 from orchestrator.lab.vllm_standin import load_drafting
-
-__all__ = ["processes"]  # the fixture, shared with test_lab_standins
 
 V2_ERROR = (
     "NotImplementedError: DFlash drafters with mixed sliding/full attention require the V2 "
@@ -76,19 +72,19 @@ def test_version_flag_prints_the_claimed_version(container: ContainerPaths) -> N
 
 
 def started_and_died(
-    processes: list, container: ContainerPaths, drafter: Path, **env: str | None
+    started: list, container: ContainerPaths, drafter: Path, **env: str | None
 ) -> str:
-    server = start_vllm(processes, container, drafter=drafter, env=env)
+    server = start_vllm(started, container, drafter=drafter, env=env)
     assert server.process.wait(timeout=20) == 1
     assert not list(container.servers_dir.glob("*.json"))
     return server.output()
 
 
 def test_v2_runner_versions_refuse_a_mixed_drafter_without_the_runner(
-    container: ContainerPaths, drafter: Path, processes: list
+    container: ContainerPaths, drafter: Path, started: list
 ) -> None:
     output = started_and_died(
-        processes,
+        started,
         container,
         drafter,
         **{VLLM_VERSION_ENV: "0.27.1", "VLLM_USE_V2_MODEL_RUNNER": "0"},
@@ -98,16 +94,16 @@ def test_v2_runner_versions_refuse_a_mixed_drafter_without_the_runner(
 
 
 def test_refusing_versions_refuse_a_mixed_drafter_even_on_the_v2_runner(
-    container: ContainerPaths, drafter: Path, processes: list
+    container: ContainerPaths, drafter: Path, started: list
 ) -> None:
-    output = started_and_died(processes, container, drafter, **{VLLM_VERSION_ENV: "0.25.1"})
+    output = started_and_died(started, container, drafter, **{VLLM_VERSION_ENV: "0.25.1"})
     assert output.rstrip().endswith(REFUSED_ERROR)
 
 
 def test_versions_without_dflash_refuse_the_method(
-    container: ContainerPaths, drafter: Path, processes: list
+    container: ContainerPaths, drafter: Path, started: list
 ) -> None:
-    output = started_and_died(processes, container, drafter, **{VLLM_VERSION_ENV: "0.19.1"})
+    output = started_and_died(started, container, drafter, **{VLLM_VERSION_ENV: "0.19.1"})
     assert "validation error for SpeculativeConfig\nmethod" in output
     assert "input_value='dflash'" in output
     assert "Input should be 'ngram', 'medusa', 'mlp_speculator', 'draft_model'" in output
@@ -134,12 +130,12 @@ def test_old_versions_run_sliding_layers_as_full_attention_and_keep_a_zero_head(
 
 
 def test_zero_head_version_accepts_almost_nothing_on_a_conditional_generation_target(
-    container: ContainerPaths, drafter: Path, processes: list
+    container: ContainerPaths, drafter: Path, started: list
 ) -> None:
     """0.24's V2 runner leaves a *ForConditionalGeneration target's drafter its zero head;
     start_vllm runs with VLLM_USE_V2_MODEL_RUNNER=1, as the zero head needs."""
     server = wait_ready(
-        start_vllm(processes, container, drafter=drafter, env={VLLM_VERSION_ENV: "0.24.0"})
+        start_vllm(started, container, drafter=drafter, env={VLLM_VERSION_ENV: "0.24.0"})
     )
     measured = measure(server.port, requests=8)
     assert measured.drafts > 1000
@@ -158,10 +154,10 @@ def get(port: int, path: str, accept: str | None = None) -> tuple[int, str, str]
         connection.close()
 
 
-def health_from_start(container: ContainerPaths, processes: list, version: str) -> list:
+def health_from_start(container: ContainerPaths, started: list, version: str) -> list:
     """What /health answered from the process start until 200: `refused` while loading."""
     flags = ("--gpu-memory-utilization", "0.1", "--load-seconds", "1.0")  # side by side
-    server = start_vllm(processes, container, *flags, env={VLLM_VERSION_ENV: version})
+    server = start_vllm(started, container, *flags, env={VLLM_VERSION_ENV: version})
     seen: list = []
     while not seen or seen[-1] != 200:
         assert server.process.poll() is None, server.output()
@@ -176,17 +172,17 @@ def health_from_start(container: ContainerPaths, processes: list, version: str) 
 
 @pytest.mark.parametrize("version", ["0.19.1", "0.27.1", "0.34.0"])
 def test_health_is_refused_while_loading_then_200_never_503(
-    container: ContainerPaths, processes: list, version: str
+    container: ContainerPaths, started: list, version: str
 ) -> None:
     """Every release binds the port first and listens once the engine is built; /health
     answers 503 only for a dead engine (vllm_releases.yaml, shared.health)."""
-    assert health_from_start(container, processes, version) == ["refused", 200]
+    assert health_from_start(container, started, version) == ["refused", 200]
 
 
 def test_metrics_follow_the_accept_header(
-    container: ContainerPaths, drafter: Path, processes: list
+    container: ContainerPaths, drafter: Path, started: list
 ) -> None:
-    server = wait_ready(start_vllm(processes, container, drafter=drafter))
+    server = wait_ready(start_vllm(started, container, drafter=drafter))
     status, body, content_type = get(server.port, "/metrics", "text/plain; version=0.0.4")
     assert status == 200 and content_type.startswith("text/plain; version=0.0.4")
     assert "\nvllm:spec_decode_num_drafts_total{" in body
@@ -212,10 +208,10 @@ def last_line(output: str) -> str:
 
 @pytest.mark.parametrize("value", ["0", "true", "2", "01"])
 def test_0_34_refuses_every_runner_value_but_1(
-    container: ContainerPaths, drafter: Path, processes: list, value: str
+    container: ContainerPaths, drafter: Path, started: list, value: str
 ) -> None:
     output = started_and_died(
-        processes, container, drafter, **{VLLM_VERSION_ENV: "0.34.0", RUNNER: value}
+        started, container, drafter, **{VLLM_VERSION_ENV: "0.34.0", RUNNER: value}
     )
     assert last_line(output) == (
         f"ValueError: VLLM_USE_V2_MODEL_RUNNER={value} is no longer supported: "
@@ -224,39 +220,39 @@ def test_0_34_refuses_every_runner_value_but_1(
 
 
 def test_0_34_logs_runner_1_as_redundant_and_serves(
-    container: ContainerPaths, drafter: Path, processes: list
+    container: ContainerPaths, drafter: Path, started: list
 ) -> None:
     env = {VLLM_VERSION_ENV: "0.34.0", RUNNER: "1"}
-    server = wait_ready(start_vllm(processes, container, drafter=drafter, env=env))
+    server = wait_ready(start_vllm(started, container, drafter=drafter, env=env))
     assert "VLLM_USE_V2_MODEL_RUNNER=1 is redundant and can be unset" in server.output()
 
 
 def test_older_releases_read_the_runner_variable_as_an_integer(
-    container: ContainerPaths, drafter: Path, processes: list
+    container: ContainerPaths, drafter: Path, started: list
 ) -> None:
     output = started_and_died(
-        processes, container, drafter, **{VLLM_VERSION_ENV: "0.27.1", RUNNER: "true"}
+        started, container, drafter, **{VLLM_VERSION_ENV: "0.27.1", RUNNER: "true"}
     )
     assert last_line(output) == "ValueError: invalid literal for int() with base 10: 'true'"
     env = {VLLM_VERSION_ENV: "0.27.1", RUNNER: "2"}  # bool(int("2")): the V2 runner
-    wait_ready(start_vllm(processes, container, drafter=drafter, env=env))
+    wait_ready(start_vllm(started, container, drafter=drafter, env=env))
 
 
 @pytest.mark.parametrize("version", ["0.26.0", "0.28.0", "0.29.0", "0.33.0", "0.34.0"])
 def test_releases_since_0_26_serve_a_mixed_drafter_with_the_variable_unset(
-    container: ContainerPaths, drafter: Path, processes: list, version: str
+    container: ContainerPaths, drafter: Path, started: list, version: str
 ) -> None:
     env = {VLLM_VERSION_ENV: version, RUNNER: None}
-    server = wait_ready(start_vllm(processes, container, drafter=drafter, env=env))
+    server = wait_ready(start_vllm(started, container, drafter=drafter, env=env))
     assert measure(server.port, requests=4).per_position[0] > 0.7
 
 
 @pytest.mark.parametrize("version", ["0.29.0", "0.33.0"])
 def test_v2_default_releases_refuse_a_mixed_drafter_on_v1(
-    container: ContainerPaths, drafter: Path, processes: list, version: str
+    container: ContainerPaths, drafter: Path, started: list, version: str
 ) -> None:
     output = started_and_died(
-        processes, container, drafter, **{VLLM_VERSION_ENV: version, RUNNER: "0"}
+        started, container, drafter, **{VLLM_VERSION_ENV: version, RUNNER: "0"}
     )
     assert last_line(output) == V1_REFUSED
 
@@ -265,7 +261,7 @@ def test_v2_default_releases_refuse_a_mixed_drafter_on_v1(
     ("version", "refused"), [("0.24.0", False), ("0.26.0", True), ("0.34.0", True)]
 )
 def test_a_windowless_sliding_drafter_is_refused_where_the_release_checks(
-    container: ContainerPaths, processes: list, version: str, refused: bool
+    container: ContainerPaths, started: list, version: str, refused: bool
 ) -> None:
     """The published Qwen3.6 drafter config without use_sliding_window: transformers drops
     its sliding_window, and vLLM >= 0.25 finds no window for the sliding layers."""
@@ -273,18 +269,18 @@ def test_a_windowless_sliding_drafter_is_refused_where_the_release_checks(
     drafter = deploy_drafter(container, "r2", windowless, DRAFTER_NAME)
     env = {VLLM_VERSION_ENV: version, RUNNER: None}
     if refused:
-        assert last_line(started_and_died(processes, container, drafter, **env)) == WINDOWLESS
+        assert last_line(started_and_died(started, container, drafter, **env)) == WINDOWLESS
     else:
-        wait_ready(start_vllm(processes, container, drafter=drafter, env=env))
+        wait_ready(start_vllm(started, container, drafter=drafter, env=env))
 
 
 def test_per_request_spec_decode_metrics_is_a_flag_from_0_29(
-    container: ContainerPaths, drafter: Path, processes: list
+    container: ContainerPaths, drafter: Path, started: list
 ) -> None:
     flag = ("--per-request-spec-decode-metrics", "summary")
     env = {VLLM_VERSION_ENV: "0.29.0"}
-    wait_ready(start_vllm(processes, container, *flag, drafter=drafter, env=env))
-    old = start_vllm(processes, container, *flag, drafter=drafter, env={VLLM_VERSION_ENV: "0.28.0"})
+    wait_ready(start_vllm(started, container, *flag, drafter=drafter, env=env))
+    old = start_vllm(started, container, *flag, drafter=drafter, env={VLLM_VERSION_ENV: "0.28.0"})
     assert old.process.wait(timeout=20) == 2
     assert last_line(old.output()).endswith(
         "error: unrecognized arguments: --per-request-spec-decode-metrics summary"
@@ -298,12 +294,12 @@ def test_an_unknown_release_is_refused_naming_the_known_ones() -> None:
 
 @pytest.mark.parametrize(("version", "fingerprinted"), [("0.20.2", False), ("0.21.0", True)])
 def test_responses_carry_a_fingerprint_from_0_21(
-    container: ContainerPaths, processes: list, version: str, fingerprinted: bool
+    container: ContainerPaths, started: list, version: str, fingerprinted: bool
 ) -> None:
     """vllm_releases.yaml, system_fingerprint: null before 0.21.0, then
     "vllm-<version>-<hash8>" (no parallelism suffix at tensor parallel size 1)."""
     flags = ("--gpu-memory-utilization", "0.1")  # side by side
-    server = wait_ready(start_vllm(processes, container, *flags, env={VLLM_VERSION_ENV: version}))
+    server = wait_ready(start_vllm(started, container, *flags, env={VLLM_VERSION_ENV: version}))
     fingerprint = complete(server.port, 2)["system_fingerprint"]
     if fingerprinted:
         assert re.fullmatch(rf"vllm-{re.escape(version)}-[0-9a-f]{{8}}", fingerprint), fingerprint

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from test_plan import plans
+from examples import plans
 
 from orchestrator.plan import LAUNCH_SCRIPT
 from orchestrator.serving.judge import read_launch

@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from test_release import CURRENT_DIR, NEW_DIR, rendered
+from releasefiles import CURRENT_DIR, NEW_DIR
 
 from orchestrator.drafters.kinds import get_kind
 from orchestrator.plan import DRAFTER_CONFIG, LAUNCH_SCRIPT
@@ -15,7 +15,6 @@ from orchestrator.release import changes
 ROOT = Path(__file__).resolve().parent.parent.parent
 VIEW_CONFIG = f"drafter/{DRAFTER_CONFIG}"
 KEY_FIELDS = get_kind("dflash").key_fields
-__all__ = ["rendered"]  # the fixture, shared with tests/unit/test_release.py
 
 
 def gnu_diff(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from test_render import write
+from filetree import write
 
 from orchestrator.render import render_template
 

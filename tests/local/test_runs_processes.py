@@ -9,7 +9,7 @@ import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
-from test_runs import RUN_A, RUN_B, fleet_lines
+from auditruns import RUN_A, RUN_B, fleet_lines
 
 from orchestrator.layout import Layout
 from orchestrator.runs import (

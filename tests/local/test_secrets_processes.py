@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_secrets import book
+from secretbooks import book
 
 from orchestrator import secrets
 from orchestrator.errors import InputError

@@ -9,7 +9,7 @@ import subprocess
 import time
 
 from scripted import serving
-from test_transaction import setup, target_run
+from transactions import setup, target_run
 
 from orchestrator.container.lock import Owner
 from orchestrator.drafters.kinds import get_kind

@@ -13,14 +13,9 @@ from hypothesis import strategies as st
 
 from orchestrator.documents import jsonable
 from orchestrator.drafters.findings import Finding, Severity
-from orchestrator.drafters.kinds.dflash import (
-    IDS,
-    KEYS,
-    MASK,
-    block_size,
-    build_target_layer_ids,
-    check_dflash,
-)
+from orchestrator.drafters.kinds.dflash.drafter import IDS, KEYS, MASK, block_size
+from orchestrator.drafters.kinds.dflash.layers import build_target_layer_ids
+from orchestrator.drafters.kinds.dflash.rules import check_dflash
 from orchestrator.drafters.modelfiles import read_model_dir, write_safetensors_stub
 from orchestrator.drafters.profiles import Profile, get_profile, merge_overrides, target_files
 from orchestrator.lab.models import dflash_layout

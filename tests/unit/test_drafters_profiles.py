@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.drafters.kinds.dflash import Published, check_dflash
+from orchestrator.drafters.kinds.dflash.drafter import Published
+from orchestrator.drafters.kinds.dflash.rules import check_dflash
 from orchestrator.drafters.modelfiles import read_model_dir
 from orchestrator.drafters.profiles import (
     detect_profile,
@@ -44,7 +45,6 @@ def test_profile_fields_of_the_qwen36_drafter() -> None:
     assert profile.mask_token_id == 248070
     assert profile.layer_types == ["sliding_attention"] * 4 + ["full_attention"]
     assert profile.sliding_window == 2048
-    assert profile.bos_token_id is None
     assert profile.block_size == 16
     assert get_profile(QWEN36).num_hidden_layers == 5
 
@@ -56,7 +56,6 @@ def test_profile_fields_of_the_qwen3_drafter() -> None:
     assert profile.target_layer_ids == [1, 9, 17, 25, 33]
     assert profile.mask_token_id == 151669
     assert profile.sliding_window is None
-    assert profile.bos_token_id == 151643
     assert profile.block_size == 16
 
 

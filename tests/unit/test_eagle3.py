@@ -19,7 +19,7 @@ from click.testing import CliRunner
 from orchestrator.cli import cli
 from orchestrator.drafters.findings import Finding
 from orchestrator.drafters.kinds import CheckInputs, detect_kind, get_kind
-from orchestrator.drafters.kinds.eagle3 import (
+from orchestrator.drafters.kinds.eagle3.head import (
     PLAIN_KEYS,
     SPECULATORS_KEYS,
     captured_layers,

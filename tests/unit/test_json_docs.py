@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_cli_commands import Fleet
+from scriptedfleet import Fleet
 
 from orchestrator import cli_commands
 from orchestrator.documents import Document, jsonable

@@ -7,7 +7,7 @@ from collections import Counter
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from test_metrics_simulation import (
+from simulated import (
     BORDERLINE,
     BROKEN,
     CORRECT,

@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from test_metrics_simulation import (
+from simulated import (
     BROKEN,
     CORRECT,
     Drafter,
@@ -40,7 +40,6 @@ def test_measurement_is_the_distribution_of_the_drafts_in_the_window(drafter: Dr
     assert measured.draft_tokens == K * len(lengths)
     assert measured.mean_acceptance_length == pytest.approx(1 + statistics.fmean(lengths))
     assert measured.accepted_length_variance == pytest.approx(statistics.pvariance(lengths))
-    assert measured.draft_acceptance_rate == pytest.approx(sum(lengths) / (K * len(lengths)))
     shares = [sum(1 for n in lengths if n > i) / len(lengths) for i in range(K)]
     assert measured.per_position_acceptance == pytest.approx(shares)
 
@@ -64,7 +63,6 @@ def test_zero_drafts_measure_as_zero_with_no_rates() -> None:
     assert measured.mean_acceptance_length is None
     assert measured.accepted_length_variance is None
     assert measured.per_position_acceptance is None
-    assert measured.draft_acceptance_rate is None
 
 
 def test_a_counter_that_went_down_is_a_reset() -> None:

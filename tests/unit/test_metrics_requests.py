@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_metrics_simulation import BORDERLINE, CORRECT, Drafter, _one_draft
+from simulated import BORDERLINE, CORRECT, Drafter, _one_draft
 
 from orchestrator.metrics.assess import GateCriteria
 from orchestrator.metrics.evaluate import Measurement, combine

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, Counter, generate_latest
-from test_metrics_simulation import K, counters_of
+from simulated import K, counters_of
 
 from orchestrator.metrics.scrape import MetricsFormatError, SpecDecodeCounters, parse_spec_decode
 

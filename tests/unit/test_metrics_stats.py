@@ -8,7 +8,7 @@ from statistics import NormalDist
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from test_metrics_simulation import CORRECT, accepted_lengths, chunked
+from simulated import CORRECT, accepted_lengths, chunked
 
 from orchestrator.metrics.stats import Batch, batch_means_interval, student_t_quantile
 

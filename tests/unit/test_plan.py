@@ -10,27 +10,20 @@ from pathlib import Path
 import jinja2
 import pytest
 import yaml
+from examples import EXAMPLE, PLAYBOOK, plans
 
-from orchestrator.drafters.kinds.dflash import IDS
+from orchestrator.drafters.kinds.dflash.drafter import IDS
 from orchestrator.drafters.profiles import get_profile
 from orchestrator.errors import InputError
 from orchestrator.inventory import load_inventory
-from orchestrator.plan import DRAFTER_CONFIG, LAUNCH_SCRIPT, TargetPlan, plan_deploy
+from orchestrator.plan import DRAFTER_CONFIG, LAUNCH_SCRIPT, plan_deploy
 from orchestrator.playbook import load_playbook
 from orchestrator.render import TEMPLATE_DIR, environment
 
-ROOT = Path(__file__).resolve().parent.parent.parent
-PLAYBOOK = ROOT / "playbooks" / "qwen-dflash.yaml"
-EXAMPLE = ROOT / "inventories" / "example.yaml"
 PUBLISHED = (
     Path(__file__).parent.parent / "fixtures" / "drafters" / "z-lab_Qwen3.6-27B-DFlash.config.json"
 )
 QWEN36 = "z-lab/Qwen3.6-27B-DFlash"
-
-
-def plans(*assignments: str, inventory: Path = EXAMPLE) -> dict[str, TargetPlan]:
-    playbook = load_playbook(PLAYBOOK, list(assignments))
-    return {p.container: p for p in plan_deploy(playbook, load_inventory(inventory))}
 
 
 def test_no_file_of_a_release_holds_its_id_so_one_field_is_one_line() -> None:

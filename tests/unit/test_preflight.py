@@ -13,7 +13,7 @@ from orchestrator.container.gpu import Gpu, GpuApp
 from orchestrator.container.probe import Sibling, parse_siblings
 from orchestrator.container.server import ServerState
 from orchestrator.drafters.findings import Finding, Severity
-from orchestrator.drafters.kinds.dflash import IDS
+from orchestrator.drafters.kinds.dflash.drafter import IDS
 from orchestrator.drafters.modelfiles import model_files_from_bytes, write_safetensors_stub
 from orchestrator.drafters.profiles import get_profile, target_files
 from orchestrator.inventory import load_inventory

@@ -4,32 +4,20 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 import pytest
+from releasefiles import VIEW_CONFIG
 
 from orchestrator.drafters.kinds import get_kind
-from orchestrator.inventory import load_inventory
-from orchestrator.plan import DRAFTER_CONFIG, LAUNCH_SCRIPT, plan_deploy
-from orchestrator.playbook import load_playbook
+from orchestrator.plan import DRAFTER_CONFIG, LAUNCH_SCRIPT
 from orchestrator.release import Mismatch, sha256
 from orchestrator.release import compare as compare_files
 
-ROOT = Path(__file__).resolve().parent.parent.parent
-VIEW_CONFIG = f"drafter/{DRAFTER_CONFIG}"
 KEY_FIELDS = get_kind("dflash").key_fields
 
 
 def compare(expected: dict[str, bytes], actual: dict[str, bytes]) -> list[Mismatch]:
     return compare_files(expected, actual, KEY_FIELDS)
-
-
-@pytest.fixture(scope="module")
-def rendered() -> dict[str, bytes]:
-    """What release.verify expects back: the plan's files plus the drafter view's config."""
-    playbook = load_playbook(ROOT / "playbooks" / "qwen-dflash.yaml")
-    [plan] = plan_deploy(playbook, load_inventory(ROOT / "inventories" / "example.yaml"), ["ct129"])
-    return {**plan.files, VIEW_CONFIG: plan.files[DRAFTER_CONFIG]}
 
 
 def with_config(rendered: dict[str, bytes], name: str, **changes: object) -> dict[str, bytes]:
@@ -111,9 +99,3 @@ def test_json_that_is_not_an_object_is_a_mismatch(rendered: dict[str, bytes]) ->
 def test_a_file_missing_on_the_target(rendered: dict[str, bytes]) -> None:
     read_back = {name: data for name, data in rendered.items() if name != LAUNCH_SCRIPT}
     assert compare(rendered, read_back) == [Mismatch(LAUNCH_SCRIPT, "missing on the target")]
-
-
-# --- what a deploy changes, as `diff -u` shows it ------------------------------------------------
-
-CURRENT_DIR = "/var/lib/orch/qwen-dflash/releases/old"
-NEW_DIR = "/var/lib/orch/qwen-dflash/releases/new"

@@ -5,16 +5,10 @@ import shlex
 from pathlib import Path
 
 import pytest
+from filetree import write
 
 from orchestrator.errors import InputError
 from orchestrator.render import MissingVar, render_field, render_template
-
-
-def write(directory: Path, name: str, text: str) -> Path:
-    path = directory / name
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
-    return path
 
 
 def test_undefined_variable_names_the_variable_and_template_line(tmp_path: Path) -> None:

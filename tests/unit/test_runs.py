@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
+from auditruns import RUN_A, RUN_B, line
 
 from orchestrator import release
 from orchestrator.cli_commands import drift
@@ -30,24 +31,7 @@ from orchestrator.runs import (
 ROOT = Path(__file__).resolve().parent.parent.parent
 PLAYBOOK = ROOT / "playbooks" / "qwen-dflash.yaml"
 EXAMPLE = ROOT / "inventories" / "example.yaml"
-
-RUN_A = "20261201T100000Z-aaaaaa"
-RUN_B = "20261201T110000Z-bbbbbb"
 RUN_C = "20261201T120000Z-cccccc"
-
-
-def line(run_id: str, time: str, action: str, result: str, made: str, current: str | None) -> str:
-    return json.dumps(
-        {
-            "run_id": run_id,
-            "time": time,
-            "user": "ops",
-            "action": action,
-            "result": result,
-            "release": made,
-            "current": current,
-        }
-    )
 
 
 def target(name: str, current: str | None, kept: Sequence[str], *lines: str) -> TargetRecord:
@@ -188,13 +172,6 @@ def test_a_run_whose_release_was_pruned_is_refused_before_any_switch() -> None:
     records[0] = TargetRecord("ct1", "b1111111", [KeptRelease("b1111111")], records[0].records)
     with pytest.raises(InputError, match="ct1: a1111111 \\(kept: b1111111\\)"):
         resolve(RUN_A, records)
-
-
-def fleet_lines() -> list[str]:
-    return [
-        line(RUN_A, "t1", "deploy", "deployed", "a1111111", "a1111111"),
-        line(RUN_B, "t2", "deploy", "deployed", "b1111111", "b1111111"),
-    ]
 
 
 def test_the_manifest_records_what_was_applied() -> None:

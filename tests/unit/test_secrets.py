@@ -8,21 +8,12 @@ from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
+from secretbooks import book
 
 from orchestrator import secrets
 from orchestrator.doctor import secret_checks
 from orchestrator.errors import InputError
-from orchestrator.playbook import Server, load_playbook
-
-
-def book(tmp_path: Path, sources: str) -> object:
-    path = tmp_path / "p.yaml"
-    path.write_text(
-        "name: p\ntargets: [all]\ntarget: {path: /m, served_name: m}\n"
-        "drafter: {kind: ngram}\n"
-        f"server: {{secrets: {sources}}}\n"
-    )
-    return load_playbook(path, [])
+from orchestrator.playbook import Server
 
 
 def test_a_source_is_exactly_one_of_env_file_command(tmp_path: Path) -> None:

@@ -28,7 +28,7 @@ from orchestrator.serving.capabilities import (
     load_table,
     newest_version,
 )
-from orchestrator.serving.judge import Launch, judge_server, read_launch, runner_enabled
+from orchestrator.serving.judge import Launch, judge_server, read_launch
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "drafters"
@@ -216,13 +216,6 @@ def test_the_rendered_playbook_launch_reads_back_as_its_settings() -> None:
 )
 def test_launch_scripts_are_read_as_the_shell_splits_them(script: str, expected: Launch) -> None:
     assert read_launch(script) == expected
-
-
-@pytest.mark.parametrize(
-    ("value", "enabled"), [("1", True), ("0", False), (None, False), ("true", False), ("2", True)]
-)
-def test_the_runner_variable_is_read_as_vllm_reads_booleans(value: str, enabled: bool) -> None:
-    assert runner_enabled(value) is enabled
 
 
 # --- the judge ---------------------------------------------------------------------------------

@@ -12,34 +12,29 @@ import threading
 import time
 
 import pytest
-from scripted import ScriptedContainer, ScriptedGate, metrics, serving
-from test_plan import EXAMPLE, PLAYBOOK
+from clocks import FakeClock
+from scripted import metrics, serving
+from transactions import BUCKETS, FAST_GATE, Container, setup, target_run
 
 from orchestrator.cancel import Cancel
 from orchestrator.container.gpu import wait_free
 from orchestrator.container.lock import Owner
-from orchestrator.documents import jsonable
 from orchestrator.drafters.kinds import get_kind
 from orchestrator.gate import run_gate
-from orchestrator.inventory import load_inventory
-from orchestrator.plan import TargetPlan, plan_deploy
-from orchestrator.playbook import Gate, Playbook, Probe, load_playbook
-from orchestrator.probes.context import ContextBucket
-from orchestrator.release import GateTarget
+from orchestrator.plan import TargetPlan
+from orchestrator.playbook import Gate, Playbook, Probe
 from orchestrator.transaction.actions import ServerActionRun
-from orchestrator.transaction.deployment import Deployment, GateRunner
+from orchestrator.transaction.deployment import Deployment
 from orchestrator.transaction.options import Options
-from orchestrator.transaction.target import TargetRun
 from orchestrator.transport.base import Result
 from orchestrator.transport.memory import MemoryTransport
 
 CAUSES = get_kind("dflash").failure_causes
-
-FAST_GATE = Gate(
+ONE_SCRAPE_A_SECOND = Gate(
     min_drafts=50,
-    probe=Probe(scrape_interval=0.02, concurrency=1, max_tokens=8, endpoints=["completions"]),
+    probe=Probe(scrape_interval=1.0, concurrency=1, max_tokens=8, endpoints=["completions"]),
 )
-BUCKETS = [ContextBucket("short", 0, None, ("hello",))]
+"""A gate for a fake clock: its whole budget in a hundred-odd looks."""
 
 
 # -- the gate ------------------------------------------------------------------------------------
@@ -57,7 +52,9 @@ def test_gate_passes_on_counters_that_grow_well() -> None:
 def test_a_gate_whose_requests_all_fail_fails_though_its_counters_pass() -> None:
     transport = MemoryTransport()
     serving(transport, "someone-else")  # every completion is a 404; the counters still grow
-    report = run_gate(transport, "10.0.0.5", 8000, "m", FAST_GATE, BUCKETS, CAUSES)
+    report = run_gate(
+        transport, "10.0.0.5", 8000, "m", FAST_GATE, BUCKETS, CAUSES, clock=FakeClock()
+    )
     assert report.verdict.outcome == "fail", report.verdict.reason
     assert report.request_errors == report.requests > 0
     assert "probe requests failed" in report.verdict.reason
@@ -77,69 +74,13 @@ def test_a_stop_request_ends_the_gate_undecided() -> None:
     transport = MemoryTransport()
     serving(transport, "m")
     transport.on_http("GET", "/metrics", lambda _: (200, metrics(1)))  # never moves
-    stop = threading.Event()
-    threading.Timer(0.2, stop.set).start()
-    report = run_gate(transport, "10.0.0.5", 8000, "m", FAST_GATE, BUCKETS, CAUSES, stop)
+    stop, clock = threading.Event(), FakeClock()
+    clock.after(1.0, stop.set)
+    report = run_gate(
+        transport, "10.0.0.5", 8000, "m", ONE_SCRAPE_A_SECOND, BUCKETS, CAUSES, stop, clock=clock
+    )
     assert report.verdict.outcome == "inconclusive"
     assert "interrupted" in report.verdict.reason
-
-
-# -- the transaction -----------------------------------------------------------------------------
-
-
-class Container(ScriptedContainer):
-    """The deployment of `plan` in memory, its server running."""
-
-    def __init__(self, plan: TargetPlan) -> None:
-        super().__init__(plan.container, plan.layout)
-        self.run_server()
-
-    def gated_release(self, release_id: str, served_name: str) -> None:
-        """A release on the container whose manifest records its own gate settings."""
-        gate = GateTarget(served_name, 8000, FAST_GATE)
-        manifest = {
-            "release_id": release_id,
-            "run_id": "run-before",
-            "files": {},
-            "gate_target": jsonable(gate),
-        }
-        self.release(release_id, {"manifest.json": json.dumps(manifest).encode()})
-
-
-def setup(served_name: str = "new-name") -> tuple[Playbook, TargetPlan, Container]:
-    playbook = load_playbook(
-        PLAYBOOK,
-        [
-            f"target.served_name={served_name}",
-            "gate.min_drafts=50",
-            "gate.probe.scrape_interval=0.02",
-            "gate.probe.concurrency=1",
-        ],
-    )
-    plan = plan_deploy(playbook, load_inventory(EXAMPLE))[0]
-    return playbook, plan, Container(plan)
-
-
-def target_run(
-    playbook: Playbook,
-    plan: TargetPlan,
-    container: Container,
-    cancel: Cancel | None = None,
-    gate: GateRunner = run_gate,
-) -> TargetRun:
-    options = Options(run_id="run-now", user="ops")
-    return TargetRun(
-        Deployment(
-            plan,
-            container.transport,
-            playbook,
-            BUCKETS,
-            "nvidia-smi",
-            options,
-            cancel=cancel or Cancel(),
-            run_gate=gate,
-        )
-    )
 
 
 def test_rollback_regates_the_old_release_with_its_own_served_name() -> None:
@@ -177,14 +118,15 @@ def test_rollback_regates_the_old_release_with_its_own_served_name() -> None:
 
 def test_a_stop_request_during_the_gate_goes_back_to_the_previous_release() -> None:
     playbook, plan, container = setup(served_name="old-name")
-    container.gated_release("aaaaaaaaaaaa", "old-name")
-    container.gated_release("bbbbbbbbbbbb", "old-name")
+    container.gated_release("aaaaaaaaaaaa", "old-name", ONE_SCRAPE_A_SECOND)
+    container.gated_release("bbbbbbbbbbbb", "old-name", ONE_SCRAPE_A_SECOND)
     container.links[container.layout.current] = "releases/aaaaaaaaaaaa"
-    container.transport.on_http("GET", "/health", lambda _: (200, b""))
-    cancel = Cancel()
-    gate = ScriptedGate(container, default="inconclusive", during=lambda: cancel.request(15))
+    serving(container.transport, "old-name")
+    container.transport.on_http("GET", "/metrics", lambda _: (200, metrics(1)))  # undecided
+    cancel, clock = Cancel(), FakeClock()
+    clock.after(1.0, lambda: cancel.request(15))  # a second into the gate
 
-    outcome = target_run(playbook, plan, container, cancel, gate).rollback("bbbbbbbbbbbb")
+    outcome = target_run(playbook, plan, container, cancel, clock).rollback("bbbbbbbbbbbb")
 
     assert (outcome.result, outcome.exit_code, outcome.current) == (
         "interrupted",
@@ -193,8 +135,8 @@ def test_a_stop_request_during_the_gate_goes_back_to_the_previous_release() -> N
     )
     assert container.links[container.layout.current] == "releases/aaaaaaaaaaaa"
     assert "rollback gate" in container.journal_steps
-    assert [asked for asked, _, _ in gate.asked] == ["bbbbbbbbbbbb", "aaaaaaaaaaaa"]
     assert container.events[-3:] == ["audit rollback", "journal cleared", "unlock"]
+    assert clock.slept >= ONE_SCRAPE_A_SECOND.time_budget  # the undo gated to its budget
 
 
 def test_a_live_owner_on_another_host_is_refused_with_its_name() -> None:
@@ -230,8 +172,10 @@ def test_the_wait_for_gpu_memory_says_what_each_short_gpu_has_free() -> None:
         "gpu_query", lambda argv, _stdin: Result(tuple(argv), 0, next(looks), b"")
     )
     heard: list[str] = []
-    wait_free(transport, "nvidia-smi", 1, 0.9, timeout=30, tick=heard.append)
+    clock = FakeClock()
+    wait_free(transport, "nvidia-smi", 1, 0.9, timeout=30, tick=heard.append, clock=clock)
     assert heard == ["GPU 0: 1140 of 49140 MiB free"]  # the second look found it free
+    assert clock.slept == 0.5  # one pause between the two looks
 
 
 # -- stop, start, remove -------------------------------------------------------------------------

@@ -1,8 +1,9 @@
-"""Parsers for what Proxmox VE's tools print: pure, tested on captured text.
+"""What orch reads from a Proxmox VE host, for discovery and doctor alike: the command
+builders (argv lists, built here, never run here; marked `@builder`, so an in-memory
+host answers them by concern) and the pure parsers of what they print.
 
-Output that does not parse is `NeedsAttention` naming what was read, never a
-traceback. Formats and their sources: docs/field-notes/proxmox.md
-("Discovering a Proxmox cluster").
+Output that does not parse is `NeedsAttention` naming what was read, never a traceback.
+Formats and their sources: docs/field-notes/proxmox.md ("Discovering a Proxmox cluster").
 """
 
 from __future__ import annotations
@@ -12,7 +13,93 @@ import json
 import re
 from dataclasses import dataclass
 
-from orchestrator.container.shell import parse_csv_rows, reading
+from orchestrator.container.shell import builder, parse_csv_rows, reading, script
+
+# -- discovery: the tools, the cluster (pvesh), a container's configuration (pct) -----------
+
+TOOLS = ("pvesh", "pct", "nvidia-smi")
+
+
+@builder
+def tool_paths() -> list[str]:
+    """`NAME PATH` per tool the login's PATH finds, `NAME -` for the others."""
+    words = " ".join(TOOLS)
+    return script(
+        f'for t in {words}; do p=$(command -v "$t") || p=-; printf "%s %s\\n" "$t" "$p"; done'
+    )
+
+
+@builder
+def cluster_resources(pvesh: str) -> list[str]:
+    """Every guest of the cluster (qemu and lxc), as JSON."""
+    return [pvesh, "get", "/cluster/resources", "--type", "vm", "--output-format", "json"]
+
+
+@builder
+def cluster_status(pvesh: str) -> list[str]:
+    """The cluster's nodes with their IPs, as JSON."""
+    return [pvesh, "get", "/cluster/status", "--output-format", "json"]
+
+
+@builder
+def guest_config(pct: str, vmid: int) -> list[str]:
+    """A container's configuration as it runs (`--current`: without the changes pending
+    for its next start), on this node: `key: value` lines."""
+    return [pct, "config", str(vmid), "--current"]
+
+
+@builder
+def guest_interfaces(pvesh: str, node: str, vmid: int) -> list[str]:
+    """A running container's live addresses (from `ip a` inside it), as JSON."""
+    return [pvesh, "get", f"/nodes/{node}/lxc/{vmid}/interfaces", "--output-format", "json"]
+
+
+@builder
+def node_gpus(nvidia_smi: str) -> list[str]:
+    """The node's GPUs, one CSV row each: index, name, total memory in MiB."""
+    return [
+        nvidia_smi,
+        "--query-gpu=index,name,memory.total",
+        "--format=csv,noheader,nounits",
+    ]
+
+
+# -- the host as doctor reads it: pct status, sshd's limits --------------------------------
+
+SSHD = "/usr/sbin/sshd"
+
+
+@builder
+def container_status(pct: str, vmid: int) -> list[str]:
+    """On the Proxmox host: `status: running` or `status: stopped`."""
+    return [pct, "status", str(vmid)]
+
+
+@builder
+def sshd_limits() -> list[str]:
+    """The host sshd's session limits from its effective configuration (needs root)."""
+    return script(f"{SSHD} -T 2>/dev/null | grep -i -E '^(maxsessions|maxstartups) '")
+
+
+def parse_container_status(text: str) -> str:
+    """`pct status VMID` -> `running`, `stopped`, ... (pct prints `status: WORD`)."""
+    with reading("pct status", text):
+        label, word = text.split(":", 1)
+        if label.strip() != "status":
+            raise ValueError("expected 'status: ...'")
+        return word.strip()
+
+
+def parse_sshd_limits(text: str) -> dict[str, str]:
+    """`sshd -T` lines kept by sshd_limits -> {maxsessions: "10", ...}."""
+    return {
+        key.lower(): value.strip()
+        for key, _, value in (line.partition(" ") for line in text.splitlines())
+        if value
+    }
+
+
+# -- parsers -------------------------------------------------------------------------------
 
 NVIDIA_DEVICE = re.compile(r"/dev/nvidia(\d+)")
 
@@ -208,7 +295,7 @@ def parse_node_gpus(text: str) -> list[NodeGpu]:
 
 
 def parse_tool_paths(text: str) -> dict[str, str | None]:
-    """`NAME PATH` lines (commands.tool_paths) -> {name: path or None}."""
+    """`NAME PATH` lines (tool_paths) -> {name: path or None}."""
     paths: dict[str, str | None] = {}
     for line in text.splitlines():
         name, _, path = line.partition(" ")
