@@ -16,10 +16,10 @@ from orchestrator.errors import InputError, NeedsAttention, OrchError
 from orchestrator.lab.paths import DEFAULT_TOKENS_PER_SECOND
 
 if TYPE_CHECKING:
+    from orchestrator.contract import Action
     from orchestrator.documents.fleet import FleetDocument
     from orchestrator.documents.runs import DeployRun
     from orchestrator.documents.watch import Watch
-    from orchestrator.lifecycle import Action
 
 EXIT_CODES = """Exit codes: 0 success; 1 the change did not pass its gate or checks (rolled back
 or not applied, nothing broken); 2 bad input (nothing touched); 3 needs attention
@@ -623,7 +623,7 @@ def logs(
     from orchestrator import cli_commands
     from orchestrator import logs as server_logs
     from orchestrator.connections import ssh
-    from orchestrator.documents import run_result
+    from orchestrator.contract import run_result
     from orchestrator.documents.fleet import Logs
     from orchestrator.report import screen
 
@@ -716,7 +716,7 @@ def watch(
     from orchestrator import cli_commands
     from orchestrator import watch as live
     from orchestrator.connections import ssh
-    from orchestrator.documents import jsonable
+    from orchestrator.contract import jsonable
     from orchestrator.durations import seconds
     from orchestrator.report.screen import printable
 

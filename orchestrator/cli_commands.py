@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
-from orchestrator import documents, preflight, release, runlog
+from orchestrator import preflight, release, runlog
 from orchestrator.cancel import Cancel
 from orchestrator.connections import SSH, Connect, Pool
 from orchestrator.container import lock
@@ -24,9 +24,9 @@ from orchestrator.container.journal import UNKNOWN_RUN, Journal, Transaction, Un
 from orchestrator.container.lock import Owner, lock_holder
 from orchestrator.container.server import Server
 from orchestrator.container.status import read_status
+from orchestrator.contract import Action, TargetState, run_result
 from orchestrator.deadline import now
 from orchestrator.deploy import Options, ShowDiff, TargetRun
-from orchestrator.documents import TargetState
 from orchestrator.documents.fleet import (
     Deploying,
     KeptReleaseEntry,
@@ -60,7 +60,7 @@ from orchestrator.fanout import READ_PARALLEL, GroupResult, fan_out
 from orchestrator.history import History, check_writable, new_run_id
 from orchestrator.inventory import Inventory, load_inventory
 from orchestrator.layout import DRAFTER_CONFIG, LAUNCH_SCRIPT, SECRETS_FILE, VIEW_CONFIG
-from orchestrator.lifecycle import Action, ServerActionRun
+from orchestrator.lifecycle import ServerActionRun
 from orchestrator.outcome import Outcome
 from orchestrator.plan import TargetPlan, plan_deploy
 from orchestrator.playbook import Playbook, find_playbook, load_playbook
@@ -202,7 +202,7 @@ def _run_fields(
         model=inputs.playbook.target.served_name,
         inventory=str(inputs.inventory_path.resolve()),
         assignments=list(inputs.playbook.assignments),
-        result=documents.run_result(code),
+        result=run_result(code),
         targets=outcomes,
     )
 
@@ -539,7 +539,7 @@ def releases(inputs: Inputs, connect: Connect = SSH) -> tuple[Releases, int]:
     code = 3 if read.group.failed else 0
     document = Releases(
         playbook=inputs.playbook.name,
-        result=documents.run_result(code),
+        result=run_result(code),
         runs=[
             RecordedFleetRun(
                 run_id=run.run_id,
@@ -591,9 +591,7 @@ def verify_remote(inputs: Inputs, connect: Connect = SSH) -> tuple[Verify, int]:
     targets: list[Verified | NothingToVerify | Unreached] = read.entries(
         lambda _, verified: verified[0], _unreachable
     )
-    document = Verify(
-        playbook=inputs.playbook.name, result=documents.run_result(code), targets=targets
-    )
+    document = Verify(playbook=inputs.playbook.name, result=run_result(code), targets=targets)
     return document, code
 
 
@@ -746,7 +744,7 @@ def status(inputs: Inputs, connect: Connect = SSH) -> tuple[Status, int]:
     code = 0 if all(_as_meant(t) for t in targets) else 3
     return Status(
         playbook=inputs.playbook.name,
-        result=documents.run_result(code),
+        result=run_result(code),
         state=_fleet_state([t.state for t in targets]),
         targets=targets,
     ), code
@@ -856,6 +854,4 @@ def unlock(inputs: Inputs, connect: Connect = SSH) -> tuple[Unlock, int]:
         ),
     )
     code = max((e.exit_code for e in read.group.failed.values()), default=0)
-    return Unlock(
-        playbook=inputs.playbook.name, result=documents.run_result(code), targets=targets
-    ), code
+    return Unlock(playbook=inputs.playbook.name, result=run_result(code), targets=targets), code

@@ -36,8 +36,8 @@ from orchestrator.container.journal import (
 )
 from orchestrator.container.lock import DeployLock, Owner
 from orchestrator.container.server import Server
+from orchestrator.contract import jsonable
 from orchestrator.deadline import now
-from orchestrator.documents import jsonable
 from orchestrator.drafters.findings import Finding, Severity
 from orchestrator.errors import Interrupted, NeedsAttention, OrchError, ServerFailed
 from orchestrator.gate import GateReport, run_gate

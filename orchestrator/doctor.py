@@ -24,9 +24,9 @@ from orchestrator.container.host import (
     parse_sshd_limits,
     sshd_limits,
 )
+from orchestrator.contract import CheckStatus
 from orchestrator.discovery import commands as proxmox
 from orchestrator.discovery.facts import parse_guest_config
-from orchestrator.documents import CheckStatus
 from orchestrator.documents.fleet import Check
 from orchestrator.drafters.findings import Severity
 from orchestrator.errors import HostKeyError, InputError, OrchError, TransportError

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from orchestrator.documents import jsonable
+from orchestrator.contract import jsonable
 from orchestrator.documents.runs import DeployRun, HookResult, RollbackRun, Run
 from orchestrator.errors import CheckFailed
 from orchestrator.playbook import Playbook

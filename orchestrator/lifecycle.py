@@ -12,15 +12,14 @@ next run there; one that dies in a start is started and gated again by it
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Literal
 
 from orchestrator.container import release as store
 from orchestrator.container.journal import GATE_PASSED
 from orchestrator.container.server import Server
+from orchestrator.contract import Action
 from orchestrator.deploy import Refused, TargetRun
 from orchestrator.outcome import Outcome
 
-Action = Literal["stop", "start", "restart", "remove"]
 ACTIONS: tuple[Action, ...] = ("stop", "start", "restart", "remove")
 DONE: dict[Action, str] = {
     "stop": "stopped",

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import pydantic
 from pydantic import Field, SerializationInfo, SerializerFunctionWrapHandler, model_serializer
 
-from orchestrator.documents import KEEP_CHANGES, OnlyWhenSet
+from orchestrator.contract import KEEP_CHANGES, OnlyWhenSet
 from orchestrator.drafters.findings import Finding
 from orchestrator.durations import Seconds
 from orchestrator.gate import GateReport

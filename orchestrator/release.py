@@ -23,7 +23,7 @@ import pydantic
 from pydantic import Field, TypeAdapter, ValidationError
 
 from orchestrator.container import release as store
-from orchestrator.documents import jsonable
+from orchestrator.contract import jsonable
 from orchestrator.drafters.findings import Finding
 from orchestrator.errors import InputError, NeedsAttention
 from orchestrator.layout import DRAFTER_CONFIG, LAUNCH_SCRIPT, SECRETS_FILE, VIEW_CONFIG, Layout

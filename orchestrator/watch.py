@@ -17,8 +17,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from orchestrator.contract import run_result
 from orchestrator.deadline import Deadline
-from orchestrator.documents import run_result
 from orchestrator.documents.watch import Acceptance, Thresholds, Watch, WatchEntry
 from orchestrator.errors import NeedsAttention
 from orchestrator.fanout import READ_PARALLEL, fan_out

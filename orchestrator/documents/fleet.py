@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal
 import pydantic
 from pydantic import BaseModel, Field
 
-from orchestrator.documents import CheckStatus, Document, OnlyWhenSet, RunResult, TargetState
+from orchestrator.contract import CheckStatus, Document, OnlyWhenSet, RunResult, TargetState
 from orchestrator.drafters.findings import Finding
 from orchestrator.release import Applied
 

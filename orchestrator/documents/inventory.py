@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from orchestrator.documents import Document
+from orchestrator.contract import Document
 
 
 class DiscoveredNode(BaseModel):

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel
 
-from orchestrator.documents import Document, OnlyWhenSet
+from orchestrator.contract import Document, OnlyWhenSet
 from orchestrator.drafters.findings import Finding
 from orchestrator.explain import Entry
 from orchestrator.verify import Judged

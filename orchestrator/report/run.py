@@ -9,8 +9,9 @@ from typing import Any
 from rich.console import Console, Group, RenderableType
 from rich.text import Text
 
-from orchestrator.documents import jsonable
-from orchestrator.documents.runs import ConnectionUsage, DeployRun, RollbackRun, Run
+from orchestrator.connections import ConnectionUsage
+from orchestrator.contract import jsonable
+from orchestrator.documents.runs import DeployRun, RollbackRun, Run
 from orchestrator.gate import SOURCES
 from orchestrator.outcome import Outcome
 from orchestrator.probes.sampling import describe

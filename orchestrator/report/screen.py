@@ -24,7 +24,8 @@ from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 
-from orchestrator.documents import Document, Error, ErrorLine, jsonable, run_result
+from orchestrator.contract import Document, jsonable, run_result
+from orchestrator.documents import Error, ErrorLine
 from orchestrator.drafters.findings import Finding, Severity
 from orchestrator.secrets import mask_document
 

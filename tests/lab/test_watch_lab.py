@@ -13,7 +13,7 @@ import pytest
 from labtools import ALL_AT_ONCE, FAST, LabHandle
 
 from orchestrator.cli_commands import load
-from orchestrator.documents import Document
+from orchestrator.contract import Document
 
 pytestmark = pytest.mark.lab
 

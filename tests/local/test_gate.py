@@ -24,7 +24,7 @@ from test_lab_standins import (
     wait_until,
 )
 
-from orchestrator.documents import jsonable
+from orchestrator.contract import jsonable
 from orchestrator.drafters.kinds import get_kind
 from orchestrator.gate import (
     GateReport,

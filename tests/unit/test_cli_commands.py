@@ -20,7 +20,8 @@ from orchestrator.cancel import Cancel
 from orchestrator.connections import Given
 from orchestrator.container.audit import audit_line
 from orchestrator.container.lock import Owner
-from orchestrator.documents import API_VERSION, AnyDocument, Document, jsonable
+from orchestrator.contract import API_VERSION, Document, jsonable
+from orchestrator.documents import AnyDocument
 from orchestrator.errors import InputError
 from orchestrator.lab.models import published_drafter_config, write_dflash_dir, write_target_dir
 from orchestrator.layout import DRAFTER_CONFIG, VIEW_CONFIG

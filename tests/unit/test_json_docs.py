@@ -12,7 +12,7 @@ import pytest
 from test_cli_commands import Fleet
 
 from orchestrator import cli_commands
-from orchestrator.documents import Document, jsonable
+from orchestrator.contract import Document, jsonable
 from orchestrator.gate import GateReport
 from orchestrator.metrics.assess import GateCriteria, assess
 

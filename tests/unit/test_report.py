@@ -11,10 +11,11 @@ from rich.console import Console
 from rundocs import deploy_run
 
 from orchestrator import durations
-from orchestrator.documents import jsonable
+from orchestrator.connections import ConnectionUsage
+from orchestrator.contract import jsonable
 from orchestrator.documents.fleet import Status, StatusTarget, Verify
 from orchestrator.documents.history import History, RecordedRun
-from orchestrator.documents.runs import ConnectionUsage, DeployRun
+from orchestrator.documents.runs import DeployRun
 from orchestrator.drafters.findings import Finding, Severity
 from orchestrator.gate import GateReport, PhaseReport
 from orchestrator.metrics.advice import Advice

@@ -18,8 +18,8 @@ from test_plan import EXAMPLE, PLAYBOOK
 from orchestrator.cancel import Cancel
 from orchestrator.container.gpu import wait_free
 from orchestrator.container.lock import Owner
+from orchestrator.contract import jsonable
 from orchestrator.deploy import Options, TargetRun
-from orchestrator.documents import jsonable
 from orchestrator.drafters.kinds import get_kind
 from orchestrator.gate import run_gate
 from orchestrator.inventory import load_inventory
