@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from test_plan import EXAMPLE
+from fleets import EXAMPLE
 
 from orchestrator.cli import cli
 from orchestrator.contract import Document

@@ -10,6 +10,7 @@ from pathlib import Path
 import jinja2
 import pytest
 import yaml
+from fleets import EXAMPLE, PLAYBOOK
 
 from orchestrator.drafters.kinds.dflash import IDS
 from orchestrator.drafters.profiles import get_profile
@@ -19,9 +20,6 @@ from orchestrator.plan import DRAFTER_CONFIG, LAUNCH_SCRIPT, TargetPlan, plan_de
 from orchestrator.playbook import load_playbook
 from orchestrator.render import TEMPLATE_DIR, environment
 
-ROOT = Path(__file__).resolve().parent.parent.parent
-PLAYBOOK = ROOT / "playbooks" / "qwen-dflash.yaml"
-EXAMPLE = ROOT / "inventories" / "example.yaml"
 PUBLISHED = (
     Path(__file__).parent.parent / "fixtures" / "drafters" / "z-lab_Qwen3.6-27B-DFlash.config.json"
 )

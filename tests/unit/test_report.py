@@ -15,6 +15,7 @@ from orchestrator.connections import ConnectionUsage
 from orchestrator.contract import jsonable
 from orchestrator.documents.fleet import Status, StatusTarget, Verify
 from orchestrator.documents.history import History, RecordedRun
+from orchestrator.documents.local import Findings
 from orchestrator.documents.runs import DeployRun
 from orchestrator.drafters.findings import Finding, Severity
 from orchestrator.gate import GateReport, PhaseReport
@@ -365,7 +366,7 @@ def test_piped_findings_are_one_line_each(
     capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("COLUMNS")
-    tables.print_findings([FINDING])
+    tables.print_findings(Findings.of([FINDING], None))
     lines = capsys.readouterr().out.splitlines()
     (row,) = [line for line in lines if FINDING.field in line]
     assert row.split(None, 1)[0] == "error" and row.rstrip().endswith("tokens per draft")

@@ -10,8 +10,8 @@ import pytest
 from pydantic import ValidationError
 
 from orchestrator import secrets
-from orchestrator.doctor import secret_checks
 from orchestrator.errors import InputError
+from orchestrator.fleet.doctor import secret_checks
 from orchestrator.playbook import Server, load_playbook
 
 

@@ -12,8 +12,8 @@ import threading
 import time
 
 import pytest
+from fleets import EXAMPLE, PLAYBOOK
 from scripted import ScriptedContainer, metrics, serving
-from test_plan import EXAMPLE, PLAYBOOK
 
 from orchestrator.cancel import Cancel
 from orchestrator.container.gpu import wait_free

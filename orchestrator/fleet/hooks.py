@@ -32,8 +32,8 @@ from orchestrator.errors import CheckFailed
 from orchestrator.playbook import Playbook
 
 if TYPE_CHECKING:
-    from orchestrator.cli_commands import Inputs
     from orchestrator.deploy import Options
+    from orchestrator.fleet.inputs import Inputs
 
 OUTPUT_CHARS = 2000
 """The end of a hook's output kept for the report (its whole output is not orch's)."""
