@@ -16,6 +16,7 @@ from orchestrator.container.audit import audit_line
 from orchestrator.contract import API_VERSION, Document, jsonable
 from orchestrator.documents import AnyDocument
 from orchestrator.fleet.inputs import Inputs, load
+from orchestrator.lab.models import published_drafter_config, write_dflash_dir, write_target_dir
 from orchestrator.layout import DRAFTER_CONFIG, VIEW_CONFIG
 from orchestrator.release import GateTarget
 from orchestrator.transport.base import Transport
@@ -83,3 +84,18 @@ def checked(printed: Document | dict[str, Any], kind: str) -> dict[str, Any]:
 
 def by_name(document: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {t["name"]: t for t in document["targets"]}
+
+
+def write_models(directory: Path) -> dict[str, Path]:
+    """The published target and drafter dirs, as local files for scripted containers."""
+    write_target_dir(directory / "target", "Qwen3.6-27B")
+    write_dflash_dir(directory / "drafter", published_drafter_config("z-lab/Qwen3.6-27B-DFlash"))
+    return {"target": directory / "target", "drafter": directory / "drafter"}
+
+
+def with_models(fleet: Fleet, models: dict[str, Path]) -> None:
+    """Each container's model dirs hold `models` (write_models)."""
+    for name, plan in fleet.plans.items():
+        fleet.containers[name].models[plan.target_dir] = models["target"]
+        if plan.drafter_weights:
+            fleet.containers[name].models[plan.drafter_weights] = models["drafter"]

@@ -82,6 +82,8 @@ class ScriptedContainer:
         """Seconds since the lock's heartbeat was touched, on the container's clock."""
         self.journal_steps: list[str] = []
         self.events: list[str] = []
+        self.server_log: list[str] | None = None
+        """The current server log's lines; None: no server was ever started here."""
         self.transport = MemoryTransport(name)
         for concern, handler in self._handlers().items():
             self.transport.on(concern, self._answer(handler))
@@ -145,6 +147,7 @@ class ScriptedContainer:
             # No vLLM to ask here: the server's own dry run finds no Python to run it with.
             "validate_launch": lambda vllm, payload, stdin: (127, f"{vllm}: python: not found"),
             "status_report": self._status_report,
+            "read_log": self._read_log,
             "read_model_dir": self._read_model_dir,
         }
 
@@ -252,6 +255,18 @@ class ScriptedContainer:
 
     def _readlink(self, link: str) -> bytes:
         return f"{self.links[link]}\n".encode() if link in self.links else b""
+
+    def _read_log(self, log: str, lines: int, limit: int, identity: str, offset: int) -> bytes:
+        """As read_log answers: `none`, or the last `lines` lines of a log seen first
+        (`tail`), or what was written since `offset` (`more`)."""
+        if self.server_log is None:
+            return b"none\n"
+        data = "".join(f"{line}\n" for line in self.server_log).encode()
+        head = f"{len(data)} {self.layout.server_log}\n"
+        if identity == "log-1":
+            return f"more log-1 {head}".encode() + data[offset:][:limit]
+        last = "".join(f"{line}\n" for line in self.server_log[-lines:] if lines).encode()
+        return f"tail log-1 {head}".encode() + last
 
     def _server_state(self) -> str:
         return f"running {self.server}" if self.server else "none"

@@ -11,7 +11,18 @@ import re
 from pathlib import Path
 
 import pytest
-from fleets import EXAMPLE, FAST, PLAYBOOK, RUN_A, RUN_B, Fleet, by_name, checked
+from fleets import (
+    EXAMPLE,
+    FAST,
+    PLAYBOOK,
+    RUN_A,
+    RUN_B,
+    Fleet,
+    by_name,
+    checked,
+    with_models,
+    write_models,
+)
 from scripted import Unreachable, serving
 
 from orchestrator.cancel import Cancel
@@ -25,7 +36,6 @@ from orchestrator.fleet.runs import rollback
 from orchestrator.fleet.status import status
 from orchestrator.fleet.unlock import unlock
 from orchestrator.fleet.verify import verify_remote
-from orchestrator.lab.models import published_drafter_config, write_dflash_dir, write_target_dir
 from orchestrator.layout import DRAFTER_CONFIG
 from orchestrator.progress import no_progress
 from orchestrator.report import tables
@@ -312,17 +322,7 @@ def test_rollback_to_an_unknown_id_is_bad_input_with_nothing_touched() -> None:
 
 @pytest.fixture
 def models(tmp_path: Path) -> dict[str, Path]:
-    """The published target and drafter dirs, as local files for the scripted containers."""
-    write_target_dir(tmp_path / "target", "Qwen3.6-27B")
-    write_dflash_dir(tmp_path / "drafter", published_drafter_config("z-lab/Qwen3.6-27B-DFlash"))
-    return {"target": tmp_path / "target", "drafter": tmp_path / "drafter"}
-
-
-def with_models(fleet: Fleet, models: dict[str, Path]) -> None:
-    for name, plan in fleet.plans.items():
-        fleet.containers[name].models[plan.target_dir] = models["target"]
-        if plan.drafter_weights:
-            fleet.containers[name].models[plan.drafter_weights] = models["drafter"]
+    return write_models(tmp_path)
 
 
 def test_verify_config_before_the_first_deploy_says_nothing_deployed() -> None:
