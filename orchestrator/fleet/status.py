@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from orchestrator.connections import SSH, Connect
 from orchestrator.container.journal import Journal, Transaction, Unreadable
-from orchestrator.container.lock import Owner, lock_holder
+from orchestrator.container.lock import Owner
 from orchestrator.container.server import Server
 from orchestrator.container.status import read_status
 from orchestrator.contract import TargetState, run_result
@@ -19,6 +19,7 @@ from orchestrator.documents.fleet import (
     Status,
     StatusTarget,
     UnreachedStatus,
+    lock_holder,
 )
 from orchestrator.errors import OrchError
 from orchestrator.fleet.inputs import Inputs

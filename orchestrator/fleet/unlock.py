@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from orchestrator.connections import SSH, Connect
 from orchestrator.container import lock
-from orchestrator.container.lock import lock_holder
 from orchestrator.contract import run_result
 from orchestrator.documents.fleet import (
     Unlock,
     Unlocked,
     Unreached,
+    lock_holder,
 )
 from orchestrator.fleet.inputs import Inputs
 from orchestrator.fleet.read import fleet_read

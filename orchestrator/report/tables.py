@@ -12,6 +12,8 @@ from rich.text import Text
 from orchestrator.documents.fleet import (
     Deploying,
     Doctor,
+    ForeignLock,
+    LockHolder,
     NothingToVerify,
     Releases,
     Status,
@@ -368,13 +370,13 @@ def server_words(target: StatusTarget) -> str:
     return "not started" if target.server == "none" else ""
 
 
-def locked_by(lock: dict[str, Any] | None) -> str:
+def locked_by(lock: LockHolder) -> str:
     """`root@host 3m ago` for a lock orch wrote, its text for one it did not."""
-    if not lock:
+    if lock is None:
         return ""
-    if "text" in lock:
-        return lock["text"]
-    return f"{lock['user']}@{lock['control_host']} {ago(lock['since'])}"
+    if isinstance(lock, ForeignLock):
+        return lock.text
+    return f"{lock.user}@{lock.control_host} {ago(lock.since)}"
 
 
 def _deploy(doc: Status | Verify) -> str:
@@ -429,7 +431,11 @@ def print_unlock(doc: Unlock) -> None:
             line = f"error: {t.error}"
         elif t.removed_lock:
             lock = t.removed_lock
-            who = lock.get("text") or f"run {lock['run_id']} of {locked_by(lock)}"
+            who = (
+                lock.text
+                if isinstance(lock, ForeignLock)
+                else f"run {lock.run_id} of {locked_by(lock)}"
+            )
             line = f"removed the lock held by {who}"
         else:
             line = "no lock"

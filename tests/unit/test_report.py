@@ -13,7 +13,7 @@ from rundocs import deploy_run
 from orchestrator import durations
 from orchestrator.connections import ConnectionUsage
 from orchestrator.contract import jsonable
-from orchestrator.documents.fleet import Status, StatusTarget, Verify
+from orchestrator.documents.fleet import ForeignLock, LockOwner, Status, StatusTarget, Verify
 from orchestrator.documents.history import History, RecordedRun
 from orchestrator.documents.local import Findings
 from orchestrator.documents.runs import DeployRun
@@ -183,12 +183,12 @@ def status_target(**fields: Any) -> StatusTarget:
 
 def test_lock_holders_and_server_state_in_words() -> None:
     since = datetime(2026, 12, 2, 10, 0, tzinfo=UTC).isoformat()
-    lock = {"run_id": "r", "user": "root", "control_host": "ops1", "pid": 7, "since": since}
+    lock = LockOwner(run_id="r", user="root", control_host="ops1", pid=7, since=since)
     assert tables.locked_by(lock).startswith("root@ops1 ")
     assert durations.ago(since, now=datetime(2026, 12, 2, 10, 3, 5, tzinfo=UTC).timestamp()) == (
         "3m ago"
     )
-    assert tables.locked_by({"text": "not json"}) == "not json"
+    assert tables.locked_by(ForeignLock(text="not json")) == "not json"
     assert tables.locked_by(None) == ""
     assert tables.server_words(status_target(server="running", pid=12)) == "running pid 12"
     assert tables.server_words(status_target(server="none", pid=None)) == "not started"
