@@ -142,17 +142,7 @@ def inventory_import_ansible(
         from orchestrator.documents.inventory import InventoryImport
         from orchestrator.report.screen import print_json
 
-        print_json(
-            InventoryImport(
-                source=str(source),
-                output=str(output) if output else None,
-                inventory=None if output else imported.text,
-                hosts=imported.hosts,
-                groups=imported.groups,
-                not_mapped=imported.notes,
-                targets=imported.containers,
-            )
-        )
+        print_json(InventoryImport.of(source, output, imported))
     elif output is None:
         click.echo(imported.text, nl=False)
     else:

@@ -57,22 +57,18 @@ def history(
     as_json: bool,
 ) -> None:
     """Runs from the local history: when, who, what, and each target's outcome."""
+    from orchestrator.documents.fleet import RunLog
     from orchestrator.documents.history import History as HistoryDocument
     from orchestrator.durations import since as moment
     from orchestrator.history import History
     from orchestrator.report import screen, tables
 
     if show_run is not None:
-        from orchestrator import runlog
-
-        log = runlog.read(show_run)
-        lines = runlog.steps_only(log.lines) if steps_only else log.lines
+        log = RunLog.of(show_run, steps_only)
         if as_json:
-            from orchestrator.documents.fleet import RunLog
-
-            screen.print_json(RunLog(run_id=log.run_id, path=str(log.path), lines=lines))
+            screen.print_json(log)
         else:
-            for line in lines:
+            for line in log.lines:
                 click.echo(screen.printable(line))
         return
     if steps_only:
@@ -213,7 +209,7 @@ def alerts(
         from orchestrator.documents.local import Alerts
         from orchestrator.report.screen import print_json
 
-        print_json(Alerts(playbook=book.name, format=output_format, groups=groups["groups"]))
+        print_json(Alerts.of(book.name, output_format, groups))
         return
     sets = [arg for a in assignments for arg in ("--set", a)]
     command = shlex.join(["orch", "alerts", playbook, *sets, "--window", window, "--for", hold])
@@ -241,8 +237,7 @@ def explain(path: str | None, markdown: bool, as_json: bool) -> None:
         from orchestrator.documents.local import Explain
         from orchestrator.report.screen import print_json
 
-        field, inside = fields.described(path)
-        print_json(Explain(path=path, field=field, fields=inside))
+        print_json(Explain.of(path))
     else:
         click.echo(fields.text(path), nl=False)
 

@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 import pydantic
 from pydantic import BaseModel, Field
 
+from orchestrator import runlog
 from orchestrator.container.lock import Owner
 from orchestrator.contract import CheckStatus, Document, OnlyWhenSet, RunResult, TargetState
 from orchestrator.drafters.findings import Finding
@@ -284,3 +285,11 @@ class RunLog(Document):
     run_id: str
     path: str
     lines: list[str]
+
+    @classmethod
+    def of(cls, run_id: str, steps: bool) -> RunLog:
+        """The log of the run `run_id` names (a unique prefix will do); with `steps`,
+        only its steps and results."""
+        log = runlog.read(run_id)
+        lines = runlog.steps_only(log.lines) if steps else log.lines
+        return cls(run_id=log.run_id, path=str(log.path), lines=lines)

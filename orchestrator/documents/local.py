@@ -12,7 +12,7 @@ from pydantic import BaseModel
 from orchestrator.contract import Document, OnlyWhenSet
 from orchestrator.drafters.findings import Finding, has_errors, sorted_findings
 from orchestrator.drafters.kinds import get_kind
-from orchestrator.explain import Entry
+from orchestrator.explain import Entry, described
 from orchestrator.verify import Judged
 
 if TYPE_CHECKING:
@@ -112,6 +112,12 @@ class Explain(Document):
     fields: list[Entry]
     """The fields inside it: a section's, or the roots' top-level fields."""
 
+    @classmethod
+    def of(cls, path: str | None) -> Explain:
+        """The field `path` names, and the fields inside it."""
+        field, inside = described(path)
+        return cls(path=path, field=field, fields=inside)
+
 
 class Alerts(Document):
     kind: Literal["Alerts"] = "Alerts"
@@ -120,6 +126,11 @@ class Alerts(Document):
     groups: list[dict[str, Any]]
     """The rule groups as Prometheus reads them (a rules file's `groups`): their
     shape is Prometheus's."""
+
+    @classmethod
+    def of(cls, playbook: str, rules_format: str, rules: dict[str, Any]) -> Alerts:
+        """The rule groups of `alerts.rule_groups`, for this playbook."""
+        return cls(playbook=playbook, format=rules_format, groups=rules["groups"])
 
 
 class Completion(Document):
