@@ -281,30 +281,52 @@ def run_action(fleet: Fleet, action: Action, run_id: str) -> tuple[dict[str, Any
     return checked(printed, "ServerRun"), code
 
 
+def scripted_as(fleet: Fleet, state: str) -> None:
+    """Every container `serving` (a deploy's release, its server running), `stopped`
+    (the same, its server gone) or with `nothing` deployed."""
+    for name, container in fleet.containers.items():
+        if state != "nothing":
+            fleet.deployed(name)
+        if state == "stopped":
+            container.server = None
+
+
+NOT_DEPLOYED = "nothing deployed here to {action} (orch deploy first)"
+
+
 @pytest.mark.parametrize(
-    ("action", "result", "state"),
+    ("before", "action", "results", "code", "after"),
     [
-        ("stop", "stopped", "stopped"),
-        ("start", "started", "serving"),
-        ("restart", "restarted", "serving"),
+        ("serving", "stop", ["stopped", "stopped"], 0, "stopped"),
+        ("serving", "start", ["unchanged", "unchanged"], 0, "serving"),
+        ("serving", "restart", ["restarted", "restarted"], 0, "serving"),
+        ("serving", "remove", ["removed", "removed"], 0, "nothing_deployed"),
+        ("stopped", "stop", ["unchanged", "unchanged"], 0, "stopped"),
+        ("stopped", "start", ["started", "started"], 0, "serving"),
+        ("stopped", "restart", ["restarted", "restarted"], 0, "serving"),
+        ("stopped", "remove", ["removed", "removed"], 0, "nothing_deployed"),
+        ("nothing", "stop", ["unchanged", "unchanged"], 0, "nothing_deployed"),
+        # the canary fails: the rollout's failure budget is spent, the rest is skipped
+        ("nothing", "start", ["failed", "skipped"], 2, "nothing_deployed"),
+        ("nothing", "restart", ["failed", "skipped"], 2, "nothing_deployed"),
+        ("nothing", "remove", ["removed", "removed"], 0, "nothing_deployed"),
     ],
 )
 def test_a_server_action_on_the_skeleton_then_status(
-    ready: Fleet, action: Action, result: str, state: str
+    ready: Fleet, before: str, action: Action, results: list[str], code: int, after: str
 ) -> None:
-    for name in ready.plans:
-        ready.deployed(name)
-    if action == "start":
-        run_action(ready, "stop", "20261203T110000Z-dddddd")
+    scripted_as(ready, before)
 
-    document, code = run_action(ready, action, "20261203T120000Z-eeeeee")
+    document, exit_code = run_action(ready, action, "20261203T120000Z-eeeeee")
 
-    assert (code, document["action"]) == (0, action), document
-    assert [t["result"] for t in document["targets"]] == [result, result]
+    assert (exit_code, document["action"]) == (code, action), document
+    assert [t["result"] for t in document["targets"]] == results
+    if "failed" in results:
+        assert document["targets"][0]["error"] == NOT_DEPLOYED.format(action=action)
     read, status_code = status(ready.inputs, ready.connect)
-    assert status_code == 0
-    assert {t["state"] for t in checked(read, "Status")["targets"]} == {state}
-    assert History().last(5, None, None, None)[0].run_id == "20261203T120000Z-eeeeee"
+    assert (checked(read, "Status")["state"], status_code) == (after, 0)
+    [row, *_] = History().last(5, None, None, None)
+    assert (row.run_id, row.result) == ("20261203T120000Z-eeeeee", document["result"])
 
 
 def test_a_server_action_on_an_unreachable_container_is_its_outcome(ready: Fleet) -> None:
