@@ -154,6 +154,39 @@ def test_watch_rounds_judge_each_window_against_the_gate() -> None:
         assert target["drafts"] == 300  # four scrapes, 100 drafts apart
 
 
+@pytest.mark.parametrize(
+    ("assignments", "acceptance", "code"),
+    [
+        (["gate.min_drafts=50"], "ok", 0),
+        (["gate.min_drafts=50", "gate.min_mean_acceptance_length=4.5"], "below", 1),
+        (["gate.min_drafts=50", "gate.min_position1_acceptance=0.95"], "below", 1),
+        (["gate.min_drafts=10000"], "too_few_drafts", 0),
+    ],
+)
+def test_each_round_is_judged_against_the_playbooks_thresholds(
+    assignments: list[str], acceptance: str, code: int
+) -> None:
+    fleet = Fleet(*assignments)
+    for container in fleet.containers.values():
+        serving(container.transport, SERVED)
+
+    documents, exit_code = watched(fleet, rounds=3, once=False, window=600.0)
+
+    last = checked(documents[-1], "Watch")
+    assert [t["acceptance"] for t in last["targets"]] == [acceptance, acceptance]
+    assert exit_code == code
+
+
+def test_watch_once_prints_nothing_until_its_window_is_full() -> None:
+    fleet = Fleet("gate.min_drafts=50")
+    for container in fleet.containers.values():
+        serving(container.transport, SERVED)
+
+    documents, _ = watched(fleet, rounds=3, once=True, window=600.0)
+
+    assert documents == []
+
+
 def test_a_container_whose_metrics_cannot_be_read_is_unreachable_exit_3() -> None:
     fleet = Fleet("gate.min_drafts=50")
     serving(fleet.containers["ct129"].transport, SERVED)
