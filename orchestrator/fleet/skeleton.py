@@ -7,13 +7,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypedDict, TypeVar
 
 from orchestrator import runlog
 from orchestrator.cancel import Cancel
 from orchestrator.connections import Connect, Pool
 from orchestrator.container.journal import UNKNOWN_RUN
-from orchestrator.contract import run_result
+from orchestrator.contract import RunResult, run_result
 from orchestrator.deadline import now
 from orchestrator.deploy import Options
 from orchestrator.documents.runs import (
@@ -71,12 +71,27 @@ def exit_code(outcomes: list[Outcome], cancel: Cancel) -> int:
     return cancel.exit_code if cancel.requested else max((o.exit_code for o in outcomes), default=0)
 
 
+class RunFields(TypedDict):
+    """RunDocument's own fields: the run and its inputs, each container's outcome."""
+
+    playbook: str
+    run_id: str
+    started: str
+    method: str
+    drafter: str | None
+    model: str
+    inventory: str
+    assignments: list[str]
+    result: RunResult
+    targets: list[Outcome]
+
+
 def _run_fields(
     inputs: Inputs, run_id: str, started: str, outcomes: list[Outcome], code: int
-) -> dict[str, Any]:
+) -> RunFields:
     """What every run's document says of the run and its inputs (RunDocument's fields)."""
     drafter = inputs.playbook.drafter
-    return dict(
+    return RunFields(
         playbook=inputs.playbook.name,
         run_id=run_id,
         started=started,

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from rich.text import Text
 
 from orchestrator.documents.fleet import (
+    AuditSummary,
     Deploying,
     Doctor,
     ForeignLock,
@@ -345,7 +346,7 @@ STATUS_COLUMNS = [
 ]
 
 
-def last_run_words(last: dict[str, Any] | None) -> str:
+def last_run_words(last: AuditSummary) -> str:
     """`deploy rolled back 536fae0d5d06 3m ago`: what the last run did, and to which
     release, apart from where the container stands."""
     if not last:
