@@ -118,29 +118,29 @@ def _status_entry(transport: Transport, plan: TargetPlan, lease: float | None) -
     know; one whose run still holds the lock is that run at work."""
     journal = Journal(transport, plan.layout).read()
     entry = read_status(transport, plan.layout)
-    owner = Owner.parse(entry["lock"] or "")
+    owner = Owner.parse(entry.lock or "")
     # Status reads no heartbeat: a lock is live unless its owner's process on this
     # machine is provably gone (the lease is the deploy's to judge, on the container).
     live = owner if owner and owner.gone(lease or 0.0, 0.0) is None else None
     server = Server(transport, plan.layout, plan.address, plan.port)
     facts = StatusFacts(
-        release=entry["release"],
-        release_missing=entry["release_missing"],
-        server=entry["server"],
+        release=entry.release,
+        release_missing=entry.release_missing,
+        server=entry.server,
         deploying=_deploying(live, journal) if live else None,
         interrupted=journal.describe() if journal and not live else None,
-        health=_health(server) if entry["server"] == "running" else None,
+        health=_health(server) if entry.server == "running" else None,
     )
-    missing = f"current points at release {entry['release']}, whose dir is missing"
+    missing = f"current points at release {entry.release}, whose dir is missing"
     return StatusTarget(
         name=plan.container,
         host=plan.host,
         release=facts.release,
         server=facts.server,
-        pid=entry["pid"],
-        release_gate=entry["release_gate"],
-        last_run=entry["last_run"],
-        lock=lock_holder(str(entry["lock"] or "")),
+        pid=entry.pid,
+        release_gate=entry.release_gate,
+        last_run=entry.last_run,
+        lock=lock_holder(str(entry.lock or "")),
         deploying=facts.deploying,
         interrupted=facts.interrupted,
         health=facts.health,
