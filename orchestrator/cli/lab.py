@@ -125,33 +125,23 @@ def lab_up(
         standalone=standalone,
         server=server,
     )
-    started = the_lab.up(spec)
-    running = the_lab.server()
+    up = the_lab.bring_up(spec)
     if as_json:
-        from orchestrator.documents.lab import LabUp
         from orchestrator.report.screen import print_json
 
-        print_json(
-            LabUp(
-                started=started,
-                dir=str(the_lab.root),
-                inventory=str(the_lab.inventory),
-                server=running["kind"],
-                vllm_version=running["vllm_version"],
-            )
-        )
+        print_json(up)
         return
     click.echo(
-        f"lab {'started' if started else 'already running'} in {the_lab.root} "
-        f"({_server_words(running)})"
+        f"lab {'started' if up.started else 'already running'} in {up.dir} "
+        f"({_server_words(up.server, up.vllm_version)})"
     )
-    playbook = "lab-draft-model" if running["kind"] == "vllm" else "qwen-dflash"
-    click.echo(f"next: orch deploy {playbook} -i {the_lab.inventory}")
+    playbook = "lab-draft-model" if up.server == "vllm" else "qwen-dflash"
+    click.echo(f"next: orch deploy {playbook} -i {up.inventory}")
 
 
-def _server_words(server: dict[str, str]) -> str:
-    kind = "the real vLLM" if server["kind"] == "vllm" else "vLLM stand-in"
-    return f"{kind} {server['vllm_version']}"
+def _server_words(server: str, vllm_version: str) -> str:
+    kind = "the real vLLM" if server == "vllm" else "vLLM stand-in"
+    return f"{kind} {vllm_version}"
 
 
 @lab.command("down")
@@ -161,14 +151,13 @@ def lab_down(lab_dir: Path | None, as_json: bool) -> None:
     """Stop every process the lab started, by PID."""
     from orchestrator.lab.cluster import Lab, default_lab_dir
 
-    the_lab = Lab(lab_dir or default_lab_dir())
-    stopped = the_lab.down()
+    down = Lab(lab_dir or default_lab_dir()).take_down()
     if as_json:
-        from orchestrator.documents.lab import LabDown
         from orchestrator.report.screen import print_json
 
-        print_json(LabDown(dir=str(the_lab.root), stopped=stopped))
+        print_json(down)
         return
+    stopped = down.stopped
     click.echo(f"stopped {len(stopped)} process(es)" + (f": {stopped}" if stopped else ""))
 
 
@@ -190,16 +179,8 @@ def lab_acceptance(container: str, scale: float, lab_dir: Path | None) -> None:
 @json_option
 def lab_status(lab_dir: Path | None, as_json: bool) -> None:
     """Hosts, containers, their state, and the servers running in them."""
-    from orchestrator.documents.lab import LabStatus
     from orchestrator.lab.cluster import Lab, default_lab_dir
     from orchestrator.report import screen, tables
 
-    the_lab = Lab(lab_dir or default_lab_dir())
-    server = the_lab.server()
-    doc = LabStatus(
-        dir=str(the_lab.root),
-        server=server["kind"],
-        vllm_version=server["vllm_version"],
-        targets=the_lab.status(),
-    )
+    doc = Lab(lab_dir or default_lab_dir()).report()
     screen.print_json(doc) if as_json else tables.print_lab_status(doc)
