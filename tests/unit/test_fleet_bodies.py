@@ -265,8 +265,9 @@ def options(run_id: str = "20261203T100000Z-cccccc", **given: Any) -> Options:
 
 
 @pytest.fixture
-def ready(tmp_path: Path) -> Fleet:
-    """Both containers with the model dirs and a ready vLLM."""
+def ready(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Fleet:
+    """Both containers with the model dirs and a ready vLLM; this test's own history."""
+    monkeypatch.setenv("ORCH_STATE_DIR", str(tmp_path / "state"))
     fleet = Fleet(*FAST)
     with_models(fleet, write_models(tmp_path))
     for container in fleet.containers.values():
