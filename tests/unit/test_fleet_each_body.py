@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from fleets import Fleet, checked
-from scripted import Unreachable
+from scripted import Unreachable, serving
 
 from orchestrator.contract import Document
 from orchestrator.fleet.logs import logs
@@ -51,6 +51,7 @@ def test_the_limit_reads_only_the_containers_it_selects(command: str) -> None:
     kind, body = BODIES[command]
     fleet = Fleet()
     fleet.deployed("ct200")
+    serving(fleet.containers["ct200"].transport, "qwen3.6-27b")
     fleet.transports["ct129"] = Unreachable("ct129")  # not selected: never asked
     limited = [p for p in fleet.inputs.plans if p.container == "ct200"]
     fleet.inputs = dataclasses.replace(fleet.inputs, plans=limited)
