@@ -10,17 +10,39 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+import pydantic
 
 from orchestrator.container.shell import BoundedTransport
-from orchestrator.documents.runs import ConnectionUsage
 from orchestrator.errors import InputError
 from orchestrator.inventory import Inventory, SshSettings
 from orchestrator.runlog import RunLog
 from orchestrator.secrets import output_hidden
 from orchestrator.transport.base import Result, Stream, Transport
 from orchestrator.transport.pct import PctTransport
-from orchestrator.transport.ssh import SshTransport
+from orchestrator.transport.sessions import SessionUse
+
+if TYPE_CHECKING:
+    from orchestrator.transport.ssh import SshTransport
+
+
+@pydantic.dataclasses.dataclass(frozen=True)
+class ConnectionUsage:
+    """One SSH connection's use in a run, as its document lists it: `waited` commands
+    queued for a session slot, `refused` opens sshd refused and that were tried again."""
+
+    endpoint: str
+    address: str
+    connections: int
+    max_sessions: int
+    peak_sessions: int
+    waited: int
+    refused: int
+
+    @classmethod
+    def of(cls, endpoint: str, address: str, use: SessionUse) -> ConnectionUsage:
+        return cls(endpoint, address, 1, use.limit, use.peak, use.waited, use.refused)
 
 
 class Pool(Protocol):
@@ -94,6 +116,8 @@ class Connections:
     def _endpoint(self, label: str, address: str, settings: SshSettings) -> SshTransport:
         """Keyed by where and how it logs in (user, port, jump host, become...), so
         distinct endpoints never share a connection."""
+        from orchestrator.transport.ssh import SshTransport  # fabric loads when a run connects
+
         key = (address, settings)
         with self._lock:
             if key not in self._ssh:

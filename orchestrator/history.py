@@ -10,10 +10,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from orchestrator.documents import KEEP_CHANGES, jsonable
+from orchestrator.contract import KEEP_CHANGES, jsonable
 from orchestrator.documents.history import RecordedRun
 from orchestrator.errors import InputError, NeedsAttention
 from orchestrator.secrets import mask_document
+from orchestrator.settings import state_dir
 
 if TYPE_CHECKING:
     from orchestrator.documents.runs import InterruptedRun, Run
@@ -29,14 +30,6 @@ CREATE TABLE IF NOT EXISTS runs (
     document TEXT NOT NULL
 )
 """
-
-
-def state_dir() -> Path:
-    """$ORCH_STATE_DIR, else $XDG_STATE_HOME/orch, else ~/.local/state/orch."""
-    if explicit := os.environ.get("ORCH_STATE_DIR"):
-        return Path(explicit)
-    base = os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state"
-    return Path(base) / "orch"
 
 
 def new_run_id() -> str:

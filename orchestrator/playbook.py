@@ -396,7 +396,7 @@ HookCommand = Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_len
 
 class Hooks(Schema):
     """Commands run on the control machine at points of a run, e.g. to notify a team
-    (orchestrator/hooks.py). Each is an argv list, run without a shell; a relative
+    (orchestrator/fleet/hooks.py). Each is an argv list, run without a shell; a relative
     program path is taken from the playbook's directory. The run's facts are in
     `ORCH_*` environment variables, and the run's JSON document is on the standard
     input of those after it. Not run by `--dry-run`."""

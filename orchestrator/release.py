@@ -25,7 +25,7 @@ from typing import Annotated
 import pydantic
 from pydantic import Field
 
-from orchestrator.documents import jsonable
+from orchestrator.contract import jsonable
 from orchestrator.drafters.findings import Finding
 from orchestrator.errors import InputError
 from orchestrator.layout import DRAFTER_CONFIG, LAUNCH_SCRIPT, SECRETS_FILE, VIEW_CONFIG
@@ -260,3 +260,78 @@ def secret_changes(applied: Mapping[str, str], now: Mapping[str, str]) -> list[s
         elif applied[name] != now[name]:
             lines.append(f"<secret {name} changed>")
     return lines
+
+
+def applied_mismatches(
+    plan: TargetPlan, applied: Applied, actual: Mapping[str, bytes]
+) -> list[Mismatch]:
+    """A release's files on the target against the hashes its manifest recorded; where
+    the playbook still renders what the manifest recorded, each mismatch has its diff."""
+    known = {n: d for n, d in plan.read_back_files.items() if sha256(d) == applied.files.get(n)}
+    label = f"applied by run {applied.run_id}"
+    return compare_hashes(applied.files, known, actual, plan.kind.key_fields, label)
+
+
+@dataclass(frozen=True)
+class Drift:
+    """How a container's current release stands against its manifest and the playbook."""
+
+    changed: list[str]
+    """Changed on the target since the run that applied the release (a hand edit)."""
+    playbook_differs: list[str]
+    """What the playbook now renders differently from what that run applied."""
+
+
+def drift(
+    plan: TargetPlan, current: str, applied: Applied | None, actual: Mapping[str, bytes]
+) -> Drift:
+    """The current release's files (`actual`, read back) against its manifest and a fresh
+    render. Without a readable manifest the files can only be compared with a fresh
+    render, and that is said."""
+    if applied is None:
+        mismatches = compare(plan.read_back_files, actual, plan.kind.key_fields)
+        said = "no readable manifest, compared with a fresh render"
+        return Drift([f"{said}: {m}" for m in mismatches], [])
+    since = f"run {applied.run_id}"
+    changed = [
+        f"changed on the target since {since}: {m}"
+        for m in applied_mismatches(plan, applied, actual)
+    ]
+    if current == plan.release_id:
+        return Drift(changed, [])
+    differs = [
+        _differs(name, plan, applied, actual.get(name))
+        for name in sorted(set(plan.files) | (set(applied.files) - {VIEW_CONFIG}))
+        if name not in plan.files or sha256(plan.files[name]) != applied.files.get(name)
+    ]
+    differs += [
+        f"secret {name}: the source now gives digest {plan.secrets.get(name, '-')[:12]}, "
+        f"{since} applied {applied.secrets.get(name, '-')[:12]} (rotated, not deployed)"
+        for name in sorted(plan.secrets.keys() | applied.secrets.keys())
+        if plan.secrets.get(name) != applied.secrets.get(name)
+    ]
+    if not differs:
+        differs.append(
+            f"the playbook now makes release {plan.release_id}, not {current} that {since} "
+            "applied (the same files, other inputs)"
+        )
+    return Drift(changed, differs)
+
+
+def _differs(name: str, plan: TargetPlan, applied: Applied, on_target: bytes | None) -> str:
+    """One file the playbook now renders otherwise than the release's run applied it,
+    with the diff when the target still holds what was applied."""
+    since = f"run {applied.run_id}"
+    digest = applied.files.get(name)
+    was = on_target if on_target and sha256(on_target) == digest else None
+    diff = (
+        unified_diff(
+            was, plan.files[name], f"{name} (applied by {since})", f"{name} (rendered now)"
+        )
+        if was is not None and name in plan.files
+        else ""
+    )
+    what = "no longer rendered" if name not in plan.files else "renders differently"
+    return f"{name}: the playbook now differs from what {since} applied ({what})" + (
+        f"\n{diff}" if diff else ""
+    )

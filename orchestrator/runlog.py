@@ -24,9 +24,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from orchestrator.errors import InputError, NeedsAttention
-from orchestrator.history import state_dir
 from orchestrator.progress import Progress
 from orchestrator.secrets import mask
+from orchestrator.settings import state_dir
 
 RUNS_DIR = "runs"
 SUFFIX = ".log"

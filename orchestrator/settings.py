@@ -17,6 +17,14 @@ class Settings(Schema):
     inventory: str | None = None
 
 
+def state_dir() -> Path:
+    """$ORCH_STATE_DIR, else $XDG_STATE_HOME/orch, else ~/.local/state/orch."""
+    if explicit := os.environ.get("ORCH_STATE_DIR"):
+        return Path(explicit)
+    base = os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state"
+    return Path(base) / "orch"
+
+
 def config_file() -> Path:
     base = os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config"
     return Path(base) / "orch" / "config.yaml"

@@ -88,6 +88,8 @@ class ScriptedContainer:
         """What nvidia-smi's GPU query prints (two idle 48 GiB GPUs)."""
         self.vllm_version = "0.32.0"
         self.transport = ContainerTransport(name, self)
+        self.server_log: list[str] | None = None
+        """The current server log's lines; None: no server was ever started here."""
         for concern, handler in self._handlers().items():
             self.transport.on(concern, self._answer(handler))
 
@@ -153,6 +155,7 @@ class ScriptedContainer:
             "status_report": self._status_report,
             "target_facts": self._target_facts,
             "read_vllm_version": lambda vllm: self.vllm_version,
+            "read_log": self._read_log,
             "read_model_dir": self._read_model_dir,
         }
 
@@ -260,6 +263,18 @@ class ScriptedContainer:
 
     def _readlink(self, link: str) -> bytes:
         return f"{self.links[link]}\n".encode() if link in self.links else b""
+
+    def _read_log(self, log: str, lines: int, limit: int, identity: str, offset: int) -> bytes:
+        """As read_log answers: `none`, or the last `lines` lines of a log seen first
+        (`tail`), or what was written since `offset` (`more`)."""
+        if self.server_log is None:
+            return b"none\n"
+        data = "".join(f"{line}\n" for line in self.server_log).encode()
+        head = f"{len(data)} {self.layout.server_log}\n"
+        if identity == "log-1":
+            return f"more log-1 {head}".encode() + data[offset:][:limit]
+        last = "".join(f"{line}\n" for line in self.server_log[-lines:] if lines).encode()
+        return f"tail log-1 {head}".encode() + last
 
     def _server_state(self) -> str:
         return f"running {self.server}" if self.server else "none"

@@ -9,8 +9,8 @@ from examples import EXAMPLE, PLAYBOOK
 from scripted import ScriptedContainer
 
 from orchestrator.cancel import Cancel
+from orchestrator.contract import jsonable
 from orchestrator.deadline import SYSTEM_CLOCK, Clock
-from orchestrator.documents import jsonable
 from orchestrator.gate import run_gate
 from orchestrator.inventory import load_inventory
 from orchestrator.plan import TargetPlan, plan_deploy

@@ -180,12 +180,8 @@ def parse_audit(text: str) -> list[AuditRecord]:
     """The audit log's lines as records, oldest first; a line that is not a run's
     JSON object (a torn write, a hand edit) is left out."""
     records = []
-    for line in text.splitlines():
-        try:
-            raw = json.loads(line)
-        except ValueError:
-            continue
-        if not isinstance(raw, dict) or not _text(raw.get("run_id")):
+    for raw in _lines(text.splitlines()):
+        if not _text(raw.get("run_id")):
             continue
         action, result = _text(raw.get("action")) or "", _text(raw.get("result"))
         current = left_on(raw)

@@ -25,7 +25,6 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
-from datetime import UTC, datetime
 
 from orchestrator.container.shell import builder, q, read_whole, reading, run_step, script
 from orchestrator.durations import ago
@@ -193,17 +192,6 @@ def heartbeat_stopped(lease: float, heartbeat_age: float) -> str | None:
             f"beyond the lease of {lease:g} s"
         )
     return None
-
-
-def lock_holder(text: str) -> dict[str, object] | None:
-    """A lock's owner as a document field: None when there is no lock; `{"text": ...}`
-    when the owner file is not one orch wrote."""
-    if not text.strip():
-        return None
-    owner = Owner.parse(text)
-    if owner is None:
-        return {"text": text.strip()}
-    return {**asdict(owner), "since": datetime.fromtimestamp(owner.since, UTC).isoformat()}
 
 
 def _pid_alive(pid: int) -> bool:

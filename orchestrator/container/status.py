@@ -3,6 +3,7 @@ release, the recorded server, the lock's owner and the last run's audit line."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.container import audit
@@ -28,7 +29,26 @@ def status_report(layout: Layout) -> list[str]:
     )
 
 
-def parse_status_report(text: str) -> dict[str, Any]:
+@dataclass(frozen=True)
+class StatusReport:
+    """What status_report prints, as one status row."""
+
+    release: str | None
+    """The release `current` points at; None: nothing deployed."""
+    release_missing: bool
+    """`current` names a release whose dir is gone."""
+    server: str
+    """`running`, `stopped` or `none`, as `recorded` prints it."""
+    pid: int | None
+    release_gate: dict[str, Any] | None
+    """audit.release_gate's: the audit log's words, as orch wrote them."""
+    last_run: dict[str, Any] | None
+    """audit.last_run's: the audit log's words, as orch wrote them."""
+    lock: str | None
+    """The lock's owner file, as it is."""
+
+
+def parse_status_report(text: str) -> StatusReport:
     """What status_report prints, as a status row."""
     with reading("the status report", text):
         pairs = [line.partition(" ")[::2] for line in text.splitlines()]
@@ -36,16 +56,16 @@ def parse_status_report(text: str) -> dict[str, Any]:
         audit_lines = [value for key, value in pairs if key == "audit"]
         server = fields.get("server", "none").split()
         release = release_id_of(fields.get("current", ""))
-        return {
-            "release": release,
-            "release_missing": fields.get("dangling") == "yes",
-            "server": server[0],
-            "pid": int(server[1]) if len(server) > 1 else None,
-            "release_gate": audit.release_gate(audit_lines, release),
-            "last_run": audit.last_run(audit_lines),
-            "lock": fields.get("lock") or None,
-        }
+        return StatusReport(
+            release=release,
+            release_missing=fields.get("dangling") == "yes",
+            server=server[0],
+            pid=int(server[1]) if len(server) > 1 else None,
+            release_gate=audit.release_gate(audit_lines, release),
+            last_run=audit.last_run(audit_lines),
+            lock=fields.get("lock") or None,
+        )
 
 
-def read_status(transport: Transport, layout: Layout) -> dict[str, Any]:
+def read_status(transport: Transport, layout: Layout) -> StatusReport:
     return parse_status_report(transport.run(status_report(layout), timeout=TIMEOUT).text)

@@ -5,12 +5,15 @@ host) first; one the read did not get through to says what stopped it."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 import pydantic
 from pydantic import BaseModel, Field
 
-from orchestrator.documents import CheckStatus, Document, OnlyWhenSet, RunResult, TargetState
+from orchestrator import runlog
+from orchestrator.container.lock import Owner
+from orchestrator.contract import CheckStatus, Document, OnlyWhenSet, RunResult, TargetState
 from orchestrator.drafters.findings import Finding
 from orchestrator.release import Applied
 
@@ -65,9 +68,43 @@ AuditSummary = dict[str, Any] | None
 """A run as the container's audit log records it (container/audit.py): its values are
 given as the version of orch that wrote the line recorded them, numbers included."""
 
-LockHolder = dict[str, Any] | None
-"""A lock's owner as `container.lock.lock_holder` gives it: who, from where, since
-when; only `text` for an owner file orch did not write."""
+
+class LockOwner(BaseModel):
+    """A lock orch took: the run, who, from where (and its process there), since when."""
+
+    run_id: str
+    user: str
+    control_host: str
+    pid: int | None
+    since: str
+    """ISO 8601, UTC."""
+
+
+class ForeignLock(BaseModel):
+    """An owner file orch did not write: its text."""
+
+    text: str
+
+
+LockHolder = LockOwner | ForeignLock | None
+"""Whose a lock is; None when there is none."""
+
+
+def lock_holder(text: str) -> LockHolder:
+    """The owner file's text as a document field."""
+    if not text.strip():
+        return None
+    owner = Owner.parse(text)
+    if owner is None:
+        return ForeignLock(text=text.strip())
+    since = datetime.fromtimestamp(owner.since, UTC).isoformat()
+    return LockOwner(
+        run_id=owner.run_id,
+        user=owner.user,
+        control_host=owner.control_host,
+        pid=owner.pid,
+        since=since,
+    )
 
 
 class Deploying(BaseModel):
@@ -248,3 +285,11 @@ class RunLog(Document):
     run_id: str
     path: str
     lines: list[str]
+
+    @classmethod
+    def of(cls, run_id: str, steps: bool) -> RunLog:
+        """The log of the run `run_id` names (a unique prefix will do); with `steps`,
+        only its steps and results."""
+        log = runlog.read(run_id)
+        lines = runlog.steps_only(log.lines) if steps else log.lines
+        return cls(run_id=log.run_id, path=str(log.path), lines=lines)

@@ -13,7 +13,7 @@ from pydantic import (
     model_serializer,
 )
 
-from orchestrator.documents import Document
+from orchestrator.contract import Document
 from orchestrator.drafters.findings import Finding
 
 Envelope = Annotated[str | None, Field(exclude=True)]

@@ -3,11 +3,15 @@ from a Proxmox cluster and `orch inventory import ansible` from Ansible's."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel
 
-from orchestrator.documents import Document
+from orchestrator.contract import Document
+
+if TYPE_CHECKING:
+    from orchestrator.ansible.convert import Imported
 
 
 class DiscoveredNode(BaseModel):
@@ -62,3 +66,16 @@ class InventoryImport(Document):
     not_mapped: list[str]
     targets: list[dict[str, Any]]
     """Each container as the inventory writes it: its keys are the inventory's own."""
+
+    @classmethod
+    def of(cls, source: Path, output: Path | None, imported: Imported) -> InventoryImport:
+        """The inventory `source` converted to (its text when it was not written)."""
+        return cls(
+            source=str(source),
+            output=str(output) if output else None,
+            inventory=None if output else imported.text,
+            hosts=imported.hosts,
+            groups=imported.groups,
+            not_mapped=imported.notes,
+            targets=imported.containers,
+        )

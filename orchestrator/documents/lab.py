@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from orchestrator.documents import Document
+from orchestrator.contract import Document
 
 
 class LabUp(Document):

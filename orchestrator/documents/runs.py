@@ -9,13 +9,12 @@ from typing import Annotated, Literal
 import pydantic
 from pydantic import BaseModel, Field
 
-from orchestrator.documents import Document, OnlyWhenSet, RunResult
+from orchestrator.connections import ConnectionUsage
+from orchestrator.contract import Action, Document, OnlyWhenSet, RunResult
 from orchestrator.durations import Seconds
 from orchestrator.rollout import RolloutRun
 from orchestrator.runs import Resolution
-from orchestrator.transaction.actions import Action
 from orchestrator.transaction.outcome import Outcome
-from orchestrator.transport.sessions import SessionUse
 
 Warnings = Annotated[list[str], Field(exclude_if=lambda warnings: not warnings)]
 """What went wrong beside the run (its log or history could not be written): only
@@ -43,24 +42,6 @@ class HookResult:
 
 HookResults = Annotated[list[HookResult], Field(exclude_if=lambda ran: not ran)]
 """The playbook's hooks that ran after the run: only when some did."""
-
-
-@pydantic.dataclasses.dataclass(frozen=True)
-class ConnectionUsage:
-    """One SSH connection's use in a run, as its document lists it: `waited` commands
-    queued for a session slot, `refused` opens sshd refused and that were tried again."""
-
-    endpoint: str
-    address: str
-    connections: int
-    max_sessions: int
-    peak_sessions: int
-    waited: int
-    refused: int
-
-    @classmethod
-    def of(cls, endpoint: str, address: str, use: SessionUse) -> ConnectionUsage:
-        return cls(endpoint, address, 1, use.limit, use.peak, use.waited, use.refused)
 
 
 class RunDocument(Document):

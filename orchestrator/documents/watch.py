@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from orchestrator.documents import Document, RunResult
+from orchestrator.contract import Document, RunResult
 from orchestrator.durations import Seconds
 
 Acceptance = Literal["ok", "below", "too_few_drafts", "not_drafting", "unreachable"]

@@ -7,6 +7,7 @@ at run time and what to do about it.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from enum import StrEnum
 
 import pydantic
@@ -41,3 +42,12 @@ class Finding:
         cls, field: str, message: str, *, expected: object = None, actual: object = None
     ) -> Finding:
         return cls(Severity.WARNING, field, expected, actual, message)
+
+
+def has_errors(findings: Iterable[Finding]) -> bool:
+    return any(f.severity == Severity.ERROR for f in findings)
+
+
+def sorted_findings(findings: Iterable[Finding]) -> list[Finding]:
+    """Errors first, each severity in the order found."""
+    return sorted(findings, key=lambda f: f.severity != Severity.ERROR)

@@ -25,9 +25,8 @@ from pathlib import Path
 
 import yaml
 
-from orchestrator.documents.lab import LabTarget
+from orchestrator.documents.lab import LabDown, LabStatus, LabTarget, LabUp
 from orchestrator.errors import InputError
-from orchestrator.history import state_dir
 from orchestrator.lab import pveconf, realserver, sshd, tiny_cache
 from orchestrator.lab.models import install_models
 from orchestrator.lab.paths import (
@@ -45,6 +44,7 @@ from orchestrator.lab.paths import (
     write_pct_launcher,
 )
 from orchestrator.lab.releases import UnknownRelease, default_release, release
+from orchestrator.settings import state_dir
 
 SSH_PORT = 2222
 SERVER_PORT = 8000
@@ -228,6 +228,32 @@ class Lab:
         for container in paths:
             shutil.rmtree(realserver.tmp_dir(container), ignore_errors=True)
         return stopped
+
+    def bring_up(self, spec: LabSpec) -> LabUp:
+        """`orch lab up`: started (or found running), and where its inventory is."""
+        started = self.up(spec)
+        running = self.server()
+        return LabUp(
+            started=started,
+            dir=str(self.root),
+            inventory=str(self.inventory),
+            server=running["kind"],
+            vllm_version=running["vllm_version"],
+        )
+
+    def take_down(self) -> LabDown:
+        """`orch lab down`: the PIDs stopped."""
+        return LabDown(dir=str(self.root), stopped=self.down())
+
+    def report(self) -> LabStatus:
+        """`orch lab status`: what serves, and each container's state."""
+        server = self.server()
+        return LabStatus(
+            dir=str(self.root),
+            server=server["kind"],
+            vllm_version=server["vllm_version"],
+            targets=self.status(),
+        )
 
     def server(self) -> dict:
         """What serves in the containers: `kind` (standin or vllm) and `vllm_version`."""

@@ -4,14 +4,13 @@ context and endpoint, the acceptance by position, the waves and the connections.
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from rich.console import Console, Group, RenderableType
 from rich.text import Text
 
-from orchestrator.documents import jsonable
-from orchestrator.documents.runs import ConnectionUsage, DeployRun, RollbackRun, Run
-from orchestrator.gate import SOURCES
+from orchestrator.connections import ConnectionUsage
+from orchestrator.documents.runs import DeployRun, RollbackRun, Run
+from orchestrator.gate import SOURCES, GateReport, PhaseReport
 from orchestrator.probes.sampling import describe
 from orchestrator.report.screen import (
     Cell,
@@ -66,20 +65,20 @@ def print_run(doc: Run, stderr: bool = False) -> None:
     for target in doc.targets:
         for label, report in (("gate", target.gate), ("rollback gate", target.rollback_gate)):
             if report:
-                gate = jsonable(report)
-                for line in gate_lines(label, gate):
+                for line in gate_lines(label, report):
                     out.print(text(target.name, "bold") + text(line), highlight=False)
-                if gate.get("sampling"):
-                    out.print(text(f"  probed at {describe(gate['sampling'])}"), highlight=False)
-                if gate.get("source"):
-                    out.print(text(f"  figures from {source_words(gate)}"), highlight=False)
-                if gate.get("explanation"):
-                    out.print(text(f"  why: {gate['explanation']}"), highlight=False)
-                out.print(acceptance_bars(gate.get("per_position_acceptance") or []))
-                if gate.get("by_context"):
-                    out.print(context_table(out, gate["by_context"]), crop=False)
-                if gate.get("advice"):
-                    out.print(f"  advice: {gate['advice']['text']}", highlight=False)
+                if report.sampling:
+                    out.print(text(f"  probed at {describe(report.sampling)}"), highlight=False)
+                if report.source:
+                    figures = source_words(report.source, report.note)
+                    out.print(text(f"  figures from {figures}"), highlight=False)
+                if report.explanation:
+                    out.print(text(f"  why: {report.explanation}"), highlight=False)
+                out.print(acceptance_bars(list(report.verdict.per_position_acceptance)))
+                if report.phases:
+                    out.print(context_table(out, report.phases), crop=False)
+                if report.advice:
+                    out.print(f"  advice: {report.advice.text}", highlight=False)
         if target.findings:
             out.print(
                 findings_table(out, target.findings, title=text(f"{target.name}: findings")),
@@ -108,23 +107,24 @@ def attempted(target: Outcome) -> str | None:
     return tried if tried != target.current and target.result != "dry_run" else None
 
 
-def source_words(gate: dict[str, Any]) -> str:
+def source_words(source: str, note: str | None) -> str:
     """Where a gate's figures came from, and why when not where the playbook asked."""
-    words = SOURCES.get(gate["source"], gate["source"])
-    return f"{words} ({gate['source_note']})" if gate.get("source_note") else words
+    words = SOURCES.get(source, source)
+    return f"{words} ({note})" if note else words
 
 
-def gate_lines(label: str, gate: dict[str, Any]) -> list[str]:
+def gate_lines(label: str, gate: GateReport) -> list[str]:
     """` gate: pass` (or `fail`), then one line per phase with its figures against the
     requirement; a reason no phase gives (no speculative decoding at all) leads."""
-    phases = gate.get("by_context") or []
-    if not phases:
-        return [f" {label}: {gate['reason']}"]
-    said = any(p.get("reason") and p["reason"] in gate["reason"] for p in phases)
-    head = gate["verdict"] if gate["verdict"] == "pass" or said else gate["reason"]
+    verdict = gate.verdict
+    if not gate.phases:
+        return [f" {label}: {verdict.reason}"]
+    said = any(p.verdict.reason and p.verdict.reason in verdict.reason for p in gate.phases)
+    head = verdict.outcome if verdict.outcome == "pass" or said else verdict.reason
     return [f" {label}: {head}"] + [
-        f"   {p['context']} context via {p['endpoint']}: {p.get('reason') or p['verdict']}"
-        for p in phases
+        f"   {p.bucket.name} context via {p.endpoint.path}: "
+        + (p.verdict.reason or p.verdict.outcome)
+        for p in gate.phases
     ]
 
 
@@ -167,22 +167,23 @@ CONTEXT_COLUMNS = [
 ]
 
 
-def context_table(out: Console, phases: list[dict[str, Any]]) -> RenderableType:
+def context_table(out: Console, phases: list[PhaseReport]) -> RenderableType:
     """One row per gate phase: which context, endpoint and template settings each figure
     came from."""
     rows: list[list[Cell]] = []
     for phase in phases:
-        upper = phase["max_tokens"]
-        settings = phase["chat_template_kwargs"]
+        bucket, verdict = phase.bucket, phase.verdict
+        upper = bucket.max_tokens
+        settings = phase.endpoint.settings()
         rows.append(
             [
-                phase["context"],
-                f"{phase['min_tokens']}..{'' if upper is None else upper}",
-                phase["endpoint"],
+                bucket.name,
+                f"{bucket.min_tokens}..{'' if upper is None else upper}",
+                phase.endpoint.path,
                 "" if settings is None else json.dumps(settings),
-                phase["verdict"],
-                mean_length(phase["mean_acceptance_length"]),
-                str(phase["drafts"]),
+                verdict.outcome,
+                mean_length(verdict.mean_acceptance_length),
+                str(verdict.drafts),
             ]
         )
     return Group(Text("by context"), fitted_table(out, CONTEXT_COLUMNS, rows))

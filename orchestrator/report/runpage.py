@@ -98,7 +98,9 @@ def _gate_section(title: str, gate: dict[str, Any]) -> Section:
         ),
     ]
     if gate.get("source"):
-        section.facts.append(("figures from", source_words(gate)))
+        section.facts.append(
+            ("figures from", source_words(gate["source"], gate.get("source_note")))
+        )
     if gate.get("explanation"):
         section.facts.append(("likely cause", str(gate["explanation"])))
     phases = gate.get("by_context") or []

@@ -24,8 +24,9 @@ from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 
-from orchestrator.documents import Document, Error, ErrorLine, jsonable, run_result
-from orchestrator.drafters.findings import Finding, Severity
+from orchestrator.contract import Document, jsonable, run_result
+from orchestrator.documents import Error, ErrorLine
+from orchestrator.drafters.findings import Finding, Severity, sorted_findings
 from orchestrator.secrets import mask_document
 
 if TYPE_CHECKING:
@@ -190,14 +191,6 @@ def printable(value: str) -> str:
 def text(value: Any, style: str = "") -> Text:
     """Text from anywhere, printed as it is: never markup, never a terminal escape."""
     return Text(printable(value if isinstance(value, str) else json.dumps(value)), style=style)
-
-
-def has_errors(findings: Iterable[Finding]) -> bool:
-    return any(f.severity == Severity.ERROR for f in findings)
-
-
-def sorted_findings(findings: Iterable[Finding]) -> list[Finding]:
-    return sorted(findings, key=lambda f: f.severity != Severity.ERROR)
 
 
 FINDINGS_COLUMNS = [

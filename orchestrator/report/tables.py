@@ -10,8 +10,11 @@ from typing import TYPE_CHECKING, Any
 from rich.text import Text
 
 from orchestrator.documents.fleet import (
+    AuditSummary,
     Deploying,
     Doctor,
+    ForeignLock,
+    LockHolder,
     NothingToVerify,
     Releases,
     Status,
@@ -23,9 +26,8 @@ from orchestrator.documents.fleet import (
     Verify,
 )
 from orchestrator.documents.lab import LabStatus
-from orchestrator.documents.local import Findings, Profiles, Render, RenderedTarget
-from orchestrator.drafters.findings import Finding, Severity
-from orchestrator.drafters.kinds import get_kind
+from orchestrator.documents.local import Findings, Profiles
+from orchestrator.drafters.findings import Severity
 from orchestrator.durations import ago
 from orchestrator.probes.sampling import describe
 from orchestrator.report.screen import (
@@ -34,68 +36,33 @@ from orchestrator.report.screen import (
     console,
     findings_table,
     fitted_table,
-    has_errors,
     heading,
     mean_length,
-    print_json,
     printable,
-    sorted_findings,
     text,
     words,
     write_plain,
 )
 
 if TYPE_CHECKING:
-    from orchestrator.documents.fleet import Check
     from orchestrator.documents.history import History
-    from orchestrator.drafters.profiles import Profile
     from orchestrator.plan import TargetPlan
-    from orchestrator.verify import Judged
 
 
-def print_findings(
-    findings: list[Finding], as_json: bool = False, judged: Judged | None = None
-) -> None:
+def print_findings(doc: Findings) -> None:
     """Offline findings, after the kind they were judged as (when a drafter config was read)."""
-    if as_json:
-        print_json(
-            Findings(
-                result="not_applied" if has_errors(findings) else "ok",
-                judged_as=judged,
-                findings=sorted_findings(findings),
-            )
-        )
-        return
     out = console()
-    if judged:
-        out.print(Text(judged.line()))
-    if findings:
-        out.print(findings_table(out, findings), crop=False)
-    errors = sum(f.severity == Severity.ERROR for f in findings)
-    out.print(f"{errors} error(s), {len(findings) - errors} warning(s)")
+    if doc.judged_as:
+        out.print(Text(doc.judged_as.line()))
+    if doc.findings:
+        out.print(findings_table(out, doc.findings), crop=False)
+    errors = sum(f.severity == Severity.ERROR for f in doc.findings)
+    out.print(f"{errors} error(s), {len(doc.findings) - errors} warning(s)")
 
 
-def profile_entries(profiles: Iterable[Profile]) -> list[dict[str, Any]]:
-    """Each profile's name, kind and target, then the fields its kind tells profiles apart by."""
-    return [
-        {
-            "name": p.name,
-            "kind": p.kind,
-            "target": p.target_name,
-            **get_kind(p.kind).describe(p),
-            "notes": list(p.notes),
-        }
-        for p in profiles
-    ]
-
-
-def print_profiles(profiles: Iterable[Profile], as_json: bool = False) -> None:
-    entries = profile_entries(profiles)
-    if as_json:
-        print_json(Profiles(profiles=entries))
-        return
+def print_profiles(doc: Profiles) -> None:
     rows = []
-    for entry in entries:
+    for entry in doc.profiles:
         fields = {k: v for k, v in list(entry.items())[3:] if k != "notes"}
         details = "; ".join(
             f"{key} {value if isinstance(value, str) else json.dumps(value)}"
@@ -112,31 +79,9 @@ def print_profiles(profiles: Iterable[Profile], as_json: bool = False) -> None:
         Column("DETAILS", fold=True),
     ]
     out.print(fitted_table(out, columns, rows), crop=False)
-    for entry in entries:
+    for entry in doc.profiles:
         for note in entry["notes"]:
             out.print(text(f"note: {entry['name']}: {note}"))
-
-
-def render_document(
-    playbook: str, plans: Iterable[TargetPlan], written: dict[str, list[str]] | None = None
-) -> Render:
-    """`orch render --json`: each container's files as a deploy would write them (and,
-    with --output, the local files they went to)."""
-    targets = [
-        RenderedTarget(
-            name=plan.container,
-            host=plan.host,
-            release=plan.release_id,
-            result="error" if has_errors(plan.findings) else "ok",
-            release_dir=plan.release_dir,
-            files={name: data.decode() for name, data in plan.files.items()},
-            findings=sorted_findings(plan.findings),
-            written=written[plan.container] if written is not None else None,
-        )
-        for plan in plans
-    ]
-    failed = any(t.result == "error" for t in targets)
-    return Render(playbook=playbook, result="not_applied" if failed else "ok", targets=targets)
 
 
 def print_plans(plans: Iterable[TargetPlan], written: dict[str, list[str]] | None = None) -> None:
@@ -401,7 +346,7 @@ STATUS_COLUMNS = [
 ]
 
 
-def last_run_words(last: dict[str, Any] | None) -> str:
+def last_run_words(last: AuditSummary) -> str:
     """`deploy rolled back 536fae0d5d06 3m ago`: what the last run did, and to which
     release, apart from where the container stands."""
     if not last:
@@ -426,13 +371,13 @@ def server_words(target: StatusTarget) -> str:
     return "not started" if target.server == "none" else ""
 
 
-def locked_by(lock: dict[str, Any] | None) -> str:
+def locked_by(lock: LockHolder) -> str:
     """`root@host 3m ago` for a lock orch wrote, its text for one it did not."""
-    if not lock:
+    if lock is None:
         return ""
-    if "text" in lock:
-        return lock["text"]
-    return f"{lock['user']}@{lock['control_host']} {ago(lock['since'])}"
+    if isinstance(lock, ForeignLock):
+        return lock.text
+    return f"{lock.user}@{lock.control_host} {ago(lock.since)}"
 
 
 def _deploy(doc: Status | Verify) -> str:
@@ -487,18 +432,20 @@ def print_unlock(doc: Unlock) -> None:
             line = f"error: {t.error}"
         elif t.removed_lock:
             lock = t.removed_lock
-            who = lock.get("text") or f"run {lock['run_id']} of {locked_by(lock)}"
+            who = (
+                lock.text
+                if isinstance(lock, ForeignLock)
+                else f"run {lock.run_id} of {locked_by(lock)}"
+            )
             line = f"removed the lock held by {who}"
         else:
             line = "no lock"
         print(printable(f"{t.name}: {line}"))
 
 
-def print_checks(checks: list[Check], as_json: bool = False) -> None:
-    """`orch doctor`: one line per check (`fix:` under each failure), or one JSON document."""
-    if as_json:
-        print_json(Doctor.of(checks))
-        return
+def print_doctor(doc: Doctor) -> None:
+    """`orch doctor`: one line per check (`fix:` under each failure)."""
+    checks = [check for target in doc.targets for check in target.checks]
     target_width = max((len(c.target) for c in checks), default=0)
     check_width = max((len(c.check) for c in checks), default=0)
     for c in checks:  # plain lines: one per check, never wrapped, for grep and logs

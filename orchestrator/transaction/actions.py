@@ -16,6 +16,7 @@ from typing import Literal
 
 from orchestrator.container import store
 from orchestrator.container.journal import GATE_PASSED
+from orchestrator.contract import Action
 from orchestrator.transaction.decision import Judged, keeps
 from orchestrator.transaction.deployment import Deployment
 from orchestrator.transaction.guard import Refused, guard
@@ -23,7 +24,6 @@ from orchestrator.transaction.outcome import Outcome
 from orchestrator.transaction.recovery import locked
 from orchestrator.transaction.switch import switch
 
-Action = Literal["stop", "start", "restart", "remove"]
 ACTIONS: tuple[Action, ...] = ("stop", "start", "restart", "remove")
 DONE: dict[Action, Literal["stopped", "started", "restarted", "removed"]] = {
     "stop": "stopped",

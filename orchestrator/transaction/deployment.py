@@ -18,8 +18,8 @@ from orchestrator.container import audit, store
 from orchestrator.container.journal import Journal
 from orchestrator.container.lock import DeployLock, Owner
 from orchestrator.container.server import Server
+from orchestrator.contract import jsonable
 from orchestrator.deadline import SYSTEM_CLOCK, Clock
-from orchestrator.documents import jsonable
 from orchestrator.errors import NeedsAttention
 from orchestrator.gate import GateReport, Tick
 from orchestrator.layout import LAUNCH_SCRIPT, Layout

@@ -10,7 +10,7 @@ from typing import Annotated, Literal
 import pydantic
 from pydantic import Field, SerializationInfo, SerializerFunctionWrapHandler, model_serializer
 
-from orchestrator.documents import KEEP_CHANGES, OnlyWhenSet, TargetResult
+from orchestrator.contract import KEEP_CHANGES, OnlyWhenSet, TargetResult
 from orchestrator.drafters.findings import Finding
 from orchestrator.durations import Seconds
 from orchestrator.gate import GateReport

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from pydantic import TypeAdapter, ValidationError
 
 from orchestrator.container import store
-from orchestrator.documents import jsonable
+from orchestrator.contract import jsonable
 from orchestrator.errors import NeedsAttention
 from orchestrator.layout import DRAFTER_CONFIG, LAUNCH_SCRIPT, SECRETS_FILE, VIEW_CONFIG, Layout
 from orchestrator.plan import TargetPlan

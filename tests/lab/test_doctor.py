@@ -11,11 +11,12 @@ import pytest
 from labtools import LabHandle
 
 from orchestrator.connections import Connections
-from orchestrator.doctor import Doctor, exit_code
 from orchestrator.documents.fleet import Check
+from orchestrator.documents.fleet import Doctor as DoctorDocument
+from orchestrator.fleet.doctor import Doctor, exit_code
 from orchestrator.inventory import Inventory
 from orchestrator.playbook import find_playbook
-from orchestrator.report.tables import print_checks
+from orchestrator.report.tables import print_doctor
 from orchestrator.transport.memory import MemoryTransport, reply
 from orchestrator.transport.pct import PctTransport
 
@@ -26,7 +27,7 @@ def test_one_line_per_check_with_the_fix_under_failures(capsys: pytest.CaptureFi
         Check("ct200", "container", "fail", "CT 200 on pve1 is stopped", "pct start 200"),
         Check("ct200", "sshd sessions", "info", "unknown"),
     ]
-    print_checks(checks)
+    print_doctor(DoctorDocument.of(checks))
     assert capsys.readouterr().out == (
         "pve1   login          ok    root@192.0.2.1, host key verified\n"
         "ct200  container      FAIL  CT 200 on pve1 is stopped\n"

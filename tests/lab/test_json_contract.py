@@ -22,7 +22,8 @@ import yaml
 from labtools import LabHandle, free_network
 from orchrun import ROOT, RunResult, orch
 
-from orchestrator.documents import API_VERSION, AnyDocument
+from orchestrator.contract import API_VERSION
+from orchestrator.documents import AnyDocument
 from orchestrator.lab.cluster import Lab
 from orchestrator.lab.paths import pid_alive
 

@@ -9,7 +9,7 @@ import json
 import pytest
 from labtools import FAST, LabHandle
 
-from orchestrator.documents import Document
+from orchestrator.contract import Document
 
 pytestmark = pytest.mark.lab
 

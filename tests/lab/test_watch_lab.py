@@ -12,8 +12,8 @@ from contextlib import contextmanager
 import pytest
 from labtools import ALL_AT_ONCE, FAST, LabHandle
 
-from orchestrator.cli_commands import load
-from orchestrator.documents import Document
+from orchestrator.contract import Document
+from orchestrator.fleet.inputs import load
 
 pytestmark = pytest.mark.lab
 

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 from orchestrator import alerts
 from orchestrator.cli import cli
-from orchestrator.documents import Document
+from orchestrator.contract import Document
 from orchestrator.errors import InputError
 from orchestrator.playbook import PLAYBOOK_DIR, load_playbook
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from pathlib import Path
 
 from shelltools import (
@@ -42,7 +43,7 @@ def test_status_report_parses_into_a_status_row(
 
     done = run(status_report(Layout(str(deployment))))
 
-    parsed = parse_status_report(done.stdout.decode())
+    parsed = asdict(parse_status_report(done.stdout.decode()))
     assert parsed == {
         "release": a,
         "release_missing": True,  # `current` names a dir that is not there
@@ -68,13 +69,13 @@ def test_status_report_parses_into_a_status_row(
     }
     (deployment / "releases" / a).mkdir(parents=True)
     there = run(status_report(Layout(str(deployment))))
-    assert parse_status_report(there.stdout.decode())["release_missing"] is False
+    assert parse_status_report(there.stdout.decode()).release_missing is False
     (deployment / "current").unlink()  # a run killed after its switch: `b` never gated
     (deployment / "current").symlink_to(f"releases/{b}")
     killed = parse_status_report(run(status_report(Layout(str(deployment)))).stdout.decode())
-    assert (killed["release"], killed["release_gate"]) == (b, None)
+    assert (killed.release, killed.release_gate) == (b, None)
     empty = run(status_report(Layout(str(tmp_path / "never deployed"))))
-    assert parse_status_report(empty.stdout.decode()) == {
+    assert asdict(parse_status_report(empty.stdout.decode())) == {
         "release": None,
         "release_missing": False,
         "server": "none",
@@ -86,7 +87,7 @@ def test_status_report_parses_into_a_status_row(
 
 
 def test_status_report_as_a_row() -> None:
-    assert parse_status_report(captured("status-report.txt")) == {
+    assert asdict(parse_status_report(captured("status-report.txt"))) == {
         "release": "0123456789ab",
         "release_missing": False,
         "server": "running",
@@ -112,7 +113,7 @@ def test_status_report_as_a_row() -> None:
 
 
 def test_status_report_of_a_container_never_deployed() -> None:
-    assert parse_status_report(captured("status-report-empty.txt")) == {
+    assert asdict(parse_status_report(captured("status-report-empty.txt"))) == {
         "release": None,
         "release_missing": False,
         "server": "none",

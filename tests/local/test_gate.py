@@ -24,7 +24,7 @@ from standins import (
     wait_until,
 )
 
-from orchestrator.documents import jsonable
+from orchestrator.contract import jsonable
 from orchestrator.gate import (
     GateReport,
     PhaseReport,

@@ -22,7 +22,7 @@ from standins import (
     wait_ready,
 )
 
-from orchestrator.documents import jsonable
+from orchestrator.contract import jsonable
 from orchestrator.gate import GateReport, run_gate
 from orchestrator.secrets import ProbeKey
 

@@ -12,7 +12,7 @@ import pytest
 from rundocs import deploy_run
 
 from orchestrator.errors import CheckFailed
-from orchestrator.hooks import Hooks, RunFacts, command, environment, run_hook
+from orchestrator.fleet.hooks import Hooks, RunFacts, command, environment, run_hook
 from orchestrator.lab.paths import pid_alive
 from orchestrator.playbook import PLAYBOOK_DIR, load_playbook
 from orchestrator.transaction.outcome import Outcome

@@ -7,8 +7,8 @@ import subprocess
 from pathlib import Path
 
 from orchestrator.container.server import LogRead, parse_log_read, read_log
+from orchestrator.fleet.logs import Cursor
 from orchestrator.layout import Layout
-from orchestrator.logs import Cursor
 
 
 def read(link: Path, cursor: Cursor, lines: int = 3, limit: int = 1 << 16) -> list[str]:

@@ -14,7 +14,7 @@ from orchestrator.ansible.convert import convert, read
 from orchestrator.ansible.ini import parse_ini
 from orchestrator.ansible.source import expand_pattern
 from orchestrator.cli import cli
-from orchestrator.documents import Document
+from orchestrator.contract import Document
 from orchestrator.errors import InputError
 from orchestrator.inventory import load_inventory
 

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from examples import EXAMPLE
 
 from orchestrator.cli import cli
-from orchestrator.documents import Document
+from orchestrator.contract import Document
 
 
 def run(*args: str) -> tuple[int, str, str]:

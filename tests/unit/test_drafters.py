@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from orchestrator.documents import jsonable
+from orchestrator.contract import jsonable
 from orchestrator.drafters.findings import Finding, Severity
 from orchestrator.drafters.kinds.dflash.drafter import IDS, KEYS, MASK, block_size
 from orchestrator.drafters.kinds.dflash.layers import build_target_layer_ids

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from orchestrator import explain
 from orchestrator.cli import cli
-from orchestrator.documents import Document
+from orchestrator.contract import Document
 from orchestrator.playbook import check_settable
 
 DOCS = Path(__file__).resolve().parent.parent.parent / "docs"

@@ -5,12 +5,13 @@ from pathlib import Path
 import pytest
 from recorded import record_json
 
-from orchestrator.documents import jsonable
+from orchestrator.contract import jsonable
 from orchestrator.documents.history import History as HistoryDocument
 from orchestrator.documents.runs import InterruptedRun, InterruptedTarget
 from orchestrator.errors import InputError, NeedsAttention
-from orchestrator.history import History, check_writable, new_run_id, state_dir
+from orchestrator.history import History, check_writable, new_run_id
 from orchestrator.probes import load_prompts
+from orchestrator.settings import state_dir
 
 
 def document(run_id: str, started: str, result: str) -> dict:

@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from scriptedfleet import Fleet
+from fleets import Fleet
 
-from orchestrator import cli_commands
-from orchestrator.documents import Document, jsonable
+from orchestrator.contract import Document, jsonable
+from orchestrator.fleet.status import status
 from orchestrator.gate import GateReport
 from orchestrator.metrics.assess import GateCriteria, assess
 
@@ -40,7 +40,7 @@ def test_the_status_examples_have_the_fields_status_prints() -> None:
     """A field added to or dropped from `status` must be added to or dropped from the page."""
     fleet = Fleet()
     fleet.deployed("ct200")
-    printed = jsonable(cli_commands.status(fleet.inputs, fleet.connect)[0])
+    printed = jsonable(status(fleet.inputs, fleet.connect)[0])
     fields = set(printed["targets"][0])
     examples = [e for e in EXAMPLES if e["kind"] == "Status"]
     assert examples

@@ -9,7 +9,8 @@ from collections.abc import Sequence
 import pytest
 from shelltools import wait_until
 
-from orchestrator.container.lock import DeployLock, Owner, lock_holder
+from orchestrator.container.lock import DeployLock, Owner
+from orchestrator.documents.fleet import lock_holder
 from orchestrator.errors import LockHeld
 from orchestrator.layout import Layout
 from orchestrator.report import tables

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.documents import jsonable
+from orchestrator.contract import jsonable
 from orchestrator.metrics.advice import speculative_tokens_advice
 
 # Per-position acceptance of the published drafter in the lab (shares of drafts).

@@ -19,7 +19,7 @@ from simulated import (
     interval_measurements,
 )
 
-from orchestrator.documents import jsonable
+from orchestrator.contract import jsonable
 from orchestrator.metrics.assess import (
     FailureCauses,
     GateCriteria,

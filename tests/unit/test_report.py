@@ -11,10 +11,12 @@ from rich.console import Console
 from rundocs import deploy_run
 
 from orchestrator import durations
-from orchestrator.documents import jsonable
-from orchestrator.documents.fleet import Status, StatusTarget, Verify
+from orchestrator.connections import ConnectionUsage
+from orchestrator.contract import jsonable
+from orchestrator.documents.fleet import ForeignLock, LockOwner, Status, StatusTarget, Verify
 from orchestrator.documents.history import History, RecordedRun
-from orchestrator.documents.runs import ConnectionUsage, DeployRun
+from orchestrator.documents.local import Findings
+from orchestrator.documents.runs import DeployRun
 from orchestrator.drafters.findings import Finding, Severity
 from orchestrator.gate import GateReport, PhaseReport
 from orchestrator.metrics.advice import Advice
@@ -181,12 +183,12 @@ def status_target(**fields: Any) -> StatusTarget:
 
 def test_lock_holders_and_server_state_in_words() -> None:
     since = datetime(2026, 12, 2, 10, 0, tzinfo=UTC).isoformat()
-    lock = {"run_id": "r", "user": "root", "control_host": "ops1", "pid": 7, "since": since}
+    lock = LockOwner(run_id="r", user="root", control_host="ops1", pid=7, since=since)
     assert tables.locked_by(lock).startswith("root@ops1 ")
     assert durations.ago(since, now=datetime(2026, 12, 2, 10, 3, 5, tzinfo=UTC).timestamp()) == (
         "3m ago"
     )
-    assert tables.locked_by({"text": "not json"}) == "not json"
+    assert tables.locked_by(ForeignLock(text="not json")) == "not json"
     assert tables.locked_by(None) == ""
     assert tables.server_words(status_target(server="running", pid=12)) == "running pid 12"
     assert tables.server_words(status_target(server="none", pid=None)) == "not started"
@@ -364,7 +366,7 @@ def test_piped_findings_are_one_line_each(
     capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("COLUMNS")
-    tables.print_findings([FINDING])
+    tables.print_findings(Findings.of([FINDING], None))
     lines = capsys.readouterr().out.splitlines()
     (row,) = [line for line in lines if FINDING.field in line]
     assert row.split(None, 1)[0] == "error" and row.rstrip().endswith("tokens per draft")

@@ -7,7 +7,7 @@ from collections.abc import Callable, Collection
 
 import pytest
 
-from orchestrator.documents import jsonable
+from orchestrator.contract import jsonable
 from orchestrator.errors import NeedsAttention, OrchError
 from orchestrator.playbook import Rollout
 from orchestrator.rollout import RolloutPlan, RolloutRun, run_rollout, share, waves

@@ -12,14 +12,13 @@ import pytest
 from auditruns import RUN_A, RUN_B, line
 
 from orchestrator import release
-from orchestrator.cli_commands import drift
 from orchestrator.container.audit import AuditRecord, audit_line, parse_audit
 from orchestrator.documents.fleet import Releases
 from orchestrator.errors import InputError
 from orchestrator.inventory import load_inventory
 from orchestrator.plan import DRAFTER_CONFIG, LAUNCH_SCRIPT, VIEW_CONFIG, plan_deploy
 from orchestrator.playbook import load_playbook
-from orchestrator.release import Applied, GateTarget
+from orchestrator.release import Applied, Drift, GateTarget, drift
 from orchestrator.report.tables import print_releases
 from orchestrator.runs import (
     KeptRelease,
@@ -199,8 +198,9 @@ def test_drift_tells_a_hand_edit_from_a_changed_playbook() -> None:
     )
     on_target = dict(then.read_back_files)
 
-    assert drift(then, then.release_id, applied, on_target) == ([], [])
-    changed, differs = drift(now, then.release_id, applied, on_target)
+    assert drift(then, then.release_id, applied, on_target) == Drift([], [])
+    found = drift(now, then.release_id, applied, on_target)
+    changed, differs = found.changed, found.playbook_differs
     assert changed == []
     assert [d.splitlines()[0] for d in differs] == [
         f"serve.sh: the playbook now differs from what run {RUN_A} applied (renders differently)"
@@ -210,11 +210,11 @@ def test_drift_tells_a_hand_edit_from_a_changed_playbook() -> None:
     edited = json.loads(on_target[DRAFTER_CONFIG])
     edited["dflash_config"]["mask_token_id"] = 1
     on_target[DRAFTER_CONFIG] = json.dumps(edited).encode()
-    changed, _ = drift(then, then.release_id, applied, on_target)
+    changed = drift(then, then.release_id, applied, on_target).changed
     assert changed[0].startswith(f"changed on the target since run {RUN_A}: config.json: SHA-256")
     assert any("dflash_config: " in c and f"applied by run {RUN_A}" in c for c in changed), changed
     del on_target[LAUNCH_SCRIPT]
-    changed, _ = drift(then, then.release_id, applied, on_target)
+    changed = drift(then, then.release_id, applied, on_target).changed
     assert f"changed on the target since run {RUN_A}: serve.sh: missing on the target" in changed
 
 

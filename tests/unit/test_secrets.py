@@ -11,8 +11,8 @@ from pydantic import ValidationError
 from secretbooks import book
 
 from orchestrator import secrets
-from orchestrator.doctor import secret_checks
 from orchestrator.errors import InputError
+from orchestrator.fleet.doctor import secret_checks
 from orchestrator.playbook import Server
 
 

@@ -18,7 +18,7 @@ from scripted import ScriptedContainer, ScriptedGate, frames
 
 from orchestrator.cancel import Cancel
 from orchestrator.container.lock import Owner
-from orchestrator.documents import jsonable
+from orchestrator.contract import jsonable
 from orchestrator.inventory import load_inventory
 from orchestrator.lab.models import published_drafter_config, write_dflash_dir, write_target_dir
 from orchestrator.plan import TargetPlan, plan_deploy

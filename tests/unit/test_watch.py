@@ -7,10 +7,10 @@ import pytest
 from orchestrator.documents.watch import Watch
 from orchestrator.durations import seconds, since
 from orchestrator.errors import InputError
+from orchestrator.fleet.watch import Sample, Window, judge, lines
 from orchestrator.metrics.evaluate import Measurement
 from orchestrator.metrics.scrape import SpecDecodeCounters
 from orchestrator.playbook import Gate
-from orchestrator.watch import Sample, Window, judge, lines
 
 
 def counters(drafts: int, per_pos: tuple[int, ...]) -> SpecDecodeCounters:

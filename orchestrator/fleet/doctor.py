@@ -13,18 +13,20 @@ GPU memory, the port, free disk under the state dir. Every failure carries its f
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Final
 
 from orchestrator import preflight, proxmox, secrets
 from orchestrator.connections import SSH, Connect, Pool
 from orchestrator.container.gpu import DEFAULT_NVIDIA_SMI, gpu_query, parse_gpus
-from orchestrator.documents import CheckStatus
+from orchestrator.contract import CheckStatus
+from orchestrator.documents import fleet as fleet_documents
 from orchestrator.documents.fleet import Check
 from orchestrator.drafters.findings import Severity
 from orchestrator.errors import HostKeyError, InputError, OrchError, TransportError
-from orchestrator.inventory import Inventory
-from orchestrator.plan import MissingVars, TargetPlan
-from orchestrator.playbook import Playbook
+from orchestrator.inventory import Inventory, load_inventory
+from orchestrator.plan import MissingVars, TargetPlan, plan_each
+from orchestrator.playbook import Playbook, find_playbook, load_playbook
 from orchestrator.proxmox import (
     container_status,
     parse_container_status,
@@ -306,3 +308,25 @@ def _pct_of(transport: Transport) -> PctTransport | None:
             return None
         transport = inner
     return transport
+
+
+def doctor(
+    inventory_path: Path,
+    playbook: str | None,
+    limit: list[str],
+    assignments: list[str],
+    connect: Connect = SSH,
+) -> tuple[fleet_documents.Doctor, int]:
+    """`orch doctor [PLAYBOOK]`: every check, grouped per host and container. With a
+    playbook, its targets (within `limit`), their plans' checks included."""
+    if playbook:
+        book = load_playbook(find_playbook(playbook), assignments)
+        inventory = load_inventory(inventory_path)
+        plans, errors = plan_each(book, inventory, limit)
+        planned = {p.container for p in plans} | set(errors)
+        names = [n for n in inventory.select(book.targets) if n in planned]
+        checks = run_doctor(inventory, names, connect, book, plans, errors)
+    else:
+        inventory = load_inventory(inventory_path)
+        checks = run_doctor(inventory, inventory.select(limit), connect)
+    return fleet_documents.Doctor.of(checks), exit_code(checks)

@@ -16,11 +16,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from orchestrator.connections import SSH, Connect
+from orchestrator.contract import run_result
 from orchestrator.deadline import SYSTEM_CLOCK, Clock, Deadline
-from orchestrator.documents import run_result
 from orchestrator.documents.watch import Acceptance, Thresholds, Watch, WatchEntry
 from orchestrator.errors import NeedsAttention
 from orchestrator.fanout import READ_PARALLEL, fan_out
+from orchestrator.fleet.inputs import Inputs
 from orchestrator.gate import SCRAPE_SECONDS, ScrapeFailed, scrape
 from orchestrator.metrics.evaluate import Measurement, is_reset, measure
 from orchestrator.metrics.scrape import MetricsFormatError, SpecDecodeCounters
@@ -267,3 +269,20 @@ def lines(doc: Watch) -> list[str]:
             figures.append(target.reason)
         out.append(f"{target.name:<{width}}  {mark:<12}  " + "  ".join(figures))
     return out
+
+
+def watch_fleet(
+    inputs: Inputs,
+    interval: float,
+    window: float,
+    once: bool,
+    emit: Callable[[Watch], None],
+    stop: Callable[[float], bool],
+    connect: Connect = SSH,
+) -> int:
+    """`orch watch`: the selected containers watched over `window` seconds, a round
+    every `interval` (see `watch`)."""
+    with connect(inputs.inventory, None) as connections:
+        book = inputs.playbook
+        watcher = Watcher(book.name, inputs.plans, connections.container, book.gate, window)
+        return watch(watcher, interval, once, emit, stop)

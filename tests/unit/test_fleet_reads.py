@@ -9,42 +9,36 @@ import dataclasses
 import json
 import re
 from pathlib import Path
-from typing import Any
 
 import pytest
-from examples import EXAMPLE, PLAYBOOK
+from fleets import (
+    EXAMPLE,
+    FAST,
+    PLAYBOOK,
+    RUN_A,
+    RUN_B,
+    Fleet,
+    by_name,
+    checked,
+    with_models,
+    write_models,
+)
 from scripted import Unreachable, serving
-from scriptedfleet import RUN_A, RUN_B, Fleet
 
-from orchestrator import cli_commands
 from orchestrator.cancel import Cancel
 from orchestrator.container.audit import audit_line
 from orchestrator.container.lock import Owner
-from orchestrator.documents import API_VERSION, AnyDocument, Document, jsonable
+from orchestrator.contract import jsonable
 from orchestrator.errors import InputError
-from orchestrator.lab.models import published_drafter_config, write_dflash_dir, write_target_dir
+from orchestrator.fleet.releases import releases
+from orchestrator.fleet.runs import rollback
+from orchestrator.fleet.status import status
+from orchestrator.fleet.unlock import unlock
+from orchestrator.fleet.verify import verify_remote
 from orchestrator.layout import DRAFTER_CONFIG
 from orchestrator.progress import no_progress
 from orchestrator.report import tables
-
-FAST = ["gate.min_drafts=50", "gate.probe.scrape_interval=0.02", "gate.probe.concurrency=1"]
-
-
-def checked(printed: Document | dict[str, Any], kind: str) -> dict[str, Any]:
-    """Valid against the schema, its envelope first, `name` (never `container`) per target:
-    the document as `--json` prints it."""
-    document = jsonable(printed)
-    AnyDocument.model_validate(document)
-    assert list(document)[:2] == ["kind", "api_version"]
-    assert (document["kind"], document["api_version"]) == (kind, API_VERSION)
-    assert all(list(t)[:2] == ["name", "host"] for t in document.get("targets", []))
-    assert "container" not in json.dumps(document)
-    return document
-
-
-def by_name(document: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {t["name"]: t for t in document["targets"]}
-
+from orchestrator.transaction.options import Options
 
 # -- status ------------------------------------------------------------------------------------
 
@@ -54,7 +48,7 @@ def test_status_before_anything_is_deployed_is_a_state_not_an_error(
 ) -> None:
     fleet = Fleet()
 
-    printed, code = cli_commands.status(fleet.inputs, fleet.connect)
+    printed, code = status(fleet.inputs, fleet.connect)
 
     assert code == 0
     document = checked(printed, "Status")
@@ -85,7 +79,7 @@ def test_status_names_the_release_the_last_gate_the_lock_and_an_unreachable_host
     )
     fleet.transports["ct129"] = Unreachable("pve-kpro5")
 
-    printed, code = cli_commands.status(fleet.inputs, fleet.connect)
+    printed, code = status(fleet.inputs, fleet.connect)
 
     assert code == 3
     document = checked(printed, "Status")
@@ -136,7 +130,7 @@ def test_an_interrupted_switch_is_the_first_thing_status_says() -> None:
         }
     ).encode()
 
-    printed, code = cli_commands.status(fleet.inputs, fleet.connect)
+    printed, code = status(fleet.inputs, fleet.connect)
     document = jsonable(printed)
 
     assert code == 3
@@ -164,7 +158,7 @@ def test_a_live_run_is_deploying_and_exits_0_a_dead_one_is_interrupted(
     files[layout.lock_owner] = Owner.me("run-live", "root").to_json().encode()
     files[layout.journal] = journal_of("run-live", "wait ready")
 
-    printed, code = cli_commands.status(fleet.inputs, fleet.connect)
+    printed, code = status(fleet.inputs, fleet.connect)
 
     document = checked(printed, "Status")
     assert (code, document["result"], document["state"]) == (0, "ok", "deploying")
@@ -179,7 +173,7 @@ def test_a_live_run_is_deploying_and_exits_0_a_dead_one_is_interrupted(
     here = Owner.me("run-live", "root")
     dead = dataclasses.replace(here, pid=2**22 + 7)  # above Linux's pid_max: no such process
     files[layout.lock_owner] = dead.to_json().encode()
-    printed, code = cli_commands.status(fleet.inputs, fleet.connect)
+    printed, code = status(fleet.inputs, fleet.connect)
     document = jsonable(printed)
     assert (code, by_name(document)["ct200"]["state"]) == (3, "interrupted")
 
@@ -200,7 +194,7 @@ def test_status_shows_the_gate_that_admitted_the_current_release_apart_from_the_
     )  # fmt: skip
     serving(fleet.containers["ct200"].transport, "qwen3.6-27b")
 
-    printed, _ = cli_commands.status(fleet.inputs, fleet.connect)
+    printed, _ = status(fleet.inputs, fleet.connect)
     document = jsonable(printed)
 
     target = by_name(document)["ct200"]
@@ -224,7 +218,7 @@ def test_unlock_removes_each_lock_and_says_whose_it_was() -> None:
     fleet.containers["ct200"].files[layout.lock_owner] = owner.to_json().encode()
     fleet.containers["ct129"].files[fleet.plans["ct129"].layout.lock_owner] = b"not json"
 
-    printed, code = cli_commands.unlock(fleet.inputs, fleet.connect)
+    printed, code = unlock(fleet.inputs, fleet.connect)
 
     assert code == 0
     document = checked(printed, "Unlock")
@@ -239,7 +233,7 @@ def test_unlock_of_an_unreachable_container_is_its_error_not_the_runs_end() -> N
     fleet = Fleet()
     fleet.transports["ct200"] = Unreachable("pve-train")
 
-    printed, code = cli_commands.unlock(fleet.inputs, fleet.connect)
+    printed, code = unlock(fleet.inputs, fleet.connect)
     document = jsonable(printed)
 
     assert code == 3
@@ -264,7 +258,7 @@ def test_releases_lists_runs_newest_first_with_the_release_each_left() -> None:
     fleet = Fleet()
     a, b = two_runs(fleet)
 
-    printed, code = cli_commands.releases(fleet.inputs, fleet.connect)
+    printed, code = releases(fleet.inputs, fleet.connect)
 
     assert code == 0
     document = checked(printed, "Releases")
@@ -289,11 +283,9 @@ def test_rollback_to_a_run_switches_each_container_back_and_gates_it() -> None:
     a, _ = two_runs(fleet)
     for container in fleet.containers.values():
         serving(container.transport, "qwen3.6-27b")
-    options = cli_commands.Options(run_id="run-back", user="ops")
+    options = Options(run_id="run-back", user="ops")
 
-    run, code = cli_commands.rollback(
-        fleet.inputs, options, RUN_A[:12], fleet.connect, no_progress, Cancel()
-    )
+    run, code = rollback(fleet.inputs, options, RUN_A[:12], fleet.connect, no_progress, Cancel())
 
     assert code == 0, run
     document = checked(run, "RollbackRun")
@@ -313,9 +305,9 @@ def test_rollback_to_an_unknown_id_is_bad_input_with_nothing_touched() -> None:
     before = {name: dict(c.files) for name, c in fleet.containers.items()}
 
     with pytest.raises(InputError, match="no run or release has this id"):
-        cli_commands.rollback(
+        rollback(
             fleet.inputs,
-            cli_commands.Options(run_id="run-back", user="ops"),
+            Options(run_id="run-back", user="ops"),
             "zzz",
             fleet.connect,
             no_progress,
@@ -330,23 +322,13 @@ def test_rollback_to_an_unknown_id_is_bad_input_with_nothing_touched() -> None:
 
 @pytest.fixture
 def models(tmp_path: Path) -> dict[str, Path]:
-    """The published target and drafter dirs, as local files for the scripted containers."""
-    write_target_dir(tmp_path / "target", "Qwen3.6-27B")
-    write_dflash_dir(tmp_path / "drafter", published_drafter_config("z-lab/Qwen3.6-27B-DFlash"))
-    return {"target": tmp_path / "target", "drafter": tmp_path / "drafter"}
-
-
-def with_models(fleet: Fleet, models: dict[str, Path]) -> None:
-    for name, plan in fleet.plans.items():
-        fleet.containers[name].models[plan.target_dir] = models["target"]
-        if plan.drafter_weights:
-            fleet.containers[name].models[plan.drafter_weights] = models["drafter"]
+    return write_models(tmp_path)
 
 
 def test_verify_config_before_the_first_deploy_says_nothing_deployed() -> None:
     fleet = Fleet()
 
-    printed, code = cli_commands.verify_remote(fleet.inputs, fleet.connect)
+    printed, code = verify_remote(fleet.inputs, fleet.connect)
 
     assert code == 0
     document = checked(printed, "Verify")
@@ -367,7 +349,7 @@ def test_verify_config_finds_a_hand_edit_since_the_run_that_applied_it(
     edited["target_layer_ids"] = [1, 17, 33, 49, 63]
     fleet.containers["ct200"].files[config] = json.dumps(edited).encode()
 
-    printed, code = cli_commands.verify_remote(fleet.inputs, fleet.connect)
+    printed, code = verify_remote(fleet.inputs, fleet.connect)
 
     assert code == 1
     document = checked(printed, "Verify")
@@ -390,7 +372,7 @@ def test_verify_config_shows_what_the_playbook_now_renders_differently(
     changed = Fleet("server.max_model_len=16384")
     changed.transports = fleet.transports
 
-    printed, code = cli_commands.verify_remote(changed.inputs, changed.connect)
+    printed, code = verify_remote(changed.inputs, changed.connect)
     document = jsonable(printed)
 
     assert code == 0

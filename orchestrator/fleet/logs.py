@@ -13,12 +13,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
-from orchestrator.connections import Pool
+from orchestrator.connections import SSH, Connect, Pool
 from orchestrator.container.server import LogRead, parse_log_read, read_log
 from orchestrator.container.shell import run_step
-from orchestrator.documents.fleet import ContainerLog
+from orchestrator.contract import run_result
+from orchestrator.documents.fleet import ContainerLog, Logs
 from orchestrator.errors import OrchError, TransportError
 from orchestrator.fanout import READ_PARALLEL, fan_out
+from orchestrator.fleet.inputs import Inputs
 from orchestrator.layout import Layout
 from orchestrator.plan import TargetPlan
 from orchestrator.transaction.releases import read_secrets
@@ -166,3 +168,27 @@ def follow(
                 emit(name, line)
         if not behind:
             stop.wait(POLL_SECONDS)
+
+
+def logs(inputs: Inputs, lines: int, connect: Connect = SSH) -> tuple[Logs, int]:
+    """`orch logs`: the last `lines` lines of each selected container's server log."""
+    plans = {p.container: p for p in inputs.plans}
+    with connect(inputs.inventory, None) as connections:
+        read = tail(connections, plans, lines)
+    result = run_result(read.exit_code)
+    document = Logs(playbook=inputs.playbook.name, result=result, targets=read.targets)
+    return document, read.exit_code
+
+
+def follow_logs(
+    inputs: Inputs,
+    lines: int,
+    emit: Emit,
+    warn: Emit,
+    stop: threading.Event,
+    connect: Connect = SSH,
+) -> None:
+    """`orch logs -f`: each selected container's log followed until `stop`."""
+    plans = {p.container: p for p in inputs.plans}
+    with connect(inputs.inventory, None) as connections:
+        follow(connections, plans, lines, emit, warn, stop)

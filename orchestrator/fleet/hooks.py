@@ -26,13 +26,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from orchestrator.documents import jsonable
+from orchestrator.contract import jsonable
 from orchestrator.documents.runs import DeployRun, HookResult, RollbackRun, Run
 from orchestrator.errors import CheckFailed
 from orchestrator.playbook import Playbook
 
 if TYPE_CHECKING:
-    from orchestrator.cli_commands import Inputs
+    from orchestrator.fleet.inputs import Inputs
     from orchestrator.transaction.options import Options
 
 OUTPUT_CHARS = 2000

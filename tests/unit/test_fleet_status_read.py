@@ -1,0 +1,182 @@
+"""`orch status` and `orch unlock` through in-memory connections, as tables: each row
+scripts the same state on every container (tests/scripted.py), reads it through the
+body the CLI calls, and checks the container's state, the fleet's and the exit code."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from collections.abc import Callable
+
+import pytest
+from fleets import RUN_A, Fleet, checked
+from scripted import serving
+
+from orchestrator.container.audit import audit_line
+from orchestrator.container.lock import Owner
+from orchestrator.fleet.status import status
+from orchestrator.fleet.unlock import unlock
+
+Setup = Callable[[Fleet, str], None]
+SERVED = "qwen3.6-27b"
+
+
+def nothing(fleet: Fleet, name: str) -> None:
+    """Nothing ever deployed."""
+
+
+def deployed(fleet: Fleet, name: str) -> None:
+    """A deploy's release, its server running, /health not answering."""
+    fleet.deployed(name)
+
+
+def healthy(fleet: Fleet, name: str) -> None:
+    fleet.deployed(name)
+    serving(fleet.containers[name].transport, SERVED)
+
+
+def health_503(fleet: Fleet, name: str) -> None:
+    fleet.deployed(name)
+    fleet.containers[name].transport.on_http("GET", "/health", lambda _: (503, b"loading"))
+
+
+def server_gone(fleet: Fleet, name: str) -> None:
+    """Deployed, then its server died: the last run is the deploy."""
+    fleet.deployed(name)
+    fleet.containers[name].server = None
+
+
+def stopped_by_orch(fleet: Fleet, name: str) -> None:
+    fleet.deployed(name)
+    fleet.containers[name].server = None
+    stop = {"result": "stopped", "release": None, "current": None}
+    fleet.containers[name].audit(audit_line("20261202T100000Z-bbbbbb", "ops", "stop", stop))
+
+
+def locked_by_a_live_run(fleet: Fleet, name: str) -> None:
+    """Served, and a run of this process on this machine holds the lock."""
+    healthy(fleet, name)
+    owner = Owner("run-live", "ops", socket.gethostname(), os.getpid(), time.time())
+    fleet.containers[name].files[fleet.plans[name].layout.lock_owner] = owner.to_json().encode()
+
+
+def locked_by_a_dead_run(fleet: Fleet, name: str) -> None:
+    """Served; the lock's owner was a process of this machine that is gone."""
+    healthy(fleet, name)
+    owner = Owner("run-dead", "ops", socket.gethostname(), 2**22 + 17, time.time() - 60)
+    fleet.containers[name].files[fleet.plans[name].layout.lock_owner] = owner.to_json().encode()
+
+
+def locked_by_hand(fleet: Fleet, name: str) -> None:
+    healthy(fleet, name)
+    fleet.containers[name].files[fleet.plans[name].layout.lock_owner] = b"maintenance by bob"
+
+
+def interrupted(fleet: Fleet, name: str) -> None:
+    healthy(fleet, name)
+    fleet.containers[name].files[fleet.plans[name].layout.journal] = json.dumps(
+        {"run_id": "run-dead", "action": "deploy", "owner": "ops@ctl pid 1",
+         "from_release": None, "to_release": "abc", "step": "start server",
+         "started": "t0", "updated": "t1"}
+    ).encode()  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("setup", "state", "code"),
+    [
+        (nothing, "nothing_deployed", 0),
+        (healthy, "serving", 0),
+        (deployed, "unhealthy", 3),
+        (health_503, "unhealthy", 3),
+        (server_gone, "stopped", 3),
+        (stopped_by_orch, "stopped", 0),
+        (locked_by_a_live_run, "deploying", 0),
+        (locked_by_a_dead_run, "serving", 0),
+        (locked_by_hand, "serving", 0),
+        (interrupted, "interrupted", 3),
+    ],
+)
+def test_status_of_a_fleet_in_one_state(setup: Setup, state: str, code: int) -> None:
+    fleet = Fleet()
+    for name in fleet.plans:
+        setup(fleet, name)
+
+    printed, exit_code = status(fleet.inputs, fleet.connect)
+
+    document = checked(printed, "Status")
+    assert [t["state"] for t in document["targets"]] == [state, state]
+    assert (document["state"], exit_code) == (state, code)
+    assert document["result"] == ("ok" if code == 0 else "needs_attention")
+
+
+@pytest.mark.parametrize(
+    ("setup", "lock"),
+    [
+        (nothing, None),
+        (healthy, None),
+        (locked_by_hand, {"text": "maintenance by bob"}),
+    ],
+)
+def test_status_shows_the_lock_as_its_holder(setup: Setup, lock: object) -> None:
+    fleet = Fleet()
+    for name in fleet.plans:
+        setup(fleet, name)
+
+    printed, _ = status(fleet.inputs, fleet.connect)
+
+    assert [t["lock"] for t in checked(printed, "Status")["targets"]] == [lock, lock]
+
+
+def test_status_names_a_live_runs_owner_and_its_lock() -> None:
+    fleet = Fleet()
+    for name in fleet.plans:
+        locked_by_a_live_run(fleet, name)
+
+    printed, _ = status(fleet.inputs, fleet.connect)
+
+    for target in checked(printed, "Status")["targets"]:
+        assert target["lock"]["run_id"] == "run-live"
+        assert target["lock"]["pid"] == os.getpid()
+        assert list(target["lock"]) == ["run_id", "user", "control_host", "pid", "since"]
+        assert target["deploying"]["owner"] == f"ops@{socket.gethostname()}"
+
+
+def test_status_gives_the_last_run_and_the_gate_that_admitted_the_release() -> None:
+    fleet = Fleet()
+    for name in fleet.plans:
+        stopped_by_orch(fleet, name)
+
+    printed, _ = status(fleet.inputs, fleet.connect)
+
+    for target in checked(printed, "Status")["targets"]:
+        assert (target["last_run"]["action"], target["last_run"]["result"]) == ("stop", "stopped")
+        assert target["release_gate"] is None or target["release_gate"]["run_id"] == RUN_A
+
+
+@pytest.mark.parametrize(
+    ("setup", "removed"),
+    [
+        (nothing, None),
+        (healthy, None),
+        (locked_by_hand, {"text": "maintenance by bob"}),
+        (locked_by_a_dead_run, "run-dead"),
+        (locked_by_a_live_run, "run-live"),
+    ],
+)
+def test_unlock_removes_the_lock_whoever_holds_it(setup: Setup, removed: object) -> None:
+    fleet = Fleet()
+    for name in fleet.plans:
+        setup(fleet, name)
+
+    printed, code = unlock(fleet.inputs, fleet.connect)
+
+    assert code == 0
+    for target in checked(printed, "Unlock")["targets"]:
+        lock = target["removed_lock"]
+        assert (lock["run_id"] if isinstance(removed, str) else lock) == removed
+    for name, container in fleet.containers.items():
+        assert fleet.plans[name].layout.lock_owner not in container.files
+    again, _ = status(fleet.inputs, fleet.connect)
+    assert {t["lock"] is None for t in checked(again, "Status")["targets"]} == {True}
