@@ -16,7 +16,8 @@ Streams = Annotated[int, Field(ge=1, le=256)]
 class Speed(Schema):
     """Speed at the concurrency the server will see: per-stream decode speed and the
     server's total output tokens per second, each with a confidence bound over
-    independent requests (`gate.confidence`), at each level of concurrent streams."""
+    independent requests (`gate.confidence`), at each level of concurrent streams,
+    after the acceptance phases and within a `gate.time_budget` of its own."""
 
     enabled: bool = Field(
         default=True,

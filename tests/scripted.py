@@ -38,7 +38,16 @@ def metrics(scrape: int) -> bytes:
         f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{position="{i}"}} {v}'
         for i, v in enumerate(per_pos)
     ]
+    lines += ["# TYPE vllm:num_requests_running gauge", "vllm:num_requests_running 1"]
     return ("\n".join(lines) + "\n").encode()
+
+
+def streamed(tokens: int) -> bytes:
+    """A streamed completion's server-sent events: a chunk a token, the usage, done."""
+    chunks = [{"choices": [{"index": 0, "text": " a"}]} for _ in range(tokens)]
+    chunks.append({"choices": [], "usage": {"completion_tokens": tokens}})
+    events = [f"data: {json.dumps(chunk)}\n\n" for chunk in chunks] + ["data: [DONE]\n\n"]
+    return "".join(events).encode()
 
 
 def serving(transport: MemoryTransport, served_name: str) -> list[str]:
@@ -47,10 +56,12 @@ def serving(transport: MemoryTransport, served_name: str) -> list[str]:
     scrapes = iter(range(1, 10_000))
 
     def complete(body: bytes) -> tuple[int, bytes]:
-        model = json.loads(body)["model"]
-        asked.append(model)
+        request = json.loads(body)
+        asked.append(request["model"])
         time.sleep(0.01)  # a request takes a little while: the traffic outlasts a few scrapes
-        return (200, b"{}") if model == served_name else (404, b"no such model")
+        if request["model"] != served_name:
+            return 404, b"no such model"
+        return 200, streamed(4) if request.get("stream") else b"{}"
 
     transport.on_http("GET", "/health", lambda _: (200, b""))
     transport.on_http("GET", "/metrics", lambda _: (200, metrics(next(scrapes))))

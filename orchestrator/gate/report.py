@@ -20,6 +20,8 @@ from orchestrator.metrics.assess import (
     explain_context,
 )
 from orchestrator.metrics.evaluate import Measurement, combine
+from orchestrator.metrics.speed import Figure
+from orchestrator.metrics.speedup import NO_REFERENCE, SpeedOutcome, SpeedReference
 from orchestrator.probes.context import LONG, SHORT, ContextBucket
 from orchestrator.probes.endpoints import Endpoint
 
@@ -113,6 +115,72 @@ class PhaseReport:
 
 
 @pydantic.dataclasses.dataclass(config=ConfigDict(serialize_by_alias=True))
+class SpeedLevel:
+    """Speed at one level of concurrent streams: what was sent, what it measured, the
+    batch the server ran meanwhile, and the level's verdict against the reference.
+
+    `requests` counts the finished requests the figures come from; those in flight
+    when the level had measured enough were cancelled."""
+
+    concurrency: int
+    requests: int = 0
+    request_errors: int = 0
+    cancelled_requests: int = 0
+    seconds: Seconds = 0.0
+    output_tokens: int = 0
+    time_to_first_token: Seconds | None = None
+    """Mean seconds from sending to the first token (None: the server did not stream)."""
+    per_stream_tokens_per_second: Figure | None = None
+    total_tokens_per_second: Figure | None = None
+    batch_measured: float | None = None
+    """Mean `vllm:num_requests_running` read during the level (None: not read)."""
+    foreign_share: float | None = None
+    """Share of that batch beyond the gate's own requests in flight."""
+    speedup: Figure | None = None
+    verdict: SpeedOutcome = "not_judged"
+    reason: str = ""
+
+    def line(self) -> str:
+        """The level in one line: figures, batch, speedup, verdict."""
+        total = self.total_tokens_per_second
+        if total is None:
+            return f"{self.concurrency} streams: {self.reason}"
+        per_stream = self.per_stream_tokens_per_second
+        batch = (
+            f", batch {self.batch_measured:.1f} ({self.foreign_share:.0%} foreign)"
+            if self.batch_measured is not None and self.foreign_share is not None
+            else ", batch not read"
+        )
+        shown = f", speedup {self.speedup.describe('x')}" if self.speedup else ""
+        return (
+            f"{self.concurrency} streams: {total.describe(' tok/s')} in all, "
+            f"{per_stream.describe(' tok/s') if per_stream else '-'} per stream{batch}{shown}"
+            f" ({self.requests} requests, {self.seconds:.1f} s): {self.verdict}"
+        )
+
+
+@pydantic.dataclasses.dataclass(config=ConfigDict(serialize_by_alias=True))
+class SpeedReport:
+    """The speed phase: its levels and the verdict over them against the reference
+    (`not_judged`: no reference, the figures are recorded and block nothing)."""
+
+    verdict: SpeedOutcome = "not_judged"
+    reason: str = NO_REFERENCE
+    reference: SpeedReference | None = None
+    streamed: bool = True
+    """False: the server refused streamed requests; each was timed whole, so decode
+    time includes the time to the first token."""
+    note: str | None = None
+    max_tokens: int = 0
+    requests: int = 0
+    """Every speed request sent, the first included (it tells whether the server streams,
+    and warms it), cancelled ones not."""
+    output_tokens: int = 0
+    seconds: Seconds = 0.0
+    levels: list[SpeedLevel] = field(default_factory=list)
+
+
+@pydantic.dataclasses.dataclass(config=ConfigDict(serialize_by_alias=True))
 class GateReport:
     """The gate's outcome over its phases.
 
@@ -140,6 +208,9 @@ class GateReport:
         default_factory=list
     )
     advice: Advice | None = None
+    speed: SpeedReport | None = None
+    """The speed levels (None: not measured, `gate.speed.enabled` false, or the gate
+    failed or was interrupted before them)."""
 
     @model_serializer(mode="wrap")
     def _verdict_first(self, handler: SerializerFunctionWrapHandler) -> dict[str, object]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Sequence
@@ -14,12 +15,15 @@ from orchestrator.gate.report import (
     PER_REQUEST,
     SOURCES,
     GateReport,
+    SpeedReport,
     Tick,
     explain_phases,
     overall_verdict,
 )
+from orchestrator.gate.speed import SpeedTraffic, criteria_of, judge_speed, measure_speed
 from orchestrator.metrics.advice import speculative_tokens_advice
 from orchestrator.metrics.assess import FailureCauses, GateCriteria, RequestCriteria, assess
+from orchestrator.metrics.speedup import SpeedReference, combined_outcome
 from orchestrator.playbook import Gate
 from orchestrator.probes.context import ContextBucket
 from orchestrator.probes.endpoints import probe_endpoints
@@ -39,6 +43,7 @@ def run_gate(
     stop: threading.Event | None = None,
     key: ProbeKey | None = None,
     tick: Tick = lambda _: None,
+    reference: SpeedReference | None = None,
 ) -> GateReport:
     """Probe every context bucket on every endpoint, one phase each, within the budgets.
 
@@ -46,7 +51,12 @@ def run_gate(
     The first failed phase decides the gate; every phase must pass for the gate
     to pass. A set `stop` ends the gate inconclusive: a gate that was interrupted
     did not pass. Probe requests carry `key`; a 401 fails the gate saying so,
-    with no word on acceptance. See the module for the two sources.
+    with no word on acceptance. See `acceptance` for the two sources.
+
+    Then, unless acceptance failed or the gate was stopped, the speed levels
+    (`gate.speed`, `speed.measure_speed`), judged against `reference` (a baseline,
+    or the replaced release's recorded figures; None: recorded, not judged). A
+    speed failure fails the gate, naming the level; acceptance stays the diagnosis.
     """
     stop = stop or threading.Event()
     criteria = GateCriteria(
@@ -95,5 +105,33 @@ def run_gate(
     report.explanation = refused or explain_phases(report.phases, report.verdict, causes)
     if report.verdict.outcome == "pass":  # a failed drafter needs fixing, not tuning
         report.advice = speculative_tokens_advice(report.verdict.per_position_acceptance)
+    if gate.speed.enabled and report.verdict.outcome != "fail" and not stop.is_set():
+        report.speed = _speed(target, gate, buckets, stop, tick, reference)
+        outcome = combined_outcome(report.verdict.outcome, report.speed.verdict)
+        if outcome != report.verdict.outcome:
+            report.verdict = dataclasses.replace(
+                report.verdict,
+                outcome=outcome,
+                reason=f"speed: {report.speed.reason}; acceptance: {report.verdict.reason}",
+            )
     report.seconds = time.monotonic() - started
     return report
+
+
+def _speed(
+    target: Target,
+    gate: Gate,
+    buckets: Sequence[ContextBucket],
+    stop: threading.Event,
+    tick: Tick,
+    reference: SpeedReference | None,
+) -> SpeedReport:
+    """The speed levels on the short prompts, within their own `time_budget`, judged
+    against the reference when there is one."""
+    traffic = SpeedTraffic(
+        buckets[0].prompts, gate.speed.max_tokens, request_fields(gate.probe.sampling)
+    )
+    deadline = Deadline.after(gate.time_budget, stop)
+    speed = measure_speed(target, gate.speed, traffic, gate.confidence, deadline, tick)
+    judge_speed(speed, reference, criteria_of(gate.speed))
+    return speed

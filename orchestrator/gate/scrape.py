@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TypeVar
+
 import tenacity
 
 from orchestrator.deadline import Deadline
 from orchestrator.errors import OrchError
 from orchestrator.metrics.scrape import (
     ACCEPT,
+    RUNNING,
     MetricsFormatError,
     SpecDecodeCounters,
+    parse_running,
     parse_spec_decode,
 )
 from orchestrator.transport import http
@@ -17,6 +22,7 @@ from orchestrator.transport.base import Transport
 
 SCRAPE_ATTEMPTS = 3
 SCRAPE_SECONDS = 15.0
+Parsed = TypeVar("Parsed")
 
 
 class ScrapeFailed(Exception):
@@ -26,8 +32,22 @@ class ScrapeFailed(Exception):
 def scrape(
     transport: Transport, address: str, port: int, deadline: Deadline
 ) -> SpecDecodeCounters | None:
-    """One /metrics read, retried on transport errors within the deadline; garbage is a
-    ScrapeFailed."""
+    """The server's speculative-decoding counters (None: it exposes none)."""
+    return _parsed(parse_spec_decode, read_metrics(transport, address, port, deadline))
+
+
+def scrape_running(transport: Transport, address: str, port: int, deadline: Deadline) -> int:
+    """The requests in the server's running batch now; a server without the gauge is a
+    ScrapeFailed (the batch cannot be known)."""
+    running = _parsed(parse_running, read_metrics(transport, address, port, deadline))
+    if running is None:
+        raise ScrapeFailed(f"/metrics has no {RUNNING}")
+    return running
+
+
+def read_metrics(transport: Transport, address: str, port: int, deadline: Deadline) -> str:
+    """One /metrics read, retried on transport errors within the deadline; a failure
+    to read is a ScrapeFailed."""
     retrying = tenacity.Retrying(
         retry=tenacity.retry_if_exception_type(OrchError),
         wait=tenacity.wait_exponential(multiplier=0.1, max=1.0),
@@ -51,7 +71,12 @@ def scrape(
         raise ScrapeFailed(str(exc)) from None
     if response.status != 200:
         raise ScrapeFailed(f"/metrics answered HTTP {response.status}")
+    return response.body.decode("utf-8", "replace")
+
+
+def _parsed(parse: Callable[[str], Parsed], text: str) -> Parsed:
+    """Garbage is a ScrapeFailed."""
     try:
-        return parse_spec_decode(response.body.decode("utf-8", "replace"))
+        return parse(text)
     except MetricsFormatError as exc:
         raise ScrapeFailed(f"/metrics is not Prometheus text: {exc}") from None
