@@ -8,6 +8,7 @@ from orchestrator.gate.report import (
     PhaseReport,
     explain_phases,
     overall_verdict,
+    speed_lines,
 )
 from orchestrator.gate.run import run_gate
 from orchestrator.gate.scrape import SCRAPE_SECONDS, ScrapeFailed, scrape
@@ -22,4 +23,5 @@ __all__ = [
     "overall_verdict",
     "run_gate",
     "scrape",
+    "speed_lines",
 ]

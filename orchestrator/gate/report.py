@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import field
 from typing import Annotated, Any
 
@@ -140,24 +140,6 @@ class SpeedLevel:
     verdict: SpeedOutcome = "not_judged"
     reason: str = ""
 
-    def line(self) -> str:
-        """The level in one line: figures, batch, speedup, verdict."""
-        total = self.total_tokens_per_second
-        if total is None:
-            return f"{self.concurrency} streams: {self.reason}"
-        per_stream = self.per_stream_tokens_per_second
-        batch = (
-            f", batch {self.batch_measured:.1f} ({self.foreign_share:.0%} foreign)"
-            if self.batch_measured is not None and self.foreign_share is not None
-            else ", batch not read"
-        )
-        shown = f", speedup {self.speedup.describe('x')}" if self.speedup else ""
-        return (
-            f"{self.concurrency} streams: {total.describe(' tok/s')} in all, "
-            f"{per_stream.describe(' tok/s') if per_stream else '-'} per stream{batch}{shown}"
-            f" ({self.requests} requests, {self.seconds:.1f} s): {self.verdict}"
-        )
-
 
 @pydantic.dataclasses.dataclass(config=ConfigDict(serialize_by_alias=True))
 class SpeedReport:
@@ -267,3 +249,38 @@ def explain_phases(
             if reason:
                 return reason
     return explain(verdict, causes)
+
+
+def speed_lines(gate: Mapping[str, Any]) -> list[str]:
+    """A gate's speed phase as printed, from its JSON (as the history keeps it): the
+    verdict, then one line a level with its figures, batch, speedup and verdict."""
+    speed = gate.get("speed")
+    if not speed:
+        return []
+    lines = [f"speed {speed['verdict']}: {speed['reason']}"]
+    if speed.get("note"):
+        lines.append(f"speed: {speed['note']}")
+    for level in speed["levels"]:
+        streams = f"{level['concurrency']} stream{'s' if level['concurrency'] != 1 else ''}"
+        total, per_stream = level["total_tokens_per_second"], level["per_stream_tokens_per_second"]
+        if total is None:
+            lines.append(f"speed at {streams}: {level['reason']}")
+            continue
+        batch = (
+            f"batch {level['batch_measured']:.1f} ({level['foreign_share']:.0%} foreign)"
+            if level["batch_measured"] is not None
+            else "batch not read"
+        )
+        speedup = f", speedup {_figure(level['speedup'], 'x')}" if level["speedup"] else ""
+        lines.append(
+            f"speed at {streams}: {_figure(total, ' tok/s')} in all, "
+            f"{_figure(per_stream, ' tok/s')} per stream, {batch}{speedup} "
+            f"({level['requests']} requests, {level['seconds']:.1f} s): {level['verdict']}"
+        )
+    return lines
+
+
+def _figure(figure: Mapping[str, Any], unit: str) -> str:
+    bounds = figure.get("lower") is not None and figure.get("upper") is not None
+    shown = f" ({figure['lower']:.3g}-{figure['upper']:.3g})" if bounds else ""
+    return f"{figure['mean']:.3g}{unit}{shown}"

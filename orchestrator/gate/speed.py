@@ -215,7 +215,8 @@ def measure_speed(
 def _measure_level(level: _Level, speed: Speed, confidence: float, tick: Tick) -> SpeedLevel:
     """One level: its workers send, the main thread reads the batch and stops the
     level once its bounds are within `speed.precision` (after MIN_ROUNDS requests per
-    stream), its budget is spent, its requests mostly fail, or its time is up."""
+    stream and a read of the batch), its budget is spent, its requests mostly fail,
+    or its time is up."""
     started = time.monotonic()
     workers = [threading.Thread(target=level.worker, daemon=True) for _ in range(level.concurrency)]
     samples: list[BatchSample] = []
@@ -224,26 +225,26 @@ def _measure_level(level: _Level, speed: Speed, confidence: float, tick: Tick) -
         worker.start()
     try:
         while any(worker.is_alive() for worker in workers):
-            level.deadline.pause(BATCH_READ_SECONDS)
             if level.deadline.expired() or level.deadline.cancel.is_set():
                 break
-            own = level.own()
+            before = level.own()
             try:
                 running = scrape_running(
                     level.target.transport, level.target.address, level.target.port, level.deadline
                 )
             except ScrapeFailed:
                 pass
-            else:
-                samples.append(BatchSample(running, own))
+            else:  # the server counted its batch while the read was under way
+                samples.append(BatchSample(running, max(before, level.own())))
             with level.lock:
                 finished, errors = list(level.finished), level.errors
             if errors >= FAILING and errors > len(finished):
                 break
             figures = level_figures(level.concurrency, finished, confidence)
-            if len(finished) >= enough and precise_enough(figures, speed.precision):
+            if len(finished) >= enough and samples and precise_enough(figures, speed.precision):
                 break
             tick(f"speed at {level.concurrency} streams: {len(finished)} requests")
+            level.deadline.pause(BATCH_READ_SECONDS)
     finally:
         cancelled = level.stop()
         for worker in workers:

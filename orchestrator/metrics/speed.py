@@ -42,10 +42,6 @@ class Figure:
             return None
         return (self.upper - self.lower) / 2 / self.mean
 
-    def describe(self, unit: str = "") -> str:
-        bounds = f" ({self.lower:.3g}-{self.upper:.3g})" if self.lower is not None else ""
-        return f"{self.mean:.3g}{unit}{bounds}"
-
 
 @dataclass(frozen=True)
 class StreamedRequest:

@@ -11,7 +11,7 @@ from rich.text import Text
 
 from orchestrator.documents import jsonable
 from orchestrator.documents.runs import ConnectionUsage, DeployRun, RollbackRun, Run
-from orchestrator.gate import SOURCES
+from orchestrator.gate import SOURCES, speed_lines
 from orchestrator.outcome import Outcome
 from orchestrator.probes.sampling import describe
 from orchestrator.report.screen import (
@@ -80,6 +80,8 @@ def print_run(doc: Run, stderr: bool = False) -> None:
                     out.print(context_table(out, gate["by_context"]), crop=False)
                 if gate.get("advice"):
                     out.print(f"  advice: {gate['advice']['text']}", highlight=False)
+                for line in speed_lines(gate):
+                    out.print(text(f"  {line}"), highlight=False)
         if target.findings:
             out.print(
                 findings_table(out, target.findings, title=text(f"{target.name}: findings")),
