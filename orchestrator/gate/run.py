@@ -19,6 +19,7 @@ from orchestrator.gate.report import (
     Tick,
     explain_phases,
     overall_verdict,
+    progress_lines,
 )
 from orchestrator.gate.speed import SpeedTraffic, criteria_of, judge_speed, measure_speed
 from orchestrator.metrics.advice import speculative_tokens_advice
@@ -106,7 +107,13 @@ def run_gate(
     if report.verdict.outcome == "pass":  # a failed drafter needs fixing, not tuning
         report.advice = speculative_tokens_advice(report.verdict.per_position_acceptance)
     if gate.speed.enabled and report.verdict.outcome != "fail" and not stop.is_set():
-        report.speed = _speed(target, gate, buckets, stop, tick, reference)
+        accepted = progress_lines(report.phases, criteria)
+
+        def speed_tick(line: str) -> None:
+            """The acceptance phases' last figures stay shown above the speed level's."""
+            tick(f"{accepted}\n{line}")
+
+        report.speed = _speed(target, gate, buckets, stop, speed_tick, reference)
         outcome = combined_outcome(report.verdict.outcome, report.speed.verdict)
         if outcome != report.verdict.outcome:
             report.verdict = dataclasses.replace(
