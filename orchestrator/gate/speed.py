@@ -45,7 +45,7 @@ from orchestrator.transport import http
 
 COMPLETIONS = Endpoint("completions")
 STREAM_FIELDS = {"stream": True, "stream_options": {"include_usage": True}}
-BATCH_READ_SECONDS = 0.25
+BATCH_READ_SECONDS = 0.1
 """Between reads of the running batch during a level (and checks of its precision)."""
 MIN_ROUNDS = 2
 """A level measures at least this many requests per stream before it may stop."""
@@ -64,26 +64,30 @@ class SpeedTraffic:
 
 @dataclass(eq=False)
 class _Level:
-    """One level's traffic: `concurrency` workers sending until stopped or out of budget."""
+    """One level's traffic: `concurrency` workers sending until the level has measured
+    enough (checked at every finished request), is stopped, or is out of budget."""
 
     target: Target
     traffic: SpeedTraffic
     concurrency: int
-    budget: int
+    speed: Speed
+    confidence: float
     deadline: Deadline
     streamed: bool
     finished: list[StreamedRequest] = field(default_factory=list)
+    samples: list[BatchSample] = field(default_factory=list)
     errors: int = 0
     first_error: str = ""
     sent: int = 0
     in_flight: int = 0
+    cancelled: int = 0
     stopped: threading.Event = field(default_factory=threading.Event)
     streams: http.InFlight = field(default_factory=http.InFlight)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def _take(self) -> str | None:
         with self.lock:
-            if self.sent >= self.budget or self.stopped.is_set():
+            if self.sent >= self.speed.max_requests or self.stopped.is_set():
                 return None
             self.sent += 1
             self.in_flight += 1
@@ -107,20 +111,47 @@ class _Level:
                     self.first_error = self.first_error or timed[:200]
                 else:
                     self.finished.append(timed)
-            if isinstance(timed, str):
+                enough = self._enough()
+            if enough:
+                self.stop()
+            elif isinstance(timed, str):
                 self.deadline.pause(0.2)
+
+    def _enough(self) -> bool:
+        """MIN_ROUNDS requests per stream, a batch read, and both bounds within
+        `speed.precision` (under the lock)."""
+        if len(self.finished) < self.concurrency * MIN_ROUNDS or not batch_measured(self.samples):
+            return False
+        figures = level_figures(self.concurrency, self.finished, self.confidence)
+        return precise_enough(figures, self.speed.precision)
+
+    def read_batch(self) -> None:
+        """One read of the server's running batch beside the level's own requests (the
+        server counted it while the read was under way: the larger own count holds)."""
+        before = self.own()
+        target = self.target
+        try:
+            running = scrape_running(target.transport, target.address, target.port, self.deadline)
+        except ScrapeFailed:
+            return
+        with self.lock:
+            self.samples.append(BatchSample(running, max(before, self.in_flight)))
+
+    def failing(self) -> bool:
+        with self.lock:
+            return self.errors >= FAILING and self.errors > len(self.finished)
 
     def own(self) -> int:
         with self.lock:
             return self.in_flight
 
-    def stop(self) -> int:
-        """No new requests, the ones in flight cancelled; returns how many were."""
+    def stop(self) -> None:
+        """No new requests, the ones in flight cancelled (counted the first time)."""
         with self.lock:
+            if not self.stopped.is_set():
+                self.cancelled = self.in_flight
             self.stopped.set()
-            running = self.in_flight
         self.streams.close()
-        return running
 
 
 def send(
@@ -203,8 +234,8 @@ def measure_speed(
         if deadline.cancel.is_set():
             break
         share = Deadline.after(deadline.remaining() / (len(levels) - index), deadline.cancel)
-        level = _Level(target, traffic, concurrency, speed.max_requests, share, report.streamed)
-        report.levels.append(_measure_level(level, speed, confidence, tick))
+        level = _Level(target, traffic, concurrency, speed, confidence, share, report.streamed)
+        report.levels.append(_measure_level(level, tick))
     report.requests = 1 + sum(level.requests + level.request_errors for level in report.levels)
     report.output_tokens = sum(level.output_tokens for level in report.levels)
     report.output_tokens += first.tokens if isinstance(first, StreamedRequest) else 0
@@ -212,66 +243,46 @@ def measure_speed(
     return report
 
 
-def _measure_level(level: _Level, speed: Speed, confidence: float, tick: Tick) -> SpeedLevel:
-    """One level: its workers send, the main thread reads the batch and stops the
-    level once its bounds are within `speed.precision` (after MIN_ROUNDS requests per
-    stream and a read of the batch), its budget is spent, its requests mostly fail,
-    or its time is up."""
+def _measure_level(level: _Level, tick: Tick) -> SpeedLevel:
+    """One level: its workers send and stop it once it has measured enough; the main
+    thread reads the batch every BATCH_READ_SECONDS and stops it when its requests
+    mostly fail or its time is up; a budget spent ends it too."""
     started = time.monotonic()
     workers = [threading.Thread(target=level.worker, daemon=True) for _ in range(level.concurrency)]
-    samples: list[BatchSample] = []
-    enough = level.concurrency * MIN_ROUNDS
     for worker in workers:
         worker.start()
     try:
-        while any(worker.is_alive() for worker in workers):
-            if level.deadline.expired() or level.deadline.cancel.is_set():
+        while any(worker.is_alive() for worker in workers) and not level.stopped.is_set():
+            if level.deadline.expired() or level.deadline.cancel.is_set() or level.failing():
                 break
-            before = level.own()
-            try:
-                running = scrape_running(
-                    level.target.transport, level.target.address, level.target.port, level.deadline
-                )
-            except ScrapeFailed:
-                pass
-            else:  # the server counted its batch while the read was under way
-                samples.append(BatchSample(running, max(before, level.own())))
-            with level.lock:
-                finished, errors = list(level.finished), level.errors
-            if errors >= FAILING and errors > len(finished):
-                break
-            figures = level_figures(level.concurrency, finished, confidence)
-            if len(finished) >= enough and samples and precise_enough(figures, speed.precision):
-                break
-            tick(f"speed at {level.concurrency} streams: {len(finished)} requests")
+            level.read_batch()
+            tick(f"speed at {level.concurrency} streams: {len(level.finished)} requests")
             level.deadline.pause(BATCH_READ_SECONDS)
     finally:
-        cancelled = level.stop()
+        level.stop()
         for worker in workers:
             worker.join(timeout=level.deadline.limit(REQUEST_SECONDS))
-    return level_report(level, samples, confidence, cancelled, time.monotonic() - started)
+    return level_report(level, time.monotonic() - started)
 
 
-def level_report(
-    level: _Level, samples: Sequence[BatchSample], confidence: float, cancelled: int, seconds: float
-) -> SpeedLevel:
+def level_report(level: _Level, seconds: float) -> SpeedLevel:
     """The level's figures from its finished requests and the batches read beside them."""
     report = SpeedLevel(
         level.concurrency,
         requests=len(level.finished),
         request_errors=level.errors,
-        cancelled_requests=cancelled,
+        cancelled_requests=level.cancelled,
         seconds=seconds,
         output_tokens=sum(r.tokens for r in level.finished),
     )
-    figures = level_figures(level.concurrency, level.finished, confidence)
+    figures = level_figures(level.concurrency, level.finished, level.confidence)
     if figures is None:
         report.reason = f"speed not measured: {level.first_error or 'no request decoded'}"
         return report
     report.per_stream_tokens_per_second = figures.per_stream
     report.total_tokens_per_second = figures.total
     report.time_to_first_token = figures.time_to_first_token if level.streamed else None
-    batch = batch_measured(samples)
+    batch = batch_measured(level.samples)
     if batch is not None:
         report.batch_measured, report.foreign_share = batch
     return report
