@@ -281,6 +281,8 @@ def speed_lines(gate: Mapping[str, Any]) -> list[str]:
 
 
 def _figure(figure: Mapping[str, Any], unit: str) -> str:
+    """Tokens per second whole, speedups to two decimals, each with its bound."""
+    digits = 2 if unit == "x" else 0
     bounds = figure.get("lower") is not None and figure.get("upper") is not None
-    shown = f" ({figure['lower']:.3g}-{figure['upper']:.3g})" if bounds else ""
-    return f"{figure['mean']:.3g}{unit}{shown}"
+    shown = f" ({figure['lower']:.{digits}f}-{figure['upper']:.{digits}f})" if bounds else ""
+    return f"{figure['mean']:.{digits}f}{unit}{shown}"
