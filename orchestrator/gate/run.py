@@ -115,11 +115,14 @@ def run_gate(
 
         report.speed = _speed(target, gate, buckets, stop, speed_tick, reference)
         outcome = combined_outcome(report.verdict.outcome, report.speed.verdict)
+        speed_reason = report.speed.reason
+        if stop.is_set():  # an interrupted gate did not pass
+            outcome, speed_reason = "inconclusive", "interrupted during the speed levels"
         if outcome != report.verdict.outcome:
             report.verdict = dataclasses.replace(
                 report.verdict,
                 outcome=outcome,
-                reason=f"speed: {report.speed.reason}; acceptance: {report.verdict.reason}",
+                reason=f"speed: {speed_reason}; acceptance: {report.verdict.reason}",
             )
     report.seconds = time.monotonic() - started
     return report

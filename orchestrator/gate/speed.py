@@ -225,7 +225,10 @@ def measure_speed(
     """Every level of `speed`, one after another within the deadline, unjudged."""
     started = time.monotonic()
     report = SpeedReport(max_tokens=traffic.max_tokens)
-    first = send(target, traffic, traffic.prompts[0], True, deadline)
+    try:
+        first = send(target, traffic, traffic.prompts[0], True, deadline)
+    except OrchError as exc:
+        first = str(exc)
     if isinstance(first, str) and first.startswith("HTTP 4") and not first.startswith("HTTP 401"):
         report.streamed = False
         report.note = f"the server refused a streamed request ({first}): timed whole requests"

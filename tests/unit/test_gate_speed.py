@@ -4,13 +4,17 @@ level, the batch read beside them, the verdict against a reference joined to the
 from __future__ import annotations
 
 import json
+import threading
 
 from scripted import metrics, serving
 from test_transaction import BUCKETS, CAUSES, FAST_GATE
 
 from orchestrator.container.audit import audit_line, release_gate
+from orchestrator.deadline import Deadline
 from orchestrator.documents import jsonable
 from orchestrator.gate import run_gate, speed_lines
+from orchestrator.gate.probe import Target
+from orchestrator.gate.speed import SpeedTraffic, measure_speed
 from orchestrator.metrics.speed import Figure
 from orchestrator.metrics.speedup import NO_REFERENCE, ReferenceLevel, SpeedReference
 from orchestrator.playbook_speed import Speed
@@ -113,3 +117,28 @@ def test_the_audit_keeps_each_levels_figures_for_status_and_a_later_reference() 
     gate = release_gate([line], "r2")
     assert gate is not None
     assert gate["speed"]["levels"][1]["total_tokens_per_second"]["mean"] > 0
+
+
+def test_a_gate_stopped_during_its_speed_levels_did_not_pass() -> None:
+    stop = threading.Event()
+    heard: list[str] = []
+
+    def tick(line: str) -> None:
+        heard.append(line)
+        if "speed at" in line:
+            stop.set()
+
+    report = run_gate(served(), "10.0.0.5", 8000, "m", SPEED_GATE, BUCKETS, CAUSES, stop, tick=tick)
+    assert report.verdict.outcome == "inconclusive"
+    assert report.verdict.reason.startswith("speed: interrupted during the speed levels")
+
+
+def test_a_server_that_refuses_connections_is_said_so_not_raised() -> None:
+    refusing = MemoryTransport()  # no route answers: every connection is refused
+    target = Target(refusing, "10.0.0.5", 8000, "m")
+    traffic = SpeedTraffic(("hello",), 8, {})
+    report = measure_speed(target, Speed(concurrency=[2]), traffic, 0.95, Deadline.after(5))
+    (level,) = report.levels
+    assert level.total_tokens_per_second is None
+    assert level.request_errors >= 3 and level.requests == 0
+    assert level.reason.startswith("speed not measured: ") and "refused" in level.reason
