@@ -17,12 +17,12 @@ class Speed(Schema):
     """Speed at the concurrency the server will see: per-stream decode speed and the
     server's total output tokens per second, each with a confidence bound over
     independent requests (`gate.confidence`), at each level of concurrent streams,
-    after the acceptance phases and within a `gate.time_budget` of its own."""
+    once the acceptance phases passed, within a `gate.time_budget` of its own."""
 
     enabled: bool = Field(
         default=True,
-        description="Measure speed after the acceptance phases. `false` skips it: the "
-        "gate then says nothing on whether speculation pays.",
+        description="Measure speed once the acceptance phases passed. `false` skips it: "
+        "the gate then says nothing on whether speculation pays.",
     )
     production_concurrency: Streams = Field(
         default=8,

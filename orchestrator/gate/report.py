@@ -191,8 +191,8 @@ class GateReport:
     )
     advice: Advice | None = None
     speed: SpeedReport | None = None
-    """The speed levels (None: not measured, `gate.speed.enabled` false, or the gate
-    failed or was interrupted before them)."""
+    """The speed levels (None: not measured: `gate.speed.enabled` false, acceptance did
+    not pass, or the gate was interrupted before them)."""
 
     @model_serializer(mode="wrap")
     def _verdict_first(self, handler: SerializerFunctionWrapHandler) -> dict[str, object]:

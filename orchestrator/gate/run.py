@@ -54,7 +54,8 @@ def run_gate(
     did not pass. Probe requests carry `key`; a 401 fails the gate saying so,
     with no word on acceptance. See `acceptance` for the two sources.
 
-    Then, unless acceptance failed or the gate was stopped, the speed levels
+    Then, once acceptance passed (a gate that will not pass needs no speed figure,
+    and keeps its time budget), unless stopped, the speed levels
     (`gate.speed`, `speed.measure_speed`), judged against `reference` (a baseline,
     or the replaced release's recorded figures; None: recorded, not judged). A
     speed failure fails the gate, naming the level; acceptance stays the diagnosis.
@@ -106,7 +107,7 @@ def run_gate(
     report.explanation = refused or explain_phases(report.phases, report.verdict, causes)
     if report.verdict.outcome == "pass":  # a failed drafter needs fixing, not tuning
         report.advice = speculative_tokens_advice(report.verdict.per_position_acceptance)
-    if gate.speed.enabled and report.verdict.outcome != "fail" and not stop.is_set():
+    if gate.speed.enabled and report.verdict.outcome == "pass" and not stop.is_set():
         accepted = progress_lines(report.phases, criteria)
 
         def speed_tick(line: str) -> None:
