@@ -1,6 +1,7 @@
 """The gate on a live server: acceptance from probe traffic, then speed at the
 concurrency the server will see (`run.run_gate`). One module a concept: `probe` (the
-traffic), `scrape` (/metrics), `acceptance` (its phases), `report` (what it reports)."""
+acceptance traffic), `scrape` (/metrics), `acceptance` (its phases), `speed` (the speed
+levels, `measure_speed` callable alone), `report` (what it reports), `run` (both in turn)."""
 
 from orchestrator.gate.report import (
     SOURCES,
