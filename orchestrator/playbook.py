@@ -20,18 +20,20 @@ from pydantic import AfterValidator, BaseModel, Field, model_validator
 
 from orchestrator.drafters.kinds import DEFAULT_KIND, get_kind
 from orchestrator.errors import InputError
-from orchestrator.schema import Name, Port, Schema, validate_document
+from orchestrator.playbook_speed import Speed
+from orchestrator.schema import (
+    MAX_COUNT,
+    Fraction,
+    Name,
+    Port,
+    Positive,
+    Schema,
+    Seconds,
+    validate_document,
+)
 from orchestrator.yamlsource import YamlDocument, load_yaml_file, parse_yaml, places
 
 PLAYBOOK_DIR = Path(__file__).resolve().parent / "playbooks"
-
-# Every number has a range: a value outside it (infinite, NaN, negative, absurdly large)
-# is refused when the playbook is loaded, before anything is rendered or written.
-MAX_COUNT = 1_000_000
-WEEK = 7 * 24 * 3600.0
-Positive = Annotated[int, Field(ge=1, le=MAX_COUNT)]
-Seconds = Annotated[float, Field(gt=0, le=WEEK)]
-Fraction = Annotated[float, Field(ge=0, le=1)]
 
 
 class TargetModel(Schema):
@@ -347,6 +349,7 @@ class Gate(Schema):
         "failed request alone does not, unless none was answered.",
     )
     probe: Probe = Probe()
+    speed: Speed = Speed()
 
 
 def _percentage(value: str) -> str:

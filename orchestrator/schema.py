@@ -15,6 +15,13 @@ ModelT = TypeVar("ModelT", bound=BaseModel)
 
 Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")]
 Port = Annotated[int, Field(ge=1, le=65535)]
+# Every number has a range: a value outside it (infinite, NaN, negative, absurdly large)
+# is refused when the document is loaded, before anything is rendered or written.
+MAX_COUNT = 1_000_000
+WEEK = 7 * 24 * 3600.0
+Positive = Annotated[int, Field(ge=1, le=MAX_COUNT)]
+Seconds = Annotated[float, Field(gt=0, le=WEEK)]
+Fraction = Annotated[float, Field(ge=0, le=1)]
 
 
 class Schema(BaseModel):

@@ -7,6 +7,7 @@ arguments, never by reading the script), and a vLLM that answers /health, /metri
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -23,8 +24,9 @@ from orchestrator.transport.memory import MemoryStream, MemoryTransport
 SERVER_PID = 4242
 
 
-def metrics(scrape: int) -> bytes:
-    """Counters after `scrape` intervals of 100 drafts of 4 tokens, 3.0 accepted each."""
+def metrics(scrape: int, running: int = 0) -> bytes:
+    """Counters after `scrape` intervals of 100 drafts of 4 tokens, 3.0 accepted each, and
+    `running` requests in the batch."""
     drafts = 100 * scrape
     per_pos = [int(drafts * r) for r in (0.9, 0.8, 0.7, 0.6)]
     lines = []
@@ -40,22 +42,43 @@ def metrics(scrape: int) -> bytes:
         f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{position="{i}"}} {v}'
         for i, v in enumerate(per_pos)
     ]
+    lines += ["# TYPE vllm:num_requests_running gauge", f"vllm:num_requests_running {running}"]
     return ("\n".join(lines) + "\n").encode()
 
 
-def serving(transport: MemoryTransport, served_name: str) -> list[str]:
-    """A vLLM that is ready at once; returns the model names its completions were asked for."""
+def streamed(tokens: int) -> bytes:
+    """A streamed completion's server-sent events: a chunk a token, the usage, done."""
+    chunks = [{"choices": [{"index": 0, "text": " a"}]} for _ in range(tokens)]
+    chunks.append({"choices": [], "usage": {"completion_tokens": tokens}})
+    events = [f"data: {json.dumps(chunk)}\n\n" for chunk in chunks] + ["data: [DONE]\n\n"]
+    return "".join(events).encode()
+
+
+def serving(
+    transport: MemoryTransport, served_name: str, stream_seconds: float = 0.01
+) -> list[str]:
+    """A vLLM that is ready at once; returns the model names its completions were asked for.
+    A streamed completion takes `stream_seconds`."""
     asked: list[str] = []
     scrapes = iter(range(1, 10_000))
+    running = [0]
+    lock = threading.Lock()
 
     def complete(body: bytes) -> tuple[int, bytes]:
-        model = json.loads(body)["model"]
-        asked.append(model)
-        time.sleep(0.01)  # a request takes a little while: the traffic outlasts a few scrapes
-        return (200, b"{}") if model == served_name else (404, b"no such model")
+        request = json.loads(body)
+        asked.append(request["model"])
+        with lock:
+            running[0] += 1
+        # a request takes a little while: the traffic outlasts a few scrapes
+        time.sleep(stream_seconds if request.get("stream") else 0.01)
+        with lock:
+            running[0] -= 1
+        if request["model"] != served_name:
+            return 404, b"no such model"
+        return 200, streamed(4) if request.get("stream") else b"{}"
 
     transport.on_http("GET", "/health", lambda _: (200, b""))
-    transport.on_http("GET", "/metrics", lambda _: (200, metrics(next(scrapes))))
+    transport.on_http("GET", "/metrics", lambda _: (200, metrics(next(scrapes), running[0])))
     transport.on_http("POST", "/v1/completions", complete)
     transport.on_http("POST", "/v1/chat/completions", complete)
     return asked

@@ -11,6 +11,7 @@ from scripted import ScriptedContainer
 from orchestrator.cancel import Cancel
 from orchestrator.contract import jsonable
 from orchestrator.deadline import SYSTEM_CLOCK, Clock
+from orchestrator.drafters.kinds import get_kind
 from orchestrator.gate import run_gate
 from orchestrator.inventory import load_inventory
 from orchestrator.plan import TargetPlan, plan_deploy
@@ -26,6 +27,7 @@ FAST_GATE = Gate(
     probe=Probe(scrape_interval=0.02, concurrency=1, max_tokens=8, endpoints=["completions"]),
 )
 BUCKETS = [ContextBucket("short", 0, None, ("hello",))]
+CAUSES = get_kind("dflash").failure_causes
 
 
 # -- the transaction -----------------------------------------------------------------------------

@@ -28,7 +28,18 @@ STATUS_TAIL = 200
 """Audit lines `orch status` reads to find the gate that admitted the current release."""
 
 SUMMARY_KEYS = ("run_id", "time", "action", "result", "release", "current")
-GATE_KEYS = ("verdict", "mean_acceptance_length")
+GATE_KEYS = ("verdict", "mean_acceptance_length", "speed")
+SPEED_LEVEL_KEYS = (
+    "concurrency",
+    "requests",
+    "per_stream_tokens_per_second",
+    "total_tokens_per_second",
+    "batch_measured",
+    "foreign_share",
+    "speedup",
+    "verdict",
+)
+"""What the audit keeps of each speed level: a later gate's reference is read from it."""
 
 
 # --- write ------------------------------------------------------------------------------
@@ -52,6 +63,7 @@ def audit_line(run_id: str, user: str, action: str, target: Mapping[str, Any]) -
             "current": target.get("current"),
             "verdict": gate.get("verdict"),
             "mean_acceptance_length": gate.get("mean_acceptance_length"),
+            "speed": speed_record(gate),
             "current_gate": _gate_of_current(target),
         },
         sort_keys=True,
@@ -68,7 +80,29 @@ def _gate_of_current(target: Mapping[str, Any]) -> dict[str, Any] | None:
         gate = target.get("rollback_gate")
     else:
         gate = None
-    return {key: gate.get(key) for key in GATE_KEYS} if gate else None
+    return _gate_record(gate) if gate else None
+
+
+def _gate_record(gate: Mapping[str, Any]) -> dict[str, Any]:
+    """A gate's figures as the audit keeps them."""
+    return {
+        "verdict": gate.get("verdict"),
+        "mean_acceptance_length": gate.get("mean_acceptance_length"),
+        "speed": speed_record(gate),
+    }
+
+
+def speed_record(gate: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The speed phase's verdict and each level's figures (None: no speed phase ran)."""
+    speed = gate.get("speed")
+    if not isinstance(speed, Mapping):
+        return None
+    levels = [
+        {key: level.get(key) for key in SPEED_LEVEL_KEYS}
+        for level in speed.get("levels") or []
+        if isinstance(level, Mapping)
+    ]
+    return {"verdict": speed.get("verdict"), "levels": levels}
 
 
 def append(transport: Transport, audit_log: str, line: str) -> None:
@@ -135,6 +169,7 @@ def release_gate(lines: list[str], release: str | None) -> dict[str, Any] | None
                 "time": raw.get("time"),
                 "result": gate.get("verdict"),
                 "mean_acceptance_length": gate.get("mean_acceptance_length"),
+                "speed": gate.get("speed"),
             }
     return None
 

@@ -23,6 +23,7 @@ DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
 ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
 ACCEPTED_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
 DRAFTS_CREATED = "vllm:spec_decode_num_drafts_created"
+RUNNING = "vllm:num_requests_running"
 TOTALS = (DRAFTS, DRAFT_TOKENS, ACCEPTED)
 EXCERPT_CHARS = 80
 ACCEPT = "text/plain; version=0.0.4"
@@ -82,6 +83,13 @@ def parse_spec_decode(text: str) -> SpecDecodeCounters | None:
     if problems:
         raise MetricsFormatError("counters contradict each other: " + "; ".join(problems))
     return counters
+
+
+def parse_running(text: str) -> int | None:
+    """Requests in the server's running batch, summed over its engines (None: the
+    server exposes no such gauge)."""
+    counts = [_count(sample) for sample in _samples(text) if sample.name == RUNNING]
+    return sum(counts) if counts else None
 
 
 def contradictions(counters: SpecDecodeCounters) -> list[str]:

@@ -10,7 +10,7 @@ from rich.text import Text
 
 from orchestrator.connections import ConnectionUsage
 from orchestrator.documents.runs import DeployRun, RollbackRun, Run
-from orchestrator.gate import SOURCES, GateReport, PhaseReport
+from orchestrator.gate import SOURCES, GateReport, PhaseReport, speed_lines
 from orchestrator.probes.sampling import describe
 from orchestrator.report.screen import (
     Cell,
@@ -79,6 +79,8 @@ def print_run(doc: Run, stderr: bool = False) -> None:
                     out.print(context_table(out, report.phases), crop=False)
                 if report.advice:
                     out.print(f"  advice: {report.advice.text}", highlight=False)
+                for line in speed_lines(report.speed):
+                    out.print(text(f"  {line}"), highlight=False)
         if target.findings:
             out.print(
                 findings_table(out, target.findings, title=text(f"{target.name}: findings")),

@@ -21,7 +21,8 @@ from orchestrator.container.server import Server
 from orchestrator.contract import jsonable
 from orchestrator.deadline import SYSTEM_CLOCK, Clock
 from orchestrator.errors import NeedsAttention
-from orchestrator.gate import GateReport, Tick
+from orchestrator.gate import GateReport
+from orchestrator.gate.report import Tick
 from orchestrator.layout import LAUNCH_SCRIPT, Layout
 from orchestrator.metrics.assess import FailureCauses
 from orchestrator.plan import TargetPlan

@@ -15,6 +15,7 @@ import io
 import json
 import socket
 import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -138,6 +139,61 @@ def request(
     """One request on a fresh stream, done within `timeout` seconds in all;
     connection refusal raises ServiceUnavailable. With `in_flight`, closing it
     ends the request (a TransportError)."""
+    with _exchange(
+        transport, address, port, method, path, payload, timeout, headers, in_flight
+    ) as response:
+        if (response.length or 0) > MAX_BODY_BYTES:
+            raise http.client.HTTPException(f"a body of {response.length} bytes is too large")
+        content = response.read() if response.length is not None else _read_bounded(response)
+    return HttpResponse(response.status, content)
+
+
+def stream_events(
+    transport: Transport,
+    address: str,
+    port: int,
+    path: str,
+    payload: Any,
+    on_data: Callable[[str], None],
+    timeout: float = 30.0,
+    headers: dict[str, str] | None = None,
+    in_flight: InFlight | None = None,
+) -> HttpResponse:
+    """A POST whose 200 answer is server-sent events: `on_data` hears each event's
+    `data:` payload as it arrives, the returned body is empty. Bounded as `request`
+    is: `timeout` for the whole stream, MAX_BODY_BYTES in all; any other status
+    returns its body."""
+    with _exchange(
+        transport, address, port, "POST", path, payload, timeout, headers, in_flight
+    ) as response:
+        if response.status != 200:
+            return HttpResponse(response.status, _read_bounded(response))
+        read = 0
+        while line := response.readline(MAX_BODY_BYTES + 1 - read):
+            read += len(line)
+            if read > MAX_BODY_BYTES:
+                raise http.client.HTTPException(
+                    f"a stream of more than {MAX_BODY_BYTES} bytes is too large"
+                )
+            if line.startswith(b"data:"):
+                on_data(line[5:].strip().decode("utf-8", "replace"))
+    return HttpResponse(200, b"")
+
+
+@contextlib.contextmanager
+def _exchange(
+    transport: Transport,
+    address: str,
+    port: int,
+    method: str,
+    path: str,
+    payload: Any,
+    timeout: float,
+    headers: dict[str, str] | None,
+    in_flight: InFlight | None,
+) -> Iterator[http.client.HTTPResponse]:
+    """A request sent on a fresh stream and its response, whose reading the caller does
+    inside; the stream is closed after, and a failure anywhere is a TransportError."""
     deadline = Deadline.after(timeout)
     stream = transport.open_stream(address, port, timeout)
     if in_flight is not None:
@@ -147,10 +203,7 @@ def request(
     headers = {**({"Content-Type": "application/json"} if body else {}), **(headers or {})}
     try:
         connection.request(method, path, body=body, headers=headers)
-        response = connection.getresponse()
-        if (response.length or 0) > MAX_BODY_BYTES:
-            raise http.client.HTTPException(f"a body of {response.length} bytes is too large")
-        content = response.read() if response.length is not None else _read_bounded(response)
+        yield connection.getresponse()
     except (OSError, EOFError, http.client.HTTPException) as exc:
         # EOFError: paramiko's packetizer when the SSH connection under the stream is gone
         raise TransportError(
@@ -161,7 +214,6 @@ def request(
         stream.close()
         if in_flight is not None:
             in_flight.discard(stream)
-    return HttpResponse(response.status, content)
 
 
 def _read_bounded(response: http.client.HTTPResponse) -> bytes:

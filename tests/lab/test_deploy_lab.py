@@ -445,3 +445,30 @@ def test_after_ctrl_c_the_containers_not_started_say_the_run_was_interrupted(
     assert (rows["ct200"], rows["ct201"]) == ("interrupted", "skipped")
     assert "ct201: not started: the run was interrupted" in out
     assert "failure budget" not in out
+
+
+def test_a_deploy_records_its_speed_at_each_level(lab: LabHandle) -> None:
+    """No reference yet: the speed levels are measured and recorded, and block nothing."""
+    code, document = deploy(lab, "--limit", "ct200")
+    assert code == 0, document
+    gate = target(document, "ct200")["gate"]
+    assert gate["verdict"] == "pass"
+    speed = gate["speed"]
+    assert (speed["verdict"], speed["reference"]) == ("not_judged", None)
+    assert [level["concurrency"] for level in speed["levels"]] == [1, 8]
+    for level in speed["levels"]:
+        assert level["requests"] >= 2 * level["concurrency"]
+        for figure in ("per_stream_tokens_per_second", "total_tokens_per_second"):
+            measured = level[figure]
+            assert 0 < measured["lower"] <= measured["mean"] <= measured["upper"]
+        assert level["speedup"] is None
+        assert level["verdict"] == "not_judged"
+        assert level["batch_measured"] > 0 and 0 <= level["foreign_share"] <= 1
+    assert speed["output_tokens"] >= sum(lv["output_tokens"] for lv in speed["levels"]) > 0
+    status = lab.orch("status", "qwen-dflash", "-i", str(lab.inventory), "-l", "ct200", "--json")
+    recorded = status.json["targets"][0]["release_gate"]["speed"]
+    assert [level["concurrency"] for level in recorded["levels"]] == [1, 8]
+    assert (
+        recorded["levels"][1]["total_tokens_per_second"]
+        == speed["levels"][1]["total_tokens_per_second"]
+    )

@@ -106,6 +106,12 @@ def test_the_target_drafting_for_itself_passes_its_gate_at_k_plus_one(
         K + 1, rel=0.01
     )
     assert status(real_lab)["health"] == 200
+    # The real server streams: each level timed from its server-sent events.
+    speed = gate["speed"]
+    assert (speed["streamed"], speed["verdict"]) == (True, "not_judged")
+    for level in speed["levels"]:
+        assert level["total_tokens_per_second"]["mean"] > 0
+        assert 0 < level["time_to_first_token"] < 60
 
 
 def test_the_real_server_guards_v1_with_the_secret_key_and_never_shows_it(

@@ -34,6 +34,7 @@ from orchestrator.gate import (
 )
 from orchestrator.metrics.assess import GateCriteria, Verdict, VerdictOutcome
 from orchestrator.playbook import Gate
+from orchestrator.playbook_speed import Speed
 from orchestrator.probes.context import ContextBucket
 from orchestrator.probes.endpoints import Endpoint
 
@@ -205,12 +206,14 @@ def test_per_request_phases_share_the_whole_time_budget(servers: dict) -> None:
 
 def test_a_decided_phase_cancels_its_requests_and_the_server_aborts_them(servers: dict) -> None:
     """Long answers (2000 tokens, about half a second each here): the requests in flight at
-    the verdict are cut off, so the server generates far fewer tokens than they asked for."""
+    the verdict are cut off, so the server generates far fewer tokens than they asked for
+    (no speed phase: its tokens are not the acceptance phases')."""
     port = servers["healthy_pr"]
     tokens = ("vllm:generation_tokens_total", "")
     before = samples(port)[tokens]
     the_gate = gate("per_request", endpoints=["completions"], max_tokens=2000)
-    report = probe_gate(servers, "healthy", the_gate.model_copy(update={"min_drafts": 100}))
+    unsped = {"min_drafts": 100, "speed": Speed(enabled=False)}
+    report = probe_gate(servers, "healthy", the_gate.model_copy(update=unsped))
     assert report.verdict.outcome == "pass", report.verdict.reason
     cancelled = sum(p.cancelled for p in report.phases)
     assert cancelled > 0

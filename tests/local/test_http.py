@@ -8,31 +8,17 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from loopback import LoopbackTransport
 
 from orchestrator.deadline import Deadline
 from orchestrator.errors import TransportError
 from orchestrator.transport import http
-from orchestrator.transport.base import Result
 
 RESPONSE = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Type: text/plain\r\n\r\nok"
-
-
-class SocketTransport:
-    """Streams are plain loopback sockets; commands are not this test's business."""
-
-    label = "local"
-
-    def run(
-        self, argv: Sequence[str], stdin: bytes | None = None, timeout: float | None = None
-    ) -> Result:
-        raise NotImplementedError
-
-    def open_stream(self, address: str, port: int, timeout: float = 10.0) -> socket.socket:
-        return socket.create_connection((address, port), timeout)
 
 
 class Server:
@@ -81,7 +67,7 @@ def serve() -> Iterator[list[Server]]:
 
 def get(server: Server, timeout: float) -> http.HttpResponse:
     return http.request(
-        SocketTransport(), "127.0.0.1", server.port, "GET", "/health", timeout=timeout
+        LoopbackTransport(), "127.0.0.1", server.port, "GET", "/health", timeout=timeout
     )
 
 
@@ -144,7 +130,7 @@ class LostConnectionStream:
         pass
 
 
-class LostConnectionTransport(SocketTransport):
+class LostConnectionTransport(LoopbackTransport):
     label = "ct200"
 
     def open_stream(self, address: str, port: int, timeout: float = 10.0) -> Any:

@@ -124,3 +124,32 @@ def test_a_mistyped_key_gets_the_field_it_is_closest_to(
     assert any(found.endswith(f": {line}") for found in str(caught.value).splitlines()), str(
         caught.value
     )
+
+
+@pytest.mark.parametrize(
+    ("assignments", "levels"),
+    [
+        ([], [1, 8]),
+        (["gate.speed.production_concurrency=32"], [1, 32]),
+        (["gate.speed.production_concurrency=1"], [1]),
+        (["gate.speed.concurrency=[16, 1, 4]"], [1, 4, 16]),
+    ],
+)
+def test_speed_is_measured_at_one_stream_and_the_production_concurrency(
+    assignments: list[str], levels: list[int]
+) -> None:
+    assert load_playbook(QWEN, assignments).gate.speed.levels() == levels
+
+
+@pytest.mark.parametrize(
+    ("assignment", "says"),
+    [
+        ("gate.speed.concurrency=[1, 8, 1]", "concurrency levels repeat"),
+        ("gate.speed.concurrency=[]", "gate.speed.concurrency"),
+        ("gate.speed.max_regression=1.5", "gate.speed.max_regression"),
+        ("gate.speed.min_speedup=0", "gate.speed.min_speedup"),
+    ],
+)
+def test_a_speed_setting_out_of_range_names_its_field(assignment: str, says: str) -> None:
+    with pytest.raises(InputError, match=says):
+        load_playbook(QWEN, [assignment])

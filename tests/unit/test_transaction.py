@@ -14,12 +14,11 @@ import time
 import pytest
 from clocks import FakeClock
 from scripted import metrics, serving
-from transactions import BUCKETS, FAST_GATE, Container, setup, target_run
+from transactions import BUCKETS, CAUSES, FAST_GATE, Container, setup, target_run
 
 from orchestrator.cancel import Cancel
 from orchestrator.container.gpu import wait_free
 from orchestrator.container.lock import Owner
-from orchestrator.drafters.kinds import get_kind
 from orchestrator.gate import run_gate
 from orchestrator.plan import TargetPlan
 from orchestrator.playbook import Gate, Playbook, Probe
@@ -29,7 +28,6 @@ from orchestrator.transaction.options import Options
 from orchestrator.transport.base import Result
 from orchestrator.transport.memory import MemoryTransport
 
-CAUSES = get_kind("dflash").failure_causes
 ONE_SCRAPE_A_SECOND = Gate(
     min_drafts=50,
     probe=Probe(scrape_interval=1.0, concurrency=1, max_tokens=8, endpoints=["completions"]),

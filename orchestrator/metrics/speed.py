@@ -1,0 +1,188 @@
+"""Speed from streamed requests: per-stream decode speed and the server's total output
+tokens per second at one level of concurrent streams, each with a confidence bound.
+
+The independent samples are requests, never tokens: the tokens of one request share
+its prompt, its batch and its drafts. Per-stream decode speed is each request's
+(tokens - 1) / (last token - first token), a Student's t interval over requests. The
+total is Little's law for a closed loop that keeps `c` requests in flight: c x (sum of
+tokens) / (sum of latencies), a ratio estimator over requests with its delta-method
+variance, so a level needs no clock beside its requests' own.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from statistics import fmean
+
+import pydantic
+
+from orchestrator.metrics.stats import student_t_quantile
+
+DONE = "[DONE]"
+
+
+class StreamMalformed(ValueError):
+    """A streamed completion that does not read as vLLM's: it measured nothing."""
+
+
+@pydantic.dataclasses.dataclass(frozen=True)
+class Figure:
+    """A mean with its two-sided confidence bounds (None from fewer than two requests)."""
+
+    mean: float
+    lower: float | None = None
+    upper: float | None = None
+
+    def relative_half_width(self) -> float | None:
+        """Half the bound's width over the mean (None: no bounds, or a mean of zero)."""
+        if self.lower is None or self.upper is None or self.mean <= 0:
+            return None
+        return (self.upper - self.lower) / 2 / self.mean
+
+
+@dataclass(frozen=True)
+class StreamedRequest:
+    """One finished streamed request: seconds from sending to its first and its last
+    token, and the output tokens the server counted (its `usage`)."""
+
+    first_token: float
+    last_token: float
+    tokens: int
+
+    @property
+    def decode_speed(self) -> float | None:
+        """Tokens after the first per second (None: one token, or all in one chunk)."""
+        seconds = self.last_token - self.first_token
+        return (self.tokens - 1) / seconds if self.tokens > 1 and seconds > 0 else None
+
+
+def streamed_request(events: Sequence[tuple[float, str]]) -> StreamedRequest:
+    """A streamed completion read from its server-sent events: each `data:` payload with
+    the seconds after sending it arrived. Text chunks time the tokens; the usage chunk
+    (`stream_options.include_usage`) counts them, since a chunk may carry several."""
+    texts: list[float] = []
+    tokens: int | None = None
+    for arrived, data in events:
+        if data.strip() == DONE:
+            break
+        try:
+            chunk = json.loads(data)
+        except ValueError:
+            raise StreamMalformed(f"an event is not JSON: {data[:80]!r}") from None
+        if not isinstance(chunk, dict):
+            raise StreamMalformed(f"an event is not an object: {data[:80]!r}")
+        if any(_text(choice) for choice in chunk.get("choices") or ()):
+            texts.append(arrived)
+        usage = chunk.get("usage")
+        if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
+            tokens = usage["completion_tokens"]
+    if tokens is None:
+        raise StreamMalformed("no usage chunk: the stream did not count its tokens")
+    if not texts:
+        raise StreamMalformed("no text chunk: the stream carried no token")
+    return StreamedRequest(texts[0], texts[-1], tokens)
+
+
+def _text(choice: object) -> bool:
+    return isinstance(choice, dict) and bool(choice.get("text"))
+
+
+def mean_interval(values: Sequence[float], confidence: float) -> Figure:
+    """Mean of independent values with a two-sided Student's t interval."""
+    if not values:
+        raise ValueError("no values: a mean needs at least one")
+    mean = fmean(values)
+    if len(values) < 2:
+        return Figure(mean)
+    variance = sum((v - mean) ** 2 for v in values) / (len(values) - 1)
+    half = _quantile(confidence, len(values)) * math.sqrt(variance / len(values))
+    return Figure(mean, mean - half, mean + half)
+
+
+def ratio_interval(
+    numerators: Sequence[float], denominators: Sequence[float], confidence: float
+) -> Figure:
+    """sum(numerators) / sum(denominators) over independent pairs, with the ratio
+    estimator's delta-method interval: var = s^2(n_i - R d_i) / (count x mean(d)^2)."""
+    if not numerators or len(numerators) != len(denominators) or sum(denominators) <= 0:
+        raise ValueError("a ratio needs pairs with a positive total denominator")
+    ratio = sum(numerators) / sum(denominators)
+    count = len(numerators)
+    if count < 2:
+        return Figure(ratio)
+    residuals = [n - ratio * d for n, d in zip(numerators, denominators, strict=True)]
+    spread = sum(r * r for r in residuals) / (count - 1)
+    half = _quantile(confidence, count) * math.sqrt(spread / count) / fmean(denominators)
+    return Figure(ratio, ratio - half, ratio + half)
+
+
+def _quantile(confidence: float, count: int) -> float:
+    return student_t_quantile((1 + confidence) / 2, count - 1)
+
+
+@dataclass(frozen=True)
+class LevelFigures:
+    """One level's figures from its finished requests."""
+
+    per_stream: Figure
+    """Decode speed of one stream, tokens after the first per second."""
+    total: Figure
+    """The server's output tokens per second with `concurrency` streams in flight."""
+    time_to_first_token: float
+    output_tokens: int
+
+
+def level_figures(
+    concurrency: int, requests: Sequence[StreamedRequest], confidence: float
+) -> LevelFigures | None:
+    """The level's figures (None: no finished request decoded past its first token)."""
+    speeds = [s for s in (r.decode_speed for r in requests) if s is not None]
+    if not speeds:
+        return None
+    total = ratio_interval(
+        [r.tokens for r in requests], [r.last_token for r in requests], confidence
+    )
+    return LevelFigures(
+        per_stream=mean_interval(speeds, confidence),
+        total=_scaled(total, concurrency),
+        time_to_first_token=fmean(r.first_token for r in requests),
+        output_tokens=sum(r.tokens for r in requests),
+    )
+
+
+def _scaled(figure: Figure, factor: float) -> Figure:
+    return Figure(
+        figure.mean * factor,
+        None if figure.lower is None else figure.lower * factor,
+        None if figure.upper is None else figure.upper * factor,
+    )
+
+
+def precise_enough(figures: LevelFigures | None, precision: float) -> bool:
+    """Both bounds within `precision` of their means, relative: the level may stop."""
+    if figures is None:
+        return False
+    widths = [figures.per_stream.relative_half_width(), figures.total.relative_half_width()]
+    return all(width is not None and width <= precision for width in widths)
+
+
+@dataclass(frozen=True)
+class BatchSample:
+    """One read of `vllm:num_requests_running` beside the gate's own requests in flight."""
+
+    running: int
+    own: int
+
+
+def batch_measured(samples: Sequence[BatchSample]) -> tuple[float, float] | None:
+    """The mean batch the server ran during a level and the share of it that was other
+    clients' requests (running beyond the gate's own, never below zero); None when
+    no read saw a batch."""
+    running = sum(s.running for s in samples)
+    if running <= 0:
+        return None
+    foreign = sum(max(0, s.running - s.own) for s in samples)
+    return running / len(samples), foreign / running
