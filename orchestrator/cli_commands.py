@@ -790,7 +790,7 @@ def _status_entry(transport: Transport, plan: TargetPlan, lease: float | None) -
     owner = Owner.parse(entry["lock"] or "")
     # Status reads no heartbeat: a lock is live unless its owner's process on this
     # machine is provably gone (the lease is the deploy's to judge, on the container).
-    live = owner if owner and owner.gone(lease or 0.0, 0.0) is None else None
+    live = owner if owner and owner.gone(0.0) is None else None
     server = Server(transport, plan.layout, plan.address, plan.port)
     facts = {
         "release": entry["release"],
