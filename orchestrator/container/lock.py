@@ -212,7 +212,8 @@ class Owner:
     """The PID's start time (clock ticks after boot), so a reused PID is not taken as alive."""
 
     @classmethod
-    def me(cls, run_id: str, user: str, lease: float | None = None) -> Owner:
+    def me(cls, run_id: str, user: str) -> Owner:
+        """This process, as a lock records it (the lease is set by its DeployLock)."""
         pid = os.getpid()
         return cls(
             run_id,
@@ -220,9 +221,8 @@ class Owner:
             socket.gethostname(),
             pid,
             time.time(),
-            lease,
-            _boot_id(),
-            _process_start(pid),
+            boot_id=_boot_id(),
+            pid_start=_process_start(pid),
         )
 
     def to_json(self) -> str:
