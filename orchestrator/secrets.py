@@ -15,14 +15,19 @@ the run log keeps its size and not its bytes.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import functools
 import hashlib
 import io
 import os
+import selectors
 import shlex
+import signal
+import stat
 import subprocess
 import threading
+import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -39,6 +44,9 @@ API_KEY = "VLLM_API_KEY"
 (0.34.0 `entrypoints/serve/middleware/register.py:32-33`)."""
 API_KEY_FLAG = "--api-key"
 COMMAND_SECONDS = 30.0
+"""A secret command's deadline: past it, its whole process group is killed."""
+SOURCE_BYTES = 64 * 1024
+"""The most a secret file, or a secret command's output, may hold (a key is far less)."""
 UNRESOLVED = "unresolved"
 """The digest of a secret a command did not resolve (status, logs, rollback need none)."""
 SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL")
@@ -74,27 +82,125 @@ def _read(source: SecretSource, where: str) -> str:
             raise InputError(f"{where}: environment variable {source.env} is not set")
         return value
     if source.file is not None:
-        path = Path(source.file).expanduser()
-        try:
-            return _one_line(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError) as exc:
-            reason = getattr(exc, "strerror", None) or type(exc).__name__
-            raise InputError(f"{where}: cannot read file {path}: {reason}") from None
-    argv = source.command or []
+        return _read_file(Path(source.file).expanduser(), where)
+    return _run_command(source.command or [], f"{where}: {source.describe()}")
+
+
+def _read_file(path: Path, where: str) -> str:
+    """A regular file of at most SOURCE_BYTES. Opened without blocking and judged by
+    what was opened, before any read: a FIFO would wait forever for a writer, a device
+    such as /dev/zero never ends."""
     try:
-        done = subprocess.run(
-            argv, capture_output=True, timeout=COMMAND_SECONDS, stdin=subprocess.DEVNULL
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+    except OSError as exc:
+        raise InputError(f"{where}: cannot read file {path}: {exc.strerror}") from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise InputError(f"{where}: {path} is {_kind(mode)}, not a regular file")
+    with os.fdopen(fd, "rb") as opened:
+        try:
+            data = opened.read(SOURCE_BYTES + 1)
+        except OSError as exc:
+            raise InputError(f"{where}: cannot read file {path}: {exc.strerror}") from None
+    if len(data) > SOURCE_BYTES:
+        raise InputError(f"{where}: file {path} holds more than {SOURCE_BYTES // 1024} KiB")
+    try:
+        return _one_line(data.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise InputError(f"{where}: cannot read file {path}: not UTF-8 text") from None
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "a socket" if stat.S_ISSOCK(mode) else "not a file"
+
+
+def _run_command(argv: list[str], what: str) -> str:
+    """The command's stdout, at most SOURCE_BYTES, within COMMAND_SECONDS. It runs in a
+    session of its own, so the deadline, too much output, or its own exit ends its whole
+    process group: a child left holding the output pipe holds nothing up. Its stderr is
+    never shown (it may hold the value): only its exit code and size are said."""
+    try:
+        command = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
         )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise InputError(f"{where}: {source.describe()}: {exc}") from None
-    if done.returncode != 0:
-        # stderr only: stdout may hold the value or part of it
-        said = done.stderr.decode("utf-8", "replace").strip().splitlines()[-1:]
+    except OSError as exc:
+        raise InputError(f"{what}: cannot run it: {exc.strerror or exc}") from None
+    try:
+        out, err_bytes, ended = _collect(command, time.monotonic() + COMMAND_SECONDS)
+    finally:
+        _end_group(command)
+    if not ended:
         raise InputError(
-            f"{where}: {source.describe()} exited {done.returncode}"
-            + (f": {said[0][:300]}" if said else "")
+            f"{what} did not finish within {COMMAND_SECONDS:g} s (its process group was ended)"
         )
-    return _one_line(done.stdout.decode("utf-8", "replace"))
+    if len(out) > SOURCE_BYTES:
+        raise InputError(f"{what} printed more than {SOURCE_BYTES // 1024} KiB (ended)")
+    if command.returncode != 0:
+        code = command.returncode
+        how = f"exited {code}" if code > 0 else f"was ended by signal {-code}"
+        withheld = f"; its stderr ({err_bytes} bytes) is not shown" if err_bytes else ""
+        raise InputError(f"{what} {how}{withheld}")
+    return _one_line(out.decode("utf-8", "replace"))
+
+
+def _collect(command: subprocess.Popen[bytes], deadline: float) -> tuple[bytes, int, bool]:
+    """(stdout up to SOURCE_BYTES + 1, how many stderr bytes, whether the command ended
+    in time). Reading stops once its process has exited and its pipes hold nothing more
+    (what it printed is in them by then), when stdout passes the cap, or at the deadline."""
+    assert command.stdout is not None and command.stderr is not None
+    out, err_bytes = bytearray(), 0
+    with selectors.DefaultSelector() as selector:
+        for pipe in (command.stdout, command.stderr):
+            os.set_blocking(pipe.fileno(), False)
+            selector.register(pipe, selectors.EVENT_READ)
+        while len(out) <= SOURCE_BYTES:
+            exited = _exited(command.pid)
+            ready = selector.select(timeout=0 if exited else 0.05) if selector.get_map() else []
+            for key, _ in ready:
+                chunk = os.read(key.fd, 65536)
+                if not chunk:
+                    selector.unregister(key.fileobj)
+                elif key.fileobj is command.stdout:
+                    out += chunk
+                else:
+                    err_bytes += len(chunk)
+            if exited and not ready:
+                break
+            if time.monotonic() > deadline:
+                return bytes(out), err_bytes, False
+            if not selector.get_map():
+                time.sleep(0.05)  # both pipes closed, the process still running
+    return bytes(out), err_bytes, True
+
+
+def _exited(pid: int) -> bool:
+    """Whether the process has exited, leaving it unreaped (its PID, and so its process
+    group's id, stays ours until `_end_group` kills the group)."""
+    try:
+        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:
+        return True
+
+
+def _end_group(command: subprocess.Popen[bytes]) -> None:
+    """Kill what is left of the command's process group, then reap the command."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(command.pid, signal.SIGKILL)
+    command.wait()
+    for pipe in (command.stdout, command.stderr):
+        if pipe is not None:
+            pipe.close()
 
 
 def _one_line(text: str) -> str:

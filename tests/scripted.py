@@ -158,6 +158,7 @@ class ScriptedContainer:
                 [(p, self.files[p]) for p in paths if p in self.files]
             ),
             "acquire_lock": self._acquire_lock,
+            "read_lock": self._read_lock,
             "release_lock": self._release_lock,
             "take_over_lock": self._take_over_lock,
             "renew_lock": self._renew_lock,
@@ -208,11 +209,19 @@ class ScriptedContainer:
     def _acquire_lock(self, lock_dir: str, owner_json: str) -> tuple[int, bytes]:
         owner = f"{lock_dir}/owner.json"
         if owner in self.files:
-            return 1, f"heartbeat 1000 {self.heartbeat_age}\n".encode() + self.files[owner]
+            return 1, self._read_lock(lock_dir)
         self.files[owner] = owner_json.encode()
         self.heartbeat_age = 0
         self.events.append("lock")
         return 0, b""
+
+    def _read_lock(self, lock_dir: str) -> bytes:
+        """As lock.read_lock prints it: a heartbeat of an older orch (no uptime in it),
+        `heartbeat_age` old on the container's clock."""
+        owner = f"{lock_dir}/owner.json"
+        if owner not in self.files:
+            return b""
+        return f"heartbeat 1000 - {1000 + self.heartbeat_age} -\n".encode() + self.files[owner]
 
     def _release_lock(self, lock_dir: str, run_id: str | None) -> bytes:
         owner = f"{lock_dir}/owner.json"
@@ -222,6 +231,8 @@ class ScriptedContainer:
         return b""
 
     def _renew_lock(self, lock_dir: str, run_id: str) -> tuple[int, bytes]:
+        if f"{lock_dir}/owner.json" not in self.files:
+            return 3, b""
         if run_id not in self.files.get(f"{lock_dir}/owner.json", b"").decode():
             return 1, b""
         self.heartbeat_age = 0
@@ -231,7 +242,7 @@ class ScriptedContainer:
         self, lock_dir: str, stale_owner: str, stale_heartbeat: str, owner_json: str
     ) -> tuple[int, bytes]:
         owner = f"{lock_dir}/owner.json"
-        if self.files.get(owner, b"").decode() != stale_owner or stale_heartbeat != "1000":
+        if self.files.get(owner, b"").decode() != stale_owner or stale_heartbeat != "1000 -":
             return 1, self.files.get(owner, b"")
         self.files[owner] = owner_json.encode()
         self.heartbeat_age = 0

@@ -107,7 +107,7 @@ def _subjects(subjects: list[str]) -> str:
 def convert(source: AnsibleInventory, command: str) -> Imported:
     """The orch inventory for an Ansible one (validated by orch's loader)."""
     mapping = _Mapping(source)
-    guests = {name: source.host_vars(name) for name in source.hosts}
+    guests = source.all_host_vars()
     nodes = {n: v for n, v in guests.items() if "proxmox_vmid" not in v}
     for name, settings in nodes.items():
         _node(mapping, name, settings)

@@ -10,8 +10,11 @@ host variables last).
 
 from __future__ import annotations
 
+import itertools
+import math
 import re
 import string
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,8 +23,12 @@ from orchestrator.yamlsource import YamlDocument
 
 RANGE = re.compile(r"\[([0-9a-zA-Z]+):([0-9a-zA-Z]+)(?::([0-9]+))?\]")
 IPV6 = re.compile(r"\[([0-9A-Fa-f.]*:[0-9A-Fa-f.]*:[0-9A-Fa-f:.]*)\](?::([0-9]+))?")
-MAX_EXPANDED = 100_000
-"""Hosts one pattern may expand to: a typo like [1:99999999] is refused, not allocated."""
+MAX_HOSTS = 10_000
+"""Different hosts one inventory may name (a fleet of containers is far smaller): a
+typo like [1:99999999] is refused by its size, computed before anything is expanded."""
+MAX_EXPANSIONS = 100_000
+"""Host names the patterns of one inventory may expand to in all, repeats counted: the
+bound on work when the same hosts are listed again and again."""
 
 
 @dataclass
@@ -36,7 +43,8 @@ class Setting:
 class Group:
     name: str
     where: str
-    hosts: list[str] = field(default_factory=list)
+    hosts: dict[str, None] = field(default_factory=dict)
+    """Its own hosts, in order of appearance (a dict: an ordered set)."""
     children: list[str] = field(default_factory=list)
     vars: dict[str, Setting] = field(default_factory=dict)
 
@@ -55,46 +63,76 @@ class AnsibleInventory:
     source: str
     hosts: dict[str, Host] = field(default_factory=dict)
     groups: dict[str, Group] = field(default_factory=dict)
+    expanded: int = 0
+    """Host names expanded from the patterns so far, repeats counted (MAX_EXPANSIONS)."""
 
     def group(self, name: str, where: str) -> Group:
         return self.groups.setdefault(name, Group(name, where))
 
     def add_host(self, pattern: str, where: str, group: str, variables: dict[str, Setting]) -> None:
         """Every host a pattern names, in `group`, with its variables (a later line
-        setting the same variable wins, as in Ansible)."""
-        names, port = expand_pattern(pattern, where)
-        for name in names:
-            host = self.hosts.setdefault(name, Host(name, where))
-            if port is not None:
-                host.vars["ansible_port"] = Setting(port, where)
+        setting the same variable wins, as in Ansible). The pattern's size is known
+        before it is expanded: past MAX_HOSTS or the file's MAX_EXPANSIONS, nothing is."""
+        parsed = parse_pattern(pattern, where)
+        if parsed.size > MAX_HOSTS:
+            raise InputError(
+                f"{where}: host pattern {pattern!r} names {parsed.size} hosts, over the bound "
+                f"of {MAX_HOSTS} hosts in one inventory"
+            )
+        self.expanded += parsed.size
+        if self.expanded > MAX_EXPANSIONS:
+            raise InputError(
+                f"{where}: host pattern {pattern!r}: the host patterns of this inventory name "
+                f"over {MAX_EXPANSIONS} hosts in all (the bound on work)"
+            )
+        members = self.group(group, where).hosts
+        for name in parsed.names():
+            host = self.hosts.get(name)
+            if host is None:
+                if len(self.hosts) == MAX_HOSTS:
+                    raise InputError(
+                        f"{where}: host {name}: over the bound of {MAX_HOSTS} hosts in one "
+                        "inventory"
+                    )
+                host = self.hosts[name] = Host(name, where)
+            if parsed.port is not None:
+                host.vars["ansible_port"] = Setting(parsed.port, where)
             host.vars.update(variables)
-            members = self.group(group, where).hosts
-            if name not in members:
-                members.append(name)
+            members[name] = None
 
-    def host_vars(self, name: str) -> dict[str, Setting]:
-        """A host's variables after precedence: `all`, then its groups from the
+    def all_host_vars(self) -> dict[str, dict[str, Setting]]:
+        """Each host's variables after precedence: `all`, then its groups from the
         shallowest to the deepest (by name within a depth), then the host's own."""
         depths = self._depths()
-        chain = sorted(
-            (g for g in self.groups if name in self.members(g)),
-            key=lambda g: (depths.get(g, 1), g),
-        )
-        merged: dict[str, Setting] = {}
-        for group in chain:
-            merged.update(self.groups[group].vars)
-        merged.update(self.hosts[name].vars)
+        groups_of: dict[str, list[str]] = {name: [] for name in self.hosts}
+        for group in sorted(self.groups, key=lambda g: (depths.get(g, 1), g)):
+            for name in self.members(group):
+                groups_of[name].append(group)
+        merged: dict[str, dict[str, Setting]] = {}
+        for name, chain in groups_of.items():
+            merged[name] = {}
+            for group in chain:
+                merged[name].update(self.groups[group].vars)
+            merged[name].update(self.hosts[name].vars)
         return merged
 
-    def members(self, group: str, seen: frozenset[str] = frozenset()) -> list[str]:
-        """The hosts of a group and of its children, in order of appearance."""
+    def members(self, group: str) -> list[str]:
+        """The hosts of a group and of its children, in order of appearance; each
+        group is walked once (a group reached twice adds nothing new)."""
         if group == "all":
             return list(self.hosts)
-        found = list(self.groups[group].hosts)
-        for child in self.groups[group].children:
-            if child not in seen:
-                found += [h for h in self.members(child, seen | {group}) if h not in found]
-        return found
+        found: dict[str, None] = {}
+        walked: set[str] = set()
+
+        def walk(name: str) -> None:
+            walked.add(name)
+            found.update(self.groups[name].hosts)
+            for child in self.groups[name].children:
+                if child not in walked:
+                    walk(child)
+
+        walk(group)
+        return list(found)
 
     def _depths(self) -> dict[str, int]:
         """Each group's distance from `all` (Ansible's group depth)."""
@@ -112,9 +150,45 @@ class AnsibleInventory:
         return [g.name for g in self.groups.values() if group in g.children and g.name != "all"]
 
 
-def expand_pattern(pattern: str, where: str) -> tuple[list[str], int | None]:
-    """`web[01:03].lan:2222` -> (['web01.lan', 'web02.lan', 'web03.lan'], 2222);
-    `[fd00::5]:22` -> (['fd00::5'], 22)."""
+@dataclass(frozen=True)
+class HostRange:
+    """`[START:END:STEP]` of numbers (zero-padded as START is) or of single letters."""
+
+    items: range
+    letters: bool
+    width: int
+
+    @property
+    def size(self) -> int:
+        """len(items), by arithmetic: len() of a range past sys.maxsize overflows."""
+        return (self.items.stop - self.items.start - 1) // self.items.step + 1
+
+    def __iter__(self) -> Iterator[str]:
+        for n in self.items:
+            yield string.ascii_letters[n] if self.letters else str(n).zfill(self.width)
+
+
+@dataclass(frozen=True)
+class HostPattern:
+    """A host line's name: literal text and ranges, in order, and a port."""
+
+    parts: tuple[str | HostRange, ...]
+    port: int | None
+
+    @property
+    def size(self) -> int:
+        """How many names it expands to, without expanding it."""
+        return math.prod(p.size for p in self.parts if isinstance(p, HostRange))
+
+    def names(self) -> Iterator[str]:
+        choices = [[p] if isinstance(p, str) else p for p in self.parts]
+        return ("".join(chosen) for chosen in itertools.product(*choices))
+
+
+def parse_pattern(pattern: str, where: str) -> HostPattern:
+    """A host pattern read, each range checked, nothing expanded. Ranges are those of
+    the pattern as written (as Ansible's `expand_hostname_range` reads them): text an
+    expansion makes is never read as a range again."""
     name, port_text = pattern, None
     bracketed = IPV6.fullmatch(pattern)
     if bracketed:
@@ -129,43 +203,34 @@ def expand_pattern(pattern: str, where: str) -> tuple[list[str], int | None]:
     if not name:
         raise InputError(f"{where}: host {pattern!r}: no host name")
     if bracketed:
-        return [name], port
-    names = [name]
-    while any(RANGE.search(n) for n in names):
-        names = [expanded for n in names for expanded in _expand_first(n, where)]
-        if len(names) > MAX_EXPANDED:
-            raise InputError(f"{where}: host pattern {pattern!r} names over {MAX_EXPANDED} hosts")
-    return names, port
+        return HostPattern((name,), port)
+    parts: list[str | HostRange] = []
+    position = 0
+    for found in RANGE.finditer(name):
+        parts += [name[position : found.start()], _range(found, where)]
+        position = found.end()
+    return HostPattern((*parts, name[position:]), port)
 
 
-def _expand_first(name: str, where: str) -> list[str]:
-    found = RANGE.search(name)
-    assert found is not None
+def _range(found: re.Match[str], where: str) -> HostRange:
     start, end, step_text = found.groups()
-    head, tail = name[: found.start()], name[found.end() :]
     step = int(step_text or 1)
     if step < 1:
         raise InputError(f"{where}: host range {found.group(0)}: the step must be at least 1")
     if start.isdigit() and end.isdigit():
-        if int(start) > int(end) or int(end) - int(start) > MAX_EXPANDED * step:
+        if int(start) > int(end):
             raise InputError(f"{where}: host range {found.group(0)}: not a usable range")
         width = len(start) if start.startswith("0") else 0
-        items = [str(n).zfill(width) for n in range(int(start), int(end) + 1, step)]
-    elif (
-        len(start) == len(end) == 1
-        and start in string.ascii_letters
-        and end in string.ascii_letters
-    ):
-        letters = string.ascii_letters
+        return HostRange(range(int(start), int(end) + 1, step), False, width)
+    letters = string.ascii_letters
+    if len(start) == len(end) == 1 and start in letters and end in letters:
         if letters.index(start) > letters.index(end):
             raise InputError(f"{where}: host range {found.group(0)}: starts after it ends")
-        items = list(letters[letters.index(start) : letters.index(end) + 1 : step])
-    else:
-        raise InputError(
-            f"{where}: host range {found.group(0)}: expected [START:END] of numbers or "
-            "of single letters"
-        )
-    return [f"{head}{item}{tail}" for item in items]
+        return HostRange(range(letters.index(start), letters.index(end) + 1, step), True, 0)
+    raise InputError(
+        f"{where}: host range {found.group(0)}: expected [START:END] of numbers or "
+        "of single letters"
+    )
 
 
 def from_yaml(document: YamlDocument) -> AnsibleInventory:

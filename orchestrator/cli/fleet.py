@@ -179,12 +179,23 @@ def releases(**options: Any) -> None:
 
 @click.command()
 @fleet_read_options
-def unlock(**options: Any) -> None:
-    """Remove a stale deploy lock, showing whose it was."""
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Remove a lock even when its run may still be at work (its process alive here, or "
+    "its heartbeat within its lease); that run stops at its next safe point.",
+)
+def unlock(force: bool, **options: Any) -> None:
+    """Remove a stale deploy lock, showing whose it was; a live run's lock is refused
+    (exit 3, naming it) unless --force."""
     from orchestrator.fleet.unlock import unlock as remove_locks
     from orchestrator.report import tables
 
-    _fleet_read(remove_locks, lambda doc, _: tables.print_unlock(doc), **options)
+    _fleet_read(
+        lambda inputs, connect: remove_locks(inputs, connect, force),
+        lambda doc, _: tables.print_unlock(doc),
+        **options,
+    )
 
 
 @click.command()

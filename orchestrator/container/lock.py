@@ -1,18 +1,26 @@
 """The deploy lock of one deployment: acquire, renew, release, read its owner, take it
 over: its scripts, the owner record, and `DeployLock`, which runs them.
 
-The lock is a directory holding `owner.json` (run id, user, control host, PID and
-since when) and `heartbeat`, whose modification time the holder renews every
-quarter lease while it holds the lock. It is built whole in a temp dir and renamed
-into place (`mv -T` of a directory is atomic and fails on a held, non-empty lock), so
-a lock is never seen without its owner. A run holds it from before preflight until
-after its last switch; `held()` does both ends and the renewals between.
+The lock is a directory holding `owner.json` (run id, user, control host, PID, the
+PID's start time and its host's boot id, since when, and the holder's lease) and
+`heartbeat`, which the holder rewrites every quarter lease while it holds the lock
+with the container's uptime (`/proc/uptime`, a monotonic clock: a step of the
+container's wall clock moves neither end of the age). It is built whole in a temp dir
+and renamed into place (`mv -T` of a directory is atomic and fails on a held,
+non-empty lock), so a lock is never seen without its owner. A run holds it from
+before preflight until after its last switch; `held()` does both ends and the
+renewals between.
 
-An owner that is provably gone is taken over instead of refused: the same control
-host and its PID is dead, or its heartbeat stopped for longer than the lease, the
-heartbeat's age measured on the container's own clock (never the local clock
-against a stored time). An owner file that cannot be read is judged by its
-heartbeat alone. Anything else is held, and `orch unlock` stays for it.
+An owner whose process runs on this control host (same host name, same boot, its PID
+alive with the start time the lock records) is alive, whatever its heartbeat says,
+and is never taken over. An owner that is provably gone is taken over instead of
+refused: on this host and boot, its PID is dead or now another process; or its
+heartbeat is older than the HOLDER's lease (recorded in the lock; the default lease
+for a lock without one), the age measured on the container's uptime (a heartbeat
+from a past boot of the container is at least the uptime old); a heartbeat from an
+older orch, with no uptime in it, is aged by its mtime on the container's clock. An
+owner file that cannot be read is judged by its heartbeat alone. Anything else is
+held: `orch unlock` refuses it too, unless forced.
 """
 
 from __future__ import annotations
@@ -24,9 +32,10 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
 
-from orchestrator.container.shell import builder, q, read_whole, reading, run_step, script
+from orchestrator.container.shell import builder, q, reading, run_step, script
 from orchestrator.durations import ago
 from orchestrator.errors import LockHeld, OrchError, StepFailed
 from orchestrator.layout import Layout
@@ -41,39 +50,75 @@ RENEWALS_PER_LEASE = 4
 # --- the scripts ----------------------------------------------------------------------
 
 
-def _heartbeat_mtime(lock: str) -> str:
-    """Shell: the heartbeat's mtime in epoch seconds (the owner file's, then the lock
-    dir's, for a lock from before heartbeats)."""
+def _heartbeat(lock: str) -> str:
+    """Shell: `hb` set to the heartbeat's stamp, `MTIME UPTIME`: its mtime in epoch
+    seconds (the owner file's, then the lock dir's, for a lock from before heartbeats)
+    and the container uptime it holds (`-` when it holds none: an older orch's)."""
     return (
-        f"stat -c %Y {lock}/heartbeat 2>/dev/null || stat -c %Y {lock}/owner.json 2>/dev/null "
-        f"|| stat -c %Y {lock}"
+        f"mtime=$(stat -c %Y {lock}/heartbeat 2>/dev/null "
+        f"|| stat -c %Y {lock}/owner.json 2>/dev/null || stat -c %Y {lock})"
+        f" && beat=$(head -c 32 {lock}/heartbeat 2>/dev/null | tr -cd 0-9.)"
+        ' && hb="$mtime ${beat:--}"'
+    )
+
+
+def _beat_into(path: str) -> str:
+    """Shell: the container's uptime written into `path` (a new file, renamed in); on a
+    full disk, `path` emptied instead (aged by its mtime, never by a stale uptime)."""
+    return (
+        f'{{ cut -d" " -f1 /proc/uptime > {path}.$$ && mv -f {path}.$$ {path}; }} 2>/dev/null '
+        f"|| {{ rm -f {path}.$$; : > {path}; }}"
+    )
+
+
+def _print_held(lock: str) -> str:
+    """Shell: `heartbeat MTIME UPTIME NOW NOW_UPTIME` (the stamp, then the container's
+    wall clock and uptime now), then the owner file as it is."""
+    return (
+        f"{_heartbeat(lock)} || exit 2\n"
+        'now=$(cut -d" " -f1 /proc/uptime 2>/dev/null)\n'
+        'echo "heartbeat $hb $(date +%s) ${now:--}"\n'
+        f"cat {lock}/owner.json 2>/dev/null"
     )
 
 
 @builder
 def acquire_lock(lock_dir: str, owner_json: str) -> list[str]:
     """Build the lock whole in a temp dir and rename it into place: exit 0 and the lock
-    is ours; exit 1 and it is held (prints `heartbeat MTIME AGE`, the heartbeat's time
-    and age in seconds on the container's clock, then the owner); exit 2 and it could
-    not be made at all (stderr says why)."""
+    is ours; exit 1 and it is held (prints its heartbeat and owner, see `_print_held`);
+    exit 2 and it could not be made at all (stderr says why)."""
     lock, parent = q(lock_dir), q(lock_dir.rsplit("/", 1)[0])
+    new_heartbeat = '"$new/heartbeat"'
     return script(
         f"mkdir -p {parent} && new=$(mktemp -d {parent}/.lock.XXXXXX) || exit 2\n"
         "trap 'rm -rf \"$new\"' EXIT\n"
-        f'printf %s {q(owner_json)} > "$new/owner.json" && : > "$new/heartbeat" || exit 2\n'
+        f'printf %s {q(owner_json)} > "$new/owner.json" || exit 2\n'
+        f"{_beat_into(new_heartbeat)} || exit 2\n"
         f'if mv -T "$new" {lock} 2>/dev/null; then trap - EXIT; exit 0; fi\n'
         f'[ -d {lock} ] || {{ mv -T "$new" {lock}; exit 2; }}\n'
-        f"hb=$({_heartbeat_mtime(lock)}) || exit 2\n"
-        'echo "heartbeat $hb $(($(date +%s) - hb))"\n'
-        f"cat {lock}/owner.json 2>/dev/null; exit 1"
+        f"{_print_held(lock)}; exit 1"
     )
 
 
 @builder
-def renew_lock(lock_dir: str, run_id: str) -> list[str]:
-    """Touch the heartbeat while the lock is still `run_id`'s; exit 1 when it is not."""
+def read_lock(lock_dir: str) -> list[str]:
+    """The lock as a refused acquire prints it (see `_print_held`); nothing when there
+    is no lock."""
     lock = q(lock_dir)
-    return script(f"grep -qF {q(run_id)} {lock}/owner.json 2>/dev/null && touch {lock}/heartbeat")
+    return script(f"[ -d {lock} ] || exit 0\n{_print_held(lock)}; exit 0")
+
+
+@builder
+def renew_lock(lock_dir: str, run_id: str) -> list[str]:
+    """Rewrite the heartbeat while the lock is still `run_id`'s: exit 1 when another run
+    holds it now, exit 3 when there is no lock (removed by `orch unlock --force`), exit 2
+    when the heartbeat could not be written (the next renewal tries again)."""
+    owner = q(lock_dir + "/owner.json")
+    return script(
+        f"[ -f {owner} ] || exit 3\n"
+        f"grep -qF {q(run_id)} {owner} || exit 1\n"
+        f"{_beat_into(q(lock_dir + '/heartbeat'))} || exit 2"
+    )
 
 
 @builder
@@ -106,12 +151,12 @@ def take_over_lock(
     lock, owner, busy = q(lock_dir), q(lock_dir + "/owner.json"), q(lock_dir + "/takeover")
     return script(
         f"[ -d {lock} ] || exit 1\n"
-        f"hb=$({_heartbeat_mtime(lock)})\n"
         f"mkdir {busy} 2>/dev/null || {{ cat {owner} 2>/dev/null; exit 1; }}\n"
+        f"{_heartbeat(lock)}\n"
         f'if [ "$(cat {owner} 2>/dev/null)" = {q(stale_owner)} ] '
         f'&& [ "$hb" = {q(stale_heartbeat)} ]; then\n'
         f"  printf %s {q(owner_json)} > {owner}.tmp && mv -f {owner}.tmp {owner} "
-        f"&& touch {lock}/heartbeat; rc=$?\n"
+        f"&& {_beat_into(q(lock_dir + '/heartbeat'))}; rc=$?\n"
         f"else cat {owner} 2>/dev/null; rc=1; fi\n"
         f"rmdir {busy}; exit $rc"
     )
@@ -119,8 +164,8 @@ def take_over_lock(
 
 @dataclass(frozen=True)
 class Held:
-    """What acquire_lock printed for a held lock: the heartbeat's time and age (both on
-    the container's clock) and the owner text as it is."""
+    """What acquire_lock printed for a held lock: the heartbeat's stamp (what a take-over
+    must still find), its age in seconds on the container, and the owner text as it is."""
 
     heartbeat: str
     age: float
@@ -130,10 +175,22 @@ class Held:
 def parse_held(text: str) -> Held:
     first, _, rest = text.partition("\n")
     with reading("the held lock", text):
-        word, mtime, age = first.split()
+        word, mtime, beat, now, now_uptime = first.split()
         if word != "heartbeat":
             raise ValueError("no heartbeat line")
-        return Held(mtime, float(age), rest.strip())
+        return Held(f"{mtime} {beat}", heartbeat_age(mtime, beat, now, now_uptime), rest.strip())
+
+
+def heartbeat_age(mtime: str, beat: str, now: str, now_uptime: str) -> float:
+    """Seconds since the last beat, by the container's uptime when the heartbeat holds
+    one: immune to a step of its wall clock. A beat above the uptime now was written
+    before the container last started, so it is at least the uptime old (an age is
+    never over-stated: an over-stated age steals a live lock). A heartbeat without an
+    uptime (written by an older orch) is aged by its mtime, on the container's clock."""
+    if beat != "-" and now_uptime != "-":
+        beat_at, uptime = float(beat), float(now_uptime)
+        return uptime - beat_at if beat_at <= uptime else uptime
+    return float(int(now) - int(mtime))
 
 
 # --- the owner and the lock -----------------------------------------------------------
@@ -146,10 +203,26 @@ class Owner:
     control_host: str
     pid: int | None
     since: float  # seconds since the epoch
+    lease: float | None = None
+    """The holder's lease: its heartbeat older than this means it is gone."""
+    boot_id: str | None = None
+    """The control host's boot id when the lock was taken (a PID means nothing across boots)."""
+    pid_start: int | None = None
+    """The PID's start time (clock ticks after boot), so a reused PID is not taken as alive."""
 
     @classmethod
     def me(cls, run_id: str, user: str) -> Owner:
-        return cls(run_id, user, socket.gethostname(), os.getpid(), time.time())
+        """This process, as a lock records it (the lease is set by its DeployLock)."""
+        pid = os.getpid()
+        return cls(
+            run_id,
+            user,
+            socket.gethostname(),
+            pid,
+            time.time(),
+            boot_id=_boot_id(),
+            pid_start=_process_start(pid),
+        )
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -160,22 +233,55 @@ class Owner:
         judged gone: an unreadable owner is a person's call)."""
         try:
             data = json.loads(text)
+            lease = float(data["lease"]) if data.get("lease") is not None else None
             return cls(
                 str(data["run_id"]),
                 str(data.get("user", "?")),
                 str(data.get("control_host", "?")),
                 int(data["pid"]) if data.get("pid") is not None else None,
                 float(data["since"]),
+                lease if lease is not None and 0 < lease < float("inf") else None,
+                str(data["boot_id"]) if data.get("boot_id") is not None else None,
+                int(data["pid_start"]) if data.get("pid_start") is not None else None,
             )
-        except (ValueError, TypeError, KeyError):
+        except (ValueError, TypeError, KeyError, AttributeError):
             return None
 
-    def gone(self, lease: float, heartbeat_age: float) -> str | None:
-        """Why this owner can no longer be running, or None if it may be. The heartbeat's
-        age was measured on the container, so no two clocks are compared."""
-        if self.control_host == socket.gethostname() and self.pid and not _pid_alive(self.pid):
+    @property
+    def held_for(self) -> float:
+        """The lease its heartbeat is judged by: its own, or the default for a lock
+        written without one."""
+        return self.lease or DEFAULT_LEASE
+
+    def process(self) -> bool | None:
+        """Whether its process provably runs (True) or provably is gone (False) on this
+        control host; None when that cannot be known from here (another host, another
+        boot of a host by this name, or an older lock's live PID without a start time)."""
+        if self.control_host != socket.gethostname() or not self.pid:
+            return None
+        if self.boot_id is None or self.pid_start is None:  # an older orch's lock
+            return False if not _pid_alive(self.pid) else None
+        if self.boot_id != _boot_id():
+            return None
+        return _process_start(self.pid) == self.pid_start
+
+    def alive(self, heartbeat_age: float) -> str | None:
+        """Why this owner may still be running (so its lock stays), or None if it is gone."""
+        process = self.process()
+        if process:
+            return f"its process {self.pid} runs on {self.control_host}"
+        return heartbeat_fresh(self.held_for, heartbeat_age) if process is None else None
+
+    def gone(self, heartbeat_age: float) -> str | None:
+        """Why this owner can no longer be running, or None if it may be. A process
+        provably running here keeps its lock whatever its heartbeat says; the
+        heartbeat's age was measured on the container, against the holder's lease."""
+        process = self.process()
+        if process:
+            return None
+        if process is False:
             return f"its process {self.pid} on {self.control_host} is gone"
-        return heartbeat_stopped(lease, heartbeat_age)
+        return heartbeat_stopped(self.held_for, heartbeat_age)
 
     def who(self) -> str:
         """`root@ops1 3m ago`: the holder as status, unlock and a refused deploy say it."""
@@ -183,6 +289,12 @@ class Owner:
 
     def __str__(self) -> str:
         return f"run {self.run_id} of {self.who()} (pid {self.pid})"
+
+
+def heartbeat_fresh(lease: float, heartbeat_age: float) -> str | None:
+    if heartbeat_age <= lease:
+        return f"its heartbeat is {heartbeat_age:.0f} s old, within its lease of {lease:g} s"
+    return None
 
 
 def heartbeat_stopped(lease: float, heartbeat_age: float) -> str | None:
@@ -204,16 +316,35 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+def _process_start(pid: int) -> int | None:
+    """Field 22 of /proc/PID/stat (when the process started, in clock ticks after boot);
+    None when there is no such process, or it is a zombie."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return None if fields[0] in ("Z", "X") else int(fields[19])
+
+
+def _boot_id() -> str | None:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip() or None
+    except OSError:
+        return None
+
+
 class DeployLock:
     """The lock of one deployment as one run takes, renews and releases it."""
 
     def __init__(
         self, transport: Transport, layout: Layout, owner: Owner, lease: float | None = None
     ) -> None:
-        self.transport, self.layout, self.owner = transport, layout, owner
         self.lease = lease or DEFAULT_LEASE
+        self.transport, self.layout = transport, layout
+        self.owner = replace(owner, lease=self.lease)
+        """Records this run's lease in the lock: a taker judges the heartbeat by it."""
         self.lost: str | None = None
-        """Set by a renewal that found the lock no longer ours (broken and retaken)."""
+        """Set by a renewal that found the lock no longer ours (removed, or retaken)."""
         self.taken_from: Owner | None = None
         """The gone owner this run took the lock over from, if it did."""
 
@@ -232,17 +363,16 @@ class DeployLock:
             )
         held = parse_held(result.text)
         holder = Owner.parse(held.owner_text)
-        reason = (
-            holder.gone(self.lease, held.age) if holder else heartbeat_stopped(self.lease, held.age)
-        )
+        reason = holder.gone(held.age) if holder else heartbeat_stopped(DEFAULT_LEASE, held.age)
         if reason and self.take_over(held):
             self.taken_from = holder
             whose = str(holder) if holder else f"unreadable owner {held.owner_text[:200]!r}"
             return f"took over the deploy lock of {whose}: {reason}"
         who = str(holder) if holder else (held.owner_text or "unknown owner")
+        lease = holder.held_for if holder else DEFAULT_LEASE
         raise LockHeld(
             f"deploy lock held by {who}, heartbeat {held.age:.0f} s ago "
-            f"(lease {self.lease:g} s); if that run is gone, remove it with 'orch unlock'",
+            f"(lease {lease:g} s); if that run is gone, remove it with 'orch unlock'",
             subject=self.transport.label,
         )
 
@@ -259,6 +389,8 @@ class DeployLock:
         )
         if result.exit_code == 1:
             self.lost = "the deploy lock is no longer this run's (broken and taken by another)"
+        elif result.exit_code == 3:
+            self.lost = "the deploy lock was removed while this run held it (orch unlock --force)"
 
     def release(self) -> None:
         """Only if it is still ours: a lock broken and retaken meanwhile stays."""
@@ -287,14 +419,23 @@ class DeployLock:
                 continue  # the next beat tries again; a lease is several beats long
 
 
-def read_owner(transport: Transport, layout: Layout) -> str:
-    """The owner text of the lock as it is, '' when there is none."""
-    frames = read_whole(transport, [layout.lock_owner], "read the lock")
-    return frames.get(layout.lock_owner, b"").decode("utf-8", "replace")
-
-
-def remove(transport: Transport, layout: Layout) -> str:
-    """`orch unlock`: remove whoever's lock it is; returns whose it was."""
-    owner = read_owner(transport, layout)
-    run_step(transport, release_lock(layout.lock), "remove lock")
-    return owner
+def remove(transport: Transport, layout: Layout, force: bool = False) -> str:
+    """`orch unlock`: remove the lock, returning whose it was ('' when there was none).
+    A live owner's is refused with LockHeld naming it (its process runs on this control
+    host, or its heartbeat is within its lease), unless `force`: then that run finds
+    the lock gone at its next heartbeat renewal and switches nothing after it."""
+    result = run_step(transport, read_lock(layout.lock), "read the lock")
+    if not result.text.strip():
+        return ""
+    held = parse_held(result.text)
+    holder = Owner.parse(held.owner_text)
+    alive = holder.alive(held.age) if holder else heartbeat_fresh(DEFAULT_LEASE, held.age)
+    if alive and not force:
+        who = str(holder) if holder else f"unreadable owner {held.owner_text[:200]!r}"
+        raise LockHeld(
+            f"deploy lock held by {who}: {alive}; not removed (if that run is gone, "
+            "remove it anyway with 'orch unlock --force')",
+            subject=transport.label,
+        )
+    run_step(transport, release_lock(layout.lock, holder.run_id if holder else None), "remove lock")
+    return held.owner_text

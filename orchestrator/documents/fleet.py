@@ -78,6 +78,12 @@ class LockOwner(BaseModel):
     pid: int | None
     since: str
     """ISO 8601, UTC."""
+    lease: float | None = None
+    """The holder's lease in seconds (null in a lock an older orch wrote)."""
+    boot_id: str | None = None
+    """The control host's boot when the lock was taken: a PID means nothing across boots."""
+    pid_start: int | None = None
+    """The PID's start time, so a later process with the same PID is not taken as it."""
 
 
 class ForeignLock(BaseModel):
@@ -104,6 +110,9 @@ def lock_holder(text: str) -> LockHolder:
         control_host=owner.control_host,
         pid=owner.pid,
         since=since,
+        lease=owner.lease,
+        boot_id=owner.boot_id,
+        pid_start=owner.pid_start,
     )
 
 

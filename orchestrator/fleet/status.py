@@ -92,9 +92,7 @@ def fleet_state(states: list[TargetState]) -> TargetState:
 def status(inputs: Inputs, connect: Connect = SSH) -> tuple[Status, int]:
     """Where each container stands. Nothing deployed yet is a state, not a problem; a run
     in progress is `deploying`, not a fault."""
-    read = fleet_read(
-        inputs, connect, lambda t, plan: _status_entry(t, plan, inputs.playbook.lock_lease)
-    )
+    read = fleet_read(inputs, connect, _status_entry)
     targets: list[StatusTarget | UnreachedStatus] = read.entries(
         lambda _, entry: entry,
         lambda plan, exc: UnreachedStatus(
@@ -113,7 +111,7 @@ def status(inputs: Inputs, connect: Connect = SSH) -> tuple[Status, int]:
     ), code
 
 
-def _status_entry(transport: Transport, plan: TargetPlan, lease: float | None) -> StatusTarget:
+def _status_entry(transport: Transport, plan: TargetPlan) -> StatusTarget:
     """The journal first: a transaction whose run is provably gone is the first thing to
     know; one whose run still holds the lock is that run at work."""
     journal = Journal(transport, plan.layout).read()
@@ -121,7 +119,7 @@ def _status_entry(transport: Transport, plan: TargetPlan, lease: float | None) -
     owner = Owner.parse(entry.lock or "")
     # Status reads no heartbeat: a lock is live unless its owner's process on this
     # machine is provably gone (the lease is the deploy's to judge, on the container).
-    live = owner if owner and owner.gone(lease or 0.0, 0.0) is None else None
+    live = owner if owner and owner.gone(0.0) is None else None
     server = Server(transport, plan.layout, plan.address, plan.port)
     facts = StatusFacts(
         release=entry.release,

@@ -1,4 +1,5 @@
-"""`orch unlock`: every selected container's deploy lock removed, saying whose it was."""
+"""`orch unlock`: every selected container's deploy lock removed, saying whose it was;
+a live run's lock only when forced."""
 
 from __future__ import annotations
 
@@ -15,9 +16,12 @@ from orchestrator.fleet.inputs import Inputs
 from orchestrator.fleet.read import fleet_read
 
 
-def unlock(inputs: Inputs, connect: Connect = SSH) -> tuple[Unlock, int]:
-    """Every container's lock removed (saying whose it was), reachable or not."""
-    read = fleet_read(inputs, connect, lambda transport, plan: lock.remove(transport, plan.layout))
+def unlock(inputs: Inputs, connect: Connect = SSH, force: bool = False) -> tuple[Unlock, int]:
+    """Every container's lock removed (saying whose it was), reachable or not; a live
+    run's lock only with `force` (else that container's entry says whose it is, exit 3)."""
+    read = fleet_read(
+        inputs, connect, lambda transport, plan: lock.remove(transport, plan.layout, force)
+    )
     targets: list[Unlocked | Unreached] = read.entries(
         lambda plan, owner: Unlocked(
             name=plan.container, host=plan.host, removed_lock=lock_holder(owner)

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -250,7 +252,13 @@ def test_held_lock_is_refused_with_its_owner(lab: LabHandle) -> None:
     assert code == 3
     assert "alice" in target(document, "ct200")["error"]
     assert not (lab.deployment_dir("ct200") / "releases").exists()
-    removed = lab.orch("unlock", "qwen-dflash", "-i", str(lab.inventory), "--limit", "ct200")
+    unlock = ("unlock", "qwen-dflash", "-i", str(lab.inventory), "--limit", "ct200")
+    refused = lab.orch(*unlock)  # its heartbeat is fresh: alice's run may be at work
+    assert refused.code == 3 and "alice" in refused.stdout and "--force" in refused.stdout
+    assert lock.exists()
+    silent = time.time() - 3600  # silent beyond the default lease: alice's run is gone
+    os.utime(lock / "owner.json", (silent, silent))
+    removed = lab.orch(*unlock)
     assert removed.code == 0 and "alice" in removed.stdout
     assert not lock.exists()
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import time
 from pathlib import Path
 
 import pytest
@@ -28,6 +30,8 @@ def test_lock_owner_with_markup_is_printed_verbatim_by_deploy_and_status(lab: La
     status = lab.orch("status", *args)
     assert "Traceback" not in status.stderr
     assert SHOWN in status.stdout and "\x1b" not in status.stdout
+    silent = time.time() - 3600  # the owner's run silent beyond the default lease: gone
+    os.utime(lock / "owner.json", (silent, silent))
     unlock = lab.orch("unlock", *args)
     assert unlock.code == 0
     assert SHOWN in unlock.stdout

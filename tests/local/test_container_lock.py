@@ -37,14 +37,19 @@ def test_point_link_and_lock_scripts() -> None:
         "-c",
         "mkdir -p /var/lib/orch/q && new=$(mktemp -d /var/lib/orch/q/.lock.XXXXXX) || exit 2\n"
         """trap 'rm -rf "$new"' EXIT\n"""
-        """printf %s '{"user": "o'"'"'brien"}' > "$new/owner.json" """
-        """&& : > "$new/heartbeat" || exit 2\n"""
+        """printf %s '{"user": "o'"'"'brien"}' > "$new/owner.json" || exit 2\n"""
+        """{ cut -d" " -f1 /proc/uptime > "$new/heartbeat".$$ """
+        """&& mv -f "$new/heartbeat".$$ "$new/heartbeat"; } 2>/dev/null """
+        """|| { rm -f "$new/heartbeat".$$; : > "$new/heartbeat"; } || exit 2\n"""
         """if mv -T "$new" /var/lib/orch/q/lock 2>/dev/null; then trap - EXIT; exit 0; fi\n"""
         """[ -d /var/lib/orch/q/lock ] || { mv -T "$new" /var/lib/orch/q/lock; exit 2; }\n"""
-        "hb=$(stat -c %Y /var/lib/orch/q/lock/heartbeat 2>/dev/null "
+        "mtime=$(stat -c %Y /var/lib/orch/q/lock/heartbeat 2>/dev/null "
         "|| stat -c %Y /var/lib/orch/q/lock/owner.json 2>/dev/null "
-        "|| stat -c %Y /var/lib/orch/q/lock) || exit 2\n"
-        'echo "heartbeat $hb $(($(date +%s) - hb))"\n'
+        "|| stat -c %Y /var/lib/orch/q/lock) "
+        "&& beat=$(head -c 32 /var/lib/orch/q/lock/heartbeat 2>/dev/null | tr -cd 0-9.) "
+        """&& hb="$mtime ${beat:--}" || exit 2\n"""
+        """now=$(cut -d" " -f1 /proc/uptime 2>/dev/null)\n"""
+        """echo "heartbeat $hb $(date +%s) ${now:--}"\n"""
         "cat /var/lib/orch/q/lock/owner.json 2>/dev/null; exit 1",
     ]
     assert release_lock("/var/lib/orch/q/lock") == [
@@ -139,7 +144,7 @@ def test_a_renewed_heartbeat_keeps_the_lock_from_a_take_over(tmp_path: Path) -> 
     assert run(acquire_lock(lock, owner)).returncode == 0
     os.utime(Path(lock, "heartbeat"), (1000, 1000))  # a heartbeat seen long ago...
     seen = held(lock, "{}")
-    assert seen == "1000"
+    assert seen.startswith("1000 ")
     assert run(renew_lock(lock, "alive")).returncode == 0  # ...renewed since
 
     assert run(take_over_lock(lock, owner, seen, '{"run_id": "thief"}')).returncode == 1
@@ -147,14 +152,43 @@ def test_a_renewed_heartbeat_keeps_the_lock_from_a_take_over(tmp_path: Path) -> 
     assert run(renew_lock(lock, "thief")).returncode == 1  # only the holder renews
 
 
-def test_the_heartbeat_age_is_measured_on_the_containers_clock(tmp_path: Path) -> None:
+def test_the_heartbeat_holds_the_containers_uptime_and_is_aged_by_it(tmp_path: Path) -> None:
     lock = str(tmp_path / "lock")
     assert run(acquire_lock(lock, '{"run_id": "a"}')).returncode == 0
+    beat = float(Path(lock, "heartbeat").read_text())
+    assert abs(beat - uptime()) < 5
+    Path(lock, "heartbeat").write_text(f"{uptime() - 30:.2f}\n")  # written 30 s ago
+
+    age = parse_held(run(acquire_lock(lock, "{}")).stdout.decode()).age
+
+    assert 29 <= age <= 35
+    assert run(renew_lock(lock, "a")).returncode == 0
+    assert abs(float(Path(lock, "heartbeat").read_text()) - uptime()) < 5
+
+
+def test_an_older_heartbeat_is_aged_on_the_containers_wall_clock(tmp_path: Path) -> None:
+    """Written by an older orch: empty, so its mtime says when."""
+    lock = str(tmp_path / "lock")
+    assert run(acquire_lock(lock, '{"run_id": "a"}')).returncode == 0
+    Path(lock, "heartbeat").write_bytes(b"")
     os.utime(Path(lock, "heartbeat"), (time.time() - 7200, time.time() - 7200))
 
     age = parse_held(run(acquire_lock(lock, "{}")).stdout.decode()).age
 
     assert 7199 <= age <= 7230
+
+
+def test_a_renewal_tells_a_removed_lock_from_one_taken_by_another(tmp_path: Path) -> None:
+    lock = str(tmp_path / "lock")
+    assert run(acquire_lock(lock, '{"run_id": "mine"}')).returncode == 0
+    assert run(renew_lock(lock, "other")).returncode == 1
+    assert run(release_lock(lock)).returncode == 0
+    assert run(renew_lock(lock, "mine")).returncode == 3
+    assert not Path(lock).exists()
+
+
+def uptime() -> float:
+    return float(Path("/proc/uptime").read_text().split()[0])
 
 
 def test_a_lock_is_never_seen_without_its_owner(tmp_path: Path) -> None:

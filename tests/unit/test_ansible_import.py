@@ -5,6 +5,7 @@ naming file:line for what did not map."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,7 @@ from click.testing import CliRunner
 
 from orchestrator.ansible.convert import convert, read
 from orchestrator.ansible.ini import parse_ini
-from orchestrator.ansible.source import expand_pattern
+from orchestrator.ansible.source import parse_pattern
 from orchestrator.cli import cli
 from orchestrator.contract import Document
 from orchestrator.errors import InputError
@@ -92,7 +93,7 @@ def test_precedence_host_over_child_group_over_parent_over_all() -> None:
         "[child:vars]\nstate_dir=/child\n",
         "inv.ini",
     )
-    values = {k: s.value for k, s in source.host_vars("ct1").items()}
+    values = {k: s.value for k, s in source.all_host_vars()["ct1"].items()}
     assert (values["models_dir"], values["state_dir"], values["vllm"]) == (
         "/host", "/child", "/all"
     )  # fmt: skip
@@ -129,7 +130,7 @@ def test_values_are_python_literals_and_nothing_runs(tmp_path: Path) -> None:
         ("[gpu:vars]\njust text\n[gpu]\n", "inv.ini:2: [gpu:vars]: expected key=value"),
         ("[gpu name]\n", "inv.ini:1: '[gpu name]' is not a section header"),
         ("ct[5:1]\n", "inv.ini:1: host range [5:1]: not a usable range"),
-        ("ct[1:99999999]\n", "inv.ini:1: host range [1:99999999]: not a usable range"),
+        ("ct[1:99999999]\n", "inv.ini:1: host pattern 'ct[1:99999999]' names 99999999 hosts"),
         ("pve:70000\n", "inv.ini:1: host 'pve': port 70000 is not 1..65535"),
     ],
 )
@@ -161,7 +162,8 @@ def test_an_error_reaches_the_command_line_without_a_traceback(tmp_path: Path) -
 def test_host_patterns_expand_as_ansible_expands_them(
     pattern: str, names: list[str], port: int | None
 ) -> None:
-    assert expand_pattern(pattern, "inv:1") == (names, port)
+    parsed = parse_pattern(pattern, "inv:1")
+    assert (list(parsed.names()), parsed.port) == (names, port)
 
 
 def test_yaml_keys_and_values_from_the_file_cannot_escape_into_the_inventory(
@@ -213,3 +215,56 @@ def test_read_tells_the_formats_apart_without_an_extension() -> None:
     ini = (FIXTURES / "proxmox.ini").read_text()
     assert set(read("hosts", ini).hosts) == {"pve1", "pve2", "ct200", "ct201", "vm300"}
     assert convert(read("hosts", ini), "orch").notes
+
+
+# -- bounds on the whole file (issue 35 cause 10) -----------------------------------------------
+
+BOMB = (
+    "ct[00000:99999].gpu.lab.internal ansible_host=10.0.0.5 ansible_user=root proxmox_node=pve001\n"
+)
+
+
+def refused_fast(text: str) -> str:
+    """The error reading `text` gives, well under a second (the work is refused, not done)."""
+    started = time.monotonic()
+    with pytest.raises(InputError) as raised:
+        convert(read("inv.ini", text), "orch inventory import ansible inv.ini")
+    assert time.monotonic() - started < 0.5
+    return str(raised.value)
+
+
+def test_one_range_line_naming_100k_hosts_is_refused_before_it_is_expanded() -> None:
+    assert len(BOMB) == 93
+    assert refused_fast(f"[gpu]\n{BOMB}") == (
+        "inv.ini:2: host pattern 'ct[00000:99999].gpu.lab.internal' names 100000 hosts, "
+        "over the bound of 10000 hosts in one inventory"
+    )
+
+
+def test_ranges_multiplied_are_counted_before_any_is_expanded() -> None:
+    message = refused_fast("[gpu]\nct[0:99999][0:99999]\n")
+    assert message.startswith("inv.ini:2: host pattern 'ct[0:99999][0:99999]' names 10000000000 ")
+
+
+def test_the_hosts_of_the_whole_file_are_bounded() -> None:
+    text = "[a]\na[0000:5999]\n[b]\nb[0000:5999]\n"
+    assert refused_fast(text) == (
+        "inv.ini:4: host b4000: over the bound of 10000 hosts in one inventory"
+    )
+
+
+def test_the_names_expanded_in_the_whole_file_are_bounded() -> None:
+    """The same 10000 hosts listed again and again: few hosts, unbounded work."""
+    text = "".join(f"[g{n}]\nct[0000:9999]\n" for n in range(11))
+    assert refused_fast(text) == (
+        "inv.ini:22: host pattern 'ct[0000:9999]': the host patterns of this inventory "
+        "name over 100000 hosts in all (the bound on work)"
+    )
+
+
+def test_an_inventory_at_the_bound_is_imported_promptly(tmp_path: Path) -> None:
+    lines = [f"[g{n}]\nct[0000:9999] proxmox_node=pve01 proxmox_vmid=1\n" for n in range(3)]
+    started = time.monotonic()
+    imported = convert(read("inv.ini", "".join(lines)), "orch inventory import ansible inv.ini")
+    assert time.monotonic() - started < 10
+    assert imported.text

@@ -70,7 +70,9 @@ def locked_by_a_dead_run(fleet: Fleet, name: str) -> None:
 
 
 def locked_by_hand(fleet: Fleet, name: str) -> None:
+    """An owner file a person wrote an hour ago (no run renews it)."""
     healthy(fleet, name)
+    fleet.containers[name].heartbeat_age = 3600
     fleet.containers[name].files[fleet.plans[name].layout.lock_owner] = b"maintenance by bob"
 
 
@@ -139,7 +141,16 @@ def test_status_names_a_live_runs_owner_and_its_lock() -> None:
     for target in checked(printed, "Status")["targets"]:
         assert target["lock"]["run_id"] == "run-live"
         assert target["lock"]["pid"] == os.getpid()
-        assert list(target["lock"]) == ["run_id", "user", "control_host", "pid", "since"]
+        assert list(target["lock"]) == [
+            "run_id",
+            "user",
+            "control_host",
+            "pid",
+            "since",
+            "lease",
+            "boot_id",
+            "pid_start",
+        ]
         assert target["deploying"]["owner"] == f"ops@{socket.gethostname()}"
 
 
@@ -162,10 +173,9 @@ def test_status_gives_the_last_run_and_the_gate_that_admitted_the_release() -> N
         (healthy, None),
         (locked_by_hand, {"text": "maintenance by bob"}),
         (locked_by_a_dead_run, "run-dead"),
-        (locked_by_a_live_run, "run-live"),
     ],
 )
-def test_unlock_removes_the_lock_whoever_holds_it(setup: Setup, removed: object) -> None:
+def test_unlock_removes_a_lock_no_live_run_holds(setup: Setup, removed: object) -> None:
     fleet = Fleet()
     for name in fleet.plans:
         setup(fleet, name)
@@ -180,3 +190,26 @@ def test_unlock_removes_the_lock_whoever_holds_it(setup: Setup, removed: object)
         assert fleet.plans[name].layout.lock_owner not in container.files
     again, _ = status(fleet.inputs, fleet.connect)
     assert {t["lock"] is None for t in checked(again, "Status")["targets"]} == {True}
+
+
+def test_unlock_refuses_a_live_runs_lock_naming_it_and_removes_it_when_forced() -> None:
+    fleet = Fleet()
+    for name in fleet.plans:
+        locked_by_a_live_run(fleet, name)
+
+    printed, code = unlock(fleet.inputs, fleet.connect)
+
+    assert code == 3
+    for target in checked(printed, "Unlock")["targets"]:
+        assert "run-live" in target["error"] and "--force" in target["error"]
+    for name, container in fleet.containers.items():
+        assert fleet.plans[name].layout.lock_owner in container.files
+
+    forced, code = unlock(fleet.inputs, fleet.connect, force=True)
+
+    assert code == 0
+    assert {t["removed_lock"]["run_id"] for t in checked(forced, "Unlock")["targets"]} == {
+        "run-live"
+    }
+    for name, container in fleet.containers.items():
+        assert fleet.plans[name].layout.lock_owner not in container.files

@@ -51,7 +51,7 @@ def test_the_holder_renews_its_heartbeat_while_it_holds_the_lock() -> None:
 def test_a_held_lock_names_its_holder_as_status_and_unlock_do() -> None:
     """`run R of alice@ops1 36s ago (pid 4242)`, never the owner file's JSON or its epoch."""
     holder = Owner("r-other", "alice", "ops1", 4242, time.time() - 36)
-    printed = f"heartbeat 1700000000 5\n{holder.to_json()}"
+    printed = f"heartbeat 1700000000 812.50 1700000005 817.50\n{holder.to_json()}"
     transport = MemoryTransport().on("acquire_lock", reply(printed.encode(), exit_code=1))
     lock = DeployLock(transport, Layout("/srv/q"), Owner.me("r1", "ops"), lease=600)
 
@@ -64,3 +64,27 @@ def test_a_held_lock_names_its_holder_as_status_and_unlock_do() -> None:
     )
     assert "{" not in message and str(int(holder.since)) not in message
     assert tables.locked_by(lock_holder(holder.to_json())) == holder.who()
+
+
+def test_a_renewal_finding_no_lock_says_it_was_removed_not_taken() -> None:
+    transport = MemoryTransport().on("renew_lock", reply(exit_code=3))
+    lock = DeployLock(transport, Layout("/srv/q"), Owner.me("r1", "ops"), lease=600)
+
+    lock.renew()
+
+    assert lock.lost and "removed" in lock.lost and "orch unlock --force" in lock.lost
+    assert "taken by another" not in lock.lost
+
+
+def test_the_lock_records_the_holders_own_lease() -> None:
+    taken: list[str] = []
+
+    def acquire(argv: Sequence[str], _: bytes | None) -> Result:
+        taken.append(getattr(argv, "args", {})["owner_json"])
+        return reply()(argv, None)
+
+    transport = MemoryTransport().on("acquire_lock", acquire)
+    DeployLock(transport, Layout("/srv/q"), Owner.me("r1", "ops"), lease=5).acquire()
+
+    recorded = Owner.parse(taken[0])
+    assert recorded and recorded.lease == 5 and recorded.pid_start is not None

@@ -152,9 +152,9 @@ def test_a_live_owner_on_another_host_is_refused_with_its_name() -> None:
 def test_an_expired_lease_is_taken_over() -> None:
     playbook, plan, container = setup()
     playbook = playbook.model_copy(update={"lock_lease": 60.0})
-    old = Owner("run-old", "alice", "elsewhere", 1, time.time())
-    assert "heartbeat stopped 3600 s ago" in (old.gone(60.0, 3600) or "")
-    assert old.gone(60.0, 59) is None  # a renewed heartbeat keeps a live owner's lock
+    old = Owner("run-old", "alice", "elsewhere", 1, time.time(), lease=60.0)
+    assert "heartbeat stopped 3600 s ago" in (old.gone(3600) or "")
+    assert old.gone(59) is None  # a renewed heartbeat keeps a live owner's lock
     container.files[container.layout.lock_owner] = old.to_json().encode()
     container.heartbeat_age = 3600
 
