@@ -60,7 +60,7 @@ def test_a_dead_runs_lock_is_taken_over_and_its_ungated_switch_undone() -> None:
     outcome = target_run(playbook, plan, container).rollback("aaaaaaaaaaaa")
 
     assert outcome.recovered is not None
-    assert (outcome.recovered["run_id"], outcome.recovered["back_on"]) == (
+    assert (outcome.recovered.run_id, outcome.recovered.back_on) == (
         "run-dead",
         "aaaaaaaaaaaa",
     )
