@@ -5,12 +5,14 @@ target it starts the real server without speculation, then with each of its
 `draft_model` drafters (k = 3), one server at a time, and measures 1 and 8
 concurrent streams (`orchestrator/lab/speedprobe.py`: rounds of streamed greedy
 completions, each figure with its 95% bound over the rounds). Prints each server's
-start time and, per level, per-stream and total output tokens/s, the acceptance
-length the server counted, the speedup over the same target without speculation
-(total tokens/s, bounded by the ratio of opposite bounds), what the stand-in's
-step costs predict for it (`orchestrator/lab/speed_costs.yaml`, at the measured
-acceptance), and the machine's 1-minute load average; then the stand-in's
-speedups at field speed. `--json` prints one object instead.
+start time and, per level, per-stream and total output tokens/s, output tokens per
+CPU-second of the server, the acceptance length the server counted, the speedups over
+the same target without speculation (of total tokens/s and of tokens per CPU-second,
+each bounded by the ratio of opposite bounds), what the stand-in's step costs predict
+(`orchestrator/lab/speed_costs.yaml`, at the measured acceptance), and the machine's
+1-minute load average; the step costs these figures fit; then the stand-in's speedups
+at field speed. `--json` prints one object instead; `--replay FILE` prints an earlier
+one's figures again with today's step costs.
 
 The lab's models (`orchestrator/lab/tiny_models.py`) are made, or found in the
 cache, first: their make time is printed too.
@@ -41,6 +43,8 @@ PROFILES = {
 }
 """The stand-in profile stating each drafter's costs (the perturbed drafter costs what
 the exact one does: same shape)."""
+FITTED_BY = {"cpu-deep-draft": tiny_models.DEEP_DRAFT, "cpu-tiny-self": tiny_models.TARGET}
+"""The drafter whose figures fit each CPU profile."""
 FIELD = ("field-dflash", 15, 6.36)
 """The stand-in at field speed: its profile, DFlash b16's k and its published acceptance
 length (see speed_costs.yaml)."""
@@ -87,6 +91,9 @@ def speedups(servers: dict) -> list[dict]:
         costs = step_cost.profile(PROFILES[server["drafter"]])
         for spec, base in zip(server["levels"], baseline["levels"], strict=True):
             measured = speedprobe.ratio_bound(Bounded(**spec["total"]), Bounded(**base["total"]))
+            per_cpu = speedprobe.ratio_bound(
+                Bounded(**spec["per_cpu_second"]), Bounded(**base["per_cpu_second"])
+            )
             per_stream = speedprobe.ratio_bound(
                 Bounded(**spec["per_stream"]), Bounded(**base["per_stream"])
             )
@@ -98,6 +105,7 @@ def speedups(servers: dict) -> list[dict]:
                     "acceptance_length": acceptance,
                     "speedup": asdict(measured),
                     "per_stream_speedup": asdict(per_stream),
+                    "cpu_speedup": asdict(per_cpu),
                     "predicted": round(costs.speedup(spec["streams"], K, acceptance), 2)
                     if acceptance
                     else None,
@@ -105,6 +113,31 @@ def speedups(servers: dict) -> list[dict]:
                 }
             )
     return rows
+
+
+def fitted_costs(servers: dict) -> dict[str, dict[str, float]]:
+    """Each CPU profile's parameters from these figures (how speed_costs.yaml got them),
+    in output tokens per CPU-second of the server, which load moves least:
+    the target's token_share from its tokens at 1 and 8 streams without a drafter
+    (8 / (1 + 7 t) = total(8) / total(1)), a drafted position's cost from the exact
+    drafter's speedup at one stream (acceptance / (1 + k t + k c)), the drafter's own
+    token_share taken equal to the target's: the 8-stream speedup is then predicted, not
+    fitted."""
+    fitted = {}
+    for profile, drafter in FITTED_BY.items():
+        spec = next(s for s in servers.values() if s["drafter"] == drafter)
+        base = servers[f"{spec['target']}+none"]["levels"]
+        one, eight = base[0]["per_cpu_second"]["mean"], base[1]["per_cpu_second"]["mean"]
+        share = min(max((8 * one / eight - 1) / 7, 0.0), 1.0)
+        level = spec["levels"][0]
+        ratio = level["acceptance_length"] * one / level["per_cpu_second"]["mean"]
+        position = max((ratio - 1 - K * share) / K, 0.0)
+        fitted[profile] = {
+            "token_share": round(share, 3),
+            "draft_position": round(position, 3),
+            "draft_token_share": round(share, 3),
+        }
+    return fitted
 
 
 def field_speedups() -> list[dict]:
@@ -120,7 +153,7 @@ def print_tables(result: dict) -> None:
     print(f"models: made in {result['make_seconds']:.1f} s (0 when cached), {result['models']}")
     print(
         f"\n{'server':<36} {'start s':>7} {'streams':>7} {'per-stream tok/s':>24} "
-        f"{'total tok/s':>26} {'accept':>6} {'load':>5}"
+        f"{'total tok/s':>26} {'tok/CPU-s':>24} {'accept':>6} {'load':>5}"
     )
     for name, server in result["servers"].items():
         for level in server["levels"]:
@@ -129,20 +162,25 @@ def print_tables(result: dict) -> None:
                 f"{name:<36} {server['start_seconds']:7.1f} {level['streams']:7d} "
                 f"{bound_text(Bounded(**level['per_stream'])):>24} "
                 f"{bound_text(Bounded(**level['total'])):>26} "
+                f"{bound_text(Bounded(**level['per_cpu_second'])):>24} "
                 f"{acceptance if acceptance is None else round(acceptance, 2)!s:>6} "
                 f"{level['load'][0]:5.1f}"
             )
     print(
         f"\n{'drafter':<36} {'streams':>7} {'speedup (total)':>22} {'per-stream':>22} "
-        f"{'stand-in':>8} {'load':>9}"
+        f"{'per CPU-s':>22} {'stand-in':>8} {'load':>9}"
     )
     for row in result["speedups"]:
         print(
             f"{row['server']:<36} {row['streams']:7d} "
             f"{bound_text(Bounded(**row['speedup']), 2):>22} "
             f"{bound_text(Bounded(**row['per_stream_speedup']), 2):>22} "
+            f"{bound_text(Bounded(**row['cpu_speedup']), 2):>22} "
             f"{row['predicted']!s:>8} {row['load'][0]:4.1f}/{row['load'][1]:<4.1f}"
         )
+    print("\nstep costs fitted to these figures (speed_costs.yaml states the ones in use):")
+    for profile, parameters in result["fitted"].items():
+        print(f"  {profile}: " + ", ".join(f"{k} {v}" for k, v in parameters.items()))
     name, k, acceptance = FIELD
     print(f"\nstand-in at field speed ({name}, k={k}, acceptance {acceptance}):")
     print("  " + "  ".join(f"{r['streams']} streams {r['speedup']:.2f}x" for r in result["field"]))
@@ -176,6 +214,7 @@ def main() -> None:
                 venv, models, [(1, args.rounds_1), (8, args.rounds_8)], args.max_tokens
             ),
         }
+    result["fitted"] = fitted_costs(result["servers"])
     result["speedups"] = speedups(result["servers"])
     result["field"] = field_speedups()
     if args.json:

@@ -10,6 +10,12 @@ the round, not the request, is the independent sample: each figure's 95% bound i
 Student's t over the rounds. The machine's load average is read beside each level:
 on a shared machine it says what else was running.
 
+A third figure does not depend on that: output tokens per CPU-second of the server's
+own processes (their user and system time from /proc, over each round). On two cores
+shared with other work, wall-clock figures move by several times between runs while
+the server's CPU time per token stays put; the server is CPU-bound, so on idle cores
+the wall-clock speedup is the CPU-time speedup.
+
 `serving()` starts the real vLLM (the lab's CPU build) for one target and drafter
 through the same launcher the real-server lab writes into its containers
 (`realserver.py`), on loopback, and stops it by its recorded process group.
@@ -30,7 +36,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -103,12 +109,14 @@ def round_figures(timings: Sequence[RequestTiming]) -> tuple[float, float]:
 
 @dataclass(frozen=True)
 class LevelFigures:
-    """What one level measured: per-stream and total output tokens/s, the mean acceptance
-    length the server counted meanwhile (None without a drafter), and the load average."""
+    """What one level measured: per-stream and total output tokens/s, output tokens per
+    CPU-second of the server, the mean acceptance length the server counted meanwhile
+    (None without a drafter), and the load average."""
 
     streams: int
     per_stream: Bounded
     total: Bounded
+    per_cpu_second: Bounded
     acceptance_length: float | None
     load: tuple[float, float, float]
     seconds: float
@@ -205,15 +213,28 @@ def spec_counters(port: int) -> dict[str, float]:
     return found
 
 
-def measure_level(port: int, streams: int, rounds: int, max_tokens: int) -> LevelFigures:
+def cpu_seconds(pgid: int) -> float:
+    """User and system time of every process in a process group so far."""
+    ticks = 0
+    for pid in realserver.group_members(pgid):
+        with contextlib.suppress(OSError):
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            ticks += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15)
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def measure_level(
+    port: int, streams: int, rounds: int, max_tokens: int, server_cpu: Callable[[], float]
+) -> LevelFigures:
     """One warm-up round, then `rounds` measured ones."""
     run_round(port, streams, max_tokens, offset=0)
     before, started = spec_counters(port), time.monotonic()
-    per_stream, total = [], []
+    per_stream, total, per_cpu = [], [], []
     for index in range(rounds):
-        stream_speed, total_speed = round_figures(
-            run_round(port, streams, max_tokens, offset=(index + 1) * streams)
-        )
+        cpu = server_cpu()
+        timings = run_round(port, streams, max_tokens, offset=(index + 1) * streams)
+        per_cpu.append(sum(t.tokens for t in timings) / max(server_cpu() - cpu, 1e-3))
+        stream_speed, total_speed = round_figures(timings)
         per_stream.append(stream_speed)
         total.append(total_speed)
     after = spec_counters(port)
@@ -226,6 +247,7 @@ def measure_level(port: int, streams: int, rounds: int, max_tokens: int) -> Leve
         streams,
         mean_bound(per_stream),
         mean_bound(total),
+        mean_bound(per_cpu),
         acceptance,
         os.getloadavg(),
         time.monotonic() - started,
@@ -279,8 +301,9 @@ def wait_ready(port: int, process: subprocess.Popen, timeout: float) -> None:
 @contextlib.contextmanager
 def serving(
     venv: Path, target: Path, drafter: Path | None, k: int, log: Path
-) -> Iterator[tuple[int, float]]:
-    """The real server of `target` (with `drafter`), ready: its port and start seconds."""
+) -> Iterator[tuple[int, float, int]]:
+    """The real server of `target` (with `drafter`), ready: its port, start seconds and
+    process group."""
     with tempfile.TemporaryDirectory(prefix="orch-speed-") as work:
         container = ContainerPaths(Path(work) / "100")
         realserver.write_launcher(container, venv)
@@ -295,7 +318,7 @@ def serving(
             )
         try:
             wait_ready(port, process, READY_TIMEOUT)
-            yield port, time.monotonic() - started
+            yield port, time.monotonic() - started, process.pid
         finally:
             records = server_records(container) or [{"pid": process.pid, "pgid": process.pid}]
             realserver.stop_servers(records)
@@ -314,7 +337,8 @@ def measure_server(
 ) -> tuple[float, list[LevelFigures]]:
     """Start the server, measure each (streams, rounds) level, stop it: start seconds
     and the figures."""
-    with serving(venv, target, drafter, k, log) as (port, start_seconds):
+    with serving(venv, target, drafter, k, log) as (port, start_seconds, pgid):
         return start_seconds, [
-            measure_level(port, streams, rounds, max_tokens) for streams, rounds in levels
+            measure_level(port, streams, rounds, max_tokens, lambda: cpu_seconds(pgid))
+            for streams, rounds in levels
         ]

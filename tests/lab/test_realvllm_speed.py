@@ -5,8 +5,11 @@ pays, the perturbed one does not, and the tiny target drafting for itself loses 
 full acceptance. The stand-in, with the CPU profiles of `speed_costs.yaml` (fitted
 to one run of `benchmarks/speed.py`, kept in `orchestrator/lab/speed_measured.json`),
 predicts each speedup from the acceptance the server counted; this run is a new one,
-so the prediction meets fresh noise. Servers start one at a time, directly from the
-real venv (no containers): five starts, a few minutes of CPU.
+so the prediction meets fresh noise. Speedups here are of output tokens per CPU-second
+of the server (speedprobe.py): on two cores shared with other work, wall-clock
+tokens/s move by several times between runs, the server's CPU time per token does
+not. Servers start one at a time, directly from the real venv (no containers): five
+starts, a few minutes of CPU.
 """
 
 from __future__ import annotations
@@ -46,7 +49,10 @@ def measured(models: Path, target: str, drafter: str | None, log: Path) -> list[
 
 
 def speedups(baseline: list[LevelFigures], spec: list[LevelFigures]) -> dict[int, float]:
-    return {s.streams: s.total.mean / b.total.mean for b, s in zip(baseline, spec, strict=True)}
+    return {
+        s.streams: s.per_cpu_second.mean / b.per_cpu_second.mean
+        for b, s in zip(baseline, spec, strict=True)
+    }
 
 
 def predicted(profile: str, spec: list[LevelFigures]) -> dict[int, float]:
