@@ -66,9 +66,22 @@ def _share(profile: str, data: dict[str, Any], field: str) -> float:
 
 
 @cache
+def _data() -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(DATA.read_text())
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        line = f" line {mark.line + 1}" if mark else ""
+        raise InputError(f"{DATA}{line}: not YAML: {error}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("profiles"), dict):
+        raise InputError(f"{DATA}: a mapping with `default` and `profiles` is required")
+    return data
+
+
+@cache
 def profiles() -> dict[str, StepCosts]:
     """Every profile of `speed_costs.yaml`, checked: each parameter a number with a source."""
-    data = yaml.safe_load(DATA.read_text())
+    data = _data()
     found = {}
     for name, entry in data["profiles"].items():
         token_share = _share(name, entry, "token_share")
@@ -83,7 +96,7 @@ def profiles() -> dict[str, StepCosts]:
 
 
 def default_profile() -> str:
-    return str(yaml.safe_load(DATA.read_text())["default"])
+    return str(_data()["default"])
 
 
 def profile(name: str) -> StepCosts:
