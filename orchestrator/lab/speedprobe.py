@@ -75,14 +75,18 @@ def mean_bound(samples: Sequence[float]) -> Bounded:
 def ratio_bound(numerator: Bounded, denominator: Bounded) -> Bounded:
     """numerator / denominator, bounded by the ratio of opposite bounds: each side's own
     interval at 95%, so the ratio's interval covers at least 90% (Bonferroni)."""
-    mean = numerator.mean / denominator.mean
-    if None in (numerator.low, numerator.high, denominator.low, denominator.high):
-        return Bounded(mean, None, None, min(numerator.samples, denominator.samples))
-    assert numerator.low is not None and numerator.high is not None
-    assert denominator.low is not None and denominator.high is not None
-    low = numerator.low / denominator.high if denominator.high > 0 else None
-    high = numerator.high / denominator.low if denominator.low > 0 else math.inf
-    return Bounded(mean, low, high, min(numerator.samples, denominator.samples))
+    mean, samples = numerator.mean / denominator.mean, min(numerator.samples, denominator.samples)
+    top_low, top_high, bottom_low, bottom_high = (
+        numerator.low,
+        numerator.high,
+        denominator.low,
+        denominator.high,
+    )
+    if top_low is None or top_high is None or bottom_low is None or bottom_high is None:
+        return Bounded(mean, None, None, samples)
+    low = top_low / bottom_high if bottom_high > 0 else None
+    high = top_high / bottom_low if bottom_low > 0 else math.inf
+    return Bounded(mean, low, high, samples)
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ from typing import Any
 import yaml
 
 from orchestrator.errors import InputError
+from orchestrator.lab.releases import LOADER
 
 DATA = Path(__file__).with_name("speed_costs.yaml")
 PROFILE_ENV = "ORCH_LAB_STEP_COSTS"
@@ -68,7 +69,7 @@ def _share(profile: str, data: dict[str, Any], field: str) -> float:
 @cache
 def _data() -> dict[str, Any]:
     try:
-        data = yaml.safe_load(DATA.read_text())
+        data = yaml.load(DATA.read_text(), Loader=LOADER)
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         line = f" line {mark.line + 1}" if mark else ""

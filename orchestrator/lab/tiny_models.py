@@ -77,6 +77,7 @@ PROBE_TEXTS = ("builtin.jsonl", "long.jsonl")
 TARGET, DRAFT_OTHER = "tiny-target", "tiny-draft-other"
 EAGLE3, DFLASH = "tiny-eagle3", "tiny-dflash"
 DEEP_TARGET, DEEP_DRAFT, DEEP_DRAFT_PERTURBED = "deep-target", "deep-draft", "deep-draft-perturbed"
+DEEP_DRAFTS = (DEEP_DRAFT, DEEP_DRAFT_PERTURBED)
 Shapes = dict[str, list[int]]
 
 
@@ -297,10 +298,10 @@ def all_weights() -> dict[str, dict[str, Any]]:
     made = {
         name: random_weights(shapes, seed)
         for name, (_config, shapes, seed, _ships) in MODELS.items()
-        if not name.startswith("deep-")
+        if name not in (DEEP_TARGET, *DEEP_DRAFTS)
     }
     made[DEEP_TARGET] = deep
-    for name in (DEEP_DRAFT, DEEP_DRAFT_PERTURBED):
+    for name in DEEP_DRAFTS:
         made[name] = deep_draft_weights(deep, name)
     return made
 
