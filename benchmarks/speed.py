@@ -116,13 +116,12 @@ def speedups(servers: dict) -> list[dict]:
 
 
 def fitted_costs(servers: dict) -> dict[str, dict[str, float]]:
-    """Each CPU profile's parameters from these figures (how speed_costs.yaml got them),
-    in output tokens per CPU-second of the server, which load moves least:
-    the target's token_share from its tokens at 1 and 8 streams without a drafter
-    (8 / (1 + 7 t) = total(8) / total(1)), a drafted position's cost from the exact
-    drafter's speedup at one stream (acceptance / (1 + k t + k c)), the drafter's own
-    token_share taken equal to the target's: the 8-stream speedup is then predicted, not
-    fitted."""
+    """What each CPU profile's one-stream parameters come to on these figures, in output
+    tokens per CPU-second of the server (which load moves least): the target's
+    token_share from its tokens at 1 and 8 streams without a drafter
+    (8 / (1 + 7 t) = at 8 / at 1), a drafted position's cost from the drafter's speedup
+    at one stream (acceptance / (1 + k t + k c)). The drafter's own token_share is read
+    at 8 streams; speed_costs.yaml says how each parameter in use was chosen."""
     fitted = {}
     for profile, drafter in FITTED_BY.items():
         spec = next(s for s in servers.values() if s["drafter"] == drafter)
@@ -132,11 +131,7 @@ def fitted_costs(servers: dict) -> dict[str, dict[str, float]]:
         level = spec["levels"][0]
         ratio = level["acceptance_length"] * one / level["per_cpu_second"]["mean"]
         position = max((ratio - 1 - K * share) / K, 0.0)
-        fitted[profile] = {
-            "token_share": round(share, 3),
-            "draft_position": round(position, 3),
-            "draft_token_share": round(share, 3),
-        }
+        fitted[profile] = {"token_share": round(share, 3), "draft_position": round(position, 3)}
     return fitted
 
 
@@ -199,7 +194,11 @@ def main() -> None:
     )
     args = parser.parse_args()
     if args.replay:
-        result = json.loads(args.replay.read_text())
+        try:
+            result = json.loads(args.replay.read_text())
+            result["speedups"] = speedups(result["servers"])
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            sys.exit(f"{args.replay}: not the JSON of a speed.py run: {error!r}")
     else:
         venv = realserver.require_venv()
         started = time.monotonic()
@@ -214,8 +213,8 @@ def main() -> None:
                 venv, models, [(1, args.rounds_1), (8, args.rounds_8)], args.max_tokens
             ),
         }
+        result["speedups"] = speedups(result["servers"])
     result["fitted"] = fitted_costs(result["servers"])
-    result["speedups"] = speedups(result["servers"])
     result["field"] = field_speedups()
     if args.json:
         json.dump(result, sys.stdout, indent=2)
