@@ -71,15 +71,19 @@ def predicted(profile: str, spec: list[LevelFigures]) -> dict[int, float]:
     return {s.streams: costs.speedup(s.streams, K, s.acceptance_length or 1.0) for s in spec}
 
 
-def judged(*runs: list[LevelFigures]) -> list[int]:
-    """The levels measured below LOAD_LIMIT on every server; skip when there is none."""
+def judged(measured: object, *runs: list[LevelFigures]) -> list[int]:
+    """The levels measured below LOAD_LIMIT on every server; skip when there is none,
+    saying the load and what was measured."""
     loads: dict[int, float] = {}
     for run in runs:
         for figures in run:
             loads[figures.streams] = max(loads.get(figures.streams, 0.0), figures.load[0])
     levels = [streams for streams, load in loads.items() if load < LOAD_LIMIT]
     if not levels:
-        pytest.skip(f"load average {max(loads.values()):.1f} >= {LOAD_LIMIT}: speed not judged")
+        pytest.skip(
+            f"load average {max(loads.values()):.1f} >= {LOAD_LIMIT}: speed not judged "
+            f"(measured speedups by streams: {measured})"
+        )
     return levels
 
 
@@ -95,8 +99,13 @@ def test_deep_target_drafters_pay_as_the_stand_in_predicts(models: Path, tmp_pat
     assert [f.acceptance_length for f in exact] == [pytest.approx(K + 1, rel=0.01)] * 2
     perturbed_acceptance = [f.acceptance_length or 1.0 for f in perturbed]
     assert all(1.0 <= a < K + 1 for a in perturbed_acceptance)
-    levels = judged(baseline, exact, perturbed)
     exact_speedups = speedups(baseline, exact)
+    levels = judged(
+        {"exact": exact_speedups, "perturbed": speedups(baseline, perturbed)},
+        baseline,
+        exact,
+        perturbed,
+    )
     if 1 in levels:
         assert exact_speedups[1] >= 1.5, (exact_speedups, baseline, exact)
     for figures in (exact, perturbed):
@@ -111,7 +120,7 @@ def test_the_tiny_target_drafting_for_itself_gains_as_predicted(
     baseline = measured(models, tiny_models.TARGET, None, log)
     itself = measured(models, tiny_models.TARGET, tiny_models.TARGET, log)
     assert [f.acceptance_length for f in itself] == [pytest.approx(K + 1, rel=0.01)] * 2
-    levels = judged(baseline, itself)
     found, expected = speedups(baseline, itself), predicted("cpu-tiny-self", itself)
+    levels = judged(found, baseline, itself)
     assert within(found, expected, levels), (found, expected, baseline, itself)
     assert all(found[n] < K + 1 for n in levels), found  # drafting is never free
