@@ -10,7 +10,14 @@ venv that has only vLLM. It writes, under OUT_DIR:
   tokens trained on the probe prompts and passages, and a ChatML template;
 - `tiny-draft-other`: the same shape with other random weights (a bad drafter);
 - `tiny-eagle3`: an EAGLE-3 head for it (vLLM's own format: one Llama layer);
-- `tiny-dflash`: a DFlash drafter whose every layer is a sliding-window layer.
+- `tiny-dflash`: a DFlash drafter whose every layer is a sliding-window layer;
+- `deep-target`: a wider Qwen3 of DEEP_LAYERS layers whose layers after the first add
+  exactly nothing (their o_proj and down_proj are zero, so each layer's residual update
+  is zero): they cost a full layer's compute and change no logit. Speculation can pay
+  here: a drafter as cheap as one layer predicts the target exactly;
+- `deep-draft`: that drafter, one layer equal to the target's first (same embeddings,
+  layer 0, final norm and lm_head): it agrees with the target on every token;
+- `deep-draft-perturbed`: the same with noise added to its layer, which agrees partly.
 
 Random weights give near-flat distributions: under greedy sampling the target
 drafting for itself accepts every token (mean acceptance length k + 1), any
@@ -22,15 +29,35 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 VOCAB = 4096
-HIDDEN = 128
-INTERMEDIATE = 256
-HEADS = 4
-KV_HEADS = 2
-HEAD_DIM = HIDDEN // HEADS
+
+
+class Width(NamedTuple):
+    """A model's widths: hidden size, MLP size, attention heads and KV heads."""
+
+    hidden: int
+    intermediate: int
+    heads: int
+    kv_heads: int
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.heads
+
+
+TINY = Width(hidden=128, intermediate=256, heads=4, kv_heads=2)
+HIDDEN = TINY.hidden
 TARGET_LAYERS = 2
+DEEP = Width(hidden=512, intermediate=1536, heads=8, kv_heads=4)
+DEEP_LAYERS = 12
+"""Sized so that on 2 cores the exact one-layer drafter pays at one stream (see
+docs and `orchestrator/lab/speed_costs.yaml` for the measured speedups), while the
+target (about 45M float32 parameters) is made and loaded in seconds."""
+DEEP_NOISE = 0.01
+"""Standard deviation of the noise added to the perturbed drafter's layer (its
+weights are drawn at 0.02)."""
 MAX_POSITIONS = 8192
 DFLASH_WINDOW = 256
 DFLASH_BLOCK = 4
@@ -49,6 +76,8 @@ PROBE_TEXTS = ("builtin.jsonl", "long.jsonl")
 """The gate's own prompts and passages (orchestrator/probes): the tokenizer's training text."""
 TARGET, DRAFT_OTHER = "tiny-target", "tiny-draft-other"
 EAGLE3, DFLASH = "tiny-eagle3", "tiny-dflash"
+DEEP_TARGET, DEEP_DRAFT, DEEP_DRAFT_PERTURBED = "deep-target", "deep-draft", "deep-draft-perturbed"
+DEEP_DRAFTS = (DEEP_DRAFT, DEEP_DRAFT_PERTURBED)
 Shapes = dict[str, list[int]]
 
 
@@ -75,13 +104,13 @@ def tokenizer_config() -> dict[str, Any]:
     }
 
 
-def _attention(**fields: Any) -> dict[str, Any]:
+def _attention(width: Width = TINY, **fields: Any) -> dict[str, Any]:
     return {
-        "hidden_size": HIDDEN,
-        "intermediate_size": INTERMEDIATE,
-        "num_attention_heads": HEADS,
-        "num_key_value_heads": KV_HEADS,
-        "head_dim": HEAD_DIM,
+        "hidden_size": width.hidden,
+        "intermediate_size": width.intermediate,
+        "num_attention_heads": width.heads,
+        "num_key_value_heads": width.kv_heads,
+        "head_dim": width.head_dim,
         "max_position_embeddings": MAX_POSITIONS,
         "rms_norm_eps": 1e-6,
         "rope_theta": 1000000.0,
@@ -96,11 +125,12 @@ def _attention(**fields: Any) -> dict[str, Any]:
     }
 
 
-def target_config() -> dict[str, Any]:
+def target_config(width: Width = TINY, layers: int = TARGET_LAYERS) -> dict[str, Any]:
     return _attention(
+        width,
         architectures=["Qwen3ForCausalLM"],
         model_type="qwen3",
-        num_hidden_layers=TARGET_LAYERS,
+        num_hidden_layers=layers,
         pad_token_id=PAD,
         use_sliding_window=False,
         sliding_window=None,
@@ -135,30 +165,31 @@ def dflash_config() -> dict[str, Any]:
     )
 
 
-def decoder_layer(prefix: str, qkv_input: int, q_k_norm: bool) -> Shapes:
+def decoder_layer(prefix: str, qkv_input: int, q_k_norm: bool, width: Width = TINY) -> Shapes:
+    hidden, inter, head_dim = width.hidden, width.intermediate, width.head_dim
     shapes = {
-        f"{prefix}.self_attn.q_proj.weight": [HEADS * HEAD_DIM, qkv_input],
-        f"{prefix}.self_attn.k_proj.weight": [KV_HEADS * HEAD_DIM, qkv_input],
-        f"{prefix}.self_attn.v_proj.weight": [KV_HEADS * HEAD_DIM, qkv_input],
-        f"{prefix}.self_attn.o_proj.weight": [HIDDEN, HEADS * HEAD_DIM],
-        f"{prefix}.mlp.gate_proj.weight": [INTERMEDIATE, HIDDEN],
-        f"{prefix}.mlp.up_proj.weight": [INTERMEDIATE, HIDDEN],
-        f"{prefix}.mlp.down_proj.weight": [HIDDEN, INTERMEDIATE],
-        f"{prefix}.input_layernorm.weight": [HIDDEN],
-        f"{prefix}.post_attention_layernorm.weight": [HIDDEN],
+        f"{prefix}.self_attn.q_proj.weight": [width.heads * head_dim, qkv_input],
+        f"{prefix}.self_attn.k_proj.weight": [width.kv_heads * head_dim, qkv_input],
+        f"{prefix}.self_attn.v_proj.weight": [width.kv_heads * head_dim, qkv_input],
+        f"{prefix}.self_attn.o_proj.weight": [hidden, width.heads * head_dim],
+        f"{prefix}.mlp.gate_proj.weight": [inter, hidden],
+        f"{prefix}.mlp.up_proj.weight": [inter, hidden],
+        f"{prefix}.mlp.down_proj.weight": [hidden, inter],
+        f"{prefix}.input_layernorm.weight": [hidden],
+        f"{prefix}.post_attention_layernorm.weight": [hidden],
     }
     if q_k_norm:
-        shapes[f"{prefix}.self_attn.q_norm.weight"] = [HEAD_DIM]
-        shapes[f"{prefix}.self_attn.k_norm.weight"] = [HEAD_DIM]
+        shapes[f"{prefix}.self_attn.q_norm.weight"] = [head_dim]
+        shapes[f"{prefix}.self_attn.k_norm.weight"] = [head_dim]
     return shapes
 
 
-def target_shapes() -> Shapes:
-    shapes = {"model.embed_tokens.weight": [VOCAB, HIDDEN]}
-    for i in range(TARGET_LAYERS):
-        shapes.update(decoder_layer(f"model.layers.{i}", HIDDEN, q_k_norm=True))
-    shapes["model.norm.weight"] = [HIDDEN]
-    shapes["lm_head.weight"] = [VOCAB, HIDDEN]
+def target_shapes(width: Width = TINY, layers: int = TARGET_LAYERS) -> Shapes:
+    shapes = {"model.embed_tokens.weight": [VOCAB, width.hidden]}
+    for i in range(layers):
+        shapes.update(decoder_layer(f"model.layers.{i}", width.hidden, q_k_norm=True, width=width))
+    shapes["model.norm.weight"] = [width.hidden]
+    shapes["lm_head.weight"] = [VOCAB, width.hidden]
     return shapes
 
 
@@ -185,9 +216,15 @@ MODELS: dict[str, tuple[dict[str, Any], Shapes, int, bool]] = {
     DRAFT_OTHER: (target_config(), target_shapes(), 2, True),
     EAGLE3: (eagle3_config(), eagle3_shapes(), 3, False),
     DFLASH: (dflash_config(), dflash_shapes(), 4, False),
+    DEEP_TARGET: (target_config(DEEP, DEEP_LAYERS), target_shapes(DEEP, DEEP_LAYERS), 5, True),
+    DEEP_DRAFT: (target_config(DEEP, 1), target_shapes(DEEP, 1), 5, True),
+    DEEP_DRAFT_PERTURBED: (target_config(DEEP, 1), target_shapes(DEEP, 1), 6, True),
 }
-"""Each model: its config.json, its tensors, the seed of its weights, whether it ships
-the tokenizer (drafters draft with the target's)."""
+"""Each model: its config.json, its tensors, the seed of its weights (of its noise for
+the perturbed drafter, whose weights are the exact drafter's plus noise), whether it
+ships the tokenizer (a `draft_model` drafter is a whole model: it ships one too)."""
+ZEROED = (".self_attn.o_proj.weight", ".mlp.down_proj.weight")
+"""The deep target's tensors that are zero in every layer after the first."""
 
 
 def training_text() -> list[str]:
@@ -217,28 +254,68 @@ def train_tokenizer() -> str:
     return tokenizer.to_str()
 
 
-def write_weights(path: Path, shapes: Shapes, seed: int) -> None:
+def random_weights(shapes: Shapes, seed: int) -> dict[str, Any]:
     """Norm weights at one, the rest small and random (as a fresh model is initialised)."""
     import torch
-    from safetensors.torch import save_file
 
     generator = torch.Generator().manual_seed(seed)
-    tensors = {
+    return {
         name: torch.ones(shape)
         if name.endswith("norm.weight")
         else torch.randn(shape, generator=generator) * 0.02
         for name, shape in shapes.items()
     }
-    save_file(tensors, str(path), metadata={"format": "pt"})
+
+
+def deep_target_weights() -> dict[str, Any]:
+    """Random weights whose layers after the first write nothing to the residual stream."""
+    _config, shapes, seed, _ships = MODELS[DEEP_TARGET]
+    tensors = random_weights(shapes, seed)
+    for name, tensor in tensors.items():
+        if name.endswith(ZEROED) and not name.startswith("model.layers.0."):
+            tensor.zero_()
+    return tensors
+
+
+def deep_draft_weights(target: dict[str, Any], name: str) -> dict[str, Any]:
+    """The target's embeddings, first layer, final norm and lm_head; the perturbed
+    drafter adds noise of DEEP_NOISE to its layer's matrices."""
+    import torch
+
+    _config, shapes, seed, _ships = MODELS[name]
+    tensors = {tensor: target[tensor].clone() for tensor in shapes}
+    if name == DEEP_DRAFT_PERTURBED:
+        generator = torch.Generator().manual_seed(seed)
+        for tensor, value in tensors.items():
+            if tensor.startswith("model.layers.0.") and not tensor.endswith("norm.weight"):
+                value += torch.randn(value.shape, generator=generator) * DEEP_NOISE
+    return tensors
+
+
+def all_weights() -> dict[str, dict[str, Any]]:
+    """Every model's tensors by name."""
+    deep = deep_target_weights()
+    made = {
+        name: random_weights(shapes, seed)
+        for name, (_config, shapes, seed, _ships) in MODELS.items()
+        if name not in (DEEP_TARGET, *DEEP_DRAFTS)
+    }
+    made[DEEP_TARGET] = deep
+    for name in DEEP_DRAFTS:
+        made[name] = deep_draft_weights(deep, name)
+    return made
 
 
 def make_all(out: Path) -> None:
+    from safetensors.torch import save_file
+
     tokenizer = train_tokenizer()
-    for name, (config, shapes, seed, ships_tokenizer) in MODELS.items():
+    weights = all_weights()
+    for name, (config, _shapes, _seed, ships_tokenizer) in MODELS.items():
         directory = out / name
         directory.mkdir(parents=True, exist_ok=True)
         (directory / "config.json").write_text(json.dumps(config, indent=2) + "\n")
-        write_weights(directory / "model.safetensors", shapes, seed)
+        save_file(weights[name], str(directory / "model.safetensors"), metadata={"format": "pt"})
         if ships_tokenizer:
             (directory / "tokenizer.json").write_text(tokenizer)
             (directory / "tokenizer_config.json").write_text(

@@ -15,9 +15,11 @@ is compared with the published one in `lab/truth/` and with its `fc.weight`,
 and, when sliding layers run as full attention, with the request's context;
 a request sampling at a temperature above 0 keeps less (its temperature, else
 the target's generation_config.json default, else 1.0).
-Each engine step (one draft and its verification, or one token without a
-drafter) takes 1 / `--tokens-per-second` seconds: the target's decode speed
-per stream without speculation.
+Requests in flight share engine steps. A step (one draft and its verification,
+or one token without a drafter) costs what `step_cost.py` says for the tokens it
+verifies and the positions it drafts across the requests running, in units of
+1 / `--tokens-per-second`: the target's decode speed with one stream and no
+speculation. The profile of costs is `--step-costs` (`speed_costs.yaml`).
 
 The server behaves like the vLLM release it claims (`ORCH_LAB_VLLM_VERSION`,
 default the newest the lab knows), from the lab's own data read from the
@@ -58,7 +60,7 @@ from typing import Any
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge
 from prometheus_client.exposition import choose_encoder
 
-from orchestrator.lab import dflash_reading
+from orchestrator.lab import dflash_reading, step_cost
 from orchestrator.lab.acceptance import (
     acceptance_profile,
     collapsed_past_window,
@@ -175,7 +177,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--tokens-per-second",
         type=positive_float,
         default=float(os.environ.get(TOKENS_PER_SECOND_ENV, DEFAULT_TOKENS_PER_SECOND)),
-        help="lab only: engine steps per second and stream (decode speed without drafts)",
+        help="lab only: decode speed of one stream without speculation",
+    )
+    serve.add_argument(
+        "--step-costs",
+        choices=list(step_cost.profiles()),
+        default=os.environ.get(step_cost.PROFILE_ENV) or step_cost.default_profile(),
+        help="lab only: what a step costs by the tokens it verifies and drafts",
     )
     return parser.parse_args(argv)
 
@@ -670,6 +678,7 @@ class Engine:
         metrics: Metrics,
         drafting: Drafting | None,
         seed: int,
+        costs: step_cost.StepCosts,
         tokens_per_second: float = DEFAULT_TOKENS_PER_SECOND,
         live: LiveKnobs | None = None,
     ) -> None:
@@ -677,6 +686,7 @@ class Engine:
         self.drafting = drafting
         self.live = live
         self.step_seconds = 1 / tokens_per_second
+        self.costs = costs
         self.rng = random.Random(seed)
         self.lock = threading.Lock()
         self.running = 0
@@ -710,7 +720,7 @@ class Engine:
         self.metrics.prompt_tokens.inc(prompt_tokens)
         k = self.drafting.num_speculative_tokens if self.drafting else 0
         drafts = RequestDrafts(k)
-        started, produced, steps, looked = time.monotonic(), 0, 0, time.monotonic()
+        due, produced, looked = time.monotonic(), 0, time.monotonic()
         try:
             while produced < max_tokens:
                 now = time.monotonic()
@@ -720,11 +730,13 @@ class Engine:
                         return None
                 step = self._step(prompt_tokens + produced, multiplier, drafts)
                 step = min(step, max_tokens - produced)
-                produced, steps = produced + step, steps + 1
+                produced += step
                 self.metrics.generation_tokens.inc(step)
                 with self.lock:
                     self.interval.generation_tokens += step
-                time.sleep(max(started + steps * self.step_seconds - time.monotonic(), 0))
+                    streams = self.running
+                due += self.step_seconds * self.costs.units(streams, k)
+                time.sleep(max(due - time.monotonic(), 0))
         finally:
             self.metrics.running.dec()
             with self.lock:
@@ -1081,7 +1093,14 @@ def build_app(
     model_name = (args.served_model_name or [args.model_tag])[0]
     metrics = Metrics(model_name, drafting, not faults.drop_spec_decode)
     seed = args.port if args.seed is None else args.seed
-    engine = Engine(metrics, drafting, seed, args.tokens_per_second, LiveKnobs(container.live))
+    engine = Engine(
+        metrics,
+        drafting,
+        seed,
+        step_cost.profile(args.step_costs),
+        args.tokens_per_second,
+        LiveKnobs(container.live),
+    )
     text = dflash_reading.text_config(config)
     max_model_len = args.max_model_len or text.get("max_position_embeddings")
     defaults = default_sampling(Path(args.model_tag), args)

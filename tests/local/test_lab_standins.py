@@ -818,3 +818,44 @@ def assert_first_position_rate(measured: Acceptance, expected: float) -> None:
     (REQUEST_SPREAD over the requests' means): a wrong temperature misses by far more."""
     error = 5 * math.sqrt(expected * (1 - expected) / measured.drafts) + 0.01
     assert measured.per_position[0] == pytest.approx(expected, abs=error)
+
+
+# --- vllm: what speculation costs (step_cost.py, speed_costs.yaml) -----------------------------
+
+FIELD_TOKENS_PER_SECOND = 200.0
+"""Steps of 5 ms: long beside a thread's wake-up, short enough for a test."""
+
+
+def total_tokens_per_second(port: int, streams: int, rounds: int, max_tokens: int) -> float:
+    """Rounds of `streams` completions at once: all their tokens over all their time."""
+    tokens, started = 0, time.monotonic()
+    with ThreadPoolExecutor(streams) as pool:
+        for _ in range(rounds):
+            done = pool.map(lambda _: complete(port, max_tokens), range(streams))
+            tokens += sum(response["usage"]["completion_tokens"] for response in done)
+    return tokens / (time.monotonic() - started)
+
+
+def test_at_field_speed_dflash_pays_at_one_stream_and_loses_at_thirty_two(
+    container: ContainerPaths, drafter: Path, processes: list
+) -> None:
+    """The published shape (speed_costs.yaml, field-dflash): a good DFlash drafter
+    (the published config, acceptance about 4.3 here) serves one stream faster than
+    its target alone and 32 streams slower, because every stream's 16 verified tokens
+    share the batch's steps."""
+    field = ("--tokens-per-second", str(FIELD_TOKENS_PER_SECOND), "--step-costs", "field-dflash")
+    plain = wait_ready(start_vllm(processes, container, *field, "--gpu-memory-utilization", "0.1"))
+    spec = wait_ready(
+        start_vllm(processes, container, *field, "--gpu-memory-utilization", "0.1", drafter=drafter)
+    )
+    one = [total_tokens_per_second(s.port, 1, rounds=4, max_tokens=96) for s in (plain, spec)]
+    many = [total_tokens_per_second(s.port, 32, rounds=1, max_tokens=96) for s in (plain, spec)]
+    assert one[1] / one[0] > 1.4, one
+    assert many[1] / many[0] < 0.8, many
+
+
+def test_an_unknown_step_cost_profile_is_a_usage_error(
+    container: ContainerPaths, processes: list
+) -> None:
+    server = broken_start(container, processes, None, "--step-costs", "warp-speed")
+    assert "--step-costs: invalid choice: 'warp-speed'" in server.output()
