@@ -20,6 +20,14 @@ if ! command -v sudo >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/de
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq sudo >/dev/null
 fi
 
+# chromium: the lab test of `orch report --format html` looks at the page as a browser
+# draws it (a headless screenshot); it skips without.
+if ! command -v chromium >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  echo "Installing chromium (for the screenshot of the run page)..."
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+fi
+
 # promtool: `orch alerts`' rules are checked by Prometheus's own tool. Debian's package
 # is unpacked, not installed: installing it would start a Prometheus server on :9090.
 if [ ! -x .cache/prometheus/usr/bin/promtool ] && [ "$(id -u)" = 0 ] \
