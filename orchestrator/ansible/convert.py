@@ -23,7 +23,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from orchestrator.ansible.source import AnsibleInventory, Setting
+from orchestrator.ansible.source import AnsibleInventory, AnsibleVars, Setting
 from orchestrator.errors import InputError
 from orchestrator.inventory import Container, Host, SshSettings, Vars, inventory_from_document
 from orchestrator.yamlsource import parse_yaml
@@ -280,10 +280,10 @@ def _login(mapping: _Mapping, name: str, settings: dict[str, Setting]) -> dict[s
 
 def _unmapped(
     mapping: _Mapping, name: str, settings: dict[str, Setting], refusal: str | None
-) -> dict[str, Any]:
+) -> AnsibleVars:
     """Variables orch does not read as settings: noted, or (refusal None) kept as the
     container's vars when they are playbook values."""
-    kept = {}
+    kept: AnsibleVars = {}
     for variable, setting in settings.items():
         if variable in CONSUMED:
             continue
@@ -377,7 +377,7 @@ def _lift_defaults(
     return {"defaults": defaults, "hosts": hosts, "containers": containers}
 
 
-def _vars_ok(values: dict[str, Any]) -> bool:
+def _vars_ok(values: AnsibleVars) -> bool:
     try:
         Vars.model_validate(values)
     except ValidationError:

@@ -50,9 +50,12 @@ PROBE_TEXTS = ("builtin.jsonl", "long.jsonl")
 TARGET, DRAFT_OTHER = "tiny-target", "tiny-draft-other"
 EAGLE3, DFLASH = "tiny-eagle3", "tiny-dflash"
 Shapes = dict[str, list[int]]
+ModelFile = dict[str, Any]
+"""A model's JSON file (config.json, tokenizer_config.json) as Hugging Face writes it:
+its keys are transformers'."""
 
 
-def tokenizer_config() -> dict[str, Any]:
+def tokenizer_config() -> ModelFile:
     """tokenizer_config.json: the special tokens as transformers writes them, and ChatML."""
     return {
         "tokenizer_class": "PreTrainedTokenizerFast",
@@ -75,7 +78,7 @@ def tokenizer_config() -> dict[str, Any]:
     }
 
 
-def _attention(**fields: Any) -> dict[str, Any]:
+def _attention(**fields: Any) -> ModelFile:
     return {
         "hidden_size": HIDDEN,
         "intermediate_size": INTERMEDIATE,
@@ -96,7 +99,7 @@ def _attention(**fields: Any) -> dict[str, Any]:
     }
 
 
-def target_config() -> dict[str, Any]:
+def target_config() -> ModelFile:
     return _attention(
         architectures=["Qwen3ForCausalLM"],
         model_type="qwen3",
@@ -107,7 +110,7 @@ def target_config() -> dict[str, Any]:
     )
 
 
-def eagle3_config() -> dict[str, Any]:
+def eagle3_config() -> ModelFile:
     """vLLM's own EAGLE-3 head format (llama_eagle3.py): one Llama layer over
     [embedding, hidden state], fed by three target layers through `fc`."""
     return _attention(
@@ -119,7 +122,7 @@ def eagle3_config() -> dict[str, Any]:
     )
 
 
-def dflash_config() -> dict[str, Any]:
+def dflash_config() -> ModelFile:
     """A DFlash drafter of one sliding-window layer and no full one: the CPU build runs
     vLLM's V1 model runner, which refuses a drafter mixing the two."""
     return _attention(
@@ -180,7 +183,7 @@ def dflash_shapes() -> Shapes:
     return shapes
 
 
-MODELS: dict[str, tuple[dict[str, Any], Shapes, int, bool]] = {
+MODELS: dict[str, tuple[ModelFile, Shapes, int, bool]] = {
     TARGET: (target_config(), target_shapes(), 1, True),
     DRAFT_OTHER: (target_config(), target_shapes(), 2, True),
     EAGLE3: (eagle3_config(), eagle3_shapes(), 3, False),
