@@ -119,7 +119,7 @@ def test_a_stop_request_during_the_gate_goes_back_to_the_previous_release() -> N
     container.gated_release("aaaaaaaaaaaa", "old-name", ONE_SCRAPE_A_SECOND)
     container.gated_release("bbbbbbbbbbbb", "old-name", ONE_SCRAPE_A_SECOND)
     container.links[container.layout.current] = "releases/aaaaaaaaaaaa"
-    serving(container.transport, "old-name")
+    serving(container.transport, "old-name", request_seconds=0.01)  # traffic for the budget
     container.transport.on_http("GET", "/metrics", lambda _: (200, metrics(1)))  # undecided
     cancel, clock = Cancel(), FakeClock()
     clock.after(1.0, lambda: cancel.request(15))  # a second into the gate
@@ -182,7 +182,9 @@ def test_the_wait_for_gpu_memory_says_what_each_short_gpu_has_free() -> None:
 def server_run(playbook: Playbook, plan: TargetPlan, container: Container) -> ServerActionRun:
     options = Options(run_id="run-now", user="ops")
     return ServerActionRun(
-        Deployment(plan, container.transport, playbook, BUCKETS, "nvidia-smi", options)
+        Deployment(
+            plan, container.transport, playbook, BUCKETS, "nvidia-smi", options, clock=FakeClock()
+        )
     )
 
 
