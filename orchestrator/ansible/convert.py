@@ -60,6 +60,7 @@ class Imported:
     notes: list[str]
     hosts: list[str] = field(default_factory=list)
     containers: list[dict[str, Any]] = field(default_factory=list)
+    """Each container's entry as written (its name added): the inventory file's own keys."""
     groups: list[str] = field(default_factory=list)
 
 
@@ -72,6 +73,9 @@ class _Mapping:
     """Ansible host name -> orch name."""
     hosts: dict[str, dict[str, Any]] = field(default_factory=dict)
     containers: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Each entry as the written file will hold it: orch's `Host` and `Container` fields
+    with Ansible's values, kept as plain data for `yaml.safe_dump` and checked by orch's
+    own loader (`_valid` per entry, `inventory_from_document` on the whole text)."""
     _notes: dict[tuple[str, str], list[str]] = field(default_factory=dict)
 
     def note(self, where: str, subject: str, what: str) -> None:
