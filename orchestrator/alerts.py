@@ -28,6 +28,10 @@ import yaml
 from orchestrator.errors import InputError
 from orchestrator.playbook import Playbook
 
+PrometheusRules = dict[str, Any]
+"""Data in Prometheus's rules-file format (the file's `groups`, a group, a rule): its
+keys are Prometheus's (`promtool check rules` reads it)."""
+
 DRAFTS = "vllm:spec_decode_num_drafts_total"
 ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
 ACCEPTED_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
@@ -53,7 +57,7 @@ def _per_server(function: str, metric: str, model_name: str, window: str) -> str
     return f"sum without (engine) ({function}({selector}[{window}]))"
 
 
-def rule_groups(playbook: Playbook, window: str = "5m", hold: str = "15m") -> dict[str, Any]:
+def rule_groups(playbook: Playbook, window: str = "5m", hold: str = "15m") -> PrometheusRules:
     """Recording and alerting rules for one playbook's servers, as a rules file's data.
 
     `window` is the sliding window of the rates; `hold` how long a server must stay
@@ -146,7 +150,7 @@ def rule_groups(playbook: Playbook, window: str = "5m", hold: str = "15m") -> di
 
 def _alert(
     name: str, expr: str, hold: str, labels: dict[str, str], summary: str, description: str
-) -> dict[str, Any]:
+) -> PrometheusRules:
     return {
         "alert": name,
         "expr": expr,
@@ -156,7 +160,7 @@ def _alert(
     }
 
 
-def rules_text(playbook: Playbook, groups: dict[str, Any], command: str) -> str:
+def rules_text(playbook: Playbook, groups: PrometheusRules, command: str) -> str:
     """The rules file: a header saying where it came from, then the groups as YAML."""
     gate = playbook.gate
     header = [

@@ -1,18 +1,43 @@
 """Names the shell completes (click's `shell_complete` on parameters, so bash, zsh and
 fish alike): playbook names, the containers and groups of the inventory in use for
 `--limit`, run ids from the local history. A completion never fails: a file it cannot
-read completes nothing."""
+read completes nothing. Also the script a shell sources to ask for them, as text or as
+the `Completion` document."""
 
 from __future__ import annotations
 
 import os
 import sqlite3
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 from click.shell_completion import CompletionItem
 
 from orchestrator.errors import OrchError
+
+if TYPE_CHECKING:
+    from orchestrator.documents.local import Completion
+
+PROGRAM, COMPLETE_VARIABLE = "orch", "_ORCH_COMPLETE"
+"""The program name the script completes and the variable click's completion reads."""
+
+
+def script(root: click.Command, shell: str) -> str:
+    """The script that completes `root`'s commands in `shell` (click's own, for bash,
+    zsh or fish): `eval "$(orch completion bash)"` installs it."""
+    from click.shell_completion import get_completion_class
+
+    completer = get_completion_class(shell)
+    assert completer is not None  # every shell the command offers is one click ships
+    return completer(root, {}, PROGRAM, COMPLETE_VARIABLE).source()
+
+
+def document(root: click.Command, shell: str) -> Completion:
+    """`orch completion SHELL --json`: the shell and its script."""
+    from orchestrator.documents.local import Completion
+
+    return Completion(shell=shell, script=script(root, shell))
 
 
 def playbooks(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:

@@ -23,6 +23,10 @@ from orchestrator.errors import InputError
 from orchestrator.inventory import Inventory
 from orchestrator.playbook import Playbook
 
+SchemaNode = dict[str, Any]
+"""A node of a JSON Schema as pydantic's `model_json_schema` writes it: its keywords
+(`type`, `anyOf`, `$ref`, `minimum`, ...) are JSON Schema's."""
+
 ROOTS: dict[str, type[BaseModel]] = {"playbook": Playbook, "inventory": Inventory}
 KEY = "<name>"
 """Stands for a key of a mapping of sections (a host's or container's name)."""
@@ -96,7 +100,7 @@ def _yaml(value: Any) -> str:
     return json.dumps(to_jsonable_python(value), ensure_ascii=False)
 
 
-def _type_text(node: dict[str, Any]) -> str:
+def _type_text(node: SchemaNode) -> str:
     """A JSON schema node in words: `integer 1..1000000`, `list of string`, ..."""
     if "$ref" in node:
         return "section " + node["$ref"].rsplit("/", 1)[-1]
@@ -121,7 +125,7 @@ def _type_text(node: dict[str, Any]) -> str:
     return kind or "any"
 
 
-def _range(node: dict[str, Any]) -> str:
+def _range(node: SchemaNode) -> str:
     low, high = node.get("minimum"), node.get("maximum")
     if low is not None and high is not None:
         return f"{_number(low)}..{_number(high)}"
@@ -141,7 +145,7 @@ def _number(value: float) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
-def _mapping_text(node: dict[str, Any]) -> str:
+def _mapping_text(node: SchemaNode) -> str:
     patterns = node.get("patternProperties") or {}
     if patterns:
         ((pattern, values),) = patterns.items()

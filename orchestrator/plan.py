@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.drafters.findings import Finding
-from orchestrator.drafters.kinds import CheckInputs, DrafterKind, get_kind
+from orchestrator.drafters.kinds import CheckInputs, DrafterKind, SpeculativeConfig, get_kind
+from orchestrator.drafters.modelfiles import ModelConfig
 from orchestrator.drafters.profiles import Profile, get_profile, merge_overrides, target_files
 from orchestrator.errors import InputError
 from orchestrator.inventory import PATH_MAX, Inventory
@@ -44,7 +45,7 @@ class TargetPlan:
     vllm: str
     deployment_dir: str
     release_id: str
-    drafter_config: dict[str, Any] | None
+    drafter_config: ModelConfig | None
     """The rendered drafter config; None when the drafter ships its own or there is none."""
     files: dict[str, bytes]
     kind: DrafterKind
@@ -96,7 +97,7 @@ def field_context(inventory: Inventory, container_name: str) -> dict[str, Any]:
 
 def _speculative_config(
     kind: DrafterKind, drafter_dir: str | None, playbook: Playbook, where: str
-) -> dict[str, Any]:
+) -> SpeculativeConfig:
     """The kind's launch keys, then the playbook's further keys (never over the kind's)."""
     config = kind.speculative_config(drafter_dir, playbook.server.num_speculative_tokens)
     taken = sorted(set(config) & set(playbook.server.speculative_config))
@@ -248,7 +249,7 @@ def _profile(playbook: Playbook, kind: DrafterKind) -> Profile | None:
 
 def _drafter_config(
     playbook: Playbook, kind: DrafterKind, profile: Profile | None
-) -> dict[str, Any] | None:
+) -> ModelConfig | None:
     """The config orch renders for the drafter, or None when it renders none.
 
     A kind with a config template renders the profile's config with the

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import shlex
+from collections.abc import Mapping
 from functools import cache, partial
 from pathlib import Path
 from types import TracebackType
@@ -120,7 +121,9 @@ def environment(template_dir: Path = TEMPLATE_DIR) -> jinja2.Environment:
     return env
 
 
-def render_template(name: str, context: dict[str, Any], template_dir: Path = TEMPLATE_DIR) -> str:
+def render_template(
+    name: str, context: Mapping[str, Any], template_dir: Path = TEMPLATE_DIR
+) -> str:
     """Render a template file; any template error names the file and line."""
     env = environment(template_dir)
     try:
@@ -144,7 +147,7 @@ def template_source(name: str, template_dir: Path = TEMPLATE_DIR) -> str:
         raise InputError(f"template {name!r} not found in {template_dir}") from None
 
 
-def render_field(text: str, context: dict[str, Any], where: str) -> str:
+def render_field(text: str, context: Mapping[str, Any], where: str) -> str:
     """Render a playbook field such as `{{ vars.models_dir }}/Qwen3.6-27B`; a var the
     context's `vars` lacks is a MissingVar naming it."""
     try:

@@ -55,10 +55,15 @@ def streamed(tokens: int) -> bytes:
 
 
 def serving(
-    transport: MemoryTransport, served_name: str, stream_seconds: float = 0.01
+    transport: MemoryTransport,
+    served_name: str,
+    request_seconds: float = 0.0,
+    stream_seconds: float = 0.0,
 ) -> list[str]:
     """A vLLM that is ready at once; returns the model names its completions were asked for.
-    A streamed completion takes `stream_seconds`."""
+    A completion is answered at once, unless a test needs its traffic to outlast the gate's
+    scrapes (`request_seconds`) or to be timed (`stream_seconds` a streamed one: the speed
+    levels time their requests on the system's clock, not on the gate's)."""
     asked: list[str] = []
     scrapes = iter(range(1, 10_000))
     running = [0]
@@ -69,8 +74,9 @@ def serving(
         asked.append(request["model"])
         with lock:
             running[0] += 1
-        # a request takes a little while: the traffic outlasts a few scrapes
-        time.sleep(stream_seconds if request.get("stream") else 0.01)
+        seconds = stream_seconds if request.get("stream") else request_seconds
+        if seconds:
+            time.sleep(seconds)
         with lock:
             running[0] -= 1
         if request["model"] != served_name:

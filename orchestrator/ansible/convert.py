@@ -23,7 +23,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from orchestrator.ansible.source import AnsibleInventory, Setting
+from orchestrator.ansible.source import AnsibleInventory, AnsibleVars, Setting
 from orchestrator.errors import InputError
 from orchestrator.inventory import Container, Host, SshSettings, Vars, inventory_from_document
 from orchestrator.yamlsource import parse_yaml
@@ -60,6 +60,7 @@ class Imported:
     notes: list[str]
     hosts: list[str] = field(default_factory=list)
     containers: list[dict[str, Any]] = field(default_factory=list)
+    """Each container's entry as written (its name added): the inventory file's own keys."""
     groups: list[str] = field(default_factory=list)
 
 
@@ -72,6 +73,9 @@ class _Mapping:
     """Ansible host name -> orch name."""
     hosts: dict[str, dict[str, Any]] = field(default_factory=dict)
     containers: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Each entry as the written file will hold it: orch's `Host` and `Container` fields
+    with Ansible's values, kept as plain data for `yaml.safe_dump` and checked by orch's
+    own loader (`_valid` per entry, `inventory_from_document` on the whole text)."""
     _notes: dict[tuple[str, str], list[str]] = field(default_factory=dict)
 
     def note(self, where: str, subject: str, what: str) -> None:
@@ -280,10 +284,10 @@ def _login(mapping: _Mapping, name: str, settings: dict[str, Setting]) -> dict[s
 
 def _unmapped(
     mapping: _Mapping, name: str, settings: dict[str, Setting], refusal: str | None
-) -> dict[str, Any]:
+) -> AnsibleVars:
     """Variables orch does not read as settings: noted, or (refusal None) kept as the
     container's vars when they are playbook values."""
-    kept = {}
+    kept: AnsibleVars = {}
     for variable, setting in settings.items():
         if variable in CONSUMED:
             continue
@@ -377,7 +381,7 @@ def _lift_defaults(
     return {"defaults": defaults, "hosts": hosts, "containers": containers}
 
 
-def _vars_ok(values: dict[str, Any]) -> bool:
+def _vars_ok(values: AnsibleVars) -> bool:
     try:
         Vars.model_validate(values)
     except ValidationError:

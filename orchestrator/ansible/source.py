@@ -31,6 +31,11 @@ MAX_EXPANSIONS = 100_000
 bound on work when the same hosts are listed again and again."""
 
 
+AnsibleVars = dict[str, Any]
+"""Variables as an Ansible inventory sets them, without where: their names and values
+are the inventory author's."""
+
+
 @dataclass
 class Setting:
     """A variable's value and where it was set (`file:line`)."""

@@ -247,16 +247,10 @@ def explain(path: str | None, markdown: bool, as_json: bool) -> None:
 @json_option
 def completion(shell: str, as_json: bool) -> None:
     """Print the shell completion script, e.g. `eval "$(orch completion bash)"`."""
-    from click.shell_completion import get_completion_class
-
-    completer = get_completion_class(shell)
-    assert completer is not None  # every choice is one click ships
     root = click.get_current_context().find_root().command
-    source = completer(root, {}, "orch", "_ORCH_COMPLETE").source()
     if as_json:
-        from orchestrator.documents.local import Completion
         from orchestrator.report.screen import print_json
 
-        print_json(Completion(shell=shell, script=source))
+        print_json(complete.document(root, shell))
     else:
-        click.echo(source)
+        click.echo(complete.script(root, shell))

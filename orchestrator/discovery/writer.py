@@ -9,9 +9,9 @@ addresses reach the comments.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import NotRequired, TypedDict
 
 import yaml
 
@@ -28,6 +28,23 @@ VARS_HINT = """\
   #   vllm: /usr/local/bin/vllm     # the vLLM executable inside the containers
   #   nvidia_smi: /usr/bin/nvidia-smi
   #   state_dir: /var/lib/orch      # orch's releases, logs and lock"""
+
+
+class GpuEntry(TypedDict):
+    """One GPU of a container as the written inventory lists it."""
+
+    name: str
+    memory_mib: int
+
+
+class ContainerEntry(TypedDict):
+    """A container as the written inventory has it (`containers.NAME`, orch's fields)."""
+
+    vmid: int
+    host: str
+    address: str
+    access: str
+    gpus: NotRequired[list[GpuEntry]]
 
 
 @dataclass(frozen=True)
@@ -108,12 +125,14 @@ def container_names(containers: Iterable[FoundContainer]) -> list[str]:
     return names
 
 
-def _yaml(data: dict[str, Any], indent: int) -> list[str]:
+def _yaml(data: Mapping[str, object], indent: int) -> list[str]:
     text = yaml.safe_dump(data, sort_keys=False, default_flow_style=False, allow_unicode=True)
     return [" " * indent + line for line in text.splitlines()]
 
 
-def _gpus(found: FoundContainer, node_gpus: list[NodeGpu] | None) -> tuple[list[dict], list[str]]:
+def _gpus(
+    found: FoundContainer, node_gpus: list[NodeGpu] | None
+) -> tuple[list[GpuEntry], list[str]]:
     """(gpu entries, comments) for the devices passed through to a container."""
     minors = found.config.gpu_minors
     devices = ", ".join(f"/dev/nvidia{m}" for m in minors)
@@ -125,7 +144,7 @@ def _gpus(found: FoundContainer, node_gpus: list[NodeGpu] | None) -> tuple[list[
             "# so add each as {name: MODEL, memory_mib: N} under gpus",
         ]
     by_index = {gpu.index: gpu for gpu in node_gpus}
-    entries = [
+    entries: list[GpuEntry] = [
         {"name": by_index[m].name, "memory_mib": by_index[m].memory_mib}
         for m in minors
         if m in by_index
@@ -153,7 +172,7 @@ def inventory_text(cluster: Cluster, login: SshSettings, command: str) -> str:
         "hosts:",
     ]
     for node in cluster.read:
-        host: dict[str, Any] = {"address": node.address}
+        host = {"address": node.address}
         if node.pct_path and node.pct_path != DEFAULT_PCT:
             host["pct_path"] = node.pct_path
         if node.jump:
@@ -189,7 +208,7 @@ def _container(
 ) -> list[str]:
     """A container's entry with its comments; adds it to its groups."""
     gpus, gpu_comments = _gpus(found, node.node_gpus)
-    entry: dict[str, Any] = {
+    entry: ContainerEntry = {
         "vmid": found.guest.vmid,
         "host": node.name,
         "address": found.config.address or name,

@@ -14,6 +14,7 @@ import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from orchestrator.drafters.findings import Finding
 from orchestrator.errors import InputError
@@ -21,6 +22,10 @@ from orchestrator.errors import InputError
 CONFIG_FILE = "config.json"
 TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
 SAFETENSORS_SUFFIX = ".safetensors"
+
+ModelConfig = dict[str, Any]
+"""A model's config.json as Hugging Face writes it: its keys are the model's (a
+drafter's as its kind's trainer wrote them, a target's as its architecture has them)."""
 
 SAFETENSORS_HEADER_LIMIT = 100 * 1024 * 1024
 """Largest safetensors header read, in bytes; real headers are kilobytes to a few MB."""

@@ -8,12 +8,12 @@ top-level `sliding_window`; the window only exists when some entry of
 
 from __future__ import annotations
 
-from typing import Any
+from orchestrator.drafters.modelfiles import ModelConfig
 
 SLIDING = "sliding_attention"
 
 
-def served_window(config: dict[str, Any]) -> int | None:
+def served_window(config: ModelConfig) -> int | None:
     """The window in tokens, or None when no layer slides or no window is set."""
     if SLIDING not in (config.get("layer_types") or []):
         return None

@@ -11,6 +11,7 @@ from orchestrator.cancel import Cancel
 from orchestrator.connections import Connect, Pool
 from orchestrator.container.gpu import DEFAULT_NVIDIA_SMI
 from orchestrator.contract import Action
+from orchestrator.deadline import SYSTEM_CLOCK, Clock
 from orchestrator.documents.runs import (
     DeployRun,
     RollbackRun,
@@ -43,6 +44,7 @@ def _deployment(
     progress: Progress,
     prompts: list[str],
     cancel: Cancel,
+    clock: Clock,
 ) -> Deployment:
     nvidia_smi = inputs.inventory.container_vars(plan.container).get(
         "nvidia_smi", DEFAULT_NVIDIA_SMI
@@ -71,6 +73,7 @@ def _deployment(
             progress,
             load_prompts(other.playbook.gate.probe.prompts),
             cancel,
+            clock,
         )
 
     return Deployment(
@@ -83,6 +86,7 @@ def _deployment(
         progress,
         cancel,
         neighbour,
+        clock=clock,
     )
 
 
@@ -104,15 +108,17 @@ def deploy(
     progress: Progress,
     cancel: Cancel,
     show_diff: ShowDiff = lambda *_: None,
+    clock: Clock = SYSTEM_CLOCK,
 ) -> tuple[DeployRun, int]:
-    """With `options.diff`, `show_diff` gets each container's diff before its switch."""
+    """With `options.diff`, `show_diff` gets each container's diff before its switch;
+    `clock` times the gates' waits."""
     prompts = load_prompts(inputs.playbook.gate.probe.prompts)
     plans = {p.container: p for p in inputs.plans}
 
     def act(connections: Pool, progress: Progress) -> Acted[DeployRun]:
         def one(name: str) -> Outcome:
             deployment = _deployment(
-                inputs, connections, plans[name], options, progress, prompts, cancel
+                inputs, connections, plans[name], options, progress, prompts, cancel, clock
             )
             return TargetRun(deployment, show_diff).deploy()
 
@@ -140,6 +146,7 @@ def server_action(
     connect: Connect,
     progress: Progress,
     cancel: Cancel,
+    clock: Clock = SYSTEM_CLOCK,
 ) -> tuple[ServerRun, int]:
     """`orch stop|start|restart|remove` on every selected container, in the rollout's
     order (canaries first, then waves, within its failure budget): a rolling restart."""
@@ -149,7 +156,7 @@ def server_action(
     def act(connections: Pool, progress: Progress) -> Acted[ServerRun]:
         def one(name: str) -> Outcome:
             deployment = _deployment(
-                inputs, connections, plans[name], options, progress, prompts, cancel
+                inputs, connections, plans[name], options, progress, prompts, cancel, clock
             )
             return ServerActionRun(deployment).act(action)
 
@@ -192,6 +199,7 @@ def rollback(
     connect: Connect,
     progress: Progress,
     cancel: Cancel,
+    clock: Clock = SYSTEM_CLOCK,
 ) -> tuple[RollbackRun, int]:
     """Each container back to its previous release, or with `to` (a run id, a release
     id, or a unique prefix) to what that run left it on. `to` is resolved from every
@@ -215,7 +223,7 @@ def rollback(
 
         def one(name: str) -> Outcome:
             deployment = _deployment(
-                inputs, connections, plans[name], options, progress, prompts, cancel
+                inputs, connections, plans[name], options, progress, prompts, cancel, clock
             )
             return TargetRun(deployment).rollback(wanted[name])
 

@@ -17,6 +17,10 @@ from __future__ import annotations
 
 from typing import Any
 
+Config = dict[str, Any]
+"""A model's config.json as Hugging Face writes it and vLLM reads it: its keys are the
+model's (the lab keeps its own name for it: it reads nothing of orch's drafter code)."""
+
 SLIDING = "sliding_attention"
 QWEN3_MAX_WINDOW_LAYERS = 28
 """Qwen3Config's default `max_window_layers` (configuration_qwen3.py)."""
@@ -65,25 +69,25 @@ KEY_ROLES: dict[str, str] = {
 (`bos_token_id`, `block_size`, `num_target_layers`: z-lab's reference only)."""
 
 
-def _dflash(config: dict[str, Any]) -> dict[str, Any]:
+def _dflash(config: Config) -> Config:
     nested = config.get("dflash_config")
     return nested if isinstance(nested, dict) else {}
 
 
-def _value(config: dict[str, Any], path: str) -> Any:
+def _value(config: Config, path: str) -> Any:
     node: Any = config
     for part in path.split("."):
         node = node.get(part) if isinstance(node, dict) else None
     return node
 
 
-def loaded_window(config: dict[str, Any]) -> int | None:
+def loaded_window(config: Config) -> int | None:
     """`sliding_window` as Qwen3Config keeps it: only with `use_sliding_window: true`."""
     window = config.get("sliding_window") if config.get("use_sliding_window") is True else None
     return window if isinstance(window, int) else None
 
 
-def layer_types(config: dict[str, Any]) -> list[str]:
+def layer_types(config: Config) -> list[str]:
     """The layer types as loaded: the file's, else derived by Qwen3Config."""
     types = config.get("layer_types")
     if isinstance(types, list):
@@ -95,7 +99,7 @@ def layer_types(config: dict[str, Any]) -> list[str]:
     return [SLIDING if slides and i >= first else "full_attention" for i in range(count)]
 
 
-def sliding_layers(config: dict[str, Any]) -> list[bool]:
+def sliding_layers(config: Config) -> list[bool]:
     """Per layer, whether vLLM builds it with a sliding window (`use_swa` or layer_types)."""
     types = layer_types(config)
     any_sliding = SLIDING in types
@@ -104,13 +108,13 @@ def sliding_layers(config: dict[str, Any]) -> list[bool]:
     return [kind == SLIDING for kind in types]
 
 
-def is_mixed(config: dict[str, Any]) -> bool:
+def is_mixed(config: Config) -> bool:
     """Sliding and full layers together (vLLM's `_dflash_needs_multi_kv_group`)."""
     slides = sliding_layers(config)
     return 0 < sum(slides) < len(slides)
 
 
-def window(config: dict[str, Any]) -> int | None:
+def window(config: Config) -> int | None:
     """The window vLLM gives sliding layers: `dflash_config.swa_window_size`, else the
     loaded `sliding_window`; None when no layer slides or none is configured."""
     if not any(sliding_layers(config)):
@@ -119,16 +123,16 @@ def window(config: dict[str, Any]) -> int | None:
     return size if isinstance(size, int) else None
 
 
-def windowless(config: dict[str, Any]) -> bool:
+def windowless(config: Config) -> bool:
     """A sliding layer without a window: releases that check raise at start."""
     return any(sliding_layers(config)) and window(config) is None
 
 
-def attention_built(config: dict[str, Any]) -> tuple[list[bool], int | None]:
+def attention_built(config: Config) -> tuple[list[bool], int | None]:
     return sliding_layers(config), window(config)
 
 
-def trained_attention(published: dict[str, Any]) -> tuple[list[bool], int | None]:
+def trained_attention(published: Config) -> tuple[list[bool], int | None]:
     """The attention the drafter was trained with, as its published file states it: its
     layer types with the file's `sliding_window`. A file may state a window that vLLM
     does not keep (z-lab's Qwen3.6-27B drafter sets no `use_sliding_window`, and vLLM
@@ -137,7 +141,7 @@ def trained_attention(published: dict[str, Any]) -> tuple[list[bool], int | None
     return attention_built({**published, "use_sliding_window": stated})
 
 
-def roles_that_differ(deployed: dict[str, Any], published: dict[str, Any]) -> set[str]:
+def roles_that_differ(deployed: Config, published: Config) -> set[str]:
     """The roles of the read keys whose values differ, and `attention` when the server
     builds other layers or windows than the drafter was trained with. The window's own
     keys (`sliding_window`, `use_sliding_window`, `layer_types`) count only as the
@@ -150,7 +154,7 @@ def roles_that_differ(deployed: dict[str, Any], published: dict[str, Any]) -> se
     return roles
 
 
-def layer_ids(config: dict[str, Any]) -> list[int]:
+def layer_ids(config: Config) -> list[int]:
     """The target layers whose states feed the drafter, as eagle3_utils picks them."""
     explicit = config.get("eagle_aux_hidden_state_layer_ids")
     if isinstance(explicit, list):
@@ -161,13 +165,13 @@ def layer_ids(config: dict[str, Any]) -> list[int]:
     return list(_dflash(config).get("layer_ids") or [])
 
 
-def text_config(config: dict[str, Any]) -> dict[str, Any]:
+def text_config(config: Config) -> Config:
     """The language model's part of a target config (multimodal targets nest it)."""
     nested = config.get("text_config")
     return nested if isinstance(nested, dict) else config
 
 
-def conditional_generation(target: dict[str, Any]) -> bool:
+def conditional_generation(target: Config) -> bool:
     """A `*ForConditionalGeneration` target: its lm_head is not at `target_model.lm_head`."""
     return any(str(a).endswith("ForConditionalGeneration") for a in target.get("architectures", []))
 
@@ -182,7 +186,7 @@ when the config declares none:
 `:84`), and transformers 5.19.0's Qwen3_5TextConfig has no such field to default it."""
 
 
-def mtp_layer_count(target: dict[str, Any]) -> int:
+def mtp_layer_count(target: Config) -> int:
     text = text_config(target)
     for field in MTP_LAYER_FIELDS:
         count = target.get(field, text.get(field))

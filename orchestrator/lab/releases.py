@@ -26,20 +26,6 @@ LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 """libyaml's safe loader where PyYAML has it: every stand-in start reads the file."""
 
 
-@cache
-def _data() -> dict[str, Any]:
-    data: dict[str, Any] = yaml.load(DATA.read_text(), Loader=LOADER)
-    return data
-
-
-def known_releases() -> list[str]:
-    return list(_data()["releases"])
-
-
-def default_release() -> str:
-    return str(_data()["default"])
-
-
 @dataclass(frozen=True)
 class Step:
     """One fact from `since` on: its value, the error text vLLM gives, where it was read."""
@@ -51,6 +37,41 @@ class Step:
 
 
 @dataclass(frozen=True)
+class _Facts:
+    """`vllm_releases.yaml` read: the releases in order, the default one, and each fact
+    as its steps, each with the release it holds from."""
+
+    releases: list[str]
+    default: str
+    steps: dict[str, list[tuple[str, Step]]]
+
+
+@cache
+def _facts() -> _Facts:
+    data = yaml.load(DATA.read_text(), Loader=LOADER)
+    releases, default = data.pop("releases"), data.pop("default")
+    return _Facts(
+        list(releases),
+        str(default),
+        {
+            name: [
+                (s["since"], Step(s["value"], s.get("error"), s.get("warning"), s["source"]))
+                for s in steps
+            ]
+            for name, steps in data.items()
+        },
+    )
+
+
+def known_releases() -> list[str]:
+    return list(_facts().releases)
+
+
+def default_release() -> str:
+    return _facts().default
+
+
+@dataclass(frozen=True)
 class Release:
     """The facts of one release, each the step in force at it."""
 
@@ -59,9 +80,8 @@ class Release:
     def fact(self, name: str) -> Step:
         releases = known_releases()
         index = releases.index(self.version)
-        steps = [s for s in _data()[name] if releases.index(s["since"]) <= index]
-        step = steps[-1]
-        return Step(step["value"], step.get("error"), step.get("warning"), step["source"])
+        steps = [step for since, step in _facts().steps[name] if releases.index(since) <= index]
+        return steps[-1]
 
     @property
     def methods(self) -> list[str]:

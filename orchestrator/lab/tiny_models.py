@@ -79,9 +79,15 @@ EAGLE3, DFLASH = "tiny-eagle3", "tiny-dflash"
 DEEP_TARGET, DEEP_DRAFT, DEEP_DRAFT_PERTURBED = "deep-target", "deep-draft", "deep-draft-perturbed"
 DEEP_DRAFTS = (DEEP_DRAFT, DEEP_DRAFT_PERTURBED)
 Shapes = dict[str, list[int]]
+ModelFile = dict[str, Any]
+"""A model's JSON file (config.json, tokenizer_config.json) as Hugging Face writes it:
+its keys are transformers'."""
+Tensors = dict[str, Any]
+"""Weights by name, as safetensors stores them: torch's tensors (typed Any: torch is
+imported in the real server's venv only)."""
 
 
-def tokenizer_config() -> dict[str, Any]:
+def tokenizer_config() -> ModelFile:
     """tokenizer_config.json: the special tokens as transformers writes them, and ChatML."""
     return {
         "tokenizer_class": "PreTrainedTokenizerFast",
@@ -104,7 +110,7 @@ def tokenizer_config() -> dict[str, Any]:
     }
 
 
-def _attention(width: Width = TINY, **fields: Any) -> dict[str, Any]:
+def _attention(width: Width = TINY, **fields: Any) -> ModelFile:
     return {
         "hidden_size": width.hidden,
         "intermediate_size": width.intermediate,
@@ -125,7 +131,7 @@ def _attention(width: Width = TINY, **fields: Any) -> dict[str, Any]:
     }
 
 
-def target_config(width: Width = TINY, layers: int = TARGET_LAYERS) -> dict[str, Any]:
+def target_config(width: Width = TINY, layers: int = TARGET_LAYERS) -> ModelFile:
     return _attention(
         width,
         architectures=["Qwen3ForCausalLM"],
@@ -137,7 +143,7 @@ def target_config(width: Width = TINY, layers: int = TARGET_LAYERS) -> dict[str,
     )
 
 
-def eagle3_config() -> dict[str, Any]:
+def eagle3_config() -> ModelFile:
     """vLLM's own EAGLE-3 head format (llama_eagle3.py): one Llama layer over
     [embedding, hidden state], fed by three target layers through `fc`."""
     return _attention(
@@ -149,7 +155,7 @@ def eagle3_config() -> dict[str, Any]:
     )
 
 
-def dflash_config() -> dict[str, Any]:
+def dflash_config() -> ModelFile:
     """A DFlash drafter of one sliding-window layer and no full one: the CPU build runs
     vLLM's V1 model runner, which refuses a drafter mixing the two."""
     return _attention(
@@ -211,7 +217,7 @@ def dflash_shapes() -> Shapes:
     return shapes
 
 
-MODELS: dict[str, tuple[dict[str, Any], Shapes, int, bool]] = {
+MODELS: dict[str, tuple[ModelFile, Shapes, int, bool]] = {
     TARGET: (target_config(), target_shapes(), 1, True),
     DRAFT_OTHER: (target_config(), target_shapes(), 2, True),
     EAGLE3: (eagle3_config(), eagle3_shapes(), 3, False),
@@ -254,7 +260,7 @@ def train_tokenizer() -> str:
     return tokenizer.to_str()
 
 
-def random_weights(shapes: Shapes, seed: int) -> dict[str, Any]:
+def random_weights(shapes: Shapes, seed: int) -> Tensors:
     """Norm weights at one, the rest small and random (as a fresh model is initialised)."""
     import torch
 
@@ -267,7 +273,7 @@ def random_weights(shapes: Shapes, seed: int) -> dict[str, Any]:
     }
 
 
-def deep_target_weights() -> dict[str, Any]:
+def deep_target_weights() -> Tensors:
     """Random weights whose layers after the first write nothing to the residual stream."""
     _config, shapes, seed, _ships = MODELS[DEEP_TARGET]
     tensors = random_weights(shapes, seed)
@@ -277,7 +283,7 @@ def deep_target_weights() -> dict[str, Any]:
     return tensors
 
 
-def deep_draft_weights(target: dict[str, Any], name: str) -> dict[str, Any]:
+def deep_draft_weights(target: Tensors, name: str) -> Tensors:
     """The target's embeddings, first layer, final norm and lm_head; the perturbed
     drafter adds noise of DEEP_NOISE to its layer's matrices."""
     import torch
@@ -292,7 +298,7 @@ def deep_draft_weights(target: dict[str, Any], name: str) -> dict[str, Any]:
     return tensors
 
 
-def all_weights() -> dict[str, dict[str, Any]]:
+def all_weights() -> dict[str, Tensors]:
     """Every model's tensors by name."""
     deep = deep_target_weights()
     made = {

@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from orchestrator.probes.sampling import RequestFields
+
 EndpointName = Literal["completions", "chat"]
 PATHS: dict[str, str] = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 
@@ -27,12 +29,12 @@ class Endpoint:
 
     def payload(
         self, model: str, prompt: str, max_tokens: int, sampling: Mapping[str, Any]
-    ) -> dict[str, Any]:
+    ) -> RequestFields:
         """The request body with the gate's sampling fields; template settings only where
         a template is applied."""
         if self.name == "completions":
             return {"model": model, "prompt": prompt, "max_tokens": max_tokens, **sampling}
-        body: dict[str, Any] = {
+        body: RequestFields = {
             "model": model,
             "messages": [{"role": "user", "content": prompt}],
             "max_tokens": max_tokens,
@@ -43,7 +45,8 @@ class Endpoint:
         return body
 
     def settings(self) -> dict[str, Any] | None:
-        """The template settings the figures came from (None: no chat template applied)."""
+        """The template settings the figures came from (None: no chat template applied):
+        their names are the model's chat template's."""
         return dict(self.template_kwargs) if self.name == "chat" else None
 
     def describe(self) -> str:

@@ -27,6 +27,11 @@ from typing import Any
 from orchestrator.drafters.findings import Finding
 from orchestrator.playbook import Sampling
 
+RequestFields = dict[str, Any]
+"""Fields of a request body to vLLM's OpenAI-compatible server, or the sampling
+defaults it applies to one: their names and values are vLLM's (0.32.0
+`completion/protocol.py`)."""
+
 GENERATION_CONFIG_FILE = "generation_config.json"
 SENT = ("temperature", "top_p", "top_k")
 """The fields every probe request carries (and `seed` when the playbook sets one)."""
@@ -49,15 +54,15 @@ SOURCES = f"the target's {GENERATION_CONFIG_FILE}, --override-generation-config"
 """Where the server's default sampling comes from, as findings name it."""
 
 
-def request_fields(sampling: Sampling) -> dict[str, Any]:
+def request_fields(sampling: Sampling) -> RequestFields:
     """The body fields of one probe request (OpenAI's names; `top_k` is vLLM's)."""
-    fields: dict[str, Any] = {name: getattr(sampling, name) for name in SENT}
+    fields: RequestFields = {name: getattr(sampling, name) for name in SENT}
     if sampling.seed is not None:
         fields["seed"] = sampling.seed
     return fields
 
 
-def describe(sampling: dict[str, Any]) -> str:
+def describe(sampling: RequestFields) -> str:
     """`temperature 0 (greedy)` or `temperature 0.7, top_p 0.95, top_k 20, seed 1`."""
     if not sampling.get("temperature"):
         return "temperature 0 (greedy)" + (
@@ -66,7 +71,7 @@ def describe(sampling: dict[str, Any]) -> str:
     return ", ".join(f"{name} {value:g}" for name, value in sampling.items() if value is not None)
 
 
-def server_defaults(generation_config: bytes | None, launch_script: str) -> dict[str, Any] | None:
+def server_defaults(generation_config: bytes | None, launch_script: str) -> RequestFields | None:
     """The sampling defaults the server gives a request that leaves fields unset, from
     the target's `generation_config.json` and the launch's `--generation-config` /
     `--override-generation-config`; None when the launch names another folder (not read)."""
@@ -99,7 +104,7 @@ def server_defaults(generation_config: bytes | None, launch_script: str) -> dict
     return {key: merged[key] for key in NEUTRAL if merged.get(key) is not None}
 
 
-def sampling_findings(defaults: dict[str, Any] | None, sampling: Sampling) -> list[Finding]:
+def sampling_findings(defaults: RequestFields | None, sampling: Sampling) -> list[Finding]:
     """A warning when the server's defaults differ from the probes': the gate's figures
     are then not what requests that send no sampling get; fields the probes do not send
     (penalties, min_p) apply to the probes too."""

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from clocks import FakeClock
 from fleets import (
     EXAMPLE,
     FAST,
@@ -315,7 +316,7 @@ def test_every_run_document_names_its_inputs_and_its_log(ready: Fleet) -> None:
 
 def run_action(fleet: Fleet, action: Action, run_id: str) -> tuple[dict[str, Any], int]:
     printed, code = runs.server_action(
-        fleet.inputs, options(run_id), action, fleet.connect, no_progress, Cancel()
+        fleet.inputs, options(run_id), action, fleet.connect, no_progress, Cancel(), FakeClock()
     )
     return checked(printed, "ServerRun"), code
 

@@ -11,6 +11,7 @@ import re
 from pathlib import Path
 
 import pytest
+from clocks import FakeClock
 from fleets import (
     EXAMPLE,
     FAST,
@@ -290,7 +291,9 @@ def test_rollback_to_a_run_switches_each_container_back_and_gates_it() -> None:
         serving(container.transport, "qwen3.6-27b")
     options = Options(run_id="run-back", user="ops")
 
-    run, code = rollback(fleet.inputs, options, RUN_A[:12], fleet.connect, no_progress, Cancel())
+    run, code = rollback(
+        fleet.inputs, options, RUN_A[:12], fleet.connect, no_progress, Cancel(), FakeClock()
+    )
 
     assert code == 0, run
     document = checked(run, "RollbackRun")

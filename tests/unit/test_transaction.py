@@ -41,7 +41,9 @@ ONE_SCRAPE_A_SECOND = Gate(
 def test_gate_passes_on_counters_that_grow_well() -> None:
     transport = MemoryTransport()
     serving(transport, "m")
-    report = run_gate(transport, "10.0.0.5", 8000, "m", FAST_GATE, BUCKETS, CAUSES)
+    report = run_gate(
+        transport, "10.0.0.5", 8000, "m", FAST_GATE, BUCKETS, CAUSES, clock=FakeClock()
+    )
     assert report.verdict.outcome == "pass", report.verdict.reason
     assert report.verdict.mean_acceptance_length == pytest.approx(4.0)
     assert ("GET", "/metrics") in transport.requests
@@ -63,7 +65,9 @@ def test_gate_on_garbage_metrics_could_not_measure() -> None:
     transport = MemoryTransport()
     serving(transport, "m")
     transport.on_http("GET", "/metrics", lambda _: (200, b"<html>nope</html>"))
-    report = run_gate(transport, "10.0.0.5", 8000, "m", FAST_GATE, BUCKETS, CAUSES)
+    report = run_gate(
+        transport, "10.0.0.5", 8000, "m", FAST_GATE, BUCKETS, CAUSES, clock=FakeClock()
+    )
     assert report.verdict.outcome == "inconclusive"
     assert "could not measure" in report.verdict.reason
 
@@ -89,7 +93,7 @@ def test_rollback_regates_the_old_release_with_its_own_served_name() -> None:
     container.links[container.layout.previous] = "releases/aaaaaaaaaaaa"
     asked = serving(container.transport, "old-name")
 
-    outcome = target_run(playbook, plan, container).rollback(None)
+    outcome = target_run(playbook, plan, container, clock=FakeClock()).rollback(None)
 
     assert outcome.result == "rolled_back", outcome.error
     assert set(asked) == {"old-name"}
@@ -119,7 +123,7 @@ def test_a_stop_request_during_the_gate_goes_back_to_the_previous_release() -> N
     container.gated_release("aaaaaaaaaaaa", "old-name", ONE_SCRAPE_A_SECOND)
     container.gated_release("bbbbbbbbbbbb", "old-name", ONE_SCRAPE_A_SECOND)
     container.links[container.layout.current] = "releases/aaaaaaaaaaaa"
-    serving(container.transport, "old-name")
+    serving(container.transport, "old-name", request_seconds=0.01)  # traffic for the budget
     container.transport.on_http("GET", "/metrics", lambda _: (200, metrics(1)))  # undecided
     cancel, clock = Cancel(), FakeClock()
     clock.after(1.0, lambda: cancel.request(15))  # a second into the gate
@@ -142,7 +146,7 @@ def test_a_live_owner_on_another_host_is_refused_with_its_name() -> None:
     alive = Owner("run-alive", "alice", "elsewhere", 1, time.time())
     container.files[container.layout.lock_owner] = alive.to_json().encode()
 
-    outcome = target_run(playbook, plan, container).rollback("aaaaaaaaaaaa")
+    outcome = target_run(playbook, plan, container, clock=FakeClock()).rollback("aaaaaaaaaaaa")
 
     assert outcome.exit_code == 3
     assert "deploy lock held" in (outcome.error or "") and "alice" in (outcome.error or "")
@@ -158,7 +162,7 @@ def test_an_expired_lease_is_taken_over() -> None:
     container.files[container.layout.lock_owner] = old.to_json().encode()
     container.heartbeat_age = 3600
 
-    outcome = target_run(playbook, plan, container).rollback(None)
+    outcome = target_run(playbook, plan, container, clock=FakeClock()).rollback(None)
 
     assert "no previous release" in (outcome.error or "")
     assert container.events == ["take over", "unlock"]
@@ -182,7 +186,9 @@ def test_the_wait_for_gpu_memory_says_what_each_short_gpu_has_free() -> None:
 def server_run(playbook: Playbook, plan: TargetPlan, container: Container) -> ServerActionRun:
     options = Options(run_id="run-now", user="ops")
     return ServerActionRun(
-        Deployment(plan, container.transport, playbook, BUCKETS, "nvidia-smi", options)
+        Deployment(
+            plan, container.transport, playbook, BUCKETS, "nvidia-smi", options, clock=FakeClock()
+        )
     )
 
 

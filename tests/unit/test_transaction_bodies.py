@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from clocks import FakeClock
 from scripted import ScriptedContainer, ScriptedGate, frames
 
 from orchestrator.cancel import Cancel
@@ -106,6 +107,7 @@ class Site:
             cancel=self.cancel,
             neighbours=self.neighbours.get,
             run_gate=self.gate,
+            clock=FakeClock(),
         )
 
     def deploy(self, **options: Any) -> Outcome:

@@ -18,9 +18,14 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from orchestrator.errors import InputError
+
+SpeculativeConfig = dict[str, Any]
+"""vLLM's `--speculative-config` JSON: its keys are vLLM's SpeculativeConfig fields
+(`vllm/config/speculative.py`), set by the kind and by the playbook's
+`server.speculative_config`."""
 
 if TYPE_CHECKING:
     from orchestrator.drafters.findings import Finding
@@ -71,9 +76,11 @@ class DrafterKind(ABC):
         """vLLM's `--speculative-config` method."""
         return self.name
 
-    def speculative_config(self, drafter_dir: str | None, num_speculative_tokens: int) -> dict:
+    def speculative_config(
+        self, drafter_dir: str | None, num_speculative_tokens: int
+    ) -> SpeculativeConfig:
         """The `--speculative-config` value of a launch."""
-        config: dict[str, object] = {"method": self.method}
+        config: SpeculativeConfig = {"method": self.method}
         if drafter_dir is not None:
             config["model"] = drafter_dir
         config["num_speculative_tokens"] = num_speculative_tokens
