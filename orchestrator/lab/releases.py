@@ -50,6 +50,7 @@ class _Facts:
 def _facts() -> _Facts:
     data = yaml.load(DATA.read_text(), Loader=LOADER)
     releases, default = data.pop("releases"), data.pop("default")
+    data.pop("shared")  # facts every release shares: read by people, not stepped
     return _Facts(
         list(releases),
         str(default),

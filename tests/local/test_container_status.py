@@ -54,6 +54,7 @@ def test_status_report_parses_into_a_status_row(
             "time": parsed["release_gate"]["time"],
             "result": "pass",
             "mean_acceptance_length": 4.18,
+            "speed": None,  # a gate without speed levels (recorded before they were)
         },
         "last_run": {
             "run_id": "r2",
@@ -64,6 +65,7 @@ def test_status_report_parses_into_a_status_row(
             "current": a,
             "verdict": "fail",
             "mean_acceptance_length": 1.11,
+            "speed": None,
         },
         "lock": '{"run_id": "r1", "user": "ops"}',
     }
@@ -97,6 +99,7 @@ def test_status_report_as_a_row() -> None:
             "time": "2025-01-01T11:05:00+00:00",
             "result": "pass",
             "mean_acceptance_length": 4.12,
+            "speed": None,
         },
         "last_run": {
             "run_id": "20250101T110000-cd34",
@@ -107,6 +110,7 @@ def test_status_report_as_a_row() -> None:
             "current": "0123456789ab",
             "verdict": "pass",
             "mean_acceptance_length": 4.12,
+            "speed": None,
         },
         "lock": '{"run_id": "20250101T120000-ab12", "user": "ops", "control_host": "laptop"}',
     }
