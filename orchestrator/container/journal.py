@@ -47,13 +47,19 @@ class Transaction:
     replaced: dict[str, str] | None = None
     """With `deploy --replace`: the other playbook's deployment whose server this run
     stopped (`playbook`, `file`, `release`), restored unless `to_release` passed."""
+    stopped_on: str | None = None
+    """With `from_release` None: the release `current` names again when the switch is
+    undone, its server left stopped (a --replace over this deployment's stopped server:
+    the release it was on stays its own)."""
 
     @property
     def gated(self) -> bool:
         return self.step == GATE_PASSED
 
     def describe(self) -> str:
-        source = self.from_release or "nothing"
+        source = self.from_release or (
+            f"{self.stopped_on} (stopped)" if self.stopped_on else "nothing"
+        )
         replacing = f" replacing {self.replaced['playbook']}" if self.replaced else ""
         return (
             f"run {self.run_id} ({self.action} {source} -> {self.to_release}{replacing} by "
@@ -103,11 +109,21 @@ class Journal:
         from_release: str | None,
         to_release: str,
         replaced: dict[str, str] | None = None,
+        stopped_on: str | None = None,
     ) -> None:
         stamp = now()
         self._write(
             Transaction(
-                run_id, action, owner, from_release, to_release, "begin", stamp, stamp, replaced
+                run_id,
+                action,
+                owner,
+                from_release,
+                to_release,
+                "begin",
+                stamp,
+                stamp,
+                replaced,
+                stopped_on,
             )
         )
 

@@ -70,8 +70,8 @@ def recover(d: Deployment) -> None:
         d.record_previous(interrupted.from_release, interrupted.to_release)
         back_on = interrupted.to_release
     else:
-        back_on = interrupted.from_release
-        report = go_back(d, back_on)
+        report = go_back(d, interrupted.from_release, interrupted.stopped_on)
+        back_on = interrupted.from_release or interrupted.stopped_on
     replaced = _settle_replaced(d, interrupted)
     d.audit(
         "recover",
@@ -102,7 +102,9 @@ def recover(d: Deployment) -> None:
         + (
             f"finished its {interrupted.action}"
             if finished
-            else f"now on {back_on}"
+            else f"now on {interrupted.from_release}"
+            if interrupted.from_release
+            else f"its server stopped, back on {back_on} (as before that run)"
             if back_on
             else "its server stopped, nothing to go back to"
         )

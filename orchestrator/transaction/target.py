@@ -22,9 +22,9 @@ from orchestrator.transaction.decision import (
     Switching,
     WentBack,
     after_gate,
-    journal_back_to,
     keeps,
     settled,
+    way_back,
 )
 from orchestrator.transaction.deployment import Deployment
 from orchestrator.transaction.guard import Refused, guard
@@ -142,8 +142,10 @@ class TargetRun:
         """Journal, switch, gate; keep `new` if it passed, else go back to `previous`."""
         d, out, other = self.d, self.d.outcome, self.replacing
         replaced = replace.journal_record(other) if action == "deploy" else None
-        back_to = journal_back_to(previous, replaced is not None, self.was_serving)
-        d.journal.begin(d.options.run_id, action, str(d.owner), back_to, new, replaced)
+        back = way_back(previous, replaced is not None, self.was_serving)
+        d.journal.begin(
+            d.options.run_id, action, str(d.owner), back.to, new, replaced, back.stopped_on
+        )
         if replaced and other:
             replace.stop(other, d.plan.playbook)
         out.gate = switch(d, new, d.gate_target(new), cancellable=True)
@@ -181,8 +183,8 @@ class TargetRun:
             out.gate.explanation = ". ".join(
                 filter(None, [out.gate.explanation, f"Preflight had found: {cited}"])
             )
-        out.rollback_gate = go_back(d, decision.to)
-        out.current = decision.to
+        out.rollback_gate = go_back(d, decision.to, decision.stopped_on)
+        out.current = decision.to or decision.stopped_on
         if replaced and other and decision.restore_replaced:
             out.replaced = replace.restore(other, replaced["release"], d.plan.playbook)
         ending = settled(
@@ -197,6 +199,7 @@ class TargetRun:
                 else None,
                 d.cancel.requested,
                 d.cancel.exit_code,
+                decision.stopped_on,
             )
         )
         out.result, out.exit_code, out.error = ending.result, ending.exit_code, ending.error

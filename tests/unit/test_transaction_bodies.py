@@ -819,6 +819,67 @@ def test_deploy_replace_of_a_stopped_server_stops_nothing(models: dict[str, Path
     assert other.audit() == []
 
 
+@pytest.mark.parametrize("ending", ["fails its gate", "interrupted"])
+def test_a_replace_that_does_not_stay_keeps_both_playbooks(
+    models: dict[str, Path], ending: str
+) -> None:
+    """Issue 33: this playbook's server was stopped by an earlier --replace (on MID);
+    its deploy --replace other does not stay: other is restored and serving, and MID
+    stays this playbook's `current`, its server stopped, startable again."""
+    site, other = replacing(models)
+    site.on(MID, running=False, previous=OLDER)
+    site.gate.verdicts = {site.new: "fail"}
+    if ending == "interrupted":
+        site.gate.verdicts = {site.new: "inconclusive"}
+        site.gate.during = lambda: site.cancel.request(15)
+    other.gate.verdicts = {OLD: "pass"}
+
+    outcome = site.deploy(replace="other")
+
+    assert (site.link("current"), site.link("previous")) == (MID, OLDER)
+    assert site.container.server is None
+    assert outcome.current == MID
+    assert f"back on {MID} (stopped, as before this run)" in (outcome.error or "")
+    assert "other restored" in (outcome.error or "")
+    assert isinstance(outcome.replaced, Restored) and outcome.replaced.result == "restored"
+    assert (other.link("current"), other.container.server is not None) == (OLD, True)
+    site.cancel, site.gate.during = Cancel(), lambda: None  # the next run, not stopped
+    site.gate.verdicts = {MID: "pass"}
+    other.container.server = None  # as `orch stop other` would leave it
+
+    started = site.act("start")
+
+    assert (started.result, started.current) == ("started", MID)
+
+
+def test_a_killed_replace_over_a_stopped_server_recovers_its_current(
+    models: dict[str, Path],
+) -> None:
+    """SIGKILL in the gate of a --replace over this playbook's stopped server (MID):
+    the next run undoes it to MID, stopped, and restores other."""
+    site, other = replacing(models, other_running=False)
+    site.kept(MID)
+    site.kept(OLDER)
+    site.on(OLDER, running=True)
+    replaced = {"playbook": "other", "file": str(PLAYBOOK.resolve()), "release": OLD}
+    site.journal(
+        action="deploy",
+        from_release=None,
+        to_release=OLDER,
+        step="gate",
+        replaced=replaced,
+        stopped_on=MID,
+    )
+
+    outcome = site.act("stop")
+
+    assert outcome.recovered is not None and outcome.recovered.back_on == MID
+    assert site.link("current") == MID and site.container.server is None
+    assert outcome.recovered.replaced is not None
+    assert outcome.recovered.replaced.result == "restored"
+    assert (other.link("current"), other.container.server is not None) == (OLD, True)
+
+
 @pytest.mark.parametrize(
     ("step", "other_running", "audit"),
     [
