@@ -880,6 +880,43 @@ def test_a_killed_replace_over_a_stopped_server_recovers_its_current(
     assert (other.link("current"), other.container.server is not None) == (OLD, True)
 
 
+def test_a_run_of_the_replaced_playbook_recovers_a_killed_replace(
+    models: dict[str, Path],
+) -> None:
+    """Issue 35 cause 13: after a --replace killed in its gate, `orch start other` (the
+    replaced playbook) recovers the pair: the replacing deployment back on MID,
+    stopped, and other's OLD started and gated, instead of waiting on the GPUs the
+    ungated new server holds."""
+    site, other = replacing(models, other_running=False)
+    site.kept(MID)
+    site.kept(OLDER)
+    site.on(OLDER, running=True)
+    replaced = {"playbook": "other", "file": str(PLAYBOOK.resolve()), "release": OLD}
+    site.journal(
+        action="deploy",
+        from_release=None,
+        to_release=OLDER,
+        step="gate",
+        replaced=replaced,
+        stopped_on=MID,
+    )
+    # one container: the replacing deployment's journal is a sibling of other's
+    other.container.files[site.container.layout.journal] = site.container.files[
+        site.container.layout.journal
+    ]
+    other.neighbours = {site.playbook.name: site.deployment()}
+
+    outcome = other.act("start")
+
+    assert outcome.exit_code == 0, outcome.error
+    assert (site.link("current"), site.container.server) == (MID, None)
+    assert site.container.layout.journal not in site.container.files
+    assert (other.link("current"), other.container.server is not None) == (OLD, True)
+    assert outcome.recovered is not None and outcome.recovered.replaced is not None
+    assert outcome.recovered.replaced.result == "restored"
+    assert any("qwen-dflash: recovered interrupted run run-dead" in n for n in outcome.notes)
+
+
 @pytest.mark.parametrize(
     ("step", "other_running", "audit"),
     [
