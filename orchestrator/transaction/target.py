@@ -172,7 +172,8 @@ class TargetRun:
             d.journal.advance(GATE_PASSED)
             out.result, out.current = decision.result, new
             d.record_previous(decision.record_previous, new)
-            if decision.prune_keeping is not None:
+            lost = self._stopped_if_lock_lost(f"{new} passed its gate and stays")
+            if decision.prune_keeping is not None and not lost:
                 d.prune(decision.prune_keeping)
             if replaced and other and decision.replaced_stays_stopped:
                 out.replaced = replace.stay_stopped(other, replaced["release"], d.plan.playbook)
@@ -203,9 +204,24 @@ class TargetRun:
             )
         )
         out.result, out.exit_code, out.error = ending.result, ending.exit_code, ending.error
+        lost = self._stopped_if_lock_lost(f"back on {out.current or 'nothing'}")
         d.finish(action)
-        if decision.prune_keeping is not None:
+        if decision.prune_keeping is not None and not lost:
             self._prune_after_failure(decision.prune_keeping)
+
+    def _stopped_if_lock_lost(self, where: str) -> bool:
+        """The safe point after the switch settled (a gated release, or the way back,
+        in place): a lock lost meanwhile stops the run here, old releases unpruned,
+        the container needing attention (exit 3), saying why."""
+        lost = self.d.lock_lost()
+        if lost:
+            out = self.d.outcome
+            out.exit_code = max(out.exit_code, 3)
+            out.error = "; ".join(
+                filter(None, [out.error, f"{lost}: stopped after the switch ({where})"])
+            )
+            out.notes.append(f"{lost}; old releases not pruned")
+        return lost is not None
 
     @contextmanager
     def _replaced_locked(self) -> Iterator[None]:

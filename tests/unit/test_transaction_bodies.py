@@ -993,3 +993,51 @@ def test_a_release_that_reads_back_otherwise_is_refused_before_the_switch(
     assert (outcome.error or "").startswith("cat-verify failed, the server was not touched")
     assert (site.link("current"), c.server, site.audit()) == (OLD, 4242, [])
     assert site.gate.asked == []
+
+
+# -- a lock removed by `orch unlock --force` during the run ----------------------------------
+
+
+def test_a_lock_removed_before_the_switch_is_noticed_at_once(models: dict[str, Path]) -> None:
+    """Issue 33 item 2: noticed at the safe point before the switch by reading the lock
+    there, not at the next heartbeat (a quarter lease away): nothing is switched."""
+    site = Site(models)
+    site.on(OLD)
+    lock = f"{site.container.layout.lock}/owner.json"
+    # the diff is shown after the release is written, before the old server stops
+    run = TargetRun(
+        site.deployment(diff=True), show_diff=lambda *_: site.container.files.pop(lock, None)
+    )
+
+    outcome = run.deploy()
+
+    assert (outcome.result, outcome.exit_code) == ("failed", 3), outcome.error
+    assert "the deploy lock was removed by orch unlock --force; nothing was switched" in (
+        outcome.error or ""
+    )
+    assert site.link("current") == OLD and site.container.server is not None
+    assert site.gate.asked == []
+
+
+@pytest.mark.parametrize(("verdict", "current"), [("pass", NEW), ("fail", OLD)])
+def test_a_lock_removed_during_the_gate_stops_the_run_on_a_gated_release(
+    models: dict[str, Path], verdict: str, current: str
+) -> None:
+    """After the switch the run still ends on a gated release (kept, or the way back),
+    then stops there: exit 3 naming why, nothing pruned."""
+    site = Site(models, "releases_kept=2")
+    site.on(OLD, previous=OLDER)
+    site.gate.verdicts = {site.new: verdict}
+    lock = f"{site.container.layout.lock}/owner.json"
+    site.gate.during = lambda: site.container.files.pop(lock, None)
+
+    outcome = site.deploy()
+
+    assert outcome.exit_code == 3, outcome.error
+    assert outcome.result == ("deployed" if verdict == "pass" else "rolled_back")
+    assert "the deploy lock was removed by orch unlock --force: stopped after the switch" in (
+        outcome.error or ""
+    )
+    assert site.link("current") == site.rid(current) and site.container.server is not None
+    assert site.container.layout.journal not in site.container.files
+    assert OLDER in {r.rsplit("/", 2)[-2] for r in site.container.files if "/releases/" in r}
