@@ -39,23 +39,27 @@ class RecoveryRecord:
 
 
 @contextmanager
-def locked(d: Deployment) -> Iterator[None]:
+def locked(d: Deployment, settling_for: str | None = None) -> Iterator[None]:
     """Hold the lock (taking over a gone owner's) and recover a run that died in its
-    switch before this run's own work; the lock is released whatever happens."""
+    switch before this run's own work; the lock is released whatever happens.
+    `settling_for`: the playbook whose interrupted --replace this run is recovering
+    (and takes this lock to settle): its journal is not recovered a second time."""
     with d.lock.held() as taken_over:
         if taken_over:
             d.outcome.notes.append(taken_over)
             d.note(taken_over)
-        recover_replacing(d)
+        recover_replacing(d, settling_for)
         recover(d)
         yield
 
 
-def recover_replacing(d: Deployment) -> None:
+def recover_replacing(d: Deployment, settling_for: str | None = None) -> None:
     """A run of a playbook whose server an interrupted `deploy --replace` stopped: that
     run's deployment is recovered first, under its lock, settling this one (whose lock
     this run holds) as that run's own next run would."""
     for name, interrupted in journal.replacing(d.transport, d.layout).items():
+        if name == settling_for:
+            continue
         replacer = d.neighbours(name)
         if replacer is None:
             raise NeedsAttention(
@@ -169,7 +173,7 @@ def _settle_replaced(
             f"`orch start {name} -i {d.options.inventory} --limit {d.name}`",
             subject=d.name,
         )
-    with locked(other):
+    with locked(other, settling_for=d.plan.playbook):
         return _settle(other, interrupted.gated, release_id, d.plan.playbook)
 
 

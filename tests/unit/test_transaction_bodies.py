@@ -870,6 +870,10 @@ def test_a_killed_replace_over_a_stopped_server_recovers_its_current(
         replaced=replaced,
         stopped_on=MID,
     )
+    # one container: other's run (settling it) sees the journal as a sibling's
+    other.container.files[site.container.layout.journal] = site.container.files[
+        site.container.layout.journal
+    ]
 
     outcome = site.act("stop")
 
