@@ -180,11 +180,12 @@ def rollback(
 
     inputs = load(playbook, inventory_path, list(limit), list(assignments))
     options = new_options(force=force)
+    hooks = Hooks.for_run("rollback", inputs, options, _say)  # a missing program: bad input
     with _stoppable(inputs, as_json) as (view, cancel):
         document, code = runs.rollback(
             inputs, options, to_release, ssh(accept_new_host_keys), view, cancel
         )
-    Hooks.for_run("rollback", inputs, options, _say).after_run(document, code)
+    hooks.after_run(document, code)
     screen.print_json(document) if as_json else run_report.print_run(document)
     sys.exit(code)
 
