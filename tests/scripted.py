@@ -163,6 +163,15 @@ class ScriptedContainer:
             "read_files": lambda paths: frames(
                 [(p, self.files[p]) for p in paths if p in self.files]
             ),
+            "read_journals": lambda state_dir: frames(
+                [
+                    (p, data)
+                    for p, data in self.files.items()
+                    if p.startswith(f"{state_dir}/")
+                    and p.endswith("/journal.json")
+                    and p.count("/") == state_dir.count("/") + 2
+                ]
+            ),
             "acquire_lock": self._acquire_lock,
             "read_lock": self._read_lock,
             "release_lock": self._release_lock,

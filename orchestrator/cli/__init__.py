@@ -7,8 +7,9 @@ when it runs, so `orch --help` starts fast."""
 from __future__ import annotations
 
 import importlib
+import os
 import sys
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TextIO
 
 import click
 
@@ -114,5 +115,36 @@ def cli(ctx: click.Context) -> None:
         ctx.default_map = {name: {"inventory_path": inventory} for name in COMMANDS}
 
 
+class ReaderMayLeave:
+    """stdout for a reader that may stop reading (`orch render | head -1`): once the pipe
+    is gone the rest of the output goes to /dev/null, so the command ends quietly with
+    the status of the work it did, not a traceback or exit 1."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self.stream.write(text)
+        except BrokenPipeError:
+            self._reader_gone()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self.stream.flush()
+        except BrokenPipeError:
+            self._reader_gone()
+
+    def _reader_gone(self) -> None:
+        nowhere = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(nowhere, self.stream.fileno())
+        os.close(nowhere)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.stream, name)
+
+
 def main() -> None:
+    sys.stdout = ReaderMayLeave(sys.stdout)
     cli(prog_name="orch")

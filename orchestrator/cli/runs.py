@@ -180,11 +180,12 @@ def rollback(
 
     inputs = load(playbook, inventory_path, list(limit), list(assignments))
     options = new_options(force=force)
+    hooks = Hooks.for_run("rollback", inputs, options, _say)  # a missing program: bad input
     with _stoppable(inputs, as_json) as (view, cancel):
         document, code = runs.rollback(
             inputs, options, to_release, ssh(accept_new_host_keys), view, cancel
         )
-    Hooks.for_run("rollback", inputs, options, _say).after_run(document, code)
+    hooks.after_run(document, code)
     screen.print_json(document) if as_json else run_report.print_run(document)
     sys.exit(code)
 
@@ -204,19 +205,19 @@ def diff_command(
     to stderr; exit 0 when nothing would change, 1 when something would, 2 or more on an
     error (a preflight error included). Connects, takes no lock, changes nothing."""
     from orchestrator.fleet.inputs import load
-    from orchestrator.fleet.runs import diff_exit_code
+    from orchestrator.fleet.runs import as_diff
     from orchestrator.fleet.skeleton import new_options
     from orchestrator.report import run as run_report
     from orchestrator.report import screen
 
     inputs = load(playbook, inventory_path, list(limit), list(assignments), True)
     options = new_options(dry_run=True, diff=True, inventory=str(inventory_path))
-    document, code = _run_deploy(inputs, options, accept_new_host_keys, as_json)
+    document, code = as_diff(*_run_deploy(inputs, options, accept_new_host_keys, as_json))
     if as_json:
         screen.print_json(document)
     else:
         run_report.print_run(document, stderr=True)
-    sys.exit(diff_exit_code(document, code))
+    sys.exit(code)
 
 
 def _server_action(

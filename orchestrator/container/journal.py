@@ -24,7 +24,17 @@ import dataclasses
 import json
 from dataclasses import dataclass
 
-from orchestrator.container.shell import read_whole, remove_file, run_step, write_file
+from orchestrator.container.shell import (
+    FRAME_FUNCTIONS,
+    builder,
+    parse_frames,
+    q,
+    read_whole,
+    remove_file,
+    run_step,
+    script,
+    write_file,
+)
 from orchestrator.deadline import now
 from orchestrator.layout import Layout
 from orchestrator.transport.base import Transport
@@ -47,13 +57,19 @@ class Transaction:
     replaced: dict[str, str] | None = None
     """With `deploy --replace`: the other playbook's deployment whose server this run
     stopped (`playbook`, `file`, `release`), restored unless `to_release` passed."""
+    stopped_on: str | None = None
+    """With `from_release` None: the release `current` names again when the switch is
+    undone, its server left stopped (a --replace over this deployment's stopped server:
+    the release it was on stays its own)."""
 
     @property
     def gated(self) -> bool:
         return self.step == GATE_PASSED
 
     def describe(self) -> str:
-        source = self.from_release or "nothing"
+        source = self.from_release or (
+            f"{self.stopped_on} (stopped)" if self.stopped_on else "nothing"
+        )
         replacing = f" replacing {self.replaced['playbook']}" if self.replaced else ""
         return (
             f"run {self.run_id} ({self.action} {source} -> {self.to_release}{replacing} by "
@@ -72,6 +88,44 @@ class Unreadable:
         return f"{self.path} is unreadable ({self.problem}): a run stopped in its switch"
 
 
+@builder
+def read_journals(state_dir: str) -> list[str]:
+    """Every deployment's journal under the state dir, as frames `PATH LENGTH\\n` + bytes."""
+    return script(
+        FRAME_FUNCTIONS + f"for p in {q(state_dir)}/*/journal.json; do "
+        'if [ -f "$p" ]; then frame "$p" "$p"; fi; done'
+    )
+
+
+def parse(raw: bytes, path: str) -> Transaction | Unreadable:
+    """A journal file's bytes: the transaction orch wrote, or what is wrong with them."""
+    try:
+        data = json.loads(raw)
+        return Transaction(
+            **{
+                f.name: data[f.name] if f.default is dataclasses.MISSING else data.get(f.name)
+                for f in dataclasses.fields(Transaction)
+            }
+        )
+    except (ValueError, TypeError, KeyError) as exc:
+        problem = "empty" if not raw else f"{len(raw)} bytes, {type(exc).__name__}: {exc}"
+        return Unreadable(path, problem)
+
+
+def replacing(transport: Transport, layout: Layout) -> dict[str, Transaction]:
+    """The interrupted `deploy --replace` runs of the other deployments on this container
+    that stopped this one's server, by the name of the deployment that replaced it."""
+    found = parse_frames(run_step(transport, read_journals(layout.state_dir), "journals").stdout)
+    return {
+        Layout(path.rsplit("/", 1)[0]).name: journal
+        for path, raw in found.items()
+        if path != layout.journal
+        and isinstance(journal := parse(raw, path), Transaction)
+        and journal.replaced
+        and journal.replaced.get("playbook") == layout.name
+    }
+
+
 class Journal:
     """The journal file of one deployment; `active` is the transaction this run writes."""
 
@@ -81,19 +135,7 @@ class Journal:
 
     def read(self) -> Transaction | Unreadable | None:
         raw = read_whole(self.transport, [self.layout.journal], "journal").get(self.layout.journal)
-        if raw is None:
-            return None
-        try:
-            data = json.loads(raw)
-            return Transaction(
-                **{
-                    f.name: data[f.name] if f.default is dataclasses.MISSING else data.get(f.name)
-                    for f in dataclasses.fields(Transaction)
-                }
-            )
-        except (ValueError, TypeError, KeyError) as exc:
-            problem = "empty" if not raw else f"{len(raw)} bytes, {type(exc).__name__}: {exc}"
-            return Unreadable(self.layout.journal, problem)
+        return None if raw is None else parse(raw, self.layout.journal)
 
     def begin(
         self,
@@ -103,11 +145,21 @@ class Journal:
         from_release: str | None,
         to_release: str,
         replaced: dict[str, str] | None = None,
+        stopped_on: str | None = None,
     ) -> None:
         stamp = now()
         self._write(
             Transaction(
-                run_id, action, owner, from_release, to_release, "begin", stamp, stamp, replaced
+                run_id,
+                action,
+                owner,
+                from_release,
+                to_release,
+                "begin",
+                stamp,
+                stamp,
+                replaced,
+                stopped_on,
             )
         )
 

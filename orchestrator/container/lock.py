@@ -390,7 +390,7 @@ class DeployLock:
         if result.exit_code == 1:
             self.lost = "the deploy lock is no longer this run's (broken and taken by another)"
         elif result.exit_code == 3:
-            self.lost = "the deploy lock was removed while this run held it (orch unlock --force)"
+            self.lost = "the deploy lock was removed by orch unlock --force"
 
     def release(self) -> None:
         """Only if it is still ours: a lock broken and retaken meanwhile stays."""

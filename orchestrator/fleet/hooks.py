@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -28,7 +29,7 @@ from typing import TYPE_CHECKING
 
 from orchestrator.contract import jsonable
 from orchestrator.documents.runs import DeployRun, HookResult, RollbackRun, Run
-from orchestrator.errors import CheckFailed
+from orchestrator.errors import CheckFailed, InputError
 from orchestrator.playbook import Playbook
 
 if TYPE_CHECKING:
@@ -129,6 +130,24 @@ class Hooks:
     def __init__(self, facts: RunFacts, say: Callable[[str], None]) -> None:
         self.facts, self.say = facts, say
         self.hooks = facts.playbook.hooks
+        self._check_programs()
+
+    def _check_programs(self) -> None:
+        """A hook whose program is not there (or not executable) is bad input, named
+        before the run touches anything: not a failure found after it."""
+        book = self.facts.playbook
+        for event in ("pre_deploy", *AFTER_RUN):
+            argv = getattr(self.hooks, event)
+            if argv is None:
+                continue
+            program = command(argv, book)[0]
+            found = shutil.which(program) if "/" not in program else program
+            if found is None or not (os.path.isfile(found) and os.access(found, os.X_OK)):
+                field = f"hooks.{event}"
+                where = book.places.get(field) or book.source
+                raise InputError(
+                    f"{where}: {field}: program {program!r} not found or not executable"
+                )
 
     @classmethod
     def for_run(

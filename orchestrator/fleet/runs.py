@@ -10,7 +10,7 @@ from functools import partial
 from orchestrator.cancel import Cancel
 from orchestrator.connections import Connect, Pool
 from orchestrator.container.gpu import DEFAULT_NVIDIA_SMI
-from orchestrator.contract import Action
+from orchestrator.contract import Action, run_result
 from orchestrator.deadline import SYSTEM_CLOCK, Clock
 from orchestrator.documents.runs import (
     DeployRun,
@@ -129,14 +129,17 @@ def deploy(
     return run("deploy", inputs, options, connect, progress, cancel, act)
 
 
-def diff_exit_code(document: DeployRun, dry_run_code: int) -> int:
-    """`orch diff`'s exit status, as `kubectl diff`'s: 0 nothing would change, 1 something
-    would, 2 or more an error. A dry run's 1 (preflight found an error) is an error here."""
+def as_diff(document: DeployRun, dry_run_code: int) -> tuple[DeployRun, int]:
+    """`orch diff`'s document and exit status, as `kubectl diff`'s: 0 nothing would
+    change, 1 something would, 2 or more an error; a dry run's 1 (preflight found an
+    error) is an error here. The document's `result` is the same fact as the status."""
     if dry_run_code == 1:
-        return 2
-    if dry_run_code:
-        return dry_run_code
-    return 1 if any(target.diff for target in document.targets) else 0
+        code = 2
+    elif dry_run_code:
+        code = dry_run_code
+    else:
+        code = 1 if any(target.diff for target in document.targets) else 0
+    return document.model_copy(update={"result": run_result(code)}), code
 
 
 def server_action(

@@ -80,17 +80,31 @@ class Keep:
 @dataclass(frozen=True)
 class GoBack:
     """`new` did not stay: back to `to`, or with `to` None its server stopped and
-    `current` removed (as before the first deploy)."""
+    `current` pointed at `stopped_on` again (None: removed, as before the first deploy)."""
 
     to: str | None
     prune_keeping: frozenset[str] | None
     restore_replaced: bool
+    stopped_on: str | None = None
 
 
-def journal_back_to(previous: str | None, replacing: bool, was_serving: bool) -> str | None:
-    """What the journal records as the way back: replacing another server while this
-    deployment's own did not run, what ran before was that one, not a release of ours."""
-    return None if replacing and not was_serving else previous
+@dataclass(frozen=True)
+class WayBack:
+    """What the journal records as the way back from a switch: the release started
+    and gated again (`to`), or, with `to` None, the release `current` names again with
+    its server stopped (`stopped_on`; None: `current` removed)."""
+
+    to: str | None
+    stopped_on: str | None
+
+
+def way_back(previous: str | None, replacing: bool, was_serving: bool) -> WayBack:
+    """Replacing another server while this deployment's own did not run, what ran
+    before was that one: nothing of ours is started again, but the release this
+    deployment was on stays its `current` (stopped, as before the run)."""
+    if replacing and not was_serving:
+        return WayBack(None, previous)
+    return WayBack(previous, None)
 
 
 def after_gate(switched: Switched) -> Keep | GoBack:
@@ -103,11 +117,12 @@ def after_gate(switched: Switched) -> Keep | GoBack:
             frozenset({s.new, s.previous or ""}) if prunes else None,
             s.replacing,
         )
-    back_to = journal_back_to(s.previous, s.replacing, s.was_serving)
+    back = way_back(s.previous, s.replacing, s.was_serving)
     previous = s.earlier if s.previous == s.new else s.previous
-    to = previous if previous != s.new and (back_to or not s.replacing) else None
+    to = previous if previous != s.new and (back.to or not s.replacing) else None
     # releases of failed and interrupted runs count too: they never pile up
-    return GoBack(to, frozenset({s.new, to or ""}) if prunes else None, s.replacing)
+    kept = frozenset({s.new, to or back.stopped_on or ""}) if prunes else None
+    return GoBack(to, kept, s.replacing, None if to else back.stopped_on)
 
 
 @dataclass(frozen=True)
@@ -125,6 +140,8 @@ class WentBack:
     """With --replace: the other playbook, whether it was restored, and why not."""
     cancelled: bool = False
     cancel_exit_code: int = 0
+    stopped_on: str | None = None
+    """With `to` None: the release `current` names again, its server stopped."""
 
 
 @dataclass(frozen=True)
@@ -144,10 +161,13 @@ def settled(went: WentBack) -> Settled:
     result: Literal["rolled_back", "failed", "interrupted"] = (
         "rolled_back" if w.action == "deploy" and w.back_gate else "failed"
     )
+    stayed = f"back on {w.stopped_on} (stopped, as before this run)" if w.stopped_on else ""
+    error += f"; {stayed}" if stayed else ""
     if w.replaced:
         playbook, restored, why = w.replaced
         if restored == "restored":
             result = "rolled_back"
+            error += f"; {playbook} restored"
         else:
             code, error = 3, f"{error}; RESTORE of {playbook} failed: {why}"
     if w.back_gate and not admits(w.back_gate, w.on_inconclusive):
@@ -159,11 +179,15 @@ def settled(went: WentBack) -> Settled:
         )
     if w.cancelled:
         result, code = "interrupted", max(code, w.cancel_exit_code)
+        other = (
+            f"{w.replaced[0]} {'restored' if w.replaced[1] == 'restored' else 'NOT restored'}"
+            if w.replaced
+            else ""
+        )
         error = "interrupted before its gate passed; " + (
             f"back on {w.to}"
             if w.to
-            else f"{w.replaced[0]} restored"
-            if w.replaced
-            else "its server stopped (nothing to go back to)"
+            else "; ".join(filter(None, [stayed, other]))
+            or "its server stopped (nothing to go back to)"
         )
     return Settled(result, code, error)

@@ -7,6 +7,7 @@ names the other playbooks' deployments on the same container (`neighbours`)."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -20,7 +21,7 @@ from orchestrator.container.lock import DeployLock, Owner
 from orchestrator.container.server import Server
 from orchestrator.contract import jsonable
 from orchestrator.deadline import SYSTEM_CLOCK, Clock
-from orchestrator.errors import NeedsAttention
+from orchestrator.errors import NeedsAttention, OrchError
 from orchestrator.gate import GateReport
 from orchestrator.gate.report import Tick
 from orchestrator.layout import LAUNCH_SCRIPT, Layout
@@ -158,11 +159,21 @@ class Deployment:
     def note(self, text: str) -> None:
         self.progress(self.name, text)
 
+    def lock_lost(self) -> str | None:
+        """Why the lock is no longer this run's, read now: a renewal at each safe point
+        (one round trip) notices `orch unlock --force` at the step boundary, not at the
+        next heartbeat a quarter lease away. A container that cannot be reached just
+        now leaves the heartbeat's last word."""
+        if not self.lock.lost:
+            with contextlib.suppress(OrchError):
+                self.lock.renew()
+        return self.lock.lost
+
     def still_ours(self) -> None:
-        """A lock broken and taken by another run meanwhile (its heartbeat found it
-        gone): this run switches nothing."""
-        if self.lock.lost:
-            raise NeedsAttention(f"{self.lock.lost}; nothing was switched", subject=self.name)
+        """A lock removed, or broken and taken by another run, meanwhile: this run
+        switches nothing."""
+        if lost := self.lock_lost():
+            raise NeedsAttention(f"{lost}; nothing was switched", subject=self.name)
 
     def record_previous(self, previous: str | None, current: str) -> None:
         if previous and previous != current:

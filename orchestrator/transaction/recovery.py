@@ -11,7 +11,7 @@ from typing import Literal
 
 import pydantic
 
-from orchestrator.container import store
+from orchestrator.container import journal, store
 from orchestrator.container.journal import GATE_PASSED, UNKNOWN_RUN, Transaction, Unreadable
 from orchestrator.deadline import now
 from orchestrator.errors import NeedsAttention
@@ -39,20 +39,51 @@ class RecoveryRecord:
 
 
 @contextmanager
-def locked(d: Deployment) -> Iterator[None]:
+def locked(d: Deployment, settling_for: str | None = None) -> Iterator[None]:
     """Hold the lock (taking over a gone owner's) and recover a run that died in its
-    switch before this run's own work; the lock is released whatever happens."""
+    switch before this run's own work; the lock is released whatever happens.
+    `settling_for`: the playbook whose interrupted --replace this run is recovering
+    (and takes this lock to settle): its journal is not recovered a second time."""
     with d.lock.held() as taken_over:
         if taken_over:
             d.outcome.notes.append(taken_over)
             d.note(taken_over)
+        recover_replacing(d, settling_for)
         recover(d)
         yield
 
 
-def recover(d: Deployment) -> None:
+def recover_replacing(d: Deployment, settling_for: str | None = None) -> None:
+    """A run of a playbook whose server an interrupted `deploy --replace` stopped: that
+    run's deployment is recovered first, under its lock, settling this one (whose lock
+    this run holds) as that run's own next run would."""
+    for name, interrupted in journal.replacing(d.transport, d.layout).items():
+        if name == settling_for:
+            continue
+        replacer = d.neighbours(name)
+        if replacer is None:
+            raise NeedsAttention(
+                f"interrupted run {interrupted.run_id} of {name} stopped {d.plan.playbook}'s "
+                f"server to replace it, and {name}'s playbook cannot be loaded here to "
+                f"recover it: `orch deploy {name} -i {d.options.inventory} --limit {d.name}` "
+                "recovers both",
+                subject=d.name,
+            )
+        d.note(f"recover {name}'s interrupted --replace of {d.plan.playbook}")
+        with replacer.lock.held() as taken_over:
+            if taken_over:
+                d.outcome.notes.append(f"{name}: {taken_over}")
+            try:
+                recover(replacer, replaced_held=d)
+            finally:
+                d.outcome.notes.extend(f"{name}: {note}" for note in replacer.outcome.notes)
+        d.outcome.recovered = replacer.outcome.recovered
+
+
+def recover(d: Deployment, replaced_held: Deployment | None = None) -> None:
     """A journal left by a run that died in its switch: keep what was gated, undo
-    the rest, before this run does its own work."""
+    the rest, before this run does its own work. `replaced_held`: the deployment an
+    interrupted --replace stopped, its lock already held by this run."""
     found = d.journal.read()
     if found is None:
         return
@@ -70,9 +101,9 @@ def recover(d: Deployment) -> None:
         d.record_previous(interrupted.from_release, interrupted.to_release)
         back_on = interrupted.to_release
     else:
-        back_on = interrupted.from_release
-        report = go_back(d, back_on)
-    replaced = _settle_replaced(d, interrupted)
+        report = go_back(d, interrupted.from_release, interrupted.stopped_on)
+        back_on = interrupted.from_release or interrupted.stopped_on
+    replaced = _settle_replaced(d, interrupted, replaced_held)
     d.audit(
         "recover",
         RecoveryRecord(
@@ -102,7 +133,9 @@ def recover(d: Deployment) -> None:
         + (
             f"finished its {interrupted.action}"
             if finished
-            else f"now on {back_on}"
+            else f"now on {interrupted.from_release}"
+            if interrupted.from_release
+            else f"its server stopped, back on {back_on} (as before that run)"
             if back_on
             else "its server stopped, nothing to go back to"
         )
@@ -121,12 +154,17 @@ def recover(d: Deployment) -> None:
         )
 
 
-def _settle_replaced(d: Deployment, interrupted: Transaction) -> Replaced | None:
+def _settle_replaced(
+    d: Deployment, interrupted: Transaction, held: Deployment | None
+) -> Replaced | None:
     """An interrupted replace: the other deployment stays stopped if the new release
-    had passed, else it is started again and gated."""
+    had passed, else it is started again and gated. `held`: that deployment, its lock
+    held by this run already."""
     if not interrupted.replaced:
         return None
     name, release_id = interrupted.replaced["playbook"], interrupted.replaced["release"]
+    if held is not None:
+        return _settle(held, interrupted.gated, release_id, d.plan.playbook)
     other = d.neighbours(interrupted.replaced.get("file") or name) or d.neighbours(name)
     if other is None:
         raise NeedsAttention(
@@ -135,10 +173,14 @@ def _settle_replaced(d: Deployment, interrupted: Transaction) -> Replaced | None
             f"`orch start {name} -i {d.options.inventory} --limit {d.name}`",
             subject=d.name,
         )
-    with locked(other):
-        if interrupted.gated:
-            return replace.stay_stopped(other, release_id, d.plan.playbook)
-        return replace.restore(other, release_id, d.plan.playbook)
+    with locked(other, settling_for=d.plan.playbook):
+        return _settle(other, interrupted.gated, release_id, d.plan.playbook)
+
+
+def _settle(other: Deployment, gated: bool, release_id: str, by: str) -> Replaced:
+    if gated:
+        return replace.stay_stopped(other, release_id, by)
+    return replace.restore(other, release_id, by)
 
 
 def _finish_interrupted(d: Deployment, interrupted: Transaction) -> str | None:

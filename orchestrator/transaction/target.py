@@ -22,9 +22,9 @@ from orchestrator.transaction.decision import (
     Switching,
     WentBack,
     after_gate,
-    journal_back_to,
     keeps,
     settled,
+    way_back,
 )
 from orchestrator.transaction.deployment import Deployment
 from orchestrator.transaction.guard import Refused, guard
@@ -142,8 +142,10 @@ class TargetRun:
         """Journal, switch, gate; keep `new` if it passed, else go back to `previous`."""
         d, out, other = self.d, self.d.outcome, self.replacing
         replaced = replace.journal_record(other) if action == "deploy" else None
-        back_to = journal_back_to(previous, replaced is not None, self.was_serving)
-        d.journal.begin(d.options.run_id, action, str(d.owner), back_to, new, replaced)
+        back = way_back(previous, replaced is not None, self.was_serving)
+        d.journal.begin(
+            d.options.run_id, action, str(d.owner), back.to, new, replaced, back.stopped_on
+        )
         if replaced and other:
             replace.stop(other, d.plan.playbook)
         out.gate = switch(d, new, d.gate_target(new), cancellable=True)
@@ -170,7 +172,8 @@ class TargetRun:
             d.journal.advance(GATE_PASSED)
             out.result, out.current = decision.result, new
             d.record_previous(decision.record_previous, new)
-            if decision.prune_keeping is not None:
+            lost = self._stopped_if_lock_lost(f"{new} passed its gate and stays")
+            if decision.prune_keeping is not None and not lost:
                 d.prune(decision.prune_keeping)
             if replaced and other and decision.replaced_stays_stopped:
                 out.replaced = replace.stay_stopped(other, replaced["release"], d.plan.playbook)
@@ -181,8 +184,8 @@ class TargetRun:
             out.gate.explanation = ". ".join(
                 filter(None, [out.gate.explanation, f"Preflight had found: {cited}"])
             )
-        out.rollback_gate = go_back(d, decision.to)
-        out.current = decision.to
+        out.rollback_gate = go_back(d, decision.to, decision.stopped_on)
+        out.current = decision.to or decision.stopped_on
         if replaced and other and decision.restore_replaced:
             out.replaced = replace.restore(other, replaced["release"], d.plan.playbook)
         ending = settled(
@@ -197,12 +200,28 @@ class TargetRun:
                 else None,
                 d.cancel.requested,
                 d.cancel.exit_code,
+                decision.stopped_on,
             )
         )
         out.result, out.exit_code, out.error = ending.result, ending.exit_code, ending.error
+        lost = self._stopped_if_lock_lost(f"back on {out.current or 'nothing'}")
         d.finish(action)
-        if decision.prune_keeping is not None:
+        if decision.prune_keeping is not None and not lost:
             self._prune_after_failure(decision.prune_keeping)
+
+    def _stopped_if_lock_lost(self, where: str) -> bool:
+        """The safe point after the switch settled (a gated release, or the way back,
+        in place): a lock lost meanwhile stops the run here, old releases unpruned,
+        the container needing attention (exit 3), saying why."""
+        lost = self.d.lock_lost()
+        if lost:
+            out = self.d.outcome
+            out.exit_code = max(out.exit_code, 3)
+            out.error = "; ".join(
+                filter(None, [out.error, f"{lost}: stopped after the switch ({where})"])
+            )
+            out.notes.append(f"{lost}; old releases not pruned")
+        return lost is not None
 
     @contextmanager
     def _replaced_locked(self) -> Iterator[None]:

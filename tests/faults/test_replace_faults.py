@@ -99,3 +99,50 @@ def test_sigkill_in_a_replace_then_the_next_run_restores_and_replaces(lab: LabHa
     assert code == 0, output
     assert status(lab, "qwen-mtp")["state"] == "serving"
     assert status(lab, "qwen-dflash")["state"] == "stopped"
+
+
+def test_sigkill_in_a_replace_then_a_run_of_the_replaced_playbook_recovers_the_pair(
+    lab: LabHandle,
+) -> None:
+    """Issue 35 cause 13: `orch start qwen-dflash` after the kill recovers qwen-mtp's
+    interrupted replace first (its ungated server stopped), then restores qwen-dflash."""
+    dflash = serving_dflash(lab)
+    run = replace(lab, *SLOW_GATE)
+    run.wait_for_step("gate")
+    run.process.send_signal(signal.SIGKILL)
+    assert run.finish() == -signal.SIGKILL
+
+    code, output = orch(lab, "start", "qwen-dflash")
+
+    assert code == 0, output
+    assert "qwen-mtp: recovered interrupted run" in output
+    assert_back_on_dflash(lab, dflash)
+
+
+@pytest.mark.parametrize("sent", [signal.SIGINT, signal.SIGTERM])
+def test_an_interrupted_replace_keeps_the_stopped_playbook_current(
+    lab: LabHandle, sent: signal.Signals
+) -> None:
+    """Issue 35 cause 12: qwen-mtp, deployed and then stopped by qwen-dflash's
+    --replace, keeps its release current when its next --replace is interrupted."""
+    serving_dflash(lab)
+    code, output = orch(lab, *REPLACE)
+    assert code == 0, output
+    mtp = status(lab, "qwen-mtp")["release"]
+    dflash = serving_dflash_replacing_mtp(lab)
+    run = replace(lab, *SLOW_GATE)
+    run.wait_for_step("gate")
+    run.process.send_signal(sent)
+    assert run.finish() == 128 + sent, run.output
+    assert f"back on {mtp} (stopped, as before this run)" in run.output
+    assert_back_on_dflash(lab, dflash)
+    assert (status(lab, "qwen-mtp")["state"], status(lab, "qwen-mtp")["release"]) == (
+        "stopped",
+        mtp,
+    )
+
+
+def serving_dflash_replacing_mtp(lab: LabHandle) -> str:
+    code, output = orch(lab, "deploy", "qwen-dflash", "--replace", "qwen-mtp")
+    assert code == 0, output
+    return status(lab, "qwen-dflash")["release"]

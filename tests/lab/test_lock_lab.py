@@ -68,3 +68,48 @@ def test_a_live_deploys_lock_survives_a_short_lease_a_clock_step_and_unlock(
         if first.poll() is None:
             first.kill()
             first.wait(timeout=30)
+
+
+def test_a_forced_unlock_stops_a_live_deploy_at_its_next_safe_point(lab: LabHandle) -> None:
+    """Issue 33 item 2: `orch unlock` refuses the live run's lock (exit 3, naming it);
+    `--force` removes it, and the run, in its switch, ends on the gated release and
+    stops there (exit 3), saying why."""
+    journal = lab.deployment_dir(NAME) / "journal.json"
+    lock = lab.deployment_dir(NAME) / "lock"
+    unlock = ["unlock", "qwen-dflash", "-i", str(lab.inventory), "--limit", NAME]
+    run = subprocess.Popen(
+        [sys.executable, "-m", "orchestrator", *deploy_args(lab, "--json", *SLOW_LOAD)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env=lab.env,
+        cwd=ROOT,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not journal.exists() or json.loads(journal.read_text())["step"] != "wait ready":
+            assert run.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        owner = json.loads((lock / "owner.json").read_text())
+
+        refused = lab.orch(*unlock)
+        assert refused.code == 3, refused.stdout + refused.stderr
+        assert f"run {owner['run_id']}" in refused.stdout and (lock / "owner.json").exists()
+        forced = lab.orch(*unlock, "--force")
+        assert forced.code == 0, forced.stdout + forced.stderr
+
+        out, _ = run.communicate(timeout=300)
+        assert run.returncode == 3, out
+        [target] = json.loads(out)["targets"]
+        assert (target["result"], target["gate"]["verdict"]) == ("deployed", "pass")
+        assert "the deploy lock was removed by orch unlock --force" in target["error"]
+        status = lab.orch(
+            "status", "qwen-dflash", "-i", str(lab.inventory), "--limit", NAME, "--json"
+        )
+        [row] = status.json["targets"]
+        assert (row["state"], row["release"]) == ("serving", target["release"]), row
+        assert row["release_gate"]["result"] == "pass"
+        assert not journal.exists() and not lock.exists()
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait(timeout=30)

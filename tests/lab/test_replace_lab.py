@@ -95,3 +95,55 @@ def test_switch_dflash_to_mtp_and_back_on_a_failed_gate(lab: LabHandle) -> None:
         ("deploy", back["run_id"]),  # qwen-dflash's own deploy replacing qwen-mtp
         ("start", failed["run_id"]),  # stopped and started again by the failed replace
     ]
+
+
+GUESSED_IDS = "drafter.overrides.dflash_config.target_layer_ids=[1,17,33,49,63]"
+
+
+def test_a_failed_replace_keeps_the_new_playbook_on_its_previous_release(lab: LabHandle) -> None:
+    """Issue 33: qwen-dflash, stopped by qwen-mtp's --replace, is deployed back with the
+    guessed layer ids and fails its gate: qwen-mtp is restored and serving, and
+    qwen-dflash stays on the release it was on (stopped), which `orch start` starts."""
+    code, doc = run(lab, "deploy", "qwen-dflash", *FAST)
+    assert code == 0, doc
+    dflash = doc["targets"][0]["release"]
+    code, switched = run(lab, "deploy", "qwen-mtp", "--replace", "qwen-dflash", *FAST)
+    assert code == 0, switched
+    mtp = switched["targets"][0]["release"]
+
+    code, failed = run(
+        lab,
+        "deploy",
+        "qwen-dflash",
+        "--replace",
+        "qwen-mtp",
+        "--force",
+        "--set",
+        GUESSED_IDS,
+        *FAST,
+    )
+
+    assert code == 1, failed
+    [target] = failed["targets"]
+    assert (target["gate"]["verdict"], target["result"]) == ("fail", "rolled_back")
+    assert (target["previous_release"], target["current"]) == (dflash, dflash)
+    assert f"back on {dflash} (stopped, as before this run)" in target["error"]
+    assert "qwen-mtp restored" in target["error"]
+    assert "no previous release" not in lab.orch("history", "--show", failed["run_id"]).stdout
+    assert (target["replaced"]["release"], target["replaced"]["result"]) == (mtp, "restored")
+    code, mtp_row = row(lab, "qwen-mtp")
+    assert code == 0 and (mtp_row["state"], mtp_row["release"]) == ("serving", mtp), mtp_row
+    code, dflash_row = row(lab, "qwen-dflash")
+    assert (dflash_row["state"], dflash_row["release"]) == ("stopped", dflash), dflash_row
+    assert (lab.deployment_dir(NAME) / "releases" / dflash).is_dir()
+
+    assert run(lab, "stop", "qwen-mtp")[0] == 0
+    code, started = run(lab, "start", "qwen-dflash", *FAST)
+
+    assert code == 0, started
+    assert (started["targets"][0]["result"], started["targets"][0]["current"]) == (
+        "started",
+        dflash,
+    )
+    code, dflash_row = row(lab, "qwen-dflash")
+    assert code == 0 and (dflash_row["state"], dflash_row["release"]) == ("serving", dflash)

@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from orchrun import PLAIN, ROOT, RunResult
+from orchrun import COMMAND, PLAIN, ROOT, RunResult
 from orchrun import orch as run_orch
 
 from orchestrator.drafters.profiles import get_profile
@@ -444,3 +444,28 @@ def test_verify_config_judges_a_target_alone_or_as_its_own_drafter_as_mtp(
     done = orch("verify-config", "--target", str(layers2), "--num-speculative-tokens", "3")
     assert done.code == 1
     assert done.stdout.startswith("judged as mtp: no drafter config apart from the target's")
+
+
+@pytest.mark.parametrize(
+    "args", [["render", "qwen-dflash", "-i", str(EXAMPLE)], ["profiles", "--json"]]
+)
+def test_a_reader_gone_before_the_output_ends_it_quietly_with_the_works_status(
+    args: list[str],
+) -> None:
+    """Issue 33 item 4: `orch render ... | head -1`; here the reader is gone before the
+    first write, so every write meets the broken pipe."""
+    gone, write_end = os.pipe()
+    os.close(gone)
+    try:
+        done = subprocess.run(
+            [*COMMAND, *args],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            cwd=ROOT,
+            env=PLAIN,
+            timeout=120,
+            check=False,
+        )
+    finally:
+        os.close(write_end)
+    assert (done.returncode, done.stderr.decode()) == (0, "")

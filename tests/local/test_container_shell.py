@@ -23,6 +23,7 @@ from shelltools import (
     wait_until,
 )
 
+from orchestrator.container.journal import read_journals
 from orchestrator.container.server import (
     parse_server_state,
 )
@@ -171,6 +172,28 @@ def test_read_files_frames_round_trip_any_bytes_and_skip_missing_files(
     assert done.returncode == 0, done.stderr
     assert parse_frames(done.stdout) == written
     assert tree(directory) == {Path(p).name for p in written}
+
+
+def test_read_journals_frames_each_deployments_journal_and_nothing_deeper(
+    tmp_path: Path,
+) -> None:
+    """What a run of a replaced playbook reads to find a --replace that stopped it."""
+    state = tmp_path / "state dir"
+    for name, data in {"qwen-mtp": b'{"a": 1}', "it's": b""}.items():
+        (state / name).mkdir(parents=True)
+        (state / name / "journal.json").write_bytes(data)
+    (state / "no-journal").mkdir()
+    (state / "qwen-mtp" / "releases" / "x").mkdir(parents=True)
+    (state / "qwen-mtp" / "releases" / "x" / "journal.json").write_bytes(b"deeper")
+
+    done = run(read_journals(str(state)))
+
+    assert done.returncode == 0, done.stderr
+    assert parse_frames(done.stdout) == {
+        f"{state}/qwen-mtp/journal.json": b'{"a": 1}',
+        f"{state}/it's/journal.json": b"",
+    }
+    assert run(read_journals(str(tmp_path / "none"))).stdout == b""
 
 
 def test_read_files_of_nothing_prints_nothing() -> None:

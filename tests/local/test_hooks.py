@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from rundocs import deploy_run
 
-from orchestrator.errors import CheckFailed
+from orchestrator.errors import CheckFailed, InputError
 from orchestrator.fleet.hooks import Hooks, RunFacts, command, environment, run_hook
 from orchestrator.lab.paths import pid_alive
 from orchestrator.playbook import PLAYBOOK_DIR, load_playbook
@@ -168,3 +168,23 @@ def test_hooks_are_checked_when_the_playbook_loads() -> None:
         load_playbook(PLAYBOOK_DIR / "qwen-dflash.yaml", ["hooks.pre_deploy=[]"])
     with pytest.raises(InputError, match=r"hooks\.post_deploy: Input should be a valid list"):
         load_playbook(PLAYBOOK_DIR / "qwen-dflash.yaml", ["hooks.post_deploy=notify.sh"])
+
+
+@pytest.mark.parametrize(
+    "program", ["missing/notify", "orch-no-such-program-anywhere", "not-executable"]
+)
+def test_a_hook_whose_program_is_missing_is_bad_input_before_the_run(
+    tmp_path: Path, program: str
+) -> None:
+    """Issue 33 item 4: exit 2 naming the playbook and the field, before anything runs
+    (a file that is there but not executable is missing as a program too)."""
+    if program == "not-executable":
+        program = str(tmp_path / "notify.sh")
+        Path(program).write_text("echo hi\n")
+    with pytest.raises(InputError) as refused:
+        Hooks(facts(tmp_path, on_failure=[program, "x"]), lambda _: None)
+    assert refused.value.exit_code == 2
+    assert "hooks.on_failure: program" in str(refused.value) and "not found" in str(refused.value)
+    assert "--set hooks.on_failure" in str(refused.value) or "qwen-dflash.yaml" in str(
+        refused.value
+    )

@@ -46,8 +46,10 @@ def keep(result: str, previous: str | None, prune: set[str] | None, stays: bool 
     return Keep(result, previous, frozenset(prune) if prune is not None else None, stays)  # type: ignore[arg-type]
 
 
-def back(to: str | None, prune: set[str] | None, restore: bool = False) -> GoBack:
-    return GoBack(to, frozenset(prune) if prune is not None else None, restore)
+def back(
+    to: str | None, prune: set[str] | None, restore: bool = False, stopped_on: str | None = None
+) -> GoBack:
+    return GoBack(to, frozenset(prune) if prune is not None else None, restore, stopped_on)
 
 
 @pytest.mark.parametrize(
@@ -89,8 +91,17 @@ def back(to: str | None, prune: set[str] | None, restore: bool = False) -> GoBac
             back(OLD, {NEW, OLD}, restore=True),
         ),
         (
+            # its own release stays current, stopped as before; kept from pruning
             Switched("deploy", NEW, OLD, FAIL, "rollback", replacing=True, was_serving=False),
-            back(None, {NEW, ""}, restore=True),
+            back(None, {NEW, OLD}, restore=True, stopped_on=OLD),
+        ),
+        (
+            Switched("deploy", NEW, OLD, UNSURE, "keep", True, replacing=True, was_serving=False),
+            back(None, {NEW, OLD}, restore=True, stopped_on=OLD),
+        ),
+        (
+            Switched("deploy", NEW, NEW, FAIL, "rollback", replacing=True, was_serving=False),
+            back(None, {NEW}, restore=True, stopped_on=NEW),
         ),
         (
             Switched("deploy", NEW, None, FAIL, "rollback", replacing=True, was_serving=False),
@@ -138,7 +149,39 @@ ROLLED = "gate fail: below 2.5"
         ),
         (
             WentBack("deploy", FAIL, None, None, "rollback", ("other", "restored", None)),
-            Settled("rolled_back", 1, ROLLED),
+            Settled("rolled_back", 1, f"{ROLLED}; other restored"),
+        ),
+        (
+            WentBack(
+                "deploy", FAIL, None, None, "rollback", ("other", "restored", None), stopped_on=OLD
+            ),
+            Settled(
+                "rolled_back",
+                1,
+                f"{ROLLED}; back on {OLD} (stopped, as before this run); other restored",
+            ),
+        ),
+        (
+            WentBack(
+                "deploy", FAIL, None, None, "rollback", ("other", "failed", "dead"), stopped_on=OLD
+            ),
+            Settled(
+                "failed",
+                3,
+                f"{ROLLED}; back on {OLD} (stopped, as before this run); "
+                "RESTORE of other failed: dead",
+            ),
+        ),
+        (
+            WentBack(
+                "deploy", FAIL, None, None, "keep", ("other", "restored", None), True, 130, OLD
+            ),
+            Settled(
+                "interrupted",
+                130,
+                f"interrupted before its gate passed; back on {OLD} (stopped, as before this "
+                "run); other restored",
+            ),
         ),
         (
             WentBack("deploy", FAIL, None, None, "rollback", ("other", "failed", "dead")),

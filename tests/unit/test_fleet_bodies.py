@@ -21,6 +21,7 @@ from fleets import (
     with_models,
     write_models,
 )
+from rundocs import deploy_run
 from scripted import Unreachable, serving
 
 from orchestrator.cancel import Cancel
@@ -34,6 +35,7 @@ from orchestrator.fleet.watch import watch_fleet
 from orchestrator.history import History
 from orchestrator.progress import no_progress
 from orchestrator.transaction.options import Options
+from orchestrator.transaction.outcome import Outcome
 from orchestrator.transport.memory import reply
 
 SERVED = "qwen3.6-27b"
@@ -379,3 +381,23 @@ def test_a_server_action_on_an_unreachable_container_is_its_outcome(ready: Fleet
     targets = by_name(document)
     assert targets["ct129"]["result"] == "stopped"
     assert "Connection refused" in targets["ct200"]["error"]
+
+
+@pytest.mark.parametrize(
+    ("diffs", "dry_run_code", "code", "result"),
+    [
+        ([None, None], 0, 0, "ok"),
+        ([None, "--- a\n+++ b\n"], 0, 1, "not_applied"),
+        ([None, None], 1, 2, "bad_input"),  # preflight found an error
+        ([None, None], 3, 3, "needs_attention"),
+    ],
+)
+def test_diff_says_in_its_result_what_its_exit_status_says(
+    diffs: list[str | None], dry_run_code: int, code: int, result: str
+) -> None:
+    """Issue 33 item 4: `diff --json` exiting 1 says so in `result` (it said `ok`)."""
+    targets = [Outcome(f"ct{i}", "pve1", "dry_run", diff=d) for i, d in enumerate(diffs)]
+
+    document, exit_code = runs.as_diff(deploy_run(targets), dry_run_code)
+
+    assert (exit_code, document.result) == (code, result)

@@ -821,6 +821,108 @@ def test_deploy_replace_of_a_stopped_server_stops_nothing(models: dict[str, Path
     assert other.audit() == []
 
 
+@pytest.mark.parametrize("ending", ["fails its gate", "interrupted"])
+def test_a_replace_that_does_not_stay_keeps_both_playbooks(
+    models: dict[str, Path], ending: str
+) -> None:
+    """Issue 33: this playbook's server was stopped by an earlier --replace (on MID);
+    its deploy --replace other does not stay: other is restored and serving, and MID
+    stays this playbook's `current`, its server stopped, startable again."""
+    site, other = replacing(models)
+    site.on(MID, running=False, previous=OLDER)
+    site.gate.verdicts = {site.new: "fail"}
+    if ending == "interrupted":
+        site.gate.verdicts = {site.new: "inconclusive"}
+        site.gate.during = lambda: site.cancel.request(15)
+    other.gate.verdicts = {OLD: "pass"}
+
+    outcome = site.deploy(replace="other")
+
+    assert (site.link("current"), site.link("previous")) == (MID, OLDER)
+    assert site.container.server is None
+    assert outcome.current == MID
+    assert f"back on {MID} (stopped, as before this run)" in (outcome.error or "")
+    assert "other restored" in (outcome.error or "")
+    assert isinstance(outcome.replaced, Restored) and outcome.replaced.result == "restored"
+    assert (other.link("current"), other.container.server is not None) == (OLD, True)
+    site.cancel, site.gate.during = Cancel(), lambda: None  # the next run, not stopped
+    site.gate.verdicts = {MID: "pass"}
+    other.container.server = None  # as `orch stop other` would leave it
+
+    started = site.act("start")
+
+    assert (started.result, started.current) == ("started", MID)
+
+
+def test_a_killed_replace_over_a_stopped_server_recovers_its_current(
+    models: dict[str, Path],
+) -> None:
+    """SIGKILL in the gate of a --replace over this playbook's stopped server (MID):
+    the next run undoes it to MID, stopped, and restores other."""
+    site, other = replacing(models, other_running=False)
+    site.kept(MID)
+    site.kept(OLDER)
+    site.on(OLDER, running=True)
+    replaced = {"playbook": "other", "file": str(PLAYBOOK.resolve()), "release": OLD}
+    site.journal(
+        action="deploy",
+        from_release=None,
+        to_release=OLDER,
+        step="gate",
+        replaced=replaced,
+        stopped_on=MID,
+    )
+    # one container: other's run (settling it) sees the journal as a sibling's
+    other.container.files[site.container.layout.journal] = site.container.files[
+        site.container.layout.journal
+    ]
+
+    outcome = site.act("stop")
+
+    assert outcome.recovered is not None and outcome.recovered.back_on == MID
+    assert site.link("current") == MID and site.container.server is None
+    assert outcome.recovered.replaced is not None
+    assert outcome.recovered.replaced.result == "restored"
+    assert (other.link("current"), other.container.server is not None) == (OLD, True)
+
+
+def test_a_run_of_the_replaced_playbook_recovers_a_killed_replace(
+    models: dict[str, Path],
+) -> None:
+    """Issue 35 cause 13: after a --replace killed in its gate, `orch start other` (the
+    replaced playbook) recovers the pair: the replacing deployment back on MID,
+    stopped, and other's OLD started and gated, instead of waiting on the GPUs the
+    ungated new server holds."""
+    site, other = replacing(models, other_running=False)
+    site.kept(MID)
+    site.kept(OLDER)
+    site.on(OLDER, running=True)
+    replaced = {"playbook": "other", "file": str(PLAYBOOK.resolve()), "release": OLD}
+    site.journal(
+        action="deploy",
+        from_release=None,
+        to_release=OLDER,
+        step="gate",
+        replaced=replaced,
+        stopped_on=MID,
+    )
+    # one container: the replacing deployment's journal is a sibling of other's
+    other.container.files[site.container.layout.journal] = site.container.files[
+        site.container.layout.journal
+    ]
+    other.neighbours = {site.playbook.name: site.deployment()}
+
+    outcome = other.act("start")
+
+    assert outcome.exit_code == 0, outcome.error
+    assert (site.link("current"), site.container.server) == (MID, None)
+    assert site.container.layout.journal not in site.container.files
+    assert (other.link("current"), other.container.server is not None) == (OLD, True)
+    assert outcome.recovered is not None and outcome.recovered.replaced is not None
+    assert outcome.recovered.replaced.result == "restored"
+    assert any("qwen-dflash: recovered interrupted run run-dead" in n for n in outcome.notes)
+
+
 @pytest.mark.parametrize(
     ("step", "other_running", "audit"),
     [
@@ -897,3 +999,51 @@ def test_a_release_that_reads_back_otherwise_is_refused_before_the_switch(
     assert (outcome.error or "").startswith("cat-verify failed, the server was not touched")
     assert (site.link("current"), c.server, site.audit()) == (OLD, 4242, [])
     assert site.gate.asked == []
+
+
+# -- a lock removed by `orch unlock --force` during the run ----------------------------------
+
+
+def test_a_lock_removed_before_the_switch_is_noticed_at_once(models: dict[str, Path]) -> None:
+    """Issue 33 item 2: noticed at the safe point before the switch by reading the lock
+    there, not at the next heartbeat (a quarter lease away): nothing is switched."""
+    site = Site(models)
+    site.on(OLD)
+    lock = f"{site.container.layout.lock}/owner.json"
+    # the diff is shown after the release is written, before the old server stops
+    run = TargetRun(
+        site.deployment(diff=True), show_diff=lambda *_: site.container.files.pop(lock, None)
+    )
+
+    outcome = run.deploy()
+
+    assert (outcome.result, outcome.exit_code) == ("failed", 3), outcome.error
+    assert "the deploy lock was removed by orch unlock --force; nothing was switched" in (
+        outcome.error or ""
+    )
+    assert site.link("current") == OLD and site.container.server is not None
+    assert site.gate.asked == []
+
+
+@pytest.mark.parametrize(("verdict", "current"), [("pass", NEW), ("fail", OLD)])
+def test_a_lock_removed_during_the_gate_stops_the_run_on_a_gated_release(
+    models: dict[str, Path], verdict: str, current: str
+) -> None:
+    """After the switch the run still ends on a gated release (kept, or the way back),
+    then stops there: exit 3 naming why, nothing pruned."""
+    site = Site(models, "releases_kept=2")
+    site.on(OLD, previous=OLDER)
+    site.gate.verdicts = {site.new: verdict}
+    lock = f"{site.container.layout.lock}/owner.json"
+    site.gate.during = lambda: site.container.files.pop(lock, None)
+
+    outcome = site.deploy()
+
+    assert outcome.exit_code == 3, outcome.error
+    assert outcome.result == ("deployed" if verdict == "pass" else "rolled_back")
+    assert "the deploy lock was removed by orch unlock --force: stopped after the switch" in (
+        outcome.error or ""
+    )
+    assert site.link("current") == site.rid(current) and site.container.server is not None
+    assert site.container.layout.journal not in site.container.files
+    assert OLDER in {r.rsplit("/", 2)[-2] for r in site.container.files if "/releases/" in r}
