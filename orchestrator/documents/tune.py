@@ -10,7 +10,8 @@ from orchestrator.tuning import TUNED_FIELD, Best, TuneStep
 
 Ending = Literal["best", "restored", "last", "interrupted", "none_passed"]
 """How the tune ended: on the best passing depth, on the release it started from
-(`--restore`), on the last depth deployed (a final deploy failed), stopped by a signal,
+(`--restore`), on what the last deploy left (a final deploy that did not pass, or a
+deploy ending in bad input or needing attention, which stops the tune), stopped by a signal,
 or with no depth passing (each failing deploy rolled itself back)."""
 
 

@@ -59,7 +59,9 @@ def check(ask: TuneAsk) -> Inputs:
 
 
 def tune(ask: TuneAsk, connect: Connect, progress: Progress, cancel: Cancel) -> tuple[Tune, int]:
-    """Every depth in turn, then the ending; each deploy checks its own inputs."""
+    """Every depth in turn, then the ending; each deploy checks its own inputs. A deploy
+    ending in bad input or needing attention ends the tune there, on what it left.
+    `restore` on a container that served nothing before ends as without it."""
     inputs = check(ask)
     container = inputs.plans[0].container
     steps: list[TuneStep] = []
@@ -75,12 +77,18 @@ def tune(ask: TuneAsk, connect: Connect, progress: Progress, cancel: Cancel) -> 
             started_on = last.previous_release
         steps.append(step_of(value, deployed, last))
         codes.append(code)
+        if code >= 2:
+            break  # bad input or a container needing attention: no further depth is safe
     best = best_per_level(steps)
     chosen = chosen_value(best, steps)
     final_run_id: str | None = None
     ended: Ending
     if cancel.requested:
         ended = "interrupted"
+    elif max(codes, default=0) >= 2:
+        ended = "last"
+    elif ask.restore and last is not None and last.current == started_on:
+        ended = "restored"  # every depth failed and rolled back to it already
     elif ask.restore and started_on is not None:
         final, code = runs.rollback(
             _inputs(ask, ask.values[0]), _options(ask), started_on, connect, progress, cancel

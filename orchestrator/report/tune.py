@@ -30,7 +30,7 @@ BAR_WIDTH = 30
 ENDINGS = {
     "best": "on the best passing depth",
     "restored": "on the release it started from (--restore)",
-    "last": "on the last release deployed (the final deploy did not pass)",
+    "last": "on what its last deploy left (see that run)",
     "interrupted": "stopped by a signal, on the gated release serving then",
     "none_passed": "no depth passed: each failing deploy rolled back to the release before it",
 }
