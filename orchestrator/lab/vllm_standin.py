@@ -20,6 +20,9 @@ or one token without a drafter) costs what `step_cost.py` says for the tokens it
 verifies and the positions it drafts across the requests running, in units of
 1 / `--tokens-per-second`: the target's decode speed with one stream and no
 speculation. The profile of costs is `--step-costs` (`speed_costs.yaml`).
+A streamed request (`"stream": true`) gets server-sent events as vLLM sends them: a
+chunk of each engine step's tokens when the step ends, so a client times per-stream
+decode speed from their arrival.
 
 The server behaves like the vLLM release it claims (`ORCH_LAB_VLLM_VERSION`,
 default the newest the lab knows), from the lab's own data read from the
