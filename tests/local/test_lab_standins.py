@@ -945,16 +945,16 @@ def total_tokens_per_second(port: int, streams: int, rounds: int, max_tokens: in
 
 
 def test_at_field_speed_dflash_pays_at_one_stream_and_loses_at_thirty_two(
-    container: ContainerPaths, drafter: Path, processes: list
+    container: ContainerPaths, drafter: Path, started: list
 ) -> None:
     """The published shape (speed_costs.yaml, field-dflash): a good DFlash drafter
     (the published config, acceptance about 4.3 here) serves one stream faster than
     its target alone and 32 streams slower, because every stream's 16 verified tokens
     share the batch's steps."""
     field = ("--tokens-per-second", str(FIELD_TOKENS_PER_SECOND), "--step-costs", "field-dflash")
-    plain = wait_ready(start_vllm(processes, container, *field, "--gpu-memory-utilization", "0.1"))
+    plain = wait_ready(start_vllm(started, container, *field, "--gpu-memory-utilization", "0.1"))
     spec = wait_ready(
-        start_vllm(processes, container, *field, "--gpu-memory-utilization", "0.1", drafter=drafter)
+        start_vllm(started, container, *field, "--gpu-memory-utilization", "0.1", drafter=drafter)
     )
     one = [total_tokens_per_second(s.port, 1, rounds=4, max_tokens=96) for s in (plain, spec)]
     many = [total_tokens_per_second(s.port, 32, rounds=1, max_tokens=96) for s in (plain, spec)]
@@ -963,7 +963,7 @@ def test_at_field_speed_dflash_pays_at_one_stream_and_loses_at_thirty_two(
 
 
 def test_an_unknown_step_cost_profile_is_a_usage_error(
-    container: ContainerPaths, processes: list
+    container: ContainerPaths, started: list
 ) -> None:
-    server = broken_start(container, processes, None, "--step-costs", "warp-speed")
+    server = broken_start(container, started, None, "--step-costs", "warp-speed")
     assert "--step-costs: invalid choice: 'warp-speed'" in server.output()
