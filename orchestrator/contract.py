@@ -37,6 +37,7 @@ Kind = Literal[
     "LabUp",
     "LabDown",
     "LabStatus",
+    "Tune",
     "Error",
 ]
 

@@ -29,6 +29,7 @@ COMMANDS = {
     "start": "runs:start",
     "restart": "runs:restart",
     "remove": "runs:remove",
+    "tune": "runs:tune",
     "status": "fleet:status",
     "releases": "fleet:releases",
     "unlock": "fleet:unlock",

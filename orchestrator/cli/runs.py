@@ -283,3 +283,61 @@ def remove(yes: bool, **options: Any) -> None:
             "add --yes to do it"
         )
     _server_action("remove", **options)
+
+
+@click.command()
+@click.argument("playbook", shell_complete=complete.playbooks)
+@inventory_option
+@click.option(
+    "-l",
+    "--limit",
+    "container",
+    required=True,
+    metavar="CONTAINER",
+    shell_complete=complete.limit_patterns,
+    help="The one container to tune on.",
+)
+@set_option
+@click.option(
+    "--num-speculative-tokens",
+    "values",
+    required=True,
+    metavar="A..B|A,B,...",
+    help="The drafting depths to try, each a gated deploy: a range (both ends) or a list.",
+)
+@click.option(
+    "--restore",
+    is_flag=True,
+    help="End on the release serving before the tune, not on the best depth.",
+)
+@accept_keys_option
+@json_option
+def tune(
+    playbook: str,
+    inventory_path: Path,
+    container: str,
+    assignments: tuple[str, ...],
+    values: str,
+    restore: bool,
+    accept_new_host_keys: bool,
+    as_json: bool,
+) -> None:
+    """Deploy the playbook once per `num_speculative_tokens` value on one container, each
+    gated and recorded as a deploy; print acceptance, tokens/s and speedup per value and
+    speed level, the best value per level and the line that applies it. Ends on the best
+    passing release (or with --restore the one it started from); a signal stops it on a
+    gated release. The playbook's hooks do not run."""
+    from orchestrator.connections import ssh
+    from orchestrator.fleet import tune as tuning
+    from orchestrator.report import screen
+    from orchestrator.report.tune import print_tune
+    from orchestrator.tuning import parse_values
+
+    ask = tuning.TuneAsk(
+        playbook, inventory_path, container, list(assignments), parse_values(values), restore
+    )
+    inputs = tuning.check(ask)
+    with _stoppable(inputs, as_json) as (view, cancel):
+        document, code = tuning.tune(ask, ssh(accept_new_host_keys), view, cancel)
+    screen.print_json(document) if as_json else print_tune(document)
+    sys.exit(code)

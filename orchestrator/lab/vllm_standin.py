@@ -20,6 +20,9 @@ or one token without a drafter) costs what `step_cost.py` says for the tokens it
 verifies and the positions it drafts across the requests running, in units of
 1 / `--tokens-per-second`: the target's decode speed with one stream and no
 speculation. The profile of costs is `--step-costs` (`speed_costs.yaml`).
+A streamed request (`"stream": true`) gets server-sent events as vLLM sends them: a
+chunk of each engine step's tokens when the step ends, so a client times per-stream
+decode speed from their arrival.
 
 The server behaves like the vLLM release it claims (`ORCH_LAB_VLLM_VERSION`,
 default the newest the lab knows), from the lab's own data read from the
@@ -707,11 +710,13 @@ class Engine:
         max_tokens: int,
         sampling: float = 1.0,
         client_gone: Callable[[], bool] = lambda: False,
+        on_step: Callable[[int, int], None] = lambda produced, step: None,
     ) -> RequestDrafts | None:
         """Produce `max_tokens` tokens, one engine step per `step_seconds`; `sampling` is
-        the share of greedy acceptance left at the request's temperature. Returns the
-        request's own drafts, or None when `client_gone` said the client left: the
-        request is aborted then, as vLLM's `with_cancellation` does."""
+        the share of greedy acceptance left at the request's temperature. `on_step`
+        hears each step's tokens (those before it, those it made) when the step ends.
+        Returns the request's own drafts, or None when `client_gone` said the client
+        left: the request is aborted then, as vLLM's `with_cancellation` does."""
         with self.lock:
             self.running += 1
             self.interval.prompt_tokens += prompt_tokens
@@ -730,13 +735,14 @@ class Engine:
                         return None
                 step = self._step(prompt_tokens + produced, multiplier, drafts)
                 step = min(step, max_tokens - produced)
-                produced += step
                 self.metrics.generation_tokens.inc(step)
                 with self.lock:
                     self.interval.generation_tokens += step
                     streams = self.running
                 due += self.step_seconds * self.costs.units(streams, k)
                 time.sleep(max(due - time.monotonic(), 0))
+                on_step(produced, step)
+                produced += step
         finally:
             self.metrics.running.dec()
             with self.lock:
@@ -821,39 +827,147 @@ class ClientGone(Exception):
     """The client closed its connection while its request was generated: aborted."""
 
 
-def completion_body(
-    app: App, request: dict, chat: bool, client_gone: Callable[[], bool] = lambda: False
-) -> dict:
-    """Validate an OpenAI request, generate, and answer in vLLM's response shape."""
+@dataclass(frozen=True)
+class Asked:
+    """A valid completion request: what the engine is asked for and how to answer."""
+
+    chat: bool
+    prompt_tokens: int
+    max_tokens: int
+    sampling: float
+    """The share of greedy acceptance left at the request's temperature."""
+    single: bool
+    """n is 1: vLLM attributes per-request figures only then."""
+    stream: bool
+    include_usage: bool
+
+
+def read_request(app: App, request: dict, chat: bool) -> Asked:
+    """Validate an OpenAI request as vLLM does before it generates anything."""
     model = request.get("model", app.model_name)
     if model != app.model_name:
         raise RequestError(f"The model `{model}` does not exist.", "NotFoundError", 404)
-    if request.get("stream"):
-        raise RequestError("the lab's vLLM does not stream responses")
     max_tokens = request.get("max_tokens") or request.get("max_completion_tokens")
     max_tokens = DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens
     if not isinstance(max_tokens, int) or max_tokens < 1:
         raise RequestError(f"max_tokens must be at least 1, got {max_tokens}.")
-    prompt_tokens = count_tokens(request.get("messages" if chat else "prompt", ""))
     temperature = request.get("temperature")
     if temperature is None:  # user -> server default -> OpenAI default
         temperature = app.default_sampling.get("temperature", 1.0)
     if not isinstance(temperature, (int, float)) or temperature < 0:
         raise RequestError(f"temperature must be non-negative, got {temperature}.")
-    drafts = app.engine.generate(
-        prompt_tokens, max_tokens, sampling_factor(float(temperature)), client_gone
+    options = request.get("stream_options") or {}
+    if not isinstance(options, dict):
+        raise RequestError("stream_options must be an object")
+    return Asked(
+        chat=chat,
+        prompt_tokens=count_tokens(request.get("messages" if chat else "prompt", "")),
+        max_tokens=max_tokens,
+        sampling=sampling_factor(float(temperature)),
+        single=(request.get("n") or 1) == 1,
+        stream=bool(request.get("stream")),
+        include_usage=bool(options.get("include_usage")),
     )
+
+
+def completion_body(
+    app: App, asked: Asked, client_gone: Callable[[], bool] = lambda: False
+) -> dict:
+    """Generate a whole response and answer in vLLM's response shape."""
+    drafts = app.engine.generate(asked.prompt_tokens, asked.max_tokens, asked.sampling, client_gone)
     if drafts is None:
         raise ClientGone()
-    text = filler(max_tokens)
-    body = response_body(app, chat, text, prompt_tokens, max_tokens)
-    # vLLM leaves the figures out for n > 1 (`completion/serving.py:620-634` in 0.29.0)
-    single = (request.get("n") or 1) == 1
-    if app.per_request_metrics != "none" and app.engine.drafting is not None and single:
-        metrics: dict[str, Any] = dict.fromkeys(PER_REQUEST_TIMING)
-        metrics["speculative_decoding"] = drafts.speculative_decoding(app.per_request_metrics)
-        body["metrics"] = metrics
+    text = filler(asked.max_tokens)
+    body = response_body(app, asked.chat, text, asked.prompt_tokens, asked.max_tokens)
+    body["metrics"] = request_metrics(app, asked, drafts)
     return body
+
+
+def request_metrics(app: App, asked: Asked, drafts: RequestDrafts) -> dict | None:
+    """`metrics` of a response: the per-request figures, None when vLLM leaves them out
+    (n > 1: `completion/serving.py:620-634` in 0.29.0)."""
+    if app.per_request_metrics == "none" or app.engine.drafting is None or not asked.single:
+        return None
+    metrics: dict[str, Any] = dict.fromkeys(PER_REQUEST_TIMING)
+    metrics["speculative_decoding"] = drafts.speculative_decoding(app.per_request_metrics)
+    return metrics
+
+
+@dataclass(frozen=True)
+class StreamHead:
+    """What every chunk of one streamed response repeats."""
+
+    id: str
+    created: int
+    model: str
+    chat: bool
+
+    @classmethod
+    def start(cls, app: App, chat: bool) -> StreamHead:
+        prefix = "chatcmpl" if chat else "cmpl"
+        return cls(f"{prefix}-{uuid.uuid4().hex}", int(time.time()), app.model_name, chat)
+
+    def envelope(self) -> dict:
+        kind = "chat.completion.chunk" if self.chat else "text_completion"
+        return {"id": self.id, "object": kind, "created": self.created, "model": self.model}
+
+
+def role_chunk(head: StreamHead) -> dict:
+    """A chat stream's first chunk, the role with empty content (0.32.0
+    `entrypoints/openai/chat_completion/serving.py:550-589`, dumped `exclude_unset`)."""
+    choice = {"index": 0, "delta": {"role": "assistant", "content": ""}}
+    return {**head.envelope(), "choices": [choice | {"logprobs": None, "finish_reason": None}]}
+
+
+def token_chunk(head: StreamHead, text: str, finished: bool) -> dict:
+    """One engine step's tokens, dumped `exclude_unset` so only the fields the server
+    set appear: a completion's choice sets all its fields (0.32.0
+    `entrypoints/openai/completion/serving.py:404-443`), a chat's sets `stop_reason`
+    only on its last chunk (`chat_completion/serving.py:752-830`). The finish reason is
+    `length`: the stand-in stops at max_tokens. No `system_fingerprint`: with
+    include_usage it rides on the usage chunk, without it only a completion's last
+    chunk would carry it (`completion/serving.py:425-432`)."""
+    finish = "length" if finished else None
+    if head.chat:
+        choice: dict = {"index": 0, "delta": {"content": text}, "logprobs": None}
+        choice["finish_reason"] = finish
+        if finished:
+            choice["stop_reason"] = None
+        choice["token_ids"] = None
+    else:
+        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
+        choice |= {"stop_reason": None, "prompt_token_ids": None, "token_ids": None}
+    return {**head.envelope(), "choices": [choice]}
+
+
+def usage_chunk(app: App, head: StreamHead, asked: Asked, metrics: dict | None) -> dict:
+    """The last chunk with `stream_options.include_usage`: no choices, the usage, the
+    fingerprint and the per-request figures, dumped `exclude_none` (0.32.0
+    `completion/serving.py:458-492`, `chat_completion/serving.py:848-893`)."""
+    usage = {
+        "prompt_tokens": asked.prompt_tokens,
+        "total_tokens": asked.prompt_tokens + asked.max_tokens,
+        "completion_tokens": asked.max_tokens,
+    }
+    chunk = {**head.envelope(), "choices": [], "usage": usage}
+    if app.fingerprint is not None:
+        chunk["system_fingerprint"] = app.fingerprint
+    if metrics is not None:
+        chunk["metrics"] = without_none(metrics)
+    return chunk
+
+
+def without_none(value: Any) -> Any:
+    """A dict dumped with `exclude_none`, nested dicts too."""
+    if isinstance(value, dict):
+        return {key: without_none(item) for key, item in value.items() if item is not None}
+    return value
+
+
+def step_text(produced: int, step: int) -> str:
+    """The filler words of tokens produced..produced+step, as `filler` lays them out."""
+    words = [FILLER[i % len(FILLER)] for i in range(produced, produced + step)]
+    return (" " if produced else "") + " ".join(words)
 
 
 def response_body(app: App, chat: bool, text: str, prompt_tokens: int, tokens: int) -> dict:
@@ -986,7 +1100,11 @@ class Handler(BaseHTTPRequestHandler):
             request = json.loads(body)
             if not isinstance(request, dict):
                 raise RequestError("the request body must be a JSON object")
-            answer = completion_body(self.server.app, request, routes[self.path], self._gone)
+            asked = read_request(self.server.app, request, routes[self.path])
+            if asked.stream:
+                self._stream(asked)
+                return
+            answer = completion_body(self.server.app, asked, self._gone)
             if self.server.app.faults.fail_completions:
                 raise RequestError("lab fault: fail_completions", "InternalServerError", 500)
             self._send_json(200, answer)
@@ -996,6 +1114,51 @@ class Handler(BaseHTTPRequestHandler):
             self._send_json(error.code, error.body)
         except ClientGone:
             self.close_connection = True  # nothing to answer: the client left
+
+    def _stream(self, asked: Asked) -> None:
+        """Server-sent events as vLLM streams them: `data: {json}` per engine step's
+        tokens, sent when the step ends, the usage chunk when asked, then `data: [DONE]`
+        (0.32.0 `entrypoints/openai/completion/serving.py:443,492,503`), in chunked
+        transfer encoding as uvicorn sends a StreamingResponse. The fail_completions
+        fault becomes the error event vLLM streams (`serving.py:496-498`)."""
+        app = self.server.app
+        head = StreamHead.start(app, asked.chat)
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream; charset=utf-8")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        broken = threading.Event()
+
+        def event(data: str) -> None:
+            payload = f"data: {data}\n\n".encode()
+            try:
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(payload), payload))
+                self.wfile.flush()
+            except OSError:
+                broken.set()
+
+        def on_step(produced: int, step: int) -> None:
+            finished = produced + step >= asked.max_tokens
+            event(json.dumps(token_chunk(head, step_text(produced, step), finished)))
+
+        if asked.chat:
+            event(json.dumps(role_chunk(head)))
+        gone = lambda: broken.is_set() or self._gone()  # noqa: E731
+        drafts = app.engine.generate(
+            asked.prompt_tokens, asked.max_tokens, asked.sampling, gone, on_step
+        )
+        if drafts is None or broken.is_set():
+            self.close_connection = True  # aborted: the client left
+            return
+        if app.faults.fail_completions:
+            error = error_body("lab fault: fail_completions", "InternalServerError", 500)
+            event(json.dumps(error))
+        elif asked.include_usage:
+            metrics = request_metrics(app, asked, drafts)
+            event(json.dumps(usage_chunk(app, head, asked, metrics)))
+        event("[DONE]")
+        if not broken.is_set():
+            self.wfile.write(b"0\r\n\r\n")
 
     def _gone(self) -> bool:
         """The client closed its side: readable with nothing to read."""

@@ -2,9 +2,11 @@
 tokens per second at one level of concurrent streams, each with a confidence bound.
 
 The independent samples are requests, never tokens: the tokens of one request share
-its prompt, its batch and its drafts. Per-stream decode speed is each request's
-(tokens - 1) / (last token - first token), a Student's t interval over requests. The
-total is Little's law for a closed loop that keeps `c` requests in flight: c x (sum of
+its prompt, its batch and its drafts. Per-stream decode speed is the tokens after the
+first over the seconds between first and last token, summed over requests: a ratio
+estimator, so a request whose chunks arrived together (a few milliseconds apart,
+coalesced on the way) weighs by its seconds instead of dominating a mean of per-request
+speeds. The total is Little's law for a closed loop that keeps `c` requests in flight: c x (sum of
 tokens) / (sum of latencies), a ratio estimator over requests with its delta-method
 variance, so a level needs no clock beside its requests' own.
 """
@@ -90,18 +92,6 @@ def _text(choice: object) -> bool:
     return isinstance(choice, dict) and bool(choice.get("text"))
 
 
-def mean_interval(values: Sequence[float], confidence: float) -> Figure:
-    """Mean of independent values with a two-sided Student's t interval."""
-    if not values:
-        raise ValueError("no values: a mean needs at least one")
-    mean = fmean(values)
-    if len(values) < 2:
-        return Figure(mean)
-    variance = sum((v - mean) ** 2 for v in values) / (len(values) - 1)
-    half = _quantile(confidence, len(values)) * math.sqrt(variance / len(values))
-    return Figure(mean, mean - half, mean + half)
-
-
 def ratio_interval(
     numerators: Sequence[float], denominators: Sequence[float], confidence: float
 ) -> Figure:
@@ -139,14 +129,19 @@ def level_figures(
     concurrency: int, requests: Sequence[StreamedRequest], confidence: float
 ) -> LevelFigures | None:
     """The level's figures (None: no finished request decoded past its first token)."""
-    speeds = [s for s in (r.decode_speed for r in requests) if s is not None]
-    if not speeds:
+    decoding = [r for r in requests if r.decode_speed is not None]
+    if not decoding:
         return None
+    per_stream = ratio_interval(
+        [r.tokens - 1 for r in decoding],
+        [r.last_token - r.first_token for r in decoding],
+        confidence,
+    )
     total = ratio_interval(
         [r.tokens for r in requests], [r.last_token for r in requests], confidence
     )
     return LevelFigures(
-        per_stream=mean_interval(speeds, confidence),
+        per_stream=per_stream,
         total=_scaled(total, concurrency),
         time_to_first_token=fmean(r.first_token for r in requests),
         output_tokens=sum(r.tokens for r in requests),

@@ -463,8 +463,11 @@ def test_a_deploy_records_its_speed_at_each_level(lab: LabHandle) -> None:
     assert gate["verdict"] == "pass"
     speed = gate["speed"]
     assert (speed["verdict"], speed["reference"]) == ("not_judged", None)
+    assert speed["streamed"] is True  # the stand-in streams as vLLM does: no whole-request timing
+    assert speed["note"] is None
     assert [level["concurrency"] for level in speed["levels"]] == [1, 8]
     for level in speed["levels"]:
+        assert level["time_to_first_token"] is not None
         assert level["requests"] >= 2 * level["concurrency"]
         for figure in ("per_stream_tokens_per_second", "total_tokens_per_second"):
             measured = level[figure]

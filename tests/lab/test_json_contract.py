@@ -107,6 +107,10 @@ def checked(result: RunResult, kind: str, code: int = 0) -> dict[str, Any]:
     return document
 
 
+TUNE_RESTORED = ["--num-speculative-tokens", "4", "--restore"]
+"""One depth, then back to the release it started from: the shared fleet stays as found."""
+
+
 def test_every_command_prints_one_document_of_the_contract(fleet: Fleet) -> None:
     lab = fleet.handle
     drafter = str(DRAFTERS / "z-lab_Qwen3.6-27B-DFlash.config.json")
@@ -149,6 +153,7 @@ def test_every_command_prints_one_document_of_the_contract(fleet: Fleet) -> None
             0,
         ),
         "LabStatus": (fleet.orch("lab", "status", "--dir", str(lab.lab.root), "--json"), 0),
+        "Tune": (fleet.pb("tune", "--limit", "ct200", *TUNE_RESTORED, "--json", *FAST), 0),
     }
     documents = {kind: checked(result, kind, code) for kind, (result, code) in expected.items()}
 
@@ -181,6 +186,12 @@ def test_every_command_prints_one_document_of_the_contract(fleet: Fleet) -> None
     assert documents["Explain"]["field"]["default"] == "200"
     assert documents["Alerts"]["groups"][0]["name"] == "orch-qwen-dflash-recording"
     assert documents["LabUp"]["started"] is True
+    tune = documents["Tune"]
+    assert (tune["target"], tune["ended"], tune["chosen"]) == ("ct200", "restored", 4)
+    assert tune["started_on"] == tune["current"] == deployed["ct200"]  # --restore
+    assert tune["final_run_id"] not in (None, tune["steps"][0]["run_id"])  # the rollback
+    assert [step["value"] for step in tune["steps"]] == [4]
+    assert tune["apply_with"] == "--set server.num_speculative_tokens=4"
     for profile in documents["Profiles"]["profiles"]:
         assert list(profile)[:3] == ["name", "kind", "target"]
         assert all(re.fullmatch(r"[a-z0-9_]+", key) for key in profile), list(profile)

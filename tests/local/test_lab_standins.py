@@ -6,6 +6,7 @@ Every process a test starts is stopped by its PID in a fixture's teardown.
 from __future__ import annotations
 
 import copy
+import http.client
 import itertools
 import json
 import math
@@ -25,6 +26,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from standins import (
     DRAFTER_NAME,
+    GREEDY,
     REFERENCE,
     RENDERED,
     TRUTH,
@@ -63,6 +65,7 @@ from orchestrator.lab.paths import (
     write_json_atomic,
 )
 from orchestrator.lab.vllm_standin import Drafting
+from orchestrator.metrics.speed import streamed_request
 
 QWEN3_8B_DRAFTER = json.loads((REFERENCE / "z-lab_Qwen3-8B-DFlash-b16.config.json").read_text())
 SPEC_COUNTERS = (
@@ -279,6 +282,110 @@ def test_serves_openai_routes_and_vllm_metrics(
     assert positions == {str(i) for i in range(15)}
     assert by_name["vllm:generation_tokens_total"].value == 48
     assert "vllm:num_requests_running" in by_name
+
+
+def stream(port: int, path: str, body: dict) -> list[tuple[float, str]]:
+    """A streamed request's `data:` payloads, each with the seconds after sending it arrived."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        sent = time.monotonic()
+        connection.request(
+            "POST", path, json.dumps(body).encode(), {"Content-Type": "application/json"}
+        )
+        response = connection.getresponse()
+        assert response.status == 200, response.read()
+        assert response.getheader("Content-Type", "").startswith("text/event-stream")
+        events = []
+        while line := response.readline():
+            if line.startswith(b"data:"):
+                events.append((time.monotonic() - sent, line[5:].strip().decode()))
+        return events
+    finally:
+        connection.close()
+
+
+STREAM_REQUEST = {"stream": True, "stream_options": {"include_usage": True}, "max_tokens": 24}
+
+
+def test_streams_each_engine_step_as_vllm_and_the_gate_reads_it(
+    container: ContainerPaths, drafter: Path, started: list
+) -> None:
+    """Chunks as vLLM 0.32.0 dumps them (completion/serving.py:404-503): one per engine
+    step, timed by the step; the usage chunk; [DONE]. The gate's parser reads them."""
+    server = wait_ready(
+        start_vllm(started, container, "--tokens-per-second", "40", drafter=drafter)
+    )
+    events = stream(server.port, "/v1/completions", {"prompt": "hi", **STREAM_REQUEST, **GREEDY})
+    assert events[-1][1] == "[DONE]"
+    chunks = [json.loads(data) for _, data in events[:-1]]
+    *steps, usage = chunks
+    assert list(steps[0]) == ["id", "object", "created", "model", "choices"]
+    assert list(steps[0]["choices"][0]) == [
+        "index",
+        "text",
+        "logprobs",
+        "finish_reason",
+        "stop_reason",
+        "prompt_token_ids",
+        "token_ids",
+    ]
+    assert {c["object"] for c in chunks} == {"text_completion"}
+    assert len({c["id"] for c in chunks}) == 1
+    assert [c["choices"][0]["finish_reason"] for c in steps] == [None] * (len(steps) - 1) + [
+        "length"
+    ]
+    assert len("".join(c["choices"][0]["text"] for c in steps).split()) == 24
+    assert 1 < len(steps) < 24  # drafts accepted: several tokens a step, and many steps
+    assert usage["choices"] == []
+    assert usage["usage"] == {"prompt_tokens": 1, "total_tokens": 25, "completion_tokens": 24}
+    arrivals = [arrived for arrived, _ in events[:-2]]
+    assert arrivals == sorted(arrivals)
+    assert arrivals[-1] - arrivals[0] >= (len(steps) - 1) / 40 * 0.9  # a step each 1/40 s or more
+    measured = streamed_request(events)
+    assert measured.tokens == 24
+    assert (measured.first_token, measured.last_token) == (arrivals[0], arrivals[-1])
+    assert measured.decode_speed is not None and measured.decode_speed > 0
+
+    chat = stream(
+        server.port,
+        "/v1/chat/completions",
+        {"messages": [{"role": "user", "content": "hi"}], **STREAM_REQUEST},
+    )
+    role, *chat_steps, chat_usage = [json.loads(data) for _, data in chat[:-1]]
+    assert role["object"] == "chat.completion.chunk"
+    assert role["choices"] == [
+        {
+            "index": 0,
+            "delta": {"role": "assistant", "content": ""},
+            "logprobs": None,
+            "finish_reason": None,
+        }
+    ]
+    assert list(chat_steps[-1]["choices"][0]) == [
+        "index",
+        "delta",
+        "logprobs",
+        "finish_reason",
+        "stop_reason",
+        "token_ids",
+    ]
+    assert len("".join(c["choices"][0]["delta"]["content"] for c in chat_steps).split()) == 24
+    assert chat_usage["usage"]["completion_tokens"] == 24
+
+
+def test_a_stream_without_include_usage_ends_on_its_last_step(
+    container: ContainerPaths, started: list
+) -> None:
+    """No usage chunk unless asked: the last event before [DONE] finishes the choice."""
+    server = wait_ready(start_vllm(started, container))
+    events = stream(
+        server.port, "/v1/completions", {"prompt": "hi", "stream": True, "max_tokens": 3}
+    )
+    assert [data for _, data in events][-1] == "[DONE]"
+    steps = [json.loads(data) for _, data in events[:-1]]
+    assert [c["choices"][0]["text"] for c in steps] == ["the", " draft", " tokens"]  # no drafter
+    assert steps[-1]["choices"][0]["finish_reason"] == "length"
+    assert "usage" not in steps[-1]
 
 
 def test_without_speculative_config_there_are_no_spec_decode_series(

@@ -13,7 +13,6 @@ from orchestrator.metrics.speed import (
     StreamMalformed,
     batch_measured,
     level_figures,
-    mean_interval,
     precise_enough,
     ratio_interval,
     streamed_request,
@@ -88,16 +87,6 @@ def test_decode_speed_is_tokens_after_the_first_over_their_time(
     assert request_.decode_speed == (None if speed is None else pytest.approx(speed))
 
 
-def test_a_t_interval_over_requests_widens_with_fewer_of_them() -> None:
-    few = mean_interval([9.0, 11.0, 10.0], 0.95)
-    many = mean_interval([9.0, 11.0, 10.0] * 10, 0.95)
-    assert few.mean == many.mean == pytest.approx(10.0)
-    # s = 1, n = 3: t(0.975, 2) = 4.303, half-width 4.303 / sqrt(3) = 2.484
-    assert few.lower == pytest.approx(10 - 2.484, abs=1e-3)
-    assert many.relative_half_width() < few.relative_half_width() / 4  # type: ignore[operator]
-    assert mean_interval([7.0], 0.95) == Figure(7.0)
-
-
 def test_the_ratio_interval_is_exact_when_every_pair_has_the_same_ratio() -> None:
     figure = ratio_interval([10.0, 20.0, 40.0], [1.0, 2.0, 4.0], 0.95)
     assert (figure.mean, figure.lower, figure.upper) == pytest.approx((10.0, 10.0, 10.0))
@@ -117,6 +106,18 @@ def test_the_total_is_littles_law_over_the_levels_requests() -> None:
     assert precise_enough(figures, 0.1)
     assert level_figures(4, [StreamedRequest(0.2, 0.2, 1)], 0.95) is None
     assert not precise_enough(level_figures(4, requests[:1], 0.95), 0.1)
+
+
+def test_per_stream_speed_weighs_requests_by_their_decode_time() -> None:
+    """A request whose last chunks arrived together decodes 'fast' over a millisecond:
+    a mean of per-request speeds would be thousands, the bound below zero; the ratio
+    over the level's seconds stays near the streams' real speed."""
+    steady = [StreamedRequest(0.1, 1.1, 101)] * 5  # 100 tokens/s each
+    coalesced = StreamedRequest(0.1, 0.101, 3)  # 2 tokens in a millisecond
+    figures = level_figures(1, [*steady, coalesced], 0.95)
+    assert figures is not None
+    assert figures.per_stream.mean == pytest.approx(502 / 5.001)
+    assert figures.per_stream.lower is not None and figures.per_stream.lower > 90
 
 
 @pytest.mark.parametrize(
