@@ -10,7 +10,7 @@ from orchestrator import preflight
 from orchestrator.container import store
 from orchestrator.container.gpu import wait_free
 from orchestrator.container.server import Server
-from orchestrator.errors import OrchError, ServerFailed
+from orchestrator.errors import Interrupted, OrchError, ServerFailed
 from orchestrator.gate import GateReport
 from orchestrator.metrics.assess import Verdict
 from orchestrator.release import GateTarget
@@ -42,7 +42,14 @@ def switch(
         )
     except OrchError as exc:
         return GateReport(failed_verdict(f"switching to {release_id} failed: {exc}"))
-    return d.gate(target, f"{prefix}gate", stop, key)
+    try:
+        return d.gate(target, f"{prefix}gate", stop, key)
+    except Interrupted:
+        raise
+    except Exception as exc:  # a gate that cannot judge never keeps a release
+        return GateReport(
+            failed_verdict(f"the gate could not judge the server: {type(exc).__name__}: {exc}")
+        )
 
 
 def _start(
