@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from clocks import FakeClock
 from scripted import ScriptedContainer, ScriptedGate, frames
 
 from orchestrator.cancel import Cancel
@@ -61,7 +62,10 @@ class Site:
         if self.plan.drafter_weights:
             self.container.models[self.plan.drafter_weights] = models["drafter"]
         self.container.transport.on_http("GET", "/health", lambda _: (200, b""))
+        self.container.transport.on_http("POST", "/v1/completions", lambda _: (200, b"{}"))
         self.gate = ScriptedGate(self.container)
+        self.clock = FakeClock()
+        """The settle after a passed gate watches the server in this clock's time."""
         self.cancel = Cancel()
         self.neighbours: dict[str, Deployment] = {}
 
@@ -106,6 +110,7 @@ class Site:
             cancel=self.cancel,
             neighbours=self.neighbours.get,
             run_gate=self.gate,
+            clock=self.clock,
         )
 
     def deploy(self, **options: Any) -> Outcome:
@@ -895,3 +900,46 @@ def test_a_release_that_reads_back_otherwise_is_refused_before_the_switch(
     assert (outcome.error or "").startswith("cat-verify failed, the server was not touched")
     assert (site.link("current"), c.server, site.audit()) == (OLD, 4242, [])
     assert site.gate.asked == []
+
+
+# -- after the verdict ---------------------------------------------------------------------------
+
+
+def dies_after_verdict(site: Site) -> None:
+    """The new server passes its gate, then exits (a crash seconds after ready)."""
+    site.on(OLD)
+
+    def die() -> None:
+        if site.link("current") == site.new:
+            site.clock.after(2.0, lambda: setattr(site.container, "server", None))
+
+    site.gate.during = die
+
+
+@pytest.mark.parametrize(
+    ("setup", "why"),
+    [(dies_after_verdict, "the server exited 2 s after its gate passed")],
+)
+def test_a_server_that_dies_after_its_verdict_is_rolled_back(
+    models: dict[str, Path], setup: Setup, why: str
+) -> None:
+    site = Site(models)
+    setup(site)
+
+    outcome = site.deploy()
+
+    check(site, outcome, Expect("rolled_back", 1, OLD, True, [ROLLED], previous=False))
+    assert why in (outcome.error or "")
+    assert "settle" in site.container.journal_steps
+
+
+def test_the_settle_watches_for_settle_seconds_then_probes_once(models: dict[str, Path]) -> None:
+    site = Site(models, "gate.settle_seconds=7")
+    site.on(OLD)
+
+    outcome = site.deploy()
+
+    assert outcome.result == "deployed", outcome.error
+    assert site.clock.slept >= 7
+    probes = [r for r in site.container.transport.requests if r == ("POST", "/v1/completions")]
+    assert len(probes) == 1
