@@ -41,7 +41,11 @@ class History:
         self.path = path or state_dir() / "history.sqlite"
 
     def _connect(self) -> sqlite3.Connection:
+        """The database, only its owner may read it (0600): its rows hold what the runs
+        read from servers. SQLite gives its journal files the database's mode."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        os.close(os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600))
+        os.chmod(self.path, 0o600)
         connection = sqlite3.connect(self.path)
         connection.execute(SCHEMA)
         return connection

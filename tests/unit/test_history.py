@@ -1,10 +1,16 @@
 from __future__ import annotations
 
+import sqlite3
+import stat
+from contextlib import closing
 from pathlib import Path
 
 import pytest
+from masking import pieces_of
 from recorded import record_json
+from rundocs import deploy_run
 
+from orchestrator import secrets
 from orchestrator.contract import jsonable
 from orchestrator.documents.history import History as HistoryDocument
 from orchestrator.documents.runs import InterruptedRun, InterruptedTarget
@@ -12,6 +18,7 @@ from orchestrator.errors import InputError, NeedsAttention
 from orchestrator.history import History, check_writable, new_run_id
 from orchestrator.probes import load_prompts
 from orchestrator.settings import state_dir
+from orchestrator.transaction.outcome import Outcome
 
 
 def document(run_id: str, started: str, result: str) -> dict:
@@ -111,3 +118,29 @@ def test_a_state_dir_that_cannot_be_written_stops_the_run_before_the_fleet(
         check_writable(blocker / "orch")
     check_writable(tmp_path / "orch")  # a fresh one is made and probed
     assert list((tmp_path / "orch").iterdir()) == []
+
+
+def test_the_history_is_its_owners_only_and_its_rows_hold_no_piece_of_a_key(
+    tmp_path: Path,
+) -> None:
+    key = "sk-history-0123456789abcdef01234567"
+    secrets.register([key])
+    cut = ("x" * 1985 + key)[:2000]  # a server log line cut on the container mid-key
+    history = History(tmp_path / "state" / "history.sqlite")
+    run = deploy_run([Outcome("ct1", "pve1", "rolled_back", error=f"log: {cut}")])
+
+    history.record(run, "deploy", "ops")
+
+    assert stat.S_IMODE(history.path.stat().st_mode) == 0o600
+    with closing(sqlite3.connect(history.path)) as db:
+        [(row,)] = db.execute("SELECT document FROM runs").fetchall()
+    assert "rolled_back" in row
+    assert not pieces_of(key, row)
+
+
+def test_an_existing_history_open_to_others_is_closed_to_them(tmp_path: Path) -> None:
+    path = tmp_path / "history.sqlite"
+    path.touch(mode=0o644)
+    path.chmod(0o644)
+    History(path).record(deploy_run([Outcome("ct1", "pve1", "deployed")]), "deploy", "ops")
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
