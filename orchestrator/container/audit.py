@@ -150,10 +150,12 @@ def _well_typed(raw: Mapping[str, Any]) -> bool:
         and _well_typed_speed(raw.get("speed"))
         and (
             gate is None
-            or isinstance(gate, Mapping)
-            and isinstance(gate.get("verdict"), str | None)
-            and _is_number(gate.get("mean_acceptance_length"))
-            and _well_typed_speed(gate.get("speed"))
+            or (
+                isinstance(gate, Mapping)
+                and isinstance(gate.get("verdict"), str | None)
+                and _is_number(gate.get("mean_acceptance_length"))
+                and _well_typed_speed(gate.get("speed"))
+            )
         )
     )
 
