@@ -25,7 +25,7 @@ from scripted import Unreachable, serving
 from orchestrator.cancel import Cancel
 from orchestrator.contract import Action, jsonable
 from orchestrator.documents.watch import Watch
-from orchestrator.fleet import runs
+from orchestrator.fleet import runs, skeleton
 from orchestrator.fleet.doctor import doctor
 from orchestrator.fleet.logs import NO_LOG, follow_logs, logs
 from orchestrator.fleet.status import status
@@ -378,3 +378,19 @@ def test_a_server_action_on_an_unreachable_container_is_its_outcome(ready: Fleet
     targets = by_name(document)
     assert targets["ct129"]["result"] == "stopped"
     assert "Connection refused" in targets["ct200"]["error"]
+
+
+def test_a_run_whose_history_record_fails_says_it_is_missing_and_exits_3(
+    ready: Fleet, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(skeleton, "RECORD_RETRY_SECONDS", 0.0)
+    (tmp_path / "state" / "history.sqlite").mkdir(parents=True)  # the record cannot be written
+
+    printed, code = runs.deploy(ready.inputs, options(), ready.connect, no_progress, Cancel())
+
+    document = checked(printed, "DeployRun")
+    assert {t["result"] for t in document["targets"]} == {"deployed"}
+    assert code == 3
+    [warning] = document["warnings"]
+    assert "could not record the run" in warning and "tried 3 times" in warning
+    assert f"its log is {document['log']}" in warning

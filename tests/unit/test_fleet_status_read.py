@@ -223,7 +223,7 @@ def test_unlock_refuses_a_live_runs_lock_naming_it_and_removes_it_when_forced() 
         {"current_gate": "yes"},
         {"current_gate": {"verdict": ["pass"], "mean_acceptance_length": 3.0}},
         {"action": 5},
-        {"speed": {"verdict": "pass", "levels": [{"concurrency": {"x": 1}}]}},
+        {"speed": {"verdict": "pass", "levels": ["fast"]}},
     ],
 )
 def test_status_in_text_reads_past_an_audit_line_edited_to_a_wrong_type(
