@@ -24,7 +24,9 @@ GPU_RELEASE_TIMEOUT = 120.0
 def switch(
     d: Deployment, release_id: str, target: GateTarget, phase: str = "", cancellable: bool = False
 ) -> GateReport:
-    """Stop the running server, point `current` at the release, start it, gate it.
+    """Stop the running server, point `current` at the release, start it, gate it and,
+    when the gate admits it, watch it go on serving for `gate.settle_seconds` (a death
+    there turns the verdict into a failure).
 
     Any failure on the way is a failed gate report, never an exception: once the
     old server may be stopped, the caller must always get to roll back. Step names
