@@ -41,7 +41,11 @@ class History:
         self.path = path or state_dir() / "history.sqlite"
 
     def _connect(self) -> sqlite3.Connection:
+        """The database, only its owner may read it (0600): its rows hold what the runs
+        read from servers. SQLite gives its journal files the database's mode."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        os.close(os.open(self.path, os.O_RDONLY | os.O_CREAT, 0o600))
+        os.chmod(self.path, 0o600)
         connection = sqlite3.connect(self.path)
         connection.execute(SCHEMA)
         return connection
@@ -107,29 +111,32 @@ class History:
         if inventory is not None:
             where.append("json_extract(document, '$.inventory') = ?")
             values.append(str(inventory.resolve()))
+        return self._runs(
+            f"SELECT user, command, document FROM runs WHERE {' AND '.join(where)} "
+            "ORDER BY started DESC, rowid DESC LIMIT ?",
+            (*values, limit),
+        )
+
+    def _runs(self, query: str, values: tuple[object, ...]) -> list[RecordedRun]:
+        """The rows `query` selects, as runs. A store that cannot be read (not a database,
+        a directory, a table or row doctored by hand) is an error naming it (exit 3)."""
         try:
             with closing(self._connect()) as db:
-                rows = db.execute(
-                    f"SELECT user, command, document FROM runs WHERE {' AND '.join(where)} "
-                    "ORDER BY started DESC, rowid DESC LIMIT ?",
-                    (*values, limit),
-                ).fetchall()
+                rows = db.execute(query, values).fetchall()
             return [_run(*row) for row in rows]
         except (sqlite3.Error, OSError, ValueError, TypeError) as exc:
             raise NeedsAttention(f"cannot read the history {self.path}: {exc}") from None
 
     def find(self, run_id: str) -> RecordedRun:
         """The run with this id, or the one run whose id starts with it."""
-        rows = []
+        runs = []
         if self.path.exists():
-            with closing(self._connect()) as db:
-                rows = db.execute(
-                    "SELECT user, command, document FROM runs WHERE run_id = ? "
-                    "UNION SELECT user, command, document FROM runs "
-                    "WHERE substr(run_id, 1, length(?)) = ? LIMIT 3",
-                    (run_id, run_id, run_id),
-                ).fetchall()
-        runs = [_run(*row) for row in rows]
+            runs = self._runs(
+                "SELECT user, command, document FROM runs WHERE run_id = ? "
+                "UNION SELECT user, command, document FROM runs "
+                "WHERE substr(run_id, 1, length(?)) = ? LIMIT 3",
+                (run_id, run_id, run_id),
+            )
         exact = [run for run in runs if run.run_id == run_id]
         if exact or len(runs) == 1:
             return (exact or runs)[0]
@@ -142,10 +149,13 @@ class History:
         """(run id, playbook) of the newest runs, for completion."""
         if not self.path.exists():
             return []
-        with closing(self._connect()) as db:
-            return db.execute(
-                "SELECT run_id, playbook FROM runs ORDER BY started DESC LIMIT ?", (limit,)
-            ).fetchall()
+        try:
+            with closing(self._connect()) as db:
+                return db.execute(
+                    "SELECT run_id, playbook FROM runs ORDER BY started DESC LIMIT ?", (limit,)
+                ).fetchall()
+        except (sqlite3.Error, OSError):
+            return []  # completion offers nothing rather than fail
 
 
 def _run(user: str, command: str, document: str) -> RecordedRun:

@@ -316,6 +316,13 @@ class Gate(Schema):
         description="Seconds a started server has to answer `/health` with 200 (loading "
         "the model included); past it, or when the server exits, the release fails.",
     )
+    settle_seconds: Annotated[float, Field(ge=0, le=3600)] = Field(
+        default=5,
+        description="Seconds a release that passed its gate must go on serving before it "
+        "is kept: its process alive and `/health` 200 throughout, then one probe request "
+        "answered. A server that dies within seconds of being ready fails the gate and is "
+        "rolled back; 0 keeps the one look (health and a probe) without waiting.",
+    )
     time_budget: Seconds = Field(
         default=120,
         description="Seconds of probing for the whole gate. Per-request phases run at once "

@@ -334,14 +334,44 @@ def register(values: Any) -> None:
         _values.update(v for v in values if v)
 
 
+FRAGMENT_CHARS = 8
+"""A piece of a secret this long is masked too: text cut (a log line cut at a byte
+count on the container, a reason cut to its first characters) or split across lines
+may hold part of a value; shorter pieces say too little of a key to matter."""
+
+
 def mask(text: str) -> str:
-    """`text` with every registered value shown as `***` (longest first)."""
+    """`text` with every registered value shown as `***` (longest first), then every
+    run of text made of pieces of FRAGMENT_CHARS or more of a value too."""
     with _values_lock:
         values = sorted(_values, key=len, reverse=True)
     for value in values:
         if value in text:
             text = text.replace(value, MASK)
-    return text
+    return _mask_fragments(text, values)
+
+
+def _mask_fragments(text: str, values: list[str]) -> str:
+    pieces = {
+        value[start : start + FRAGMENT_CHARS]
+        for value in values
+        for start in range(len(value) - FRAGMENT_CHARS + 1)
+    }
+    if not pieces or len(text) < FRAGMENT_CHARS:
+        return text
+    covered = [False] * len(text)
+    for start in range(len(text) - FRAGMENT_CHARS + 1):
+        if text[start : start + FRAGMENT_CHARS] in pieces:
+            covered[start : start + FRAGMENT_CHARS] = [True] * FRAGMENT_CHARS
+    if not any(covered):
+        return text
+    out: list[str] = []
+    for index, char in enumerate(text):
+        if not covered[index]:
+            out.append(char)
+        elif index == 0 or not covered[index - 1]:
+            out.append(MASK)
+    return "".join(out)
 
 
 def _value_start_at_end(text: str) -> int:
@@ -382,17 +412,17 @@ class MaskedStream(io.TextIOBase):
 
     def write(self, text: str) -> int:
         with self._lock:
-            masked = mask(self.held + text)
-            keep = _value_start_at_end(masked)
-            self.held = masked[len(masked) - keep :]
-            self.inner.write(masked[: len(masked) - keep])
+            whole = self.held + text
+            keep = _value_start_at_end(whole)
+            self.held = whole[len(whole) - keep :]
+            self.inner.write(mask(whole[: len(whole) - keep]))
         return len(text)
 
     def flush(self) -> None:
         with self._lock:
             held, self.held = self.held, ""
             if held:
-                self.inner.write(held)
+                self.inner.write(mask(held))
         self.inner.flush()
 
     def isatty(self) -> bool:

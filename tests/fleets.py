@@ -22,7 +22,12 @@ from orchestrator.layout import DRAFTER_CONFIG, VIEW_CONFIG
 from orchestrator.release import GateTarget
 from orchestrator.transport.base import Transport
 
-FAST = ["gate.min_drafts=50", "gate.probe.scrape_interval=0.02", "gate.probe.concurrency=1"]
+FAST = [
+    "gate.min_drafts=50",
+    "gate.probe.scrape_interval=0.02",
+    "gate.probe.concurrency=1",
+    "gate.settle_seconds=0",
+]
 RUN_A, RUN_B = "20261201T100000Z-aaaaaa", "20261202T100000Z-bbbbbb"
 
 

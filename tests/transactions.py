@@ -60,6 +60,7 @@ def setup(served_name: str = "new-name") -> tuple[Playbook, TargetPlan, Containe
             "gate.min_drafts=50",
             "gate.probe.scrape_interval=0.02",
             "gate.probe.concurrency=1",
+            "gate.settle_seconds=0",
         ],
     )
     plan = plan_deploy(playbook, load_inventory(EXAMPLE))[0]

@@ -13,6 +13,7 @@ orchestrator/runs.py reads these lines back into runs and `rollback --to` target
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -134,9 +135,45 @@ def _lines(lines: list[str]) -> list[dict[str, Any]]:
             raw = json.loads(line)
         except ValueError:
             continue
-        if isinstance(raw, dict):
+        if isinstance(raw, dict) and _well_typed(raw):
             parsed.append(raw)
     return parsed
+
+
+def _well_typed(raw: Mapping[str, Any]) -> bool:
+    """The fields orch reads back have the types it writes (a hand edit may not)."""
+    texts = all(isinstance(raw.get(key), str | None) for key in (*SUMMARY_KEYS, "verdict"))
+    gate = raw.get("current_gate")
+    return (
+        texts
+        and _is_number(raw.get("mean_acceptance_length"))
+        and _well_typed_speed(raw.get("speed"))
+        and (
+            gate is None
+            or (
+                isinstance(gate, Mapping)
+                and isinstance(gate.get("verdict"), str | None)
+                and _is_number(gate.get("mean_acceptance_length"))
+                and _well_typed_speed(gate.get("speed"))
+            )
+        )
+    )
+
+
+def _well_typed_speed(speed: Any) -> bool:
+    if speed is None:
+        return True
+    if not isinstance(speed, Mapping) or not isinstance(speed.get("verdict"), str | None):
+        return False
+    levels = speed.get("levels") or []
+    return isinstance(levels, list) and all(isinstance(level, Mapping) for level in levels)
+
+
+def _is_number(value: Any) -> bool:
+    """None, or a finite number that is not a bool."""
+    return value is None or (
+        isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    )
 
 
 def last_run(lines: list[str]) -> dict[str, Any] | None:

@@ -31,6 +31,7 @@ from orchestrator.contract import jsonable
 from orchestrator.documents.runs import DeployRun, HookResult, RollbackRun, Run
 from orchestrator.errors import CheckFailed, InputError
 from orchestrator.playbook import Playbook
+from orchestrator.secrets import mask_document
 
 if TYPE_CHECKING:
     from orchestrator.fleet.inputs import Inputs
@@ -167,7 +168,8 @@ class Hooks:
         argv = getattr(self.hooks, event)
         if argv is None:
             return None
-        stdin = json.dumps(jsonable(document)).encode() if document is not None else b""
+        masked = mask_document(jsonable(document)) if document is not None else None
+        stdin = json.dumps(masked).encode() if masked is not None else b""
         env = environment(event, self.facts, document)
         result = run_hook(event, command(argv, self.facts.playbook), env, stdin, self.hooks.timeout)
         self.say(result.summary())

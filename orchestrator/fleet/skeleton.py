@@ -5,8 +5,10 @@ recorded in the local history."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Generic, TypedDict, TypeVar
 
 from orchestrator import runlog
@@ -61,8 +63,8 @@ def run(
     code = exit_code(acted.outcomes, cancel)
     document = acted.document(**_run_fields(inputs, options.run_id, started, acted.outcomes, code))
     _close_log(log, document, code)
-    if recorded:
-        _remember(document, command, options.user)
+    if recorded and not _remember(document, command, options.user, log.path):
+        code = max(code, MISSING_RECORD_EXIT)
     return document, code
 
 
@@ -105,16 +107,33 @@ def _run_fields(
     )
 
 
-def _remember(document: Run, command: str, user: str) -> None:
-    """History is a record, not the change: failing to write it only warns. A run this
-    one recovered (it died in its switch, before its own row) is recorded too, as the
-    containers' records show it: interrupted, and where its recovery left each."""
-    try:
-        History().record(document, command, user)
-        for interrupted in _recovered_runs(document):
-            History().record_if_missing(interrupted, "deploy", user)
-    except NeedsAttention as exc:
-        document.warnings.append(str(exc))
+RECORD_ATTEMPTS = 3
+RECORD_RETRY_SECONDS = 1.0
+MISSING_RECORD_EXIT = 3
+"""A run that changed the fleet but is missing from the history needs attention."""
+
+
+def _remember(document: Run, command: str, user: str, log: Path) -> bool:
+    """The run's history row, tried RECORD_ATTEMPTS times (a full disk may clear); False
+    once it could not be written, the document then saying so and where its log is. A
+    run this one recovered (it died in its switch, before its own row) is recorded too,
+    as the containers' records show it: interrupted, and where its recovery left each."""
+    failure = ""
+    for attempt in range(RECORD_ATTEMPTS):
+        if attempt:
+            time.sleep(RECORD_RETRY_SECONDS)
+        try:
+            History().record(document, command, user)
+            for interrupted in _recovered_runs(document):
+                History().record_if_missing(interrupted, "deploy", user)
+            return True
+        except NeedsAttention as exc:
+            failure = str(exc)
+    document.warnings.append(
+        f"{failure} (tried {RECORD_ATTEMPTS} times): the run is missing from the history; "
+        f"its log is {log}"
+    )
+    return False
 
 
 def _recovered_runs(document: Run) -> list[InterruptedRun]:

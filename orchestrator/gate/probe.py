@@ -12,6 +12,7 @@ from typing import Any
 from orchestrator.deadline import Deadline
 from orchestrator.errors import OrchError
 from orchestrator.metrics.evaluate import Measurement
+from orchestrator.metrics.figures import is_count
 from orchestrator.metrics.requests import FiguresMalformed, FiguresMissing, request_measurement
 from orchestrator.playbook import Gate
 from orchestrator.probes.context import ContextBucket
@@ -208,7 +209,7 @@ class Probe:
             tokens = body["usage"]["prompt_tokens"]
         except (KeyError, TypeError):
             return
-        if not isinstance(tokens, int):
+        if not is_count(tokens):
             return
         with self._lock:
             low, high = self.prompt_tokens or (tokens, tokens)

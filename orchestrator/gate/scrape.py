@@ -79,4 +79,4 @@ def _parsed(parse: Callable[[str], Parsed], text: str) -> Parsed:
     try:
         return parse(text)
     except MetricsFormatError as exc:
-        raise ScrapeFailed(f"/metrics is not Prometheus text: {exc}") from None
+        raise ScrapeFailed(f"/metrics could not be read as counters: {exc}") from None

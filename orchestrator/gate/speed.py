@@ -28,6 +28,7 @@ from orchestrator.metrics.speed import (
     StreamedRequest,
     StreamMalformed,
     batch_measured,
+    completion_tokens,
     level_figures,
     precise_enough,
     streamed_request,
@@ -209,9 +210,7 @@ def whole_request(response: http.HttpResponse, sent: float) -> StreamedRequest:
         tokens = response.json()["usage"]["completion_tokens"]
     except (ValueError, KeyError, TypeError):
         raise StreamMalformed("the response carries no usage.completion_tokens") from None
-    if not isinstance(tokens, int):
-        raise StreamMalformed(f"usage.completion_tokens is {tokens!r}")
-    return StreamedRequest(0.0, elapsed, tokens)
+    return StreamedRequest(0.0, elapsed, completion_tokens(tokens))
 
 
 def measure_speed(

@@ -27,6 +27,7 @@ from typing import Any
 
 from orchestrator.metrics.assess import GateCriteria, Verdict, assess
 from orchestrator.metrics.evaluate import Measurement, combine
+from orchestrator.metrics.figures import MAX_COUNT, is_count
 
 FIGURES = "metrics.speculative_decoding"
 MIN_REQUESTS = 8
@@ -60,11 +61,13 @@ def request_measurement(body: Any) -> Measurement:
     if not isinstance(figures, dict):
         raise FiguresMalformed(f"{FIGURES} is not an object")
     histogram = figures.get("acceptance_histogram")
-    if not isinstance(histogram, list) or not all(_count(n) for n in histogram):
-        raise FiguresMalformed(f"{FIGURES}.acceptance_histogram is not a list of counts")
+    if not isinstance(histogram, list) or not all(is_count(n) for n in histogram):
+        raise FiguresMalformed(
+            f"{FIGURES}.acceptance_histogram is not a list of counts (0..{MAX_COUNT})"
+        )
     draft_tokens = figures.get("num_draft_tokens")
-    if not isinstance(draft_tokens, int) or not _count(draft_tokens):
-        raise FiguresMalformed(f"{FIGURES}.num_draft_tokens is not a count")
+    if not is_count(draft_tokens):
+        raise FiguresMalformed(f"{FIGURES}.num_draft_tokens is not a count (0..{MAX_COUNT})")
     measurement = Measurement(tuple(histogram), draft_tokens)
     stated = (figures.get("num_spec_steps"), figures.get("num_accepted_draft_tokens"))
     if stated != (measurement.drafts, measurement.accepted):
@@ -75,10 +78,6 @@ def request_measurement(body: Any) -> Measurement:
     if measurement.accepted > draft_tokens:
         raise FiguresMalformed(f"{FIGURES} accepts more tokens than were drafted")
     return measurement
-
-
-def _count(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def look_confidence(criteria: GateCriteria, look: int) -> float:

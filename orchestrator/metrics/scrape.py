@@ -16,6 +16,8 @@ from itertools import pairwise
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
+from orchestrator.metrics.figures import MAX_COUNT, is_count, is_finite, shown
+
 # prometheus-client names a counter's family without `_total` and its samples with it;
 # matching sample names also reads bodies without TYPE lines.
 DRAFTS = "vllm:spec_decode_num_drafts_total"
@@ -62,9 +64,11 @@ def parse_spec_decode(text: str) -> SpecDecodeCounters | None:
         elif sample.name == ACCEPTED_PER_POS:
             per_position[_position(sample)] += _count(sample)
         elif sample.name == DRAFTS_CREATED:
-            created.append(sample.value)
+            created.append(_time(sample))
     if not totals and not per_position:
         return None
+    for name, total in [*totals.items(), *((ACCEPTED_PER_POS, n) for n in per_position.values())]:
+        _bounded_sum(name, total)
     missing = [name for name in TOTALS if name not in totals]
     if missing:
         raise MetricsFormatError(f"incomplete speculative-decoding series: no {', '.join(missing)}")
@@ -89,7 +93,7 @@ def parse_running(text: str) -> int | None:
     """Requests in the server's running batch, summed over its engines (None: the
     server exposes no such gauge)."""
     counts = [_count(sample) for sample in _samples(text) if sample.name == RUNNING]
-    return sum(counts) if counts else None
+    return _bounded_sum(RUNNING, sum(counts)) if counts else None
 
 
 def contradictions(counters: SpecDecodeCounters) -> list[str]:
@@ -122,10 +126,31 @@ def _samples(text: str) -> Iterator[Sample]:
 
 
 def _count(sample: Sample) -> int:
-    value = float(sample.value)  # prometheus-client gives an int for "100", a float for "100.0"
-    if not (math.isfinite(value) and value >= 0 and value.is_integer()):
-        raise MetricsFormatError(f"{sample.name}{sample.labels} = {value} is not a count")
+    value = sample.value  # prometheus-client gives an int for "100", a float for "100.0"
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        value = int(value)
+    if not is_count(value):
+        raise MetricsFormatError(
+            f"{sample.name}{sample.labels} = {shown(value)} is not a count (0..{MAX_COUNT})"
+        )
     return int(value)
+
+
+def _bounded_sum(name: str, total: int) -> int:
+    """A count summed over engines, still within the counts' range."""
+    if not is_count(total):
+        raise MetricsFormatError(
+            f"{name} summed over the engines is {shown(total)}, beyond a count (0..{MAX_COUNT})"
+        )
+    return total
+
+
+def _time(sample: Sample) -> float:
+    if not is_finite(sample.value):
+        raise MetricsFormatError(
+            f"{sample.name}{sample.labels} = {shown(sample.value)} is not a time"
+        )
+    return float(sample.value)
 
 
 def _position(sample: Sample) -> int:

@@ -21,6 +21,7 @@ from statistics import fmean
 
 import pydantic
 
+from orchestrator.metrics.figures import MAX_COUNT, is_count, shown
 from orchestrator.metrics.stats import student_t_quantile
 
 DONE = "[DONE]"
@@ -79,13 +80,22 @@ def streamed_request(events: Sequence[tuple[float, str]]) -> StreamedRequest:
         if any(_text(choice) for choice in chunk.get("choices") or ()):
             texts.append(arrived)
         usage = chunk.get("usage")
-        if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
-            tokens = usage["completion_tokens"]
+        if isinstance(usage, dict) and "completion_tokens" in usage:
+            tokens = completion_tokens(usage["completion_tokens"])
     if tokens is None:
         raise StreamMalformed("no usage chunk: the stream did not count its tokens")
     if not texts:
         raise StreamMalformed("no text chunk: the stream carried no token")
     return StreamedRequest(texts[0], texts[-1], tokens)
+
+
+def completion_tokens(value: object) -> int:
+    """The tokens a response's usage counts, a count within bounds."""
+    if not is_count(value):
+        raise StreamMalformed(
+            f"usage.completion_tokens is {shown(value)}, not a count (0..{MAX_COUNT})"
+        )
+    return value
 
 
 def _text(choice: object) -> bool:

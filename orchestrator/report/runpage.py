@@ -211,14 +211,41 @@ def bar(share: float, width: int = BAR_WIDTH) -> str:
     return "#" * round(max(0.0, min(share, 1.0)) * width)
 
 
+MARKDOWN_ESCAPES: dict[str, str | int | None] = {
+    **{char: f"\\{char}" for char in "\\`*[]!~|@"},
+    "&": "&amp;",
+    "<": "&lt;",
+}
+"""What could start markup anywhere in a Markdown text: code, emphasis, links and
+images (`![x](http://...)` loses its `!` and brackets), strikethrough, table cells,
+GFM's email autolinks; `&` and `<` as entities, so no HTML tag, `<...>` autolink or
+character reference can open."""
+LINK_STARTS = re.compile(r"(?i)(?<=[a-z0-9])(:)(?=//)|\b(www)(\.)|(?<![a-z0-9])(_)|(_)(?![a-z0-9])")
+"""GFM's bare autolinks (`http://`, `www.`), broken by escaping their `:` or `.`; and `_`
+where it can emphasise (not inside a word, as in `rolled_back`)."""
+
+
+def markdown_text(value: str) -> str:
+    """`value` as Markdown text that renders as itself: control characters shown as
+    escapes, everything that could be markup escaped."""
+    escaped = printable(value).translate(str.maketrans(MARKDOWN_ESCAPES))
+    return LINK_STARTS.sub(_escape_link_start, escaped)
+
+
+def _escape_link_start(found: re.Match[str]) -> str:
+    colon, www, dot, opening, closing = found.groups()
+    if www:
+        return f"{www}\\{dot}"
+    return "\\" + (colon or opening or closing)
+
+
 def markdown(parts: list[Section]) -> str:
-    """The report in Markdown; facts and table cells as text (HTML and pipes escaped,
-    so nothing from a file or a reply becomes markup), the diff in a fence longer than
-    any run of backticks in it."""
+    """The report in Markdown; facts and table cells as text (`markdown_text`: nothing
+    from a file, a log or a reply becomes markup, a link or an image), the diff in a
+    fence longer than any run of backticks in it."""
 
     def cell(value: str) -> str:
-        opened = printable(value).replace("&", "&amp;").replace("<", "&lt;")  # no tag can open
-        return opened.replace("|", "\\|").replace("\n", " ")
+        return markdown_text(value).replace("\n", " ")
 
     out: list[str] = []
     for section in parts:
@@ -256,7 +283,7 @@ def svg_curve(curve: Curve) -> str:
     width = step * len(curve.shares) + 50
     out = [
         f'<svg width="{width}" height="{height + 40}" '
-        f'role="img" aria-label="{html.escape(curve.title)}">',
+        f'role="img" aria-label="{html.escape(printable(curve.title))}">',
         f'<line x1="40" y1="{top + height}" x2="{width}" y2="{top + height}" stroke="#555"/>',
         f'<text x="2" y="{top + 4}" font-size="10">1.0</text>',
         f'<text x="2" y="{top + height}" font-size="10">0</text>',
@@ -289,8 +316,12 @@ text-align:left}pre{background:#f4f4f4;padding:.5em;overflow-x:auto}"""
 
 
 def to_html(parts: list[Section]) -> str:
-    """The report as one HTML page: inline style and SVG, every value escaped."""
-    e = html.escape
+    """The report as one HTML page: inline style and SVG, every value escaped, its
+    control characters shown as escapes (the page is printed to a terminal too)."""
+
+    def e(value: str) -> str:
+        return html.escape(printable(value))
+
     title = e(parts[0].title if parts else "orch run")
     out = [
         "<!DOCTYPE html>",

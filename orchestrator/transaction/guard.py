@@ -1,6 +1,7 @@
 """How a transaction ends on its container when it does not finish: refused with
 nothing changed, interrupted before the switch, or failed; each turned into the
-container's outcome, so no exception leaves a container's run."""
+container's outcome, so no exception leaves a container's run (an unforeseen one
+too: the run's record, history and exit code still say what happened)."""
 
 from __future__ import annotations
 
@@ -30,4 +31,10 @@ def guard(out: Outcome, body: Callable[[], None]) -> Outcome:
         out.current = out.previous_release
     except OrchError as exc:
         out.exit_code, out.error, out.result = exc.exit_code, exc.message_for(out.name), "failed"
+    except Exception as exc:  # the run's boundary: every end is an outcome
+        out.exit_code, out.result = 3, "failed"
+        out.error = (
+            f"stopped by an unexpected {type(exc).__name__}: {exc}; an interrupted switch "
+            "is recovered by the next run on this container"
+        )
     return out

@@ -1,20 +1,22 @@
 """The switch: stop the running server by its PID, wait for its GPU memory, point
-`current` at a release, start its server, wait until it is ready, gate it; and the
-way back after a switch that did not stay."""
+`current` at a release, start its server, wait until it is ready, gate it, watch it
+settle; and the way back after a switch that did not stay."""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 
 from orchestrator import preflight
 from orchestrator.container import store
 from orchestrator.container.gpu import wait_free
 from orchestrator.container.server import Server
-from orchestrator.errors import OrchError, ServerFailed
+from orchestrator.errors import Interrupted, OrchError, ServerFailed
 from orchestrator.gate import GateReport
 from orchestrator.metrics.assess import Verdict
 from orchestrator.release import GateTarget
 from orchestrator.transaction.deployment import Deployment
+from orchestrator.transaction.settle import unsettled
 
 GPU_RELEASE_TIMEOUT = 120.0
 
@@ -22,7 +24,9 @@ GPU_RELEASE_TIMEOUT = 120.0
 def switch(
     d: Deployment, release_id: str, target: GateTarget, phase: str = "", cancellable: bool = False
 ) -> GateReport:
-    """Stop the running server, point `current` at the release, start it, gate it.
+    """Stop the running server, point `current` at the release, start it, gate it and,
+    when the gate admits it, watch it go on serving for `gate.settle_seconds` (a death
+    there turns the verdict into a failure).
 
     Any failure on the way is a failed gate report, never an exception: once the
     old server may be stopped, the caller must always get to roll back. Step names
@@ -34,7 +38,7 @@ def switch(
     server = d.server(target.port)
     try:
         key = d.probe_key(release_id)  # first: its values are masked from here on
-        _start(d, server, release_id, prefix, stop)
+        pid = _start(d, server, release_id, prefix, stop)
     except ServerFailed as exc:
         return GateReport(
             failed_verdict(f"server did not become ready: {exc.reason}"),
@@ -42,12 +46,26 @@ def switch(
         )
     except OrchError as exc:
         return GateReport(failed_verdict(f"switching to {release_id} failed: {exc}"))
-    return d.gate(target, f"{prefix}gate", stop, key)
+    try:
+        report = d.gate(target, f"{prefix}gate", stop, key)
+    except Interrupted:
+        raise
+    except Exception as exc:  # a gate that cannot judge never keeps a release
+        return GateReport(
+            failed_verdict(f"the gate could not judge the server: {type(exc).__name__}: {exc}")
+        )
+    if d.admits(report) and not (stop and stop.is_set()):
+        with d.step(f"{prefix}settle"):
+            died = unsettled(server, pid, target, key, d.clock)
+        if died:
+            report.verdict = dataclasses.replace(report.verdict, outcome="fail", reason=died)
+    return report
 
 
 def _start(
     d: Deployment, server: Server, release_id: str, prefix: str, stop: threading.Event | None
-) -> None:
+) -> int:
+    """The started server's PID, once it is ready."""
     with d.step(f"{prefix}stop server"):
         server.stop(d.playbook.server.stop_timeout)
         wait_free(
@@ -75,6 +93,7 @@ def _start(
             stop=stop,
             clock=d.clock,
         )
+    return pid
 
 
 def go_back(d: Deployment, to: str | None, stopped_on: str | None = None) -> GateReport | None:

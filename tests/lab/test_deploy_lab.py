@@ -162,6 +162,29 @@ def test_faulty_new_server_is_rolled_back(
     assert (lab.deployment_dir("ct201") / "current").readlink() == Path("releases") / good
 
 
+def test_a_server_crashing_two_seconds_after_ready_is_rolled_back(lab: LabHandle) -> None:
+    """The gate decides within the first second of a ready server; the settle after it
+    sees the crash (the stand-in's engine dies 2 s after ready) and goes back."""
+    code, first = deploy(lab, "--limit", "ct201")
+    assert code == 0
+    good = target(first, "ct201")["release"]
+    crash = {"crash_after_ready_seconds": 2.0}
+    code, second = deploy(
+        lab,
+        "--limit",
+        "ct201",
+        "--set",
+        f"server.env.ORCH_LAB_FAULTS={json.dumps(json.dumps(crash))}",
+    )
+    entry = target(second, "ct201")
+    assert code == 1, entry["error"]
+    assert entry["result"] == "rolled_back"
+    assert "after its gate passed" in entry["gate"]["reason"], entry["gate"]["reason"]
+    assert "settle" in entry["steps"]
+    assert entry["rollback_gate"]["verdict"] == "pass"
+    assert (lab.deployment_dir("ct201") / "current").readlink() == Path("releases") / good
+
+
 def phase_outcomes(gate: dict) -> list[tuple[str, str, str]]:
     return [(p["context"], p["endpoint"], p["verdict"]) for p in gate["by_context"]]
 

@@ -9,8 +9,10 @@ import time
 from pathlib import Path
 
 import pytest
+from masking import pieces_of
 from rundocs import deploy_run
 
+from orchestrator import secrets
 from orchestrator.errors import CheckFailed, InputError
 from orchestrator.fleet.hooks import Hooks, RunFacts, command, environment, run_hook
 from orchestrator.lab.paths import pid_alive
@@ -188,3 +190,20 @@ def test_a_hook_whose_program_is_missing_is_bad_input_before_the_run(
     assert "--set hooks.on_failure" in str(refused.value) or "qwen-dflash.yaml" in str(
         refused.value
     )
+
+
+def test_a_hooks_stdin_holds_no_part_of_a_key(tmp_path: Path) -> None:
+    key = "sk-hook-0123456789abcdef0123456789"
+    secrets.register([key])
+    cut = ("x" * 1990 + key)[:2000]  # a server log line cut on the container mid-key
+    document = deploy_run(
+        [Outcome("ct1", "pve1", "rolled_back", error=f"401: {key}; log: {cut}")],
+        result="not_applied",
+    )
+    run = facts(tmp_path, on_rollback=hook(tmp_path, "rollback"))
+
+    Hooks(run, lambda _: None).after_run(document, 1)
+
+    [record] = ran(tmp_path)
+    assert "ct1" in record["stdin"]
+    assert not pieces_of(key, record["stdin"])

@@ -27,7 +27,7 @@ from scripted import Unreachable, serving
 from orchestrator.cancel import Cancel
 from orchestrator.contract import Action, jsonable
 from orchestrator.documents.watch import Watch
-from orchestrator.fleet import runs
+from orchestrator.fleet import runs, skeleton
 from orchestrator.fleet.doctor import doctor
 from orchestrator.fleet.logs import NO_LOG, follow_logs, logs
 from orchestrator.fleet.status import status
@@ -401,3 +401,19 @@ def test_diff_says_in_its_result_what_its_exit_status_says(
     document, exit_code = runs.as_diff(deploy_run(targets), dry_run_code)
 
     assert (exit_code, document.result) == (code, result)
+
+
+def test_a_run_whose_history_record_fails_says_it_is_missing_and_exits_3(
+    ready: Fleet, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(skeleton, "RECORD_RETRY_SECONDS", 0.0)
+    (tmp_path / "state" / "history.sqlite").mkdir(parents=True)  # the record cannot be written
+
+    printed, code = runs.deploy(ready.inputs, options(), ready.connect, no_progress, Cancel())
+
+    document = checked(printed, "DeployRun")
+    assert {t["result"] for t in document["targets"]} == {"deployed"}
+    assert code == 3
+    [warning] = document["warnings"]
+    assert "could not record the run" in warning and "tried 3 times" in warning
+    assert f"its log is {document['log']}" in warning

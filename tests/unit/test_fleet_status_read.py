@@ -18,6 +18,7 @@ from orchestrator.container.audit import audit_line
 from orchestrator.container.lock import Owner
 from orchestrator.fleet.status import status
 from orchestrator.fleet.unlock import unlock
+from orchestrator.report.tables import print_status
 
 Setup = Callable[[Fleet, str], None]
 SERVED = "qwen3.6-27b"
@@ -213,3 +214,32 @@ def test_unlock_refuses_a_live_runs_lock_naming_it_and_removes_it_when_forced() 
     }
     for name, container in fleet.containers.items():
         assert fleet.plans[name].layout.lock_owner not in container.files
+
+
+@pytest.mark.parametrize(
+    "edited",
+    [
+        {"mean_acceptance_length": "high", "verdict": "pass"},
+        {"current_gate": "yes"},
+        {"current_gate": {"verdict": ["pass"], "mean_acceptance_length": 3.0}},
+        {"action": 5},
+        {"speed": {"verdict": "pass", "levels": ["fast"]}},
+    ],
+)
+def test_status_in_text_reads_past_an_audit_line_edited_to_a_wrong_type(
+    edited: dict, capsys: pytest.CaptureFixture
+) -> None:
+    fleet = Fleet()
+    for name in fleet.plans:
+        release = fleet.deployed(name)
+        line = json.loads(audit_line("20261203T100000Z-cccccc", "ops", "deploy", {}))
+        fleet.containers[name].audit(json.dumps({**line, "current": release, **edited}))
+
+    printed, _ = status(fleet.inputs, fleet.connect)
+    print_status(printed)
+
+    shown = capsys.readouterr().out
+    for name in fleet.plans:
+        assert name in shown
+    for target in checked(printed, "Status")["targets"]:
+        assert target["last_run"]["run_id"] == RUN_A  # the edited line is left out

@@ -1,17 +1,27 @@
 from __future__ import annotations
 
+import sqlite3
+import stat
+from collections.abc import Callable
+from contextlib import closing
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
+from masking import pieces_of
 from recorded import record_json
+from rundocs import deploy_run
 
+from orchestrator import secrets
+from orchestrator.cli import cli
 from orchestrator.contract import jsonable
 from orchestrator.documents.history import History as HistoryDocument
 from orchestrator.documents.runs import InterruptedRun, InterruptedTarget
 from orchestrator.errors import InputError, NeedsAttention
-from orchestrator.history import History, check_writable, new_run_id
+from orchestrator.history import SCHEMA, History, check_writable, new_run_id
 from orchestrator.probes import load_prompts
 from orchestrator.settings import state_dir
+from orchestrator.transaction.outcome import Outcome
 
 
 def document(run_id: str, started: str, result: str) -> dict:
@@ -111,3 +121,73 @@ def test_a_state_dir_that_cannot_be_written_stops_the_run_before_the_fleet(
         check_writable(blocker / "orch")
     check_writable(tmp_path / "orch")  # a fresh one is made and probed
     assert list((tmp_path / "orch").iterdir()) == []
+
+
+def test_the_history_is_its_owners_only_and_its_rows_hold_no_piece_of_a_key(
+    tmp_path: Path,
+) -> None:
+    key = "sk-history-0123456789abcdef01234567"
+    secrets.register([key])
+    cut = ("x" * 1985 + key)[:2000]  # a server log line cut on the container mid-key
+    history = History(tmp_path / "state" / "history.sqlite")
+    run = deploy_run([Outcome("ct1", "pve1", "rolled_back", error=f"log: {cut}")])
+
+    history.record(run, "deploy", "ops")
+
+    assert stat.S_IMODE(history.path.stat().st_mode) == 0o600
+    with closing(sqlite3.connect(history.path)) as db:
+        [(row,)] = db.execute("SELECT document FROM runs").fetchall()
+    assert "rolled_back" in row
+    assert not pieces_of(key, row)
+
+
+def test_an_existing_history_open_to_others_is_closed_to_them(tmp_path: Path) -> None:
+    path = tmp_path / "history.sqlite"
+    path.touch(mode=0o644)
+    path.chmod(0o644)
+    History(path).record(deploy_run([Outcome("ct1", "pve1", "deployed")]), "deploy", "ops")
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+
+
+def garbage(store: Path) -> None:
+    store.write_bytes(b"not a database, as a full disk or a stray copy leaves it" * 100)
+
+
+def directory(store: Path) -> None:
+    store.mkdir()
+
+
+def doctored_row(store: Path) -> None:
+    with closing(sqlite3.connect(store)) as db, db:
+        db.execute(SCHEMA)
+        db.execute(
+            "INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?)",
+            ("20261203T120000Z-abcdef", "2026-12-03", "ops", "deploy", "p", "ok", "{not json"),
+        )
+
+
+def doctored_table(store: Path) -> None:
+    with closing(sqlite3.connect(store)) as db, db:
+        db.execute("CREATE TABLE runs (run_id TEXT)")
+        db.execute("INSERT INTO runs VALUES ('20261203T120000Z-abcdef')")
+
+
+@pytest.mark.parametrize("spoil", [garbage, directory, doctored_row, doctored_table])
+@pytest.mark.parametrize("command", [["report", "20261203T120000Z"], ["history"]])
+def test_report_and_history_on_a_spoilt_history_name_it_and_exit_3(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    spoil: Callable[[Path], None],
+    command: list[str],
+) -> None:
+    monkeypatch.setenv("ORCH_STATE_DIR", str(tmp_path))
+    store = tmp_path / "history.sqlite"
+    spoil(store)
+
+    result = CliRunner().invoke(cli, command)
+
+    assert result.exit_code == 3, result.output
+    assert f"cannot read the history {store}" in result.output
+    assert ("Traceback" not in result.output and result.exception is None) or isinstance(
+        result.exception, SystemExit
+    )

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import stat
 import threading
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from masking import pieces_of
 
+from orchestrator import secrets
 from orchestrator.cli import cli
 from orchestrator.connections import RecordedTransport
 from orchestrator.errors import InputError, TransportError
@@ -177,3 +180,17 @@ def test_history_show_steps_prints_the_runs_steps_and_results_only(
     assert len(whole.output.splitlines()) > 50
     alone = CliRunner().invoke(cli, ["history", "--steps"])
     assert alone.exit_code == 2 and "--steps goes with --show RUN_ID" in alone.output
+
+
+def test_the_run_log_is_its_owners_only_and_holds_no_piece_of_a_key(tmp_path: Path) -> None:
+    key = "sk-runlog-0123456789abcdef012345678"
+    secrets.register([key])
+    cut = ("x" * 1990 + key)[:2000]
+    log = RunLog("run-1", tmp_path / "runs" / "run-1.log")
+
+    log.write("ct1", [("server log", cut), ("error", f"HTTP 401: {key[:20]}")])
+
+    assert stat.S_IMODE(log.path.stat().st_mode) == 0o600
+    text = log.path.read_text()
+    assert "server log" in text
+    assert not pieces_of(key, text)

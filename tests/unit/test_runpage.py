@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import html
 from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
+from markdown_it import MarkdownIt
 from recorded import record_json
 
 from orchestrator.errors import InputError
@@ -132,3 +134,59 @@ def test_markdown_shows_markup_from_files_as_text(history: History) -> None:
     text = runpage.markdown(runpage.sections(found, lines))
     outside_fences = text.split("````diff")[0]
     assert "<" not in outside_fences and "&lt;script>alert(1)&lt;/script>" in outside_fences
+
+
+LOG_LINE = "ERROR ![x](http://198.51.100.1/x.png) [y](https://198.51.100.1/) \x1b[31mred\x1b[0m"
+"""A server log line with an image, a link and a terminal escape."""
+
+
+def hostile_log_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[runpage.Section]:
+    monkeypatch.setenv("ORCH_STATE_DIR", str(tmp_path))
+    document = run()
+    target = document["targets"][0]
+    target["error"] = f"server did not become ready: {LOG_LINE}"
+    target["gate"]["explanation"] = LOG_LINE
+    target["notes"] = [LOG_LINE]
+    record_json(History(), document, "deploy", "ops")
+    found, lines = runpage.load(document["run_id"])
+    return runpage.sections(found, lines)
+
+
+def test_a_log_line_in_the_markdown_report_renders_as_its_text(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    text = runpage.markdown(hostile_log_run(tmp_path, monkeypatch))
+    rendered = MarkdownIt("commonmark").render(text)
+    page = Page()
+    page.feed(rendered)
+    assert "img" not in page.tags and "a" not in page.tags and page.urls == []
+    assert "\x1b" not in text
+    assert "![x](http://198.51.100.1/x.png)" in html.unescape(rendered)  # shown as it was
+    assert "\\x1b[31mred" in html.unescape(rendered)
+
+
+def test_a_log_line_in_the_html_report_is_text_without_terminal_escapes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    text = runpage.to_html(hostile_log_run(tmp_path, monkeypatch))
+    page = Page()
+    page.feed(text)
+    assert "img" not in page.tags and "a" not in page.tags and page.urls == []
+    assert "\x1b" not in text
+    assert "\\x1b[31mred" in text
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [
+        ("![img](http://198.51.100.1/x.png)", "\\!\\[img\\](http\\://198.51.100.1/x.png)"),
+        ("<http://x.example>", "&lt;http\\://x.example>"),
+        ("see www.example.com", "see www\\.example.com"),
+        ("*b* _em_ `c` ~d~ a|b rolled_back", "\\*b\\* \\_em\\_ \\`c\\` \\~d\\~ a\\|b rolled_back"),
+        ("ops@host 12:00:00", "ops\\@host 12:00:00"),
+        ("\x1b[31m", "\\\\x1b\\[31m"),
+        ("1.12 (95%)", "1.12 (95%)"),
+    ],
+)
+def test_markdown_text_escapes_what_could_be_markup(value: str, shown: str) -> None:
+    assert runpage.markdown_text(value) == shown

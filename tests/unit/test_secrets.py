@@ -7,6 +7,7 @@ import io
 from pathlib import Path
 
 import pytest
+from masking import pieces_of
 from pydantic import ValidationError
 from secretbooks import book
 
@@ -104,3 +105,27 @@ def test_a_value_split_across_writes_is_masked_and_other_text_still_flows() -> N
     stream.write("ting season, hunter")
     stream.flush()  # the writer asks for all of it: a start that never became a value
     assert out.getvalue() == "key=*** and more\nhunting season, hunter"
+
+
+KEY = "sk-cut-3f9a1c7e5b2d4086a1c3e5f7b9d0"
+
+
+@pytest.mark.parametrize("kept", [8, 12, 20, 31])
+def test_a_key_cut_at_any_point_shows_no_piece_of_it(kept: int) -> None:
+    """A server log line cut at 2000 bytes on the container with the key across the cut,
+    and the rest of it on a later line."""
+    secrets.register([KEY])
+    line = ("x" * (2000 - kept) + KEY)[:2000]
+    rest = KEY[kept:] + " then more"
+    for text in (line, rest, f"{line}\n{rest}"):
+        masked = secrets.mask(text)
+        assert not pieces_of(KEY, masked), masked[-60:]
+    assert secrets.mask(line).endswith("x***")
+    assert secrets.mask("short pieces stay: sk-cut-") == "short pieces stay: sk-cut-"
+
+
+def test_a_cut_key_in_a_document_is_masked_in_every_string() -> None:
+    secrets.register([KEY])
+    document = {"error": "HTTP 401: " + KEY[:20], "log": [KEY[5:30] + "..."]}
+    masked = secrets.mask_document(document)
+    assert masked == {"error": "HTTP 401: ***", "log": ["***..."]}

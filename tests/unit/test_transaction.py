@@ -106,6 +106,7 @@ def test_rollback_regates_the_old_release_with_its_own_served_name() -> None:
         "start server",
         "wait ready",
         "gate",
+        "settle",
         "gate passed",
     ]
     assert container.events == [

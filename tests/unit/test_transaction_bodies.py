@@ -62,7 +62,10 @@ class Site:
         if self.plan.drafter_weights:
             self.container.models[self.plan.drafter_weights] = models["drafter"]
         self.container.transport.on_http("GET", "/health", lambda _: (200, b""))
+        self.container.transport.on_http("POST", "/v1/completions", lambda _: (200, b"{}"))
         self.gate = ScriptedGate(self.container)
+        self.clock = FakeClock()
+        """The settle after a passed gate watches the server in this clock's time."""
         self.cancel = Cancel()
         self.neighbours: dict[str, Deployment] = {}
 
@@ -107,7 +110,7 @@ class Site:
             cancel=self.cancel,
             neighbours=self.neighbours.get,
             run_gate=self.gate,
-            clock=FakeClock(),
+            clock=self.clock,
         )
 
     def deploy(self, **options: Any) -> Outcome:
@@ -1047,3 +1050,46 @@ def test_a_lock_removed_during_the_gate_stops_the_run_on_a_gated_release(
     assert site.link("current") == site.rid(current) and site.container.server is not None
     assert site.container.layout.journal not in site.container.files
     assert OLDER in {r.rsplit("/", 2)[-2] for r in site.container.files if "/releases/" in r}
+
+
+# -- after the verdict ---------------------------------------------------------------------------
+
+
+def dies_after_verdict(site: Site) -> None:
+    """The new server passes its gate, then exits (a crash seconds after ready)."""
+    site.on(OLD)
+
+    def die() -> None:
+        if site.link("current") == site.new:
+            site.clock.after(2.0, lambda: setattr(site.container, "server", None))
+
+    site.gate.during = die
+
+
+@pytest.mark.parametrize(
+    ("setup", "why"),
+    [(dies_after_verdict, "the server exited 2 s after its gate passed")],
+)
+def test_a_server_that_dies_after_its_verdict_is_rolled_back(
+    models: dict[str, Path], setup: Setup, why: str
+) -> None:
+    site = Site(models)
+    setup(site)
+
+    outcome = site.deploy()
+
+    check(site, outcome, Expect("rolled_back", 1, OLD, True, [ROLLED], previous=False))
+    assert why in (outcome.error or "")
+    assert "settle" in site.container.journal_steps
+
+
+def test_the_settle_watches_for_settle_seconds_then_probes_once(models: dict[str, Path]) -> None:
+    site = Site(models, "gate.settle_seconds=7")
+    site.on(OLD)
+
+    outcome = site.deploy()
+
+    assert outcome.result == "deployed", outcome.error
+    assert site.clock.slept >= 7
+    probes = [r for r in site.container.transport.requests if r == ("POST", "/v1/completions")]
+    assert len(probes) == 1

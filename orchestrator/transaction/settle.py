@@ -1,0 +1,71 @@
+"""After the verdict, before the release is kept: the server must go on serving.
+
+The gate decides in seconds, so a server that dies right after it was judged
+would be kept dead. For `gate.settle_seconds` its process is watched and its
+/health asked about once a second, then one probe request must be answered;
+what breaks on the way is why the release is not kept.
+"""
+
+from __future__ import annotations
+
+from orchestrator.container.server import HEALTH_SECONDS, WATCH_SECONDS, Server
+from orchestrator.deadline import Clock, Deadline
+from orchestrator.errors import OrchError
+from orchestrator.probes.endpoints import Endpoint
+from orchestrator.probes.sampling import request_fields
+from orchestrator.release import GateTarget
+from orchestrator.secrets import ProbeKey
+from orchestrator.transport import http
+
+LOOK_SECONDS = 1.0
+PROBE_SECONDS = 60.0
+PROBE_PROMPT = "Hello"
+
+
+def unsettled(
+    server: Server, pid: int, target: GateTarget, key: ProbeKey | None, clock: Clock
+) -> str | None:
+    """None when the server started as `pid` serves through the settle time; else why not."""
+    deadline = Deadline.after(target.gate.settle_seconds, clock=clock)
+    started = clock.now()
+    while True:
+        problem = _look(server, pid, target, key, last=deadline.expired())
+        if problem:
+            return f"{problem} {clock.now() - started:.0f} s after its gate passed"
+        if deadline.expired():
+            return None
+        deadline.pause(LOOK_SECONDS)
+
+
+def _look(
+    server: Server, pid: int, target: GateTarget, key: ProbeKey | None, last: bool
+) -> str | None:
+    try:
+        state, _ = server.watch(WATCH_SECONDS)
+        if not state.running or state.pid != pid:
+            return "the server exited"
+        status = server.health(HEALTH_SECONDS)
+        if status != 200:
+            return f"the server answered /health with HTTP {status}"
+        if not last:
+            return None
+        endpoint = Endpoint(target.gate.probe.endpoints[0])
+        payload = endpoint.payload(
+            target.served_name, PROBE_PROMPT, 1, request_fields(target.gate.probe.sampling)
+        )
+        headers = key.header() if key else None
+        response = http.request(
+            server.transport,
+            server.address,
+            server.port,
+            "POST",
+            endpoint.path,
+            payload,
+            timeout=PROBE_SECONDS,
+            headers=headers,
+        )
+    except OrchError as exc:
+        return f"the server could not be reached ({exc})"
+    if response.status != 200:
+        return f"the server answered a probe request with HTTP {response.status}"
+    return None
