@@ -42,7 +42,7 @@ def switch(
         )
     except OrchError as exc:
         return GateReport(failed_verdict(f"switching to {release_id} failed: {exc}"))
-    return d.gate(target, f"{prefix}gate", stop, key)
+    return d.gate(target, f"{prefix}gate", release_id, stop, key)
 
 
 def _start(
