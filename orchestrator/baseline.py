@@ -28,7 +28,9 @@ from orchestrator.container import audit
 from orchestrator.metrics.speed import Figure
 from orchestrator.metrics.speedup import NO_REFERENCE, ReferenceLevel, SpeedReference
 
-FINGERPRINT_PARTS = ("target", "vllm", "launch", "gpus")
+BASELINE_PREFIX = "baseline-"
+"""The baseline server's release-like directory: `releases/baseline-<digest>`, pointed
+at by `current` only while the baseline is measured, pruned when it ends."""
 SPECULATION_FLAGS = ("--speculative-config", "--per-request-spec-decode-metrics")
 """The launch's flags that only speculation needs: the baseline's launch has neither."""
 
@@ -89,6 +91,10 @@ def parse_record(data: bytes) -> BaselineRecord | str:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "the file"
         return f"{where}: {first['msg']}"
+
+
+def is_baseline(release_id: str | None) -> bool:
+    return bool(release_id and release_id.startswith(BASELINE_PREFIX))
 
 
 def digest(*parts: bytes) -> str:

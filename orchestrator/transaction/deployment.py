@@ -23,7 +23,8 @@ from orchestrator.contract import jsonable
 from orchestrator.deadline import SYSTEM_CLOCK, Clock
 from orchestrator.errors import NeedsAttention
 from orchestrator.gate import GateReport
-from orchestrator.gate.report import Tick
+from orchestrator.gate.probe import Target
+from orchestrator.gate.report import SpeedReport, Tick
 from orchestrator.layout import LAUNCH_SCRIPT, Layout
 from orchestrator.metrics.assess import FailureCauses
 from orchestrator.metrics.speedup import SpeedReference
@@ -58,6 +59,11 @@ GateRunner = Callable[
 ]
 """orchestrator.gate.run_gate's signature: a test gives a scripted gate."""
 
+SpeedMeasurer = Callable[
+    [Target, Gate, Sequence[ContextBucket], threading.Event | None, Tick, Clock], SpeedReport
+]
+"""orchestrator.gate.measure_levels's signature (a baseline's speed): a test gives its own."""
+
 
 def _no_neighbours(_: str) -> Deployment | None:
     return None
@@ -80,6 +86,7 @@ class Deployment:
     """Another playbook's deployment (a name or file) on the same container, None when
     that playbook has no plan here: the one `--replace` stops, or a recovery restores."""
     run_gate: GateRunner = gate.run_gate
+    measure: SpeedMeasurer = gate.measure_levels
     clock: Clock = SYSTEM_CLOCK
     """What every wait of the transaction reads and sleeps on (a test gives a fake one)."""
 

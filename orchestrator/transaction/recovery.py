@@ -11,6 +11,7 @@ from typing import Literal
 
 import pydantic
 
+from orchestrator.baseline import is_baseline
 from orchestrator.container import store
 from orchestrator.container.journal import GATE_PASSED, UNKNOWN_RUN, Transaction, Unreadable
 from orchestrator.deadline import now
@@ -72,6 +73,8 @@ def recover(d: Deployment) -> None:
     else:
         back_on = interrupted.from_release
         report = go_back(d, back_on)
+        if is_baseline(interrupted.to_release):  # never left behind, never a rollback target
+            store.prune(d.transport, d.layout, [interrupted.to_release])
     replaced = _settle_replaced(d, interrupted)
     d.audit(
         "recover",

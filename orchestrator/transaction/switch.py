@@ -34,7 +34,7 @@ def switch(
     server = d.server(target.port)
     try:
         key = d.probe_key(release_id)  # first: its values are masked from here on
-        _start(d, server, release_id, prefix, stop)
+        start(d, server, release_id, prefix, stop)
     except ServerFailed as exc:
         return GateReport(
             failed_verdict(f"server did not become ready: {exc.reason}"),
@@ -45,9 +45,11 @@ def switch(
     return d.gate(target, f"{prefix}gate", release_id, stop, key)
 
 
-def _start(
+def start(
     d: Deployment, server: Server, release_id: str, prefix: str, stop: threading.Event | None
 ) -> None:
+    """Stop the running server by its PID and wait for its GPU memory, point `current`
+    at `release_id`, start its server, wait until it is ready (ServerFailed: it was not)."""
     with d.step(f"{prefix}stop server"):
         server.stop(d.playbook.server.stop_timeout)
         wait_free(
