@@ -35,7 +35,7 @@ from orchestrator.transaction.outcome import Outcome
 from orchestrator.transaction.target import ShowDiff, TargetRun
 
 
-def _deployment(
+def deployment_of(
     inputs: Inputs,
     connections: Pool,
     plan: TargetPlan,
@@ -44,6 +44,8 @@ def _deployment(
     prompts: list[str],
     cancel: Cancel,
 ) -> Deployment:
+    """The container's Deployment for this run: its connection, buckets, nvidia-smi, and
+    the other playbooks' deployments beside it."""
     nvidia_smi = inputs.inventory.container_vars(plan.container).get(
         "nvidia_smi", DEFAULT_NVIDIA_SMI
     )
@@ -63,7 +65,7 @@ def _deployment(
             return None
         if not other.plans or other.playbook.name == inputs.playbook.name:
             return None
-        return _deployment(
+        return deployment_of(
             other,
             connections,
             other.plans[0],
@@ -111,12 +113,12 @@ def deploy(
 
     def act(connections: Pool, progress: Progress) -> Acted[DeployRun]:
         def one(name: str) -> Outcome:
-            deployment = _deployment(
+            deployment = deployment_of(
                 inputs, connections, plans[name], options, progress, prompts, cancel
             )
             return TargetRun(deployment, show_diff).deploy()
 
-        rollout = _rolled_out(inputs, plans, cancel, one)
+        rollout = rolled_out(inputs, plans, cancel, one)
         usage = connections.usage()
         return Acted(rollout.outcomes, partial(DeployRun, rollout=rollout, connections=usage))
 
@@ -148,18 +150,18 @@ def server_action(
 
     def act(connections: Pool, progress: Progress) -> Acted[ServerRun]:
         def one(name: str) -> Outcome:
-            deployment = _deployment(
+            deployment = deployment_of(
                 inputs, connections, plans[name], options, progress, prompts, cancel
             )
             return ServerActionRun(deployment).act(action)
 
-        rollout = _rolled_out(inputs, plans, cancel, one)
+        rollout = rolled_out(inputs, plans, cancel, one)
         return Acted(rollout.outcomes, partial(ServerRun, action=action, rollout=rollout))
 
     return run(action, inputs, options, connect, progress, cancel, act)
 
 
-def _rolled_out(
+def rolled_out(
     inputs: Inputs, plans: dict[str, TargetPlan], cancel: Cancel, one: Callable[[str], Outcome]
 ) -> RolloutRun:
     """`one` on each container in the rollout's order; after an interrupt, or once the
@@ -214,7 +216,7 @@ def rollback(
         )
 
         def one(name: str) -> Outcome:
-            deployment = _deployment(
+            deployment = deployment_of(
                 inputs, connections, plans[name], options, progress, prompts, cancel
             )
             return TargetRun(deployment).rollback(wanted[name])

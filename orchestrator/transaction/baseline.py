@@ -45,7 +45,7 @@ def baseline_plan(plan: TargetPlan, launch: str) -> TargetPlan:
     )
 
 
-class BaselineRun:
+class ContainerBaseline:
     """One container's baseline; every remote action goes through `d`."""
 
     def __init__(self, d: Deployment) -> None:
@@ -114,6 +114,7 @@ class BaselineRun:
         step = "baseline speed"
         with d.step(step):
             speed = d.measure(target, served.gate, d.buckets, d.cancel.event, d.tick(step), d.clock)
+        speed.reason = "served without speculation: what later gates judge speedup by"
         out.speed = speed
         if d.cancel.requested:
             out.error = "interrupted while measuring the baseline"

@@ -22,7 +22,7 @@ from orchestrator.layout import LAUNCH_SCRIPT
 from orchestrator.metrics.speed import Figure
 from orchestrator.playbook import Gate
 from orchestrator.probes.context import ContextBucket
-from orchestrator.transaction.baseline import BaselineRun
+from orchestrator.transaction.baseline import ContainerBaseline
 from orchestrator.transaction.deployment import Deployment
 from orchestrator.transaction.options import Options
 from orchestrator.transaction.reference import read_facts, read_fingerprint
@@ -92,8 +92,8 @@ class Site:
             measure=self.measurer,
         )
 
-    def baseline(self, run_id: str = "run-now") -> BaselineRun:
-        return BaselineRun(self.deployment(run_id))
+    def baseline(self, run_id: str = "run-now") -> ContainerBaseline:
+        return ContainerBaseline(self.deployment(run_id))
 
     def current(self) -> str:
         return self.container.links[self.container.layout.current].rsplit("/", 1)[-1]
