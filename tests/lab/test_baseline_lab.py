@@ -73,5 +73,5 @@ def test_a_sigint_while_measuring_the_baseline_ends_on_the_gated_release(lab: La
     assert sorted(p.name for p in (deployment / "releases").iterdir()) == [gated]
     status = lab.orch("status", "qwen-dflash", "-i", str(lab.inventory), "-l", "ct200", "--json")
     assert status.json["targets"][0]["state"] == "serving", status.stdout
-    assert status.json["targets"][0]["current"] == gated
+    assert status.json["targets"][0]["release"] == gated
     assert serving_pid(lab, "ct200") > 0
