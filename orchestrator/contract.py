@@ -16,6 +16,7 @@ API_VERSION: Final = "orch/v1"
 Kind = Literal[
     "DeployRun",
     "RollbackRun",
+    "BaselineRun",
     "ServerRun",
     "Status",
     "Verify",
@@ -53,6 +54,7 @@ TargetResult = Literal[
     "skipped",
     "interrupted",
     "dry_run",
+    "measured",
     "stopped",
     "started",
     "restarted",

@@ -12,6 +12,8 @@
   server.log         link to the started release's server.log (a deployment from
                      before per-release logs has a file here: it is kept as
                      server.log.old at the next start)
+  baseline.json      the target's speed served without speculation, with the
+                     fingerprint of what it depends on (orchestrator/baseline.py)
   audit.log          one JSON line per run's decision: the release it left
                      `current` on (orchestrator/runs.py reads them back); it
                      outlives `orch remove`, which deletes everything else
@@ -96,6 +98,11 @@ class Layout:
     def log_link_target(release_id: str) -> str:
         """What the `server.log` link holds: relative, as `current` is."""
         return f"{Layout.link_target(release_id)}/{SERVER_LOG}"
+
+    @property
+    def baseline(self) -> str:
+        """The baseline record: kept across releases, read before every gate."""
+        return f"{self.root}/baseline.json"
 
     @property
     def audit_log(self) -> str:

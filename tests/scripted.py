@@ -18,6 +18,7 @@ from orchestrator.errors import ServiceUnavailable, TransportError
 from orchestrator.gate import GateReport
 from orchestrator.layout import Layout
 from orchestrator.metrics.assess import Verdict
+from orchestrator.metrics.speedup import SpeedReference
 from orchestrator.transport.base import Result
 from orchestrator.transport.memory import MemoryStream, MemoryTransport
 
@@ -421,13 +422,18 @@ class ScriptedGate:
         self.container, self.verdicts, self.default = container, verdicts or {}, default
         self.during = during
         self.asked: list[tuple[str | None, str, int]] = []
+        self.references: list[SpeedReference | None] = []
+        """The speed reference each gate was given, in order."""
 
     def __call__(
-        self, transport: object, address: str, port: int, served_name: str, *_: object
+        self, transport: object, address: str, port: int, served_name: str, *rest: object
     ) -> GateReport:
         link = self.container.links.get(self.container.layout.current, "")
         release_id = link.rsplit("/", 1)[-1] or None
         self.asked.append((release_id, served_name, port))
+        reference = rest[7] if len(rest) > 7 else None
+        assert reference is None or isinstance(reference, SpeedReference)
+        self.references.append(reference)
         self.during()
         word = self.verdicts.get(release_id or "", self.default)
         outcome, served = word.split("-")[0], not word.endswith("-dead")

@@ -24,6 +24,7 @@ from orchestrator.transaction.target import TargetRun
 
 FAST_GATE = Gate(
     min_drafts=50,
+    settle_seconds=0,  # the settle has tests of its own
     probe=Probe(scrape_interval=0.02, concurrency=1, max_tokens=8, endpoints=["completions"]),
 )
 BUCKETS = [ContextBucket("short", 0, None, ("hello",))]

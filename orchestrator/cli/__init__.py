@@ -24,6 +24,7 @@ or not applied, nothing broken); 2 bad input (nothing touched); 3 needs attentio
 COMMANDS = {
     "deploy": "runs:deploy",
     "rollback": "runs:rollback",
+    "baseline": "runs:baseline",
     "diff": "runs:diff_command",
     "stop": "runs:stop",
     "start": "runs:start",

@@ -1,5 +1,5 @@
 """The commands that change containers: deploy (and `orch diff`, its dry run),
-rollback, and the server actions stop, start, restart, remove."""
+rollback, the server actions stop, start, restart, remove, and the baseline."""
 
 from __future__ import annotations
 
@@ -186,6 +186,40 @@ def rollback(
             inputs, options, to_release, ssh(accept_new_host_keys), view, cancel
         )
     hooks.after_run(document, code)
+    screen.print_json(document) if as_json else run_report.print_run(document)
+    sys.exit(code)
+
+
+@click.command()
+@click.argument("playbook", shell_complete=complete.playbooks)
+@inventory_option
+@limit_option
+@set_option
+@accept_keys_option
+@json_option
+def baseline(
+    playbook: str,
+    inventory_path: Path,
+    limit: tuple[str, ...],
+    assignments: tuple[str, ...],
+    accept_new_host_keys: bool,
+    as_json: bool,
+) -> None:
+    """Serve the same target with the same launch minus the speculative config, measure
+    its speed at gate.speed's levels and record it with its fingerprint (the reference a
+    later gate judges speedup by), then serve and gate the gated release again, in the
+    rollout's order. Interrupted at any step, it ends on the gated release."""
+    from orchestrator.connections import ssh
+    from orchestrator.fleet.baseline import baseline as measure
+    from orchestrator.fleet.inputs import load
+    from orchestrator.fleet.skeleton import new_options
+    from orchestrator.report import run as run_report
+    from orchestrator.report import screen
+
+    inputs = load(playbook, inventory_path, list(limit), list(assignments))
+    options = new_options(inventory=str(inventory_path))
+    with _stoppable(inputs, as_json) as (view, cancel):
+        document, code = measure(inputs, options, ssh(accept_new_host_keys), view, cancel)
     screen.print_json(document) if as_json else run_report.print_run(document)
     sys.exit(code)
 

@@ -1,5 +1,5 @@
-"""The documents of the runs that change containers: deploy, rollback and the server
-actions (stop, start, restart, remove). Each names the run and its inputs and lists
+"""The documents of the runs that change containers: deploy, rollback, the server
+actions (stop, start, restart, remove) and the baseline. Each names the run and its inputs and lists
 what happened on every container, as the local history records it too."""
 
 from __future__ import annotations
@@ -87,7 +87,18 @@ class RollbackRun(RunDocument):
     hooks: HookResults = []
 
 
-Run = DeployRun | ServerRun | RollbackRun
+class BaselineRun(RunDocument):
+    """`orch baseline`: each target's `baseline` (the record written: the speed levels
+    without speculation and their fingerprint), `speed` (the levels as measured),
+    `gate` (the gated release's gate once served again), `current` (that release)."""
+
+    kind: Literal["BaselineRun"] = "BaselineRun"
+    rollout: RolloutRun
+    log: str | None = None
+    warnings: Warnings = []
+
+
+Run = DeployRun | ServerRun | RollbackRun | BaselineRun
 
 
 class InterruptedTarget(BaseModel):

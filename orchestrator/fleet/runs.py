@@ -36,7 +36,7 @@ from orchestrator.transaction.outcome import Outcome
 from orchestrator.transaction.target import ShowDiff, TargetRun
 
 
-def _deployment(
+def deployment_of(
     inputs: Inputs,
     connections: Pool,
     plan: TargetPlan,
@@ -44,8 +44,10 @@ def _deployment(
     progress: Progress,
     prompts: list[str],
     cancel: Cancel,
-    clock: Clock,
+    clock: Clock = SYSTEM_CLOCK,
 ) -> Deployment:
+    """The container's Deployment for this run: its connection, buckets, nvidia-smi, and
+    the other playbooks' deployments beside it."""
     nvidia_smi = inputs.inventory.container_vars(plan.container).get(
         "nvidia_smi", DEFAULT_NVIDIA_SMI
     )
@@ -65,7 +67,7 @@ def _deployment(
             return None
         if not other.plans or other.playbook.name == inputs.playbook.name:
             return None
-        return _deployment(
+        return deployment_of(
             other,
             connections,
             other.plans[0],
@@ -117,12 +119,12 @@ def deploy(
 
     def act(connections: Pool, progress: Progress) -> Acted[DeployRun]:
         def one(name: str) -> Outcome:
-            deployment = _deployment(
+            deployment = deployment_of(
                 inputs, connections, plans[name], options, progress, prompts, cancel, clock
             )
             return TargetRun(deployment, show_diff).deploy()
 
-        rollout = _rolled_out(inputs, plans, cancel, one)
+        rollout = rolled_out(inputs, plans, cancel, one)
         usage = connections.usage()
         return Acted(rollout.outcomes, partial(DeployRun, rollout=rollout, connections=usage))
 
@@ -158,18 +160,18 @@ def server_action(
 
     def act(connections: Pool, progress: Progress) -> Acted[ServerRun]:
         def one(name: str) -> Outcome:
-            deployment = _deployment(
+            deployment = deployment_of(
                 inputs, connections, plans[name], options, progress, prompts, cancel, clock
             )
             return ServerActionRun(deployment).act(action)
 
-        rollout = _rolled_out(inputs, plans, cancel, one)
+        rollout = rolled_out(inputs, plans, cancel, one)
         return Acted(rollout.outcomes, partial(ServerRun, action=action, rollout=rollout))
 
     return run(action, inputs, options, connect, progress, cancel, act)
 
 
-def _rolled_out(
+def rolled_out(
     inputs: Inputs, plans: dict[str, TargetPlan], cancel: Cancel, one: Callable[[str], Outcome]
 ) -> RolloutRun:
     """`one` on each container in the rollout's order; after an interrupt, or once the
@@ -225,7 +227,7 @@ def rollback(
         )
 
         def one(name: str) -> Outcome:
-            deployment = _deployment(
+            deployment = deployment_of(
                 inputs, connections, plans[name], options, progress, prompts, cancel, clock
             )
             return TargetRun(deployment).rollback(wanted[name])

@@ -1,7 +1,8 @@
 """The gate on a live server: acceptance from probe traffic, then speed at the
 concurrency the server will see (`run.run_gate`). One module a concept: `probe` (the
 acceptance traffic), `scrape` (/metrics), `acceptance` (its phases), `speed` (the speed
-levels, `measure_speed` callable alone), `report` (what it reports), `run` (both in turn)."""
+levels, `measure_speed` callable alone; `run.measure_levels` a baseline's), `report`
+(what it reports), `run` (both in turn)."""
 
 from orchestrator.gate.report import (
     SOURCES,
@@ -11,7 +12,7 @@ from orchestrator.gate.report import (
     overall_verdict,
     speed_lines,
 )
-from orchestrator.gate.run import run_gate
+from orchestrator.gate.run import measure_levels, run_gate
 from orchestrator.gate.scrape import SCRAPE_SECONDS, ScrapeFailed, scrape
 
 __all__ = [
@@ -21,6 +22,7 @@ __all__ = [
     "PhaseReport",
     "ScrapeFailed",
     "explain_phases",
+    "measure_levels",
     "overall_verdict",
     "run_gate",
     "scrape",

@@ -138,12 +138,24 @@ def _speed(
     reference: SpeedReference | None,
     clock: Clock,
 ) -> SpeedReport:
-    """The speed levels on the short prompts, within their own `time_budget`, judged
-    against the reference when there is one."""
+    """The speed levels, judged against the reference when there is one."""
+    speed = measure_levels(target, gate, buckets, stop, tick, clock)
+    judge_speed(speed, reference, criteria_of(gate.speed))
+    return speed
+
+
+def measure_levels(
+    target: Target,
+    gate: Gate,
+    buckets: Sequence[ContextBucket],
+    stop: threading.Event | None,
+    tick: Tick,
+    clock: Clock = SYSTEM_CLOCK,
+) -> SpeedReport:
+    """The speed levels on the short prompts, within their own `time_budget`, unjudged:
+    a gate's, and a baseline's (the same server without speculation)."""
     traffic = SpeedTraffic(
         buckets[0].prompts, gate.speed.max_tokens, request_fields(gate.probe.sampling)
     )
     deadline = Deadline.after(gate.time_budget, stop, clock)
-    speed = measure_speed(target, gate.speed, traffic, gate.confidence, deadline, tick)
-    judge_speed(speed, reference, criteria_of(gate.speed))
-    return speed
+    return measure_speed(target, gate.speed, traffic, gate.confidence, deadline, tick)

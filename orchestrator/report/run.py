@@ -1,5 +1,6 @@
-"""The report of a deploy or rollback run: each container's result, its gate by
-context and endpoint, the acceptance by position, the waves and the connections."""
+"""The report of a deploy, rollback or baseline run: each container's result, its gate
+by context and endpoint, the acceptance by position, a baseline's speed levels, the
+waves and the connections."""
 
 from __future__ import annotations
 
@@ -81,6 +82,10 @@ def print_run(doc: Run, stderr: bool = False) -> None:
                     out.print(f"  advice: {report.advice.text}", highlight=False)
                 for line in speed_lines(report.speed):
                     out.print(text(f"  {line}"), highlight=False)
+        if target.speed:
+            out.print(text(target.name, "bold") + text(" baseline:"), highlight=False)
+            for line in speed_lines(target.speed):
+                out.print(text(f"  {line}"), highlight=False)
         if target.findings:
             out.print(
                 findings_table(out, target.findings, title=text(f"{target.name}: findings")),

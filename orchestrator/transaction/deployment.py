@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from orchestrator import gate
+from orchestrator.baseline import ReferenceChoice, ReferenceFacts, choose_reference
 from orchestrator.cancel import Cancel
 from orchestrator.container import audit, store
 from orchestrator.container.journal import Journal
@@ -23,9 +24,11 @@ from orchestrator.contract import jsonable
 from orchestrator.deadline import SYSTEM_CLOCK, Clock
 from orchestrator.errors import NeedsAttention, OrchError
 from orchestrator.gate import GateReport
-from orchestrator.gate.report import Tick
+from orchestrator.gate.probe import Target
+from orchestrator.gate.report import SpeedReport, Tick
 from orchestrator.layout import LAUNCH_SCRIPT, Layout
 from orchestrator.metrics.assess import FailureCauses
+from orchestrator.metrics.speedup import SpeedReference
 from orchestrator.plan import TargetPlan
 from orchestrator.playbook import Gate, Playbook
 from orchestrator.probes.context import ContextBucket
@@ -51,10 +54,16 @@ GateRunner = Callable[
         ProbeKey | None,
         Tick,
         Clock,
+        SpeedReference | None,
     ],
     GateReport,
 ]
 """orchestrator.gate.run_gate's signature: a test gives a scripted gate."""
+
+SpeedMeasurer = Callable[
+    [Target, Gate, Sequence[ContextBucket], threading.Event | None, Tick, Clock], SpeedReport
+]
+"""orchestrator.gate.measure_levels's signature (a baseline's speed): a test gives its own."""
 
 
 def _no_neighbours(_: str) -> Deployment | None:
@@ -78,6 +87,7 @@ class Deployment:
     """Another playbook's deployment (a name or file) on the same container, None when
     that playbook has no plan here: the one `--replace` stops, or a recovery restores."""
     run_gate: GateRunner = gate.run_gate
+    measure: SpeedMeasurer = gate.measure_levels
     clock: Clock = SYSTEM_CLOCK
     """What every wait of the transaction reads and sleeps on (a test gives a fake one)."""
 
@@ -87,6 +97,9 @@ class Deployment:
         self.lock = DeployLock(self.transport, self.layout, self.owner, self.playbook.lock_lease)
         self.journal = Journal(self.transport, self.layout)
         self.outcome = Outcome(self.plan.container, self.plan.host, release=self.plan.release_id)
+        self.reference_facts: ReferenceFacts | None = None
+        """What the speed reference is chosen from (transaction/reference.py reads it);
+        None: not read, every gate's speed is recorded, not judged."""
 
     @property
     def name(self) -> str:
@@ -117,16 +130,26 @@ class Deployment:
             return probe_key(self.plan.files[LAUNCH_SCRIPT], self.plan.secrets_file)
         return releases.release_key(self.transport, self.layout.release(release_id))
 
+    def reference(self, release_id: str) -> ReferenceChoice | None:
+        """What release `release_id`'s speed is judged by: against the release this run
+        found current (outcome.previous_release) when it is another one."""
+        if self.reference_facts is None:
+            return None
+        return choose_reference(self.reference_facts, release_id, self.outcome.previous_release)
+
     def gate(
         self,
         target: GateTarget,
         step: str,
+        release_id: str,
         stop: threading.Event | None = None,
         key: ProbeKey | None = None,
     ) -> GateReport:
-        """The gate of the server `target` describes, timed as `step`."""
+        """The gate of release `release_id`'s server, as `target` describes it, timed as
+        `step`; its speed section names the reference and why it was chosen."""
+        choice = self.reference(release_id)
         with self.step(step):
-            return self.run_gate(
+            report = self.run_gate(
                 self.transport,
                 self.plan.address,
                 target.port,
@@ -138,7 +161,14 @@ class Deployment:
                 key,
                 self.tick(step),
                 self.clock,
+                choice.reference if choice else None,
             )
+        if choice and report.speed:
+            judged = report.speed.reason
+            report.speed.reason = (
+                choice.why if choice.reference is None else f"{choice.why}; {judged}"
+            )
+        return report
 
     def admits(self, report: GateReport) -> bool:
         """See decision.admits, with this playbook's `on_inconclusive`."""

@@ -10,10 +10,12 @@ from typing import Annotated, Literal
 import pydantic
 from pydantic import Field, SerializationInfo, SerializerFunctionWrapHandler, model_serializer
 
+from orchestrator.baseline import BaselineRecord
 from orchestrator.contract import KEEP_CHANGES, OnlyWhenSet, TargetResult
 from orchestrator.drafters.findings import Finding
 from orchestrator.durations import Seconds
 from orchestrator.gate import GateReport
+from orchestrator.gate.report import SpeedReport
 
 
 @pydantic.dataclasses.dataclass
@@ -84,6 +86,10 @@ class Outcome:
     """With --diff: `diff -u` of current vs new ("" = no change)."""
     replaced: Annotated[Replaced | None, OnlyWhenSet] = None
     """With `deploy --replace`: the other playbook's server it stopped, and what became of it."""
+    baseline: Annotated[BaselineRecord | None, OnlyWhenSet] = None
+    """`orch baseline`: the record it wrote (the speed levels without speculation)."""
+    speed: Annotated[SpeedReport | None, OnlyWhenSet] = None
+    """`orch baseline`: the speed levels as measured, with their bounds."""
     exit_code: Annotated[int, Field(exclude=True)] = 0
     changes: Annotated[str | None, Field(exclude=True)] = None
     """The same diff, read on every deploy: kept in the local history for `orch report`."""

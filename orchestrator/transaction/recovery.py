@@ -11,6 +11,7 @@ from typing import Literal
 
 import pydantic
 
+from orchestrator.baseline import is_baseline
 from orchestrator.container import journal, store
 from orchestrator.container.journal import GATE_PASSED, UNKNOWN_RUN, Transaction, Unreadable
 from orchestrator.deadline import now
@@ -103,6 +104,8 @@ def recover(d: Deployment, replaced_held: Deployment | None = None) -> None:
     else:
         report = go_back(d, interrupted.from_release, interrupted.stopped_on)
         back_on = interrupted.from_release or interrupted.stopped_on
+        if is_baseline(interrupted.to_release):  # never left behind, never a rollback target
+            store.prune(d.transport, d.layout, [interrupted.to_release])
     replaced = _settle_replaced(d, interrupted, replaced_held)
     d.audit(
         "recover",

@@ -38,7 +38,7 @@ def switch(
     server = d.server(target.port)
     try:
         key = d.probe_key(release_id)  # first: its values are masked from here on
-        pid = _start(d, server, release_id, prefix, stop)
+        pid = start(d, server, release_id, prefix, stop)
     except ServerFailed as exc:
         return GateReport(
             failed_verdict(f"server did not become ready: {exc.reason}"),
@@ -47,7 +47,7 @@ def switch(
     except OrchError as exc:
         return GateReport(failed_verdict(f"switching to {release_id} failed: {exc}"))
     try:
-        report = d.gate(target, f"{prefix}gate", stop, key)
+        report = d.gate(target, f"{prefix}gate", release_id, stop, key)
     except Interrupted:
         raise
     except Exception as exc:  # a gate that cannot judge never keeps a release
@@ -62,10 +62,12 @@ def switch(
     return report
 
 
-def _start(
+def start(
     d: Deployment, server: Server, release_id: str, prefix: str, stop: threading.Event | None
 ) -> int:
-    """The started server's PID, once it is ready."""
+    """Stop the running server by its PID and wait for its GPU memory, point `current`
+    at `release_id`, start its server, wait until it is ready (ServerFailed: it was not);
+    the started server's PID."""
     with d.step(f"{prefix}stop server"):
         server.stop(d.playbook.server.stop_timeout)
         wait_free(

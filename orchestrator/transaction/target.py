@@ -14,7 +14,7 @@ from orchestrator.drafters.findings import Finding, Severity
 from orchestrator.errors import OrchError
 from orchestrator.release import GateTarget
 from orchestrator.secrets import plain_findings
-from orchestrator.transaction import releases, replace
+from orchestrator.transaction import reference, releases, replace
 from orchestrator.transaction.decision import (
     GoBack,
     Judged,
@@ -58,6 +58,9 @@ class TargetRun:
             return self._dry_run()
         with locked(d), self._replaced_locked():
             facts = self._preflight()
+            d.reference_facts = reference.read_facts(
+                d, reference.fingerprint(d, facts.target, facts.server_version, facts.gpus)
+            )
             self.was_serving = facts.server.running
             forced = self._blocking_errors()
             previous = facts.current_release
@@ -93,6 +96,7 @@ class TargetRun:
                 d.audit("rollback")
                 return
             self._verify_kept(target)
+            d.reference_facts = reference.read_facts(d, reference.read_fingerprint(d))
             d.cancel.check()
             d.still_ours()
             self._switch_and_judge("rollback", current, target, [])
@@ -105,7 +109,7 @@ class TargetRun:
         wanted = GateTarget.of(d.playbook)
         if releases.gate_target(d.transport, d.layout, release_id, wanted) == wanted:
             return
-        report = d.gate(wanted, "gate (new settings)", d.cancel.event)
+        report = d.gate(wanted, "gate (new settings)", release_id, d.cancel.event)
         out.gate = report
         if d.admits(report):
             releases.record_gate_target(d.transport, d.layout, release_id, wanted, d.options.run_id)

@@ -445,3 +445,70 @@ def test_a_dead_runs_lock_and_journal_planted_on_the_container_are_recovered(
     [target] = last_run(lab)["targets"]
     assert (target["recovered"]["run_id"], target["recovered"]["back_on"]) == ("r-dead", good)
     assert_invariants(lab, good, files)
+
+
+# -- orch baseline interrupted -------------------------------------------------------------------
+
+
+def baseline_args(lab: LabHandle, *args: str) -> list[str]:
+    return ["baseline", "qwen-dflash", "-i", str(lab.inventory), "--limit", NAME, *FAST, *args]
+
+
+def assert_no_baseline_left(lab: LabHandle) -> None:
+    """Nothing of an interrupted baseline stays: no record, no directory of its own."""
+    assert not (deployment(lab) / "baseline.json").exists()
+    releases = deployment(lab) / "releases"
+    assert not [p.name for p in releases.iterdir() if p.name.startswith("baseline-")]
+
+
+@pytest.mark.parametrize(
+    ("number", "code", "step"),
+    [
+        (signal.SIGINT, 130, "baseline wait ready"),
+        (signal.SIGINT, 130, "baseline speed"),
+        (signal.SIGTERM, 143, "baseline wait ready"),
+        (signal.SIGTERM, 143, "baseline speed"),
+    ],
+)
+def test_baseline_stopped_at_a_step_ends_on_the_gated_release(
+    lab: LabHandle, number: int, code: int, step: str
+) -> None:
+    good, files = good_release(lab)
+    run = Orch(lab, argv=baseline_args(lab, "--json", *SLOW_LOAD))
+    run.wait_for_step(step)
+    run.signal(number)
+    assert run.finish() == code, run.output
+    assert run.seconds_after_signal < SIGNAL_TO_EXIT_SECONDS, run.output
+    [target] = run.document["targets"]
+    assert (target["result"], target["current"]) == ("interrupted", good)
+    recorded = last_run(lab)
+    assert (recorded["command"], recorded["result"]) == ("baseline", "interrupted")
+    assert_no_baseline_left(lab)
+    assert_invariants(lab, good, files)
+    assert_plain_deploy_succeeds(lab)
+
+
+@pytest.mark.parametrize("step", ["baseline wait ready", "baseline speed"])
+def test_baseline_killed_then_a_plain_baseline_recovers_and_measures(
+    lab: LabHandle, step: str
+) -> None:
+    good, files = good_release(lab)
+    run = Orch(lab, argv=baseline_args(lab, "--json", *SLOW_LOAD))
+    run.wait_for_step(step)
+    journal = json.loads((deployment(lab) / "journal.json").read_text())
+    assert (journal["action"], journal["from_release"]) == ("baseline", good)
+    run.signal(signal.SIGKILL)
+    assert run.finish() == -signal.SIGKILL
+
+    done = lab.orch(*baseline_args(lab, "--json"))  # the same command, no `orch unlock`
+
+    assert done.code == 0, done.stdout + done.stderr
+    [target] = done.json["targets"]
+    assert (target["result"], target["current"]) == ("measured", good)
+    assert (target["recovered"]["run_id"], target["recovered"]["back_on"]) == (
+        journal["run_id"],
+        good,
+    )
+    assert json.loads((deployment(lab) / "baseline.json").read_text()) == target["baseline"]
+    assert not [p for p in (deployment(lab) / "releases").iterdir() if p.name != good]
+    assert_invariants(lab, good, files)

@@ -409,10 +409,12 @@ def test_a_run_whose_history_record_fails_says_it_is_missing_and_exits_3(
     monkeypatch.setattr(skeleton, "RECORD_RETRY_SECONDS", 0.0)
     (tmp_path / "state" / "history.sqlite").mkdir(parents=True)  # the record cannot be written
 
-    printed, code = runs.deploy(ready.inputs, options(), ready.connect, no_progress, Cancel())
+    printed, code = runs.deploy(
+        ready.inputs, options(), ready.connect, no_progress, Cancel(), clock=FakeClock()
+    )
 
     document = checked(printed, "DeployRun")
-    assert {t["result"] for t in document["targets"]} == {"deployed"}
+    assert {t["result"] for t in document["targets"]} == {"deployed"}, document["targets"]
     assert code == 3
     [warning] = document["warnings"]
     assert "could not record the run" in warning and "tried 3 times" in warning

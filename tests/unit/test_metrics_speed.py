@@ -154,7 +154,8 @@ JUDGED = [
     ((8, Figure(62.0, 55.0, 70.0), 0.0), BASELINE, "fail",
      "speedup 0.62x (0.52-0.74) at 8 streams < min_speedup 1 against baseline"),
     ((8, Figure(130.0, 120.0, 140.0), 0.0), BASELINE, "pass", ">= min_speedup 1"),
-    ((8, Figure(100.0, 90.0, 110.0), 0.0), BASELINE, "inconclusive", "bound spans"),
+    # a bound that spans the requirement is not provably slower: kept, its bound shown
+    ((8, Figure(100.0, 90.0, 110.0), 0.0), BASELINE, "pass", "not provably below min_speedup 1"),
     ((1, Figure(48.0, 47.0, 49.0), 0.0), REPLACED, "pass",
      ">= 1 - max_regression 0.1 = 0.9 against the replaced release r-0004"),
     ((1, Figure(40.0, 38.0, 42.0), 0.0), REPLACED, "fail", "< 1 - max_regression 0.1"),
