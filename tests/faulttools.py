@@ -16,7 +16,14 @@ from labtools import LabHandle
 from orchrun import ROOT
 
 NAME = "ct201"
-FAST = ["--set", "gate.probe.scrape_interval=0.5", "--set", "gate.ready_timeout=60"]
+FAST = [
+    "--set",
+    "gate.probe.scrape_interval=0.5",
+    "--set",
+    "gate.ready_timeout=60",
+    "--set",
+    "gate.speed.max_regression=1",  # faults, not speed: see labtools.FAST
+]
 
 
 def lab_faults(knobs: dict) -> list[str]:

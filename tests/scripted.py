@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import json
 import threading
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from orchestrator.container.audit import STATUS_TAIL
 from orchestrator.container.shell import Command
+from orchestrator.deadline import SYSTEM_CLOCK, Clock
 from orchestrator.errors import ServiceUnavailable, TransportError
 from orchestrator.gate import GateReport
 from orchestrator.layout import Layout
@@ -47,12 +47,15 @@ def metrics(scrape: int, running: int = 0) -> bytes:
     return ("\n".join(lines) + "\n").encode()
 
 
-def streamed(tokens: int) -> bytes:
-    """A streamed completion's server-sent events: a chunk a token, the usage, done."""
+def stream_events(tokens: int) -> list[bytes]:
+    """A streamed completion's server-sent events, one piece each: a chunk a token, the
+    usage, done."""
     chunks = [{"choices": [{"index": 0, "text": " a"}]} for _ in range(tokens)]
     chunks.append({"choices": [], "usage": {"completion_tokens": tokens}})
-    events = [f"data: {json.dumps(chunk)}\n\n" for chunk in chunks] + ["data: [DONE]\n\n"]
-    return "".join(events).encode()
+    return [f"data: {json.dumps(chunk)}\n\n".encode() for chunk in chunks] + [b"data: [DONE]\n\n"]
+
+
+STREAMED_TOKENS = 4
 
 
 def serving(
@@ -60,29 +63,42 @@ def serving(
     served_name: str,
     request_seconds: float = 0.0,
     stream_seconds: float = 0.0,
+    clock: Clock = SYSTEM_CLOCK,
 ) -> list[str]:
     """A vLLM that is ready at once; returns the model names its completions were asked for.
     A completion is answered at once, unless a test needs its traffic to outlast the gate's
-    scrapes (`request_seconds`) or to be timed (`stream_seconds` a streamed one: the speed
-    levels time their requests on the system's clock, not on the gate's)."""
+    scrapes (`request_seconds`, a whole answer) or to be timed (`stream_seconds`, a
+    streamed one's tokens arriving evenly over that time), spent on `clock` (the gate's)."""
     asked: list[str] = []
     scrapes = iter(range(1, 10_000))
     running = [0]
     lock = threading.Lock()
 
-    def complete(body: bytes) -> tuple[int, bytes]:
+    def spend(seconds: float) -> None:
+        if seconds:
+            clock.sleep(seconds, threading.Event())
+
+    def tokens(events: list[bytes]) -> Iterator[bytes]:
+        for event in events[:STREAMED_TOKENS]:
+            spend(stream_seconds / STREAMED_TOKENS)
+            yield event
+        with lock:
+            running[0] -= 1
+        yield from events[STREAMED_TOKENS:]
+
+    def complete(body: bytes) -> tuple[int, bytes | Iterator[bytes]]:
         request = json.loads(body)
         asked.append(request["model"])
         with lock:
             running[0] += 1
-        seconds = stream_seconds if request.get("stream") else request_seconds
-        if seconds:
-            time.sleep(seconds)
+        if request.get("stream") and request["model"] == served_name:
+            return 200, tokens(stream_events(STREAMED_TOKENS))
+        spend(stream_seconds if request.get("stream") else request_seconds)
         with lock:
             running[0] -= 1
         if request["model"] != served_name:
             return 404, b"no such model"
-        return 200, streamed(4) if request.get("stream") else b"{}"
+        return 200, b"{}"
 
     transport.on_http("GET", "/health", lambda _: (200, b""))
     transport.on_http("GET", "/metrics", lambda _: (200, metrics(next(scrapes), running[0])))

@@ -114,18 +114,17 @@ def verify_config(
             "verify-config needs PLAYBOOK -i INVENTORY, or --target (with --drafter, "
             "unless the target's own MTP layers draft)"
         )
-    from orchestrator.documents.local import Findings
-    from orchestrator.verify import server_launch, verify_local
+    from orchestrator.fleet.verify import verify_files
+    from orchestrator.verify import server_launch
 
     if (server_env or attention_backend) and not server_version:
         raise InputError("--server-env and --attention-backend need --server-version")
     launch = server_launch(server_env, attention_backend) if server_version else None
-    findings, judged = verify_local(
+    checked, code = verify_files(
         drafter, target, tokenizer, profile, num_speculative_tokens, server_version, launch
     )
-    checked = Findings.of(findings, judged)
     screen.print_json(checked) if as_json else tables.print_findings(checked)
-    sys.exit(1 if checked.result == "not_applied" else 0)
+    sys.exit(code)
 
 
 ReadDocument = TypeVar("ReadDocument", bound="FleetDocument")
@@ -300,21 +299,18 @@ def watch(
     """Live acceptance per container (mean length, position-1 rate, drafts/s) from the
     servers' counters over a sliding window, against the playbook's gate thresholds;
     a container below them is marked BELOW (with --once: exit 1)."""
-    import json
-
     from orchestrator.connections import ssh
-    from orchestrator.contract import jsonable
     from orchestrator.durations import seconds
     from orchestrator.fleet import watch as live
     from orchestrator.fleet.inputs import load
-    from orchestrator.report.screen import printable
+    from orchestrator.report.screen import print_json_line, printable
 
     every, span = seconds(interval, "--interval"), seconds(window, "--window")
     inputs = load(playbook, inventory_path, list(limit), list(assignments))
 
     def emit(doc: Watch) -> None:
         if as_json:
-            click.echo(json.dumps(jsonable(doc)))
+            print_json_line(doc)
             return
         if not once:
             click.echo(f"-- {doc.time[11:19]} (window {doc.window_seconds:g} s)")

@@ -36,6 +36,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from orchestrator.container.shell import builder, q, reading, run_step, script
+from orchestrator.deadline import SYSTEM_CLOCK, Clock
 from orchestrator.durations import ago
 from orchestrator.errors import LockHeld, OrchError, StepFailed
 from orchestrator.layout import Layout
@@ -337,10 +338,17 @@ class DeployLock:
     """The lock of one deployment as one run takes, renews and releases it."""
 
     def __init__(
-        self, transport: Transport, layout: Layout, owner: Owner, lease: float | None = None
+        self,
+        transport: Transport,
+        layout: Layout,
+        owner: Owner,
+        lease: float | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.lease = lease or DEFAULT_LEASE
         self.transport, self.layout = transport, layout
+        self.clock = clock
+        """Where the heartbeat waits between renewals."""
         self.owner = replace(owner, lease=self.lease)
         """Records this run's lease in the lock: a taker judges the heartbeat by it."""
         self.lost: str | None = None
@@ -412,7 +420,10 @@ class DeployLock:
 
     def _beat(self, done: threading.Event) -> None:
         interval = self.lease / RENEWALS_PER_LEASE
-        while not done.wait(interval):
+        while True:
+            self.clock.sleep(interval, done)
+            if done.is_set():
+                return
             try:
                 self.renew()
             except OrchError:

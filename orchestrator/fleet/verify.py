@@ -1,10 +1,12 @@
 """`orch verify-config PLAYBOOK`: each container's current release against its own
 manifest (hand edits), against a fresh render of the playbook (release.drift), and by
-the drafter checks on the files as they are there."""
+the drafter checks on the files as they are there; `orch verify-config --drafter
+--target`: the drafter checks on local files."""
 
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 from orchestrator import preflight, release
 from orchestrator.connections import SSH, Connect
@@ -17,6 +19,7 @@ from orchestrator.documents.fleet import (
     Verified,
     Verify,
 )
+from orchestrator.documents.local import Findings
 from orchestrator.drafters.findings import Finding, Severity
 from orchestrator.drafters.modelfiles import parse_json_document
 from orchestrator.fleet.inputs import Inputs
@@ -25,8 +28,28 @@ from orchestrator.layout import DRAFTER_CONFIG, LAUNCH_SCRIPT, SECRETS_FILE, VIE
 from orchestrator.plan import TargetPlan
 from orchestrator.playbook import Playbook
 from orchestrator.secrets import digest, parse_exports
+from orchestrator.serving.judge import Launch
 from orchestrator.transaction import releases as release_files
 from orchestrator.transport.base import Transport
+from orchestrator.verify import verify_local
+
+
+def verify_files(
+    drafter: Path | None,
+    target: Path,
+    tokenizer: Path | None,
+    profile: str | None,
+    num_speculative_tokens: int | None,
+    server_version: str | None,
+    launch: Launch | None,
+) -> tuple[Findings, int]:
+    """The drafter checks on local model files (`verify.verify_local`), against vLLM
+    `server_version` when given: exit 1 when any is an error."""
+    findings, judged = verify_local(
+        drafter, target, tokenizer, profile, num_speculative_tokens, server_version, launch
+    )
+    checked = Findings.of(findings, judged)
+    return checked, 1 if checked.result == "not_applied" else 0
 
 
 def verify_remote(inputs: Inputs, connect: Connect = SSH) -> tuple[Verify, int]:

@@ -13,7 +13,6 @@ first token.
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -168,7 +167,8 @@ def send(
     headers = target.key.header() if target.key else None
     timeout = deadline.limit(REQUEST_SECONDS)
     events: list[tuple[float, str]] = []
-    sent = time.monotonic()
+    clock = deadline.clock
+    sent = clock.now()
     if streamed:
         response = http.stream_events(
             target.transport,
@@ -176,7 +176,7 @@ def send(
             target.port,
             COMPLETIONS.path,
             {**payload, **STREAM_FIELDS},
-            lambda data: events.append((time.monotonic() - sent, data)),
+            lambda data: events.append((clock.now() - sent, data)),
             timeout=timeout,
             headers=headers,
             in_flight=streams,
@@ -197,15 +197,15 @@ def send(
         answer = response.body.decode("utf-8", "replace").strip()[:200]
         return f"HTTP {response.status} from {COMPLETIONS.path}: {answer}"
     try:
-        return streamed_request(events) if streamed else whole_request(response, sent)
+        return streamed_request(events) if streamed else whole_request(response, clock.now() - sent)
     except StreamMalformed as exc:
         return f"{COMPLETIONS.path}: {exc}"
 
 
-def whole_request(response: http.HttpResponse, sent: float) -> StreamedRequest:
-    """A request the server answered whole: every token counted as arriving at the end,
-    the first one at once (decode time includes the time to the first token)."""
-    elapsed = time.monotonic() - sent
+def whole_request(response: http.HttpResponse, elapsed: float) -> StreamedRequest:
+    """A request the server answered whole in `elapsed` seconds: every token counted as
+    arriving at the end, the first one at once (decode time includes the time to the
+    first token)."""
     try:
         tokens = response.json()["usage"]["completion_tokens"]
     except (ValueError, KeyError, TypeError):
@@ -222,7 +222,7 @@ def measure_speed(
     tick: Tick = lambda _: None,
 ) -> SpeedReport:
     """Every level of `speed`, one after another within the deadline, unjudged."""
-    started = time.monotonic()
+    started = deadline.clock.now()
     report = SpeedReport(max_tokens=traffic.max_tokens)
     try:
         first = send(target, traffic, traffic.prompts[0], True, deadline)
@@ -243,7 +243,7 @@ def measure_speed(
     report.requests = 1 + sum(level.requests + level.request_errors for level in report.levels)
     report.output_tokens = sum(level.output_tokens for level in report.levels)
     report.output_tokens += first.tokens if isinstance(first, StreamedRequest) else 0
-    report.seconds = time.monotonic() - started
+    report.seconds = deadline.clock.now() - started
     return report
 
 
@@ -251,7 +251,7 @@ def _measure_level(level: _Level, tick: Tick) -> SpeedLevel:
     """One level: its workers send and stop it once it has measured enough; the main
     thread reads the batch every BATCH_READ_SECONDS and stops it when its requests
     mostly fail or its time is up; a budget spent ends it too."""
-    started = time.monotonic()
+    started = level.deadline.clock.now()
     workers = [threading.Thread(target=level.worker, daemon=True) for _ in range(level.concurrency)]
     for worker in workers:
         worker.start()
@@ -266,7 +266,7 @@ def _measure_level(level: _Level, tick: Tick) -> SpeedLevel:
         level.stop()
         for worker in workers:
             worker.join(timeout=level.deadline.limit(REQUEST_SECONDS))
-    return level_report(level, time.monotonic() - started)
+    return level_report(level, level.deadline.clock.now() - started)
 
 
 def level_report(level: _Level, seconds: float) -> SpeedLevel:

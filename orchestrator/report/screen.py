@@ -242,6 +242,13 @@ def print_json(doc: Document) -> None:
     print(json.dumps(mask_document(jsonable(doc)), indent=2))
 
 
+def print_json_line(doc: Document) -> None:
+    """One document on one line, flushed: a stream of documents (`watch --json`, one a
+    round) that a reader takes line by line as it comes."""
+    sys.stdout.write(json.dumps(jsonable(doc)) + "\n")
+    sys.stdout.flush()
+
+
 _WHERE = re.compile(
     r"^(?P<file>[^\s:][^:]*):(?P<line>\d+)(?::(?P<column>\d+))?: "
     r"(?:(?P<field>[A-Za-z0-9_.\[\]-]+): )?(?P<message>.*)$"

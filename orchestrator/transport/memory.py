@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import io
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from orchestrator.errors import ServiceUnavailable
@@ -21,7 +21,9 @@ from orchestrator.transport.base import Result
 Reply = Callable[[Sequence[str], bytes | None], Result]
 ANY = "*"
 """The rule for any command."""
-HttpHandler = Callable[[bytes], tuple[int, bytes]]  # request body -> (status, body)
+HttpHandler = Callable[[bytes], tuple[int, "bytes | Iterable[bytes]"]]
+"""request body -> (status, body); a body given in pieces is sent chunked, each piece
+made only when the client reads that far (a stream that takes its time)."""
 
 
 @dataclass
@@ -79,31 +81,45 @@ class MemoryTransport:
             raise ServiceUnavailable(self.label, f"connect {address}:{port}", "refused")
         return MemoryStream(self)
 
-    def _answer(self, request: bytes) -> bytes:
+    def _answer(self, request: bytes) -> Iterator[bytes]:
         head, _, body = request.partition(b"\r\n\r\n")
         method, path, _ = head.split(b"\r\n", 1)[0].decode().split(" ", 2)
         with self._lock:
             self.requests.append((method, path))
         handler = self.http.get((method, path))
         status, payload = handler(body) if handler else (404, b"not found")
-        return f"HTTP/1.1 {status} X\r\nContent-Length: {len(payload)}\r\n\r\n".encode() + payload
+        if isinstance(payload, bytes):
+            yield f"HTTP/1.1 {status} X\r\nContent-Length: {len(payload)}\r\n\r\n".encode()
+            yield payload
+            return
+        yield f"HTTP/1.1 {status} X\r\nTransfer-Encoding: chunked\r\n\r\n".encode()
+        for piece in payload:
+            yield f"{len(piece):x}\r\n".encode() + piece + b"\r\n"
+        yield b"0\r\n\r\n"
 
 
 class MemoryStream:
-    """The request is buffered until the client reads; then the handler answers."""
+    """The request is buffered until the client reads; then the handler answers, a piece
+    at a time as the client reads on."""
 
     def __init__(self, transport: MemoryTransport) -> None:
         self.transport = transport
         self.sent = b""
-        self._answer: io.BytesIO | None = None
+        self._pieces: Iterator[bytes] | None = None
+        self._piece = io.BytesIO()
 
     def sendall(self, data: bytes) -> None:
         self.sent += data
 
     def recv(self, size: int) -> bytes:
-        if self._answer is None:
-            self._answer = io.BytesIO(self.transport._answer(self.sent))
-        return self._answer.read(size)
+        if self._pieces is None:
+            self._pieces = self.transport._answer(self.sent)
+        while not (data := self._piece.read(size)):
+            piece = next(self._pieces, None)
+            if piece is None:
+                return b""
+            self._piece = io.BytesIO(piece)
+        return data
 
     def settimeout(self, timeout: float | None) -> None:
         return None

@@ -8,6 +8,7 @@ import os
 import subprocess
 import time
 
+from clocks import FakeClock
 from scripted import serving
 from transactions import setup, target_run
 
@@ -55,9 +56,10 @@ def test_a_dead_runs_lock_is_taken_over_and_its_ungated_switch_undone() -> None:
             "updated": "t1",
         }
     ).encode()
-    serving(container.transport, "old-name")
+    clock = FakeClock()
+    serving(container.transport, "old-name", request_seconds=0.01, clock=clock)
 
-    outcome = target_run(playbook, plan, container).rollback("aaaaaaaaaaaa")
+    outcome = target_run(playbook, plan, container, clock=clock).rollback("aaaaaaaaaaaa")
 
     assert outcome.recovered is not None
     assert (outcome.recovered.run_id, outcome.recovered.back_on) == (

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import threading
 
+from clocks import FakeClock
 from scripted import metrics, serving
 from transactions import BUCKETS, CAUSES, FAST_GATE
 
@@ -31,11 +32,11 @@ class Served(MemoryTransport):
     bodies: list[dict[str, object]]
 
 
-def served(foreign: int = 0) -> Served:
+def served(clock: FakeClock, foreign: int = 0) -> Served:
+    """Streamed requests that outlast a batch read, timed on the gate's `clock`."""
     transport = Served()
     transport.bodies = []
-    # the speed levels time requests on the system's clock: a streamed one outlasts a batch read
-    serving(transport, "m", request_seconds=0.01, stream_seconds=0.1)
+    serving(transport, "m", request_seconds=0.01, stream_seconds=0.1, clock=clock)
     complete = transport.http[("POST", "/v1/completions")]
 
     def kept(body: bytes) -> tuple[int, bytes]:
@@ -50,8 +51,9 @@ def served(foreign: int = 0) -> Served:
 
 
 def test_without_a_reference_speed_is_recorded_at_each_level_and_blocks_nothing() -> None:
-    transport = served()
-    report = run_gate(transport, "10.0.0.5", 8000, "m", SPEED_GATE, BUCKETS, CAUSES)
+    clock = FakeClock()
+    transport = served(clock)
+    report = run_gate(transport, "10.0.0.5", 8000, "m", SPEED_GATE, BUCKETS, CAUSES, clock=clock)
     assert report.verdict.outcome == "pass", report.verdict.reason
     speed = report.speed
     assert speed is not None
@@ -73,8 +75,17 @@ def test_a_release_provably_slower_than_its_baseline_fails_the_gate_naming_the_l
     baseline = SpeedReference(
         "baseline", "recorded 2026-12-04", (ReferenceLevel(1, far), ReferenceLevel(4, far))
     )
+    clock = FakeClock()
     report = run_gate(
-        served(), "10.0.0.5", 8000, "m", SPEED_GATE, BUCKETS, CAUSES, reference=baseline
+        served(clock),
+        "10.0.0.5",
+        8000,
+        "m",
+        SPEED_GATE,
+        BUCKETS,
+        CAUSES,
+        reference=baseline,
+        clock=clock,
     )
     assert report.verdict.outcome == "fail"
     assert report.verdict.reason.startswith("speed: speedup 0.00x")
@@ -91,8 +102,18 @@ def test_a_release_provably_slower_than_its_baseline_fails_the_gate_naming_the_l
 def test_other_clients_requests_in_the_batch_make_speed_inconclusive_never_a_pass() -> None:
     near = Figure(1.0, 0.9, 1.1)  # anything the in-memory server does is far faster
     baseline = SpeedReference("baseline", "b", (ReferenceLevel(1, near), ReferenceLevel(4, near)))
+    clock = FakeClock()
+    transport = served(clock, foreign=40)
     report = run_gate(
-        served(foreign=40), "10.0.0.5", 8000, "m", SPEED_GATE, BUCKETS, CAUSES, reference=baseline
+        transport,
+        "10.0.0.5",
+        8000,
+        "m",
+        SPEED_GATE,
+        BUCKETS,
+        CAUSES,
+        reference=baseline,
+        clock=clock,
     )
     assert report.speed is not None
     assert {level.verdict for level in report.speed.levels} == {"inconclusive"}
@@ -101,16 +122,20 @@ def test_other_clients_requests_in_the_batch_make_speed_inconclusive_never_a_pas
 
 
 def test_a_disabled_speed_phase_sends_no_streamed_request() -> None:
-    transport = served()
+    clock = FakeClock()
+    transport = served(clock)
     gate = SPEED_GATE.model_copy(update={"speed": Speed(enabled=False)})
-    report = run_gate(transport, "10.0.0.5", 8000, "m", gate, BUCKETS, CAUSES)
+    report = run_gate(transport, "10.0.0.5", 8000, "m", gate, BUCKETS, CAUSES, clock=clock)
     assert report.speed is None
     assert transport.bodies
     assert not any(body.get("stream") for body in transport.bodies)
 
 
 def test_the_audit_keeps_each_levels_figures_for_status_and_a_later_reference() -> None:
-    report = run_gate(served(), "10.0.0.5", 8000, "m", SPEED_GATE, BUCKETS, CAUSES)
+    clock = FakeClock()
+    report = run_gate(
+        served(clock), "10.0.0.5", 8000, "m", SPEED_GATE, BUCKETS, CAUSES, clock=clock
+    )
     target = {"result": "deployed", "release": "r2", "current": "r2", "gate": jsonable(report)}
     line = audit_line("run1", "ops", "deploy", target)
     recorded = json.loads(line)
@@ -129,7 +154,11 @@ def test_a_gate_stopped_during_its_speed_levels_did_not_pass() -> None:
         if "speed at" in line:
             stop.set()
 
-    report = run_gate(served(), "10.0.0.5", 8000, "m", SPEED_GATE, BUCKETS, CAUSES, stop, tick=tick)
+    clock = FakeClock()
+    transport = served(clock)
+    report = run_gate(
+        transport, "10.0.0.5", 8000, "m", SPEED_GATE, BUCKETS, CAUSES, stop, tick=tick, clock=clock
+    )
     assert report.verdict.outcome == "inconclusive"
     assert report.verdict.reason.startswith("speed: interrupted during the speed levels")
 
@@ -138,7 +167,8 @@ def test_a_server_that_refuses_connections_is_said_so_not_raised() -> None:
     refusing = MemoryTransport()  # no route answers: every connection is refused
     target = Target(refusing, "10.0.0.5", 8000, "m")
     traffic = SpeedTraffic(("hello",), 8, {})
-    report = measure_speed(target, Speed(concurrency=[2]), traffic, 0.95, Deadline.after(5))
+    deadline = Deadline.after(5, clock=FakeClock())
+    report = measure_speed(target, Speed(concurrency=[2]), traffic, 0.95, deadline)
     (level,) = report.levels
     assert level.total_tokens_per_second is None
     assert level.request_errors >= 3 and level.requests == 0

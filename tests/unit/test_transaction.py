@@ -124,9 +124,9 @@ def test_a_stop_request_during_the_gate_goes_back_to_the_previous_release() -> N
     container.gated_release("aaaaaaaaaaaa", "old-name", ONE_SCRAPE_A_SECOND)
     container.gated_release("bbbbbbbbbbbb", "old-name", ONE_SCRAPE_A_SECOND)
     container.links[container.layout.current] = "releases/aaaaaaaaaaaa"
-    serving(container.transport, "old-name", request_seconds=0.01)  # traffic for the budget
-    container.transport.on_http("GET", "/metrics", lambda _: (200, metrics(1)))  # undecided
     cancel, clock = Cancel(), FakeClock()
+    serving(container.transport, "old-name", request_seconds=1.0, clock=clock)  # traffic
+    container.transport.on_http("GET", "/metrics", lambda _: (200, metrics(1)))  # undecided
     clock.after(1.0, lambda: cancel.request(15))  # a second into the gate
 
     outcome = target_run(playbook, plan, container, cancel, clock).rollback("bbbbbbbbbbbb")
