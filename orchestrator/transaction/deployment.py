@@ -216,6 +216,15 @@ class Deployment:
         if old:
             store.prune(self.transport, self.layout, old)
 
+    def prune_after_failure(self, keep: frozenset[str]) -> None:
+        """Pruned as after a pass, so releases left by failed runs (and by runs
+        interrupted while writing one) never pile up past `releases_kept`; a failure to
+        prune is a note, the transaction is already finished."""
+        try:
+            self.prune(keep)
+        except OrchError as exc:
+            self.outcome.notes.append(f"old releases not pruned: {exc}")
+
     def audit(self, action: str, record: object = None) -> None:
         """One line on the container's audit log: this run's outcome there, or `record`."""
         line = audit.audit_line(

@@ -19,9 +19,11 @@ from orchestrator.plan import TargetPlan
 from orchestrator.release import (
     MANIFEST,
     MODES,
+    RENDERED,
     Applied,
     GateTarget,
     Mismatch,
+    changes,
     compare,
     compare_hashes,
     sha256,
@@ -139,3 +141,20 @@ def release_key(transport: Transport, release_dir: str) -> ProbeKey | None:
     """The API key a release's server requires (see secrets.probe_key), from its files."""
     launch = store.read_back(transport, release_dir, [LAUNCH_SCRIPT]).get(LAUNCH_SCRIPT, b"")
     return probe_key(launch, read_secrets(transport, release_dir))
+
+
+def changes_from(transport: Transport, plan: TargetPlan, current: str | None) -> str:
+    """The new release's files against the current release's on the target (its
+    rendered files and the secrets its manifest recorded), as a diff."""
+    current_dir = plan.layout.release(current) if current else None
+    names = [*RENDERED, MANIFEST]
+    old = store.read_back(transport, current_dir, names) if current_dir else {}
+    applied = Applied.parse(old.pop(MANIFEST, None))
+    return changes(
+        plan.container,
+        current_dir,
+        old,
+        plan.release_dir,
+        plan.files,
+        (applied.secrets if applied else {}, plan.secrets),
+    )

@@ -11,7 +11,6 @@ from orchestrator import preflight, release
 from orchestrator.container import store
 from orchestrator.container.journal import GATE_PASSED
 from orchestrator.drafters.findings import Finding, Severity
-from orchestrator.errors import OrchError
 from orchestrator.release import GateTarget
 from orchestrator.secrets import plain_findings
 from orchestrator.transaction import reference, releases, replace
@@ -211,7 +210,7 @@ class TargetRun:
         lost = self._stopped_if_lock_lost(f"back on {out.current or 'nothing'}")
         d.finish(action)
         if decision.prune_keeping is not None and not lost:
-            self._prune_after_failure(decision.prune_keeping)
+            self.d.prune_after_failure(decision.prune_keeping)
 
     def _stopped_if_lock_lost(self, where: str) -> bool:
         """The safe point after the switch settled (a gated release, or the way back,
@@ -300,15 +299,6 @@ class TargetRun:
                 + "\n".join(str(m) for m in mismatches),
             )
 
-    def _prune_after_failure(self, keep: frozenset[str]) -> None:
-        """Pruned as after a pass, so releases left by failed runs (and by runs
-        interrupted while writing one) never pile up past `releases_kept`; a failure to
-        prune is a note, the transaction is already finished."""
-        try:
-            self.d.prune(keep)
-        except OrchError as exc:
-            self.d.outcome.notes.append(f"old releases not pruned: {exc}")
-
     def _dry_run(self) -> None:
         """Preflight and, with --diff, the diff; an error finding fails the dry run as
         it would stop the deploy."""
@@ -333,21 +323,10 @@ class TargetRun:
         """Each file of the current release against the new one: recorded for the run's
         report on every deploy, and with --diff also shown at once (on a deploy: before
         the old server stops). A dry run reads it only with --diff."""
-        d, plan, out = self.d, self.d.plan, self.d.outcome
+        d = self.d
         if d.options.dry_run and not d.options.diff:
             return
-        current_dir = d.layout.release(current) if current else None
-        names = [*release.RENDERED, release.MANIFEST]
-        old = store.read_back(d.transport, current_dir, names) if current_dir else {}
-        applied = release.Applied.parse(old.pop(release.MANIFEST, None))
-        out.changes = release.changes(
-            plan.container,
-            current_dir,
-            old,
-            plan.release_dir,
-            plan.files,
-            (applied.secrets if applied else {}, plan.secrets),
-        )
+        d.outcome.changes = releases.changes_from(d.transport, d.plan, current)
         if d.options.diff:
-            out.diff = out.changes
-            self.show_diff(plan.container, out.diff)
+            d.outcome.diff = d.outcome.changes
+            self.show_diff(d.plan.container, d.outcome.diff)
