@@ -131,11 +131,15 @@ class Deployment:
         return releases.release_key(self.transport, self.layout.release(release_id))
 
     def reference(self, release_id: str) -> ReferenceChoice | None:
-        """What release `release_id`'s speed is judged by: against the release this run
-        found current (outcome.previous_release) when it is another one."""
+        """What release `release_id`'s speed is judged by. The new release: a baseline,
+        else the release this run found current (outcome.previous_release). An earlier
+        release this run goes back to (a rollback, a restore, the way back): a baseline
+        only, since going back is the operator's call or the way out of a failure, and
+        the release it replaces is the one being taken away."""
         if self.reference_facts is None:
             return None
-        return choose_reference(self.reference_facts, release_id, self.outcome.previous_release)
+        replaced = self.outcome.previous_release if release_id == self.plan.release_id else None
+        return choose_reference(self.reference_facts, release_id, replaced)
 
     def gate(
         self,

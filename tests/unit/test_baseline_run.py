@@ -13,13 +13,14 @@ import pytest
 from scripted import ScriptedGate
 from transactions import BUCKETS, Container, setup
 
-from orchestrator.baseline import SPECULATION_FLAGS, BaselineRecord, parse_record
+from orchestrator.baseline import SPECULATION_FLAGS, BaselineRecord, ReferenceFacts, parse_record
 from orchestrator.cancel import Cancel
 from orchestrator.deadline import Clock
 from orchestrator.gate.probe import Target
 from orchestrator.gate.report import SpeedLevel, SpeedReport, Tick
 from orchestrator.layout import LAUNCH_SCRIPT
 from orchestrator.metrics.speed import Figure
+from orchestrator.metrics.speedup import NO_REFERENCE
 from orchestrator.playbook import Gate
 from orchestrator.probes.context import ContextBucket
 from orchestrator.transaction.baseline import ContainerBaseline
@@ -252,3 +253,31 @@ def test_the_journal_names_every_step_once_the_gated_server_may_stop() -> None:
     site.baseline().run()
     assert site.container.journal_steps == ["begin", *KILL_STEPS]
     assert site.steps[:3] == ["fingerprint", "write baseline release", "cat-verify"]
+
+
+def gated_with_speed(release_id: str, total: float) -> str:
+    """An audit line of the run that gated `release_id`, its speed measured at 1 stream."""
+    level = {"concurrency": 1, "total_tokens_per_second": {"mean": total}}
+    gate = {"verdict": "pass", "speed": {"verdict": "not_judged", "levels": [level]}}
+    record = {"run_id": f"run-{release_id[:4]}", "current": release_id, "current_gate": gate}
+    return json.dumps({"action": "deploy", "result": "deployed", "release": release_id, **record})
+
+
+def test_going_back_is_judged_against_a_baseline_only_never_the_release_it_replaces() -> None:
+    """A new release is judged against the release it replaces; a rollback or a restore
+    to an earlier one is not: going back is the operator's call, and the release it
+    replaces (faster, maybe) is the one being taken away."""
+    site = Site()
+    new = site.plan.release_id
+    d = site.deployment("run-choice")
+    d.reference_facts = ReferenceFacts(None, None, [gated_with_speed(GATED, 90.0)])
+    d.outcome.previous_release = GATED
+    forward = d.reference(new)
+    assert forward is not None and forward.reference is not None
+    assert (forward.reference.kind, forward.reference.at(1)) == ("replaced_release", Figure(90.0))
+
+    d.reference_facts = ReferenceFacts(None, None, [gated_with_speed(new, 900.0)])
+    d.outcome.previous_release = new
+    back = d.reference(GATED)
+    assert back is not None and back.reference is None
+    assert back.why == "no baseline recorded; no release replaced: " + NO_REFERENCE
