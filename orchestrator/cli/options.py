@@ -133,5 +133,5 @@ def fleet_read_options(command: Callable[..., None]) -> Callable[..., None]:
 
 def server_action_options(command: Callable[..., None]) -> Callable[..., None]:
     """PLAYBOOK -i INVENTORY [--limit] [--set] [--accept-new-host-keys] [--json]: the
-    server actions' and `orch diff`'s."""
+    server actions', `orch diff`'s and `orch baseline`'s."""
     return fleet_read_options(set_option(command))

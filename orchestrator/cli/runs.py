@@ -191,12 +191,7 @@ def rollback(
 
 
 @click.command()
-@click.argument("playbook", shell_complete=complete.playbooks)
-@inventory_option
-@limit_option
-@set_option
-@accept_keys_option
-@json_option
+@server_action_options
 def baseline(
     playbook: str,
     inventory_path: Path,
