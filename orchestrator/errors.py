@@ -59,6 +59,11 @@ class ServiceUnavailable(TransportError):
     """The target refused a TCP connection to a service (e.g. vLLM still loading)."""
 
 
+class StreamsBusy(TransportError):
+    """orch's own connection to a host had no free stream in time: the wait says nothing
+    about the service behind it, only that orch's other requests held every stream."""
+
+
 class SudoRefused(TransportError):
     """sudo would not run a command (`become: sudo`): it wants a password, or no rule allows it."""
 

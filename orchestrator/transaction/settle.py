@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from orchestrator.container.server import HEALTH_SECONDS, WATCH_SECONDS, Server
 from orchestrator.deadline import Clock, Deadline
-from orchestrator.errors import OrchError
+from orchestrator.errors import OrchError, StreamsBusy
 from orchestrator.probes.endpoints import Endpoint
 from orchestrator.probes.sampling import request_fields
 from orchestrator.release import GateTarget
@@ -25,14 +25,29 @@ PROBE_PROMPT = "Hello"
 def unsettled(
     server: Server, pid: int, target: GateTarget, key: ProbeKey | None, clock: Clock
 ) -> str | None:
-    """None when the server started as `pid` serves through the settle time; else why not."""
+    """None when the server started as `pid` serves through the settle time; else why not.
+    A look that found every stream of orch's own connection taken (other containers'
+    gates on the same host) learned nothing of the server and is made again; the last
+    one, for as long as its probe request may take."""
     deadline = Deadline.after(target.gate.settle_seconds, clock=clock)
     started = clock.now()
+    patience: Deadline | None = None
     while True:
-        problem = _look(server, pid, target, key, last=deadline.expired())
+        last = deadline.expired()
+        try:
+            problem = _look(server, pid, target, key, last)
+        except StreamsBusy as busy:
+            if last:
+                patience = patience or Deadline.after(PROBE_SECONDS, clock=clock)
+                if patience.expired():
+                    return f"the server could not be reached ({busy}) after its gate passed"
+                patience.pause(LOOK_SECONDS)
+            else:
+                deadline.pause(LOOK_SECONDS)
+            continue
         if problem:
             return f"{problem} {clock.now() - started:.0f} s after its gate passed"
-        if deadline.expired():
+        if last:
             return None
         deadline.pause(LOOK_SECONDS)
 
@@ -64,6 +79,8 @@ def _look(
             timeout=PROBE_SECONDS,
             headers=headers,
         )
+    except StreamsBusy:
+        raise
     except OrchError as exc:
         return f"the server could not be reached ({exc})"
     if response.status != 200:

@@ -35,6 +35,7 @@ from paramiko.ssh_exception import NoValidConnectionsError
 from orchestrator.errors import (
     HostKeyError,
     ServiceUnavailable,
+    StreamsBusy,
     SudoRefused,
     TransportError,
     Unreachable,
@@ -408,7 +409,7 @@ class SshTransport:
         connection's MAX_STREAMS is free (waited for within `timeout`)."""
         started = time.monotonic()
         if not self.streams.acquire(timeout=timeout):
-            raise TransportError(
+            raise StreamsBusy(
                 self.label,
                 f"connecting to {address}:{port}",
                 f"all {MAX_STREAMS} streams of the connection stayed busy for {timeout:.0f} s",
