@@ -190,7 +190,9 @@ def _v1_validator_error(config: str) -> Fact | None:
     raised = line_of(config, V1_REFUSAL)
     if not (feature and raised):
         return None
-    return Fact("error", f"ValueError: {V1_REFUSAL}{V1_FEATURE}", f"{VLLM_CONFIG}:{raised}")
+    kind = re.search(r"raise (\w+)\(", config.splitlines()[raised - 2])
+    name = kind.group(1) if kind else "Error"
+    return Fact("error", f"{name}: {V1_REFUSAL}{V1_FEATURE}", f"{VLLM_CONFIG}:{raised}")
 
 
 def _raised_text(text: str, line: int) -> str:
