@@ -221,9 +221,10 @@ class Server(Schema):
 
 class Sampling(Schema):
     """How every probe request samples; ranges as vLLM's SamplingParams checks them (0.19.1
-    `sampling_params.py:452-467`, 0.34.0 `:666-687`)."""
+    `sampling_params.py:452-467`, 0.34.0 `:662-681`). Temperature is at most 2: vLLM answers
+    400 above it from 0.24.0 (`vllm/sampling_params.py:529-533`; 0.34.0 `:672-676`)."""
 
-    temperature: Annotated[float, Field(ge=0, le=10)] = Field(
+    temperature: Annotated[float, Field(ge=0, le=2)] = Field(
         default=0.0, description="0 is greedy: the target's most likely token."
     )
     top_p: Annotated[float, Field(gt=0, le=1)] = Field(

@@ -310,6 +310,7 @@ def server_findings(facts: Facts, plan: TargetPlan) -> list[Finding]:
         plan.drafter_config if plan.drafter_config is not None else shipped,
         target,
         unreadable=facts.server_version_error,
+        server_checked=facts.server_check is not None and facts.server_check.reply is not None,
     )
 
 

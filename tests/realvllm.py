@@ -33,3 +33,26 @@ def own_cache(venv: Path) -> dict[str, str]:
     1079`; 0.34.0 `:1067, 1106, 1180`): two releases sharing one root evict each other's
     entries on every lookup."""
     return {"VLLM_CACHE_ROOT": str(venv / "vllm-cache")}
+
+
+WHEELS = Path(os.environ.get("ORCH_VLLM_WHEELS") or ROOT / ".vllm-wheels")
+"""vLLM wheels to read facts back from (`pip download --no-deps vllm==X -d DIR`)."""
+
+
+def release_trees() -> dict[str, Path]:
+    """Every vLLM release at hand, by version: the wheels in `WHEELS` and the two venvs'
+    site-packages (read as text, nothing imported)."""
+    found = {wheel.name.split("-")[1]: wheel for wheel in sorted(WHEELS.glob("vllm-*.whl"))}
+    for venv, version in ((VENV, "0.32.0"), (VENV_034, "0.34.0")):
+        site = next(iter(sorted(venv.glob("lib/python3*/site-packages"))), None)
+        if site is not None and (site / "vllm").is_dir():
+            found.setdefault(version, site)
+    return found
+
+
+def absent(version: str) -> str:
+    """Why a test of `version`'s wheel is skipped, and how to bring the wheel."""
+    return (
+        f"no vLLM {version} at hand: pip download --no-deps vllm=={version} -d {WHEELS} "
+        "(or set ORCH_VLLM_WHEELS)"
+    )

@@ -34,6 +34,8 @@ class Step:
     error: str | None = None
     warning: str | None = None
     source: str = ""
+    quote: str | None = None
+    """The first cited line as the wheel has it (stripped), read back by a test."""
 
 
 @dataclass(frozen=True)
@@ -56,7 +58,10 @@ def _facts() -> _Facts:
         str(default),
         {
             name: [
-                (s["since"], Step(s["value"], s.get("error"), s.get("warning"), s["source"]))
+                (
+                    s["since"],
+                    Step(s["value"], s.get("error"), s.get("warning"), s["source"], s.get("quote")),
+                )
                 for s in steps
             ]
             for name, steps in data.items()

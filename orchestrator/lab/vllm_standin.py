@@ -60,8 +60,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge
-from prometheus_client.exposition import choose_encoder
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    generate_latest,
+)
 
 from orchestrator.lab import dflash_reading, step_cost
 from orchestrator.lab.acceptance import (
@@ -311,6 +316,15 @@ def runner_env(claimed: Release) -> bool | None:
         return bool(int(value))
     except ValueError:
         raise vllm_error(str(step.error).format(value=value)) from None
+
+
+def refuse_forced_v2_runner(method: str, claimed: Release) -> None:
+    """The engine config's check when VLLM_USE_V2_MODEL_RUNNER forces the V2 runner
+    (a non-zero integer): a method that runner lacks is the release's ValueError at
+    start, before any model loads (vllm_releases.yaml, v2_refused_methods)."""
+    refused = claimed.fact("v2_refused_methods").value.get(method)
+    if refused and runner_env(claimed):
+        raise vllm_error(refused)
 
 
 def parse_speculative_config(config: dict, claimed: Release) -> dict:
@@ -811,16 +825,43 @@ def filler(tokens: int) -> str:
     return " ".join(FILLER[i % len(FILLER)] for i in range(tokens))
 
 
-def error_body(message: str, kind: str, code: int) -> dict:
-    return {"error": {"message": message, "type": kind, "param": None, "code": code}}
+def error_body(message: str, kind: str, code: int, param: str | None = None) -> dict:
+    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
 
 
 class RequestError(Exception):
     """A request vLLM would answer with an error response."""
 
-    def __init__(self, message: str, kind: str = "BadRequestError", code: int = 400) -> None:
+    def __init__(
+        self,
+        message: str,
+        kind: str = "BadRequestError",
+        code: int = 400,
+        param: str | None = None,
+    ) -> None:
         super().__init__(message)
-        self.body, self.code = error_body(message, kind, code), code
+        self.body, self.code = error_body(message, kind, code, param), code
+
+
+def sampling_error(message: str, parameter: str, value: object) -> RequestError:
+    """SamplingParams' VLLMValidationError as the server answers it: its message, then
+    `(parameter=..., value=...)` (0.32.0 `vllm/exceptions.py:49-56`), `param` set."""
+    return RequestError(f"{message} (parameter={parameter}, value={value})", param=parameter)
+
+
+def invalid_json(error: json.JSONDecodeError) -> dict:
+    """FastAPI's `json_invalid` as vLLM's validation handler words it (0.32.0
+    `vllm/entrypoints/serve/exception_handling/handlers/validation.py:149-195`, the same
+    bytes from 0.30.0 to 0.34.0): the error's dict with its input summarised."""
+    where = f"body.{error.pos}"
+    detail = {
+        "type": "json_invalid",
+        "loc": where,
+        "msg": "JSON decode error",
+        "input": "<dict of 0 items>",
+        "ctx": {"error": error.msg},
+    }
+    return error_body(f"1 validation error:\n  {detail}", "Bad Request", 400, where)
 
 
 class ClientGone(Exception):
@@ -846,16 +887,27 @@ def read_request(app: App, request: dict, chat: bool) -> Asked:
     """Validate an OpenAI request as vLLM does before it generates anything."""
     model = request.get("model", app.model_name)
     if model != app.model_name:
-        raise RequestError(f"The model `{model}` does not exist.", "NotFoundError", 404)
-    max_tokens = request.get("max_tokens") or request.get("max_completion_tokens")
-    max_tokens = DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens
-    if not isinstance(max_tokens, int) or max_tokens < 1:
-        raise RequestError(f"max_tokens must be at least 1, got {max_tokens}.")
+        unknown = release(claimed_version()).fact("unknown_model_error").value
+        message = str(unknown).format(model=model, served=app.model_name)
+        raise RequestError(message, "NotFoundError", 404, "model")
     temperature = request.get("temperature")
     if temperature is None:  # user -> server default -> OpenAI default
         temperature = app.default_sampling.get("temperature", 1.0)
     if not isinstance(temperature, (int, float)) or temperature < 0:
-        raise RequestError(f"temperature must be non-negative, got {temperature}.")
+        value = float(temperature) if isinstance(temperature, (int, float)) else temperature
+        message = f"temperature must be non-negative, got {value}."
+        raise sampling_error(message, "temperature", value)
+    highest = release(claimed_version()).fact("temperature_max").value
+    if highest is not None and temperature > highest:
+        message = f"temperature must be in [0, {highest:g}], got {float(temperature)}."
+        raise sampling_error(message, "temperature", float(temperature))
+    max_tokens = request.get("max_tokens")
+    if max_tokens is None:
+        max_tokens = request.get("max_completion_tokens")
+    max_tokens = DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens
+    if not isinstance(max_tokens, int) or max_tokens < 1:
+        message = f"max_tokens must be at least 1, got {max_tokens}."
+        raise sampling_error(message, "max_tokens", max_tokens)
     options = request.get("stream_options") or {}
     if not isinstance(options, dict):
         raise RequestError("stream_options must be an object")
@@ -1076,11 +1128,13 @@ class Handler(BaseHTTPRequestHandler):
         elif self.path == "/metrics":
             if app.faults.garbage_metrics:
                 self._send(200, GARBAGE_METRICS, CONTENT_TYPE_LATEST)
-            else:  # negotiated as prometheus-client's ASGI app (vLLM's /metrics) does
-                encode, content_type = choose_encoder(self.headers.get("Accept", ""))
+            else:  # the classic text format whatever the Accept header, as vLLM's
+                # /metrics route answers (prometheus-fastapi-instrumentator's expose:
+                # generate_latest, CONTENT_TYPE_LATEST; 0.32.0 and 0.34.0
+                # `vllm/entrypoints/serve/instrumentator/metrics.py:64-74`)
                 with app.engine.lock:
-                    exposition = encode(app.engine.metrics.registry)
-                self._send(200, exposition, content_type, app.faults.drip_metrics_seconds)
+                    exposition = generate_latest(app.engine.metrics.registry)
+                self._send(200, exposition, CONTENT_TYPE_LATEST, app.faults.drip_metrics_seconds)
         else:
             self._send_json(404, {"detail": "Not Found"})
 
@@ -1109,7 +1163,7 @@ class Handler(BaseHTTPRequestHandler):
                 raise RequestError("lab fault: fail_completions", "InternalServerError", 500)
             self._send_json(200, answer)
         except json.JSONDecodeError as error:
-            self._send_json(400, error_body(f"invalid JSON: {error}", "BadRequestError", 400))
+            self._send_json(400, invalid_json(error))
         except RequestError as error:
             self._send_json(error.code, error.body)
         except ClientGone:
@@ -1243,6 +1297,7 @@ def build_app(
     drafting = None
     if args.speculative_config is not None:
         speculative = parse_speculative_config(args.speculative_config, claimed)
+        refuse_forced_v2_runner(speculative["method"], claimed)
         drafting = load_drafting(
             speculative,
             container,

@@ -29,8 +29,9 @@ RUNNING = "vllm:num_requests_running"
 TOTALS = (DRAFTS, DRAFT_TOKENS, ACCEPTED)
 EXCERPT_CHARS = 80
 ACCEPT = "text/plain; version=0.0.4"
-"""Asked for explicitly: a client asking for OpenMetrics gets the names with `:` escaped
-(prometheus-client's choose_encoder, which serves vLLM's /metrics)."""
+"""Asked for explicitly, though vLLM's /metrics answers the classic text format whatever
+the Accept header (docs/field-notes/vllm-versions.md): an exporter that negotiates would
+escape the `:` of the names in OpenMetrics."""
 
 
 class MetricsFormatError(ValueError):

@@ -61,10 +61,13 @@ class Row:
     runner_values: str | None
     lm_head_zero_for_conditional_generation: bool
     drafter_attention_backend: str
+    v2_refused_methods: dict[str, str]
+    request_temperature_max: float | None
     attention_backend_env_read: bool
     health_503_while_warming: bool
     per_request_spec_decode_metrics: bool
     sources: dict[str, str]
+    quotes: dict[str, str]
 
     @property
     def runner_env(self) -> str | None:
@@ -190,13 +193,21 @@ def _row(reader: _Reader, data: Any, loc: tuple[str | int, ...]) -> Row:
             data, (*loc, "lm_head_zero_for_conditional_generation"), bool
         ),
         drafter_attention_backend=reader.get(data, (*loc, "drafter_attention_backend"), str),
+        v2_refused_methods=reader.get(data, (*loc, "v2_refused_methods"), dict),
+        request_temperature_max=_bound(reader, data, (*loc, "request_temperature_max")),
         attention_backend_env_read=reader.get(data, (*loc, "attention_backend_env_read"), bool),
         health_503_while_warming=reader.get(data, (*loc, "health_503_while_warming"), bool),
         per_request_spec_decode_metrics=reader.get(
             data, (*loc, "per_request_spec_decode_metrics"), bool
         ),
         sources=reader.get(data, (*loc, "sources"), dict),
+        quotes=reader.get(data, (*loc, "quotes"), dict),
     )
+
+
+def _bound(reader: _Reader, data: dict, loc: tuple[str | int, ...]) -> float | None:
+    value = reader.get(data, loc, (int, float), optional=True)
+    return None if value is None else float(value)
 
 
 FACT_FIELDS = (
@@ -206,12 +217,14 @@ FACT_FIELDS = (
     "runner_values",
     "lm_head_zero_for_conditional_generation",
     "drafter_attention_backend",
+    "v2_refused_methods",
+    "request_temperature_max",
     "attention_backend_env_read",
     "health_503_while_warming",
     "per_request_spec_decode_metrics",
 )
 """The facts of a row, as `wheelfacts` reads them out of a release."""
-ROW_FIELDS = ("range", "releases", *FACT_FIELDS, "sources")
+ROW_FIELDS = ("range", "releases", *FACT_FIELDS, "sources", "quotes")
 
 
 class _Reader:
@@ -234,7 +247,11 @@ class _Reader:
         return value
 
     def get(
-        self, data: dict, loc: tuple[str | int, ...], kind: type, optional: bool = False
+        self,
+        data: dict,
+        loc: tuple[str | int, ...],
+        kind: type | tuple[type, ...],
+        optional: bool = False,
     ) -> Any:
         key = loc[-1]
         if key not in data:
@@ -245,5 +262,6 @@ class _Reader:
         if value is None and optional:
             return None
         if not isinstance(value, kind):
-            raise self.error(loc, f"expected {kind.__name__}, got {value!r}")
+            names = " or ".join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))
+            raise self.error(loc, f"expected {names}, got {value!r}")
         return value

@@ -21,6 +21,7 @@ from orchestrator.serving.capabilities import (
     RUNNER_OFF_REFUSED,
     RUNNER_VARIABLE,
     SERVED,
+    V2_DEFAULT,
     Capabilities,
     Row,
     Table,
@@ -98,9 +99,12 @@ def judge_server(
     *,
     unreadable: str = "",
     table: Table | None = None,
+    server_checked: bool = False,
 ) -> list[Finding]:
     """Findings for this launch on vLLM `version` (None: it could not be read, `unreadable`
-    says why). A version newer than the table is judged as the newest row, with a warning."""
+    says why). A version newer than the table is judged as the newest row, with a warning.
+    `server_checked`: the target's own vLLM ran its start-up checks on the host, so what
+    depends on the host (the V1 fallback where V2 cannot run) is left to its answer."""
     table = table or load_table()
     if version is None:
         return [
@@ -136,7 +140,9 @@ def judge_server(
     findings += _flag_findings(found, launch, table)
     if launch.method is None:
         return findings
-    return findings + _method_findings(found, launch, drafter or {}, target or {}, table)
+    return findings + _method_findings(
+        found, launch, drafter or {}, target or {}, table, server_checked
+    )
 
 
 def _environment_findings(found: Capabilities, launch: Launch) -> list[Finding]:
@@ -199,7 +205,12 @@ def _flag_findings(found: Capabilities, launch: Launch, table: Table) -> list[Fi
 
 
 def _method_findings(
-    found: Capabilities, launch: Launch, drafter: dict, target: dict, table: Table
+    found: Capabilities,
+    launch: Launch,
+    drafter: dict,
+    target: dict,
+    table: Table,
+    server_checked: bool,
 ) -> list[Finding]:
     row, method, name = found.row, launch.method or "", f"vLLM {found.version}"
     if not row.serves(method):
@@ -217,9 +228,9 @@ def _method_findings(
                 actual=str(found.version),
             )
         ]
-    findings = []
+    findings = _forced_v2_findings(found, launch)
     if method == "dflash" and is_mixed(drafter):
-        findings += _mixed_findings(found, launch, drafter, table)
+        findings += _mixed_findings(found, launch, drafter, table, server_checked)
     if row.lm_head_zero_for_conditional_generation and (arch := conditional_generation(target)):
         fixed = first_release_where(
             lambda r: not r.lm_head_zero_for_conditional_generation, found.version, table
@@ -254,8 +265,28 @@ def _method_findings(
     return findings
 
 
+def _forced_v2_findings(found: Capabilities, launch: Launch) -> list[Finding]:
+    """The variable forcing the V2 runner (a non-zero integer) with a method that runner
+    lacks: the engine config refuses the launch before any model loads."""
+    row, value = found.row, launch.env.get(RUNNER_VARIABLE)
+    refused = row.v2_refused_methods.get(launch.method or "")
+    if row.runner_values != INTEGER or not refused or not _integer(value):
+        return []
+    return [
+        Finding.error(
+            f"server.env.{RUNNER_VARIABLE}",
+            f"vLLM {found.version} has no speculative method {launch.method!r} on the V2 "
+            f"model runner, which {RUNNER_VARIABLE}={value} forces: the server exits at "
+            f"start with {refused!r} ({row.sources.get('v2_refused_methods', '')}); unset "
+            "it (vLLM then runs this method on the V1 runner)",
+            expected="unset",
+            actual=value,
+        )
+    ]
+
+
 def _mixed_findings(
-    found: Capabilities, launch: Launch, drafter: dict, table: Table
+    found: Capabilities, launch: Launch, drafter: dict, table: Table, server_checked: bool
 ) -> list[Finding]:
     row, name = found.row, f"vLLM {found.version}"
     window = sliding_window(drafter)
@@ -285,15 +316,28 @@ def _mixed_findings(
             )
         ]
     value = launch.env.get(RUNNER_VARIABLE)
+    refusal = row.sources.get("error", "")
     if row.mixed_attention_drafters in RUNNER_OFF_REFUSED and _integer(value) == 0:
         return [
             Finding.error(
                 f"server.env.{RUNNER_VARIABLE}",
                 f"{name} serves drafters that mix sliding and full attention layers on the V2 "
                 f"model runner ({where}); {RUNNER_VARIABLE}={value} forces V1, and the server "
-                f"exits at start with {row.error!r}; unset it",
+                f"exits at start with {row.error!r} ({refusal}); unset it",
                 expected="unset",
                 actual=value,
+            )
+        ]
+    if row.mixed_attention_drafters == V2_DEFAULT and value is None and not server_checked:
+        return [
+            Finding.warning(
+                "server.version",
+                f"{name} serves drafters that mix sliding and full attention layers on the V2 "
+                f"model runner, its default ({where}), but falls back to V1 where V2 cannot "
+                "run (no Triton, as in vLLM's CPU build; a feature of the launch V2 lacks), "
+                f"and V1 refuses this drafter at start with {row.error!r} ({refusal}); not "
+                f"checked on the host: on such a host set {RUNNER_VARIABLE}=1 to be told why "
+                "V2 cannot run",
             )
         ]
     return []

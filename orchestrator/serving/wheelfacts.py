@@ -17,7 +17,7 @@ import json
 import re
 import sys
 import zipfile
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from orchestrator.serving.capabilities import FACT_FIELDS
@@ -28,6 +28,8 @@ ENVS = "vllm/envs.py"
 PLATFORM = "vllm/platforms/interface.py"
 DFLASH_MODEL = "vllm/model_executor/models/qwen3_dflash.py"
 DFLASH_V2 = "vllm/v1/worker/gpu/spec_decode/dflash/utils.py"
+V1_PROPOSER = "vllm/v1/spec_decode/llm_base_proposer.py"
+SAMPLING = "vllm/sampling_params.py"
 HEALTH = "vllm/entrypoints/serve/instrumentator/health.py"
 OBSERVABILITY = "vllm/config/observability.py"
 RUNNER_VARIABLE = "VLLM_USE_V2_MODEL_RUNNER"
@@ -40,6 +42,8 @@ class Fact:
     value: object
     source: str
     """`file:line` in this release (or the file, for a fact about its absence)."""
+    quote: str | None = None
+    """The cited line, stripped: what a reader of the wheel finds at `source`."""
 
 
 class Release:
@@ -155,7 +159,7 @@ def mixed_attention(release: Release) -> list[Fact]:
             )
         ]
     config = release.read(VLLM_CONFIG) or ""
-    facts = [Fact("error", _raised_text(model, needs_v2), f"{DFLASH_MODEL}:{needs_v2}")]
+    facts = [_v1_validator_error(config) or _model_error(model, needs_v2)]
     start = line_of(config, "def use_v2_model_runner") or 0
     selects = line_of(config, "if self._dflash_needs_multi_kv_group():", start)
     end = line_of(config, re.compile(r"^    def "), start) or 0
@@ -167,6 +171,28 @@ def mixed_attention(release: Release) -> list[Fact]:
         mode = "v2_default" if returns and returns[-1] == max(returns) else "v2_runner"
         source = f"{VLLM_CONFIG}:{returns[-1] if returns else start}"
     return [Fact("mixed_attention_drafters", mode, source), *facts]
+
+
+def _model_error(model: str, line: int) -> Fact:
+    return Fact("error", _raised_text(model, line), f"{DFLASH_MODEL}:{line}")
+
+
+V1_FEATURE = "mixed sliding/full dflash drafts"
+V1_REFUSAL = "Model Runner V1 does not support: "
+
+
+def _v1_validator_error(config: str) -> Fact | None:
+    """The engine config's own refusal of a mixed drafter on the V1 runner (0.29.0 on):
+    `_validate_v1_model_runner` raises before the model loads, so its ValueError is the
+    one the server exits with. Cited at the raise; the feature text is read from its
+    `unsupported.append(...)` line."""
+    feature = line_of(config, f'unsupported.append("{V1_FEATURE}")')
+    raised = line_of(config, V1_REFUSAL)
+    if not (feature and raised):
+        return None
+    kind = re.search(r"raise (\w+)\(", config.splitlines()[raised - 2])
+    name = kind.group(1) if kind else "Error"
+    return Fact("error", f"{name}: {V1_REFUSAL}{V1_FEATURE}", f"{VLLM_CONFIG}:{raised}")
 
 
 def _raised_text(text: str, line: int) -> str:
@@ -184,15 +210,21 @@ def _raised_text(text: str, line: int) -> str:
 
 
 def runner_variable(release: Release) -> Fact:
-    """Which values of VLLM_USE_V2_MODEL_RUNNER the release accepts at start."""
+    """Which values of VLLM_USE_V2_MODEL_RUNNER the release accepts at start: its
+    reader in envs.py is read whole, over the lines it spans (0.19.1 wraps
+    `bool(int(os.getenv(...)))` over two; 0.22.0 calls `maybe_convert_bool`)."""
     platform = release.read(PLATFORM) or ""
     check = line_of(platform, f'env == "{RUNNER_VARIABLE}"')
     if check:
         return Fact("runner_values", "only_1", f"{PLATFORM}:{check}")
     envs = release.read(ENVS) or ""
-    reader = line_of(envs, f'"{RUNNER_VARIABLE}": lambda: maybe_convert_bool')
-    if reader:
-        return Fact("runner_values", "integer", f"{ENVS}:{reader}")
+    start = line_of(envs, f'"{RUNNER_VARIABLE}": lambda')
+    if start:
+        lines = envs.splitlines()
+        end = next(i for i in range(start, len(lines) + 1) if lines[i - 1].rstrip().endswith("),"))
+        reader = " ".join(line.strip() for line in lines[start - 1 : end])
+        if "maybe_convert_bool(" in reader or re.search(r"bool\(\s*int\(", reader):
+            return Fact("runner_values", "integer", f"{ENVS}:{start}")
     return Fact("runner_values", None, f"{ENVS} (no {RUNNER_VARIABLE})")
 
 
@@ -212,12 +244,120 @@ def lm_head(release: Release) -> Fact:
 
 
 def drafter_backend(release: Release) -> Fact:
-    """Where the DFlash drafter's attention backend comes from on the V2 path."""
-    text = release.read(DFLASH_V2)
-    line = line_of(text or "", "backend=speculative_config.attention_backend")
+    """Where a drafter's attention backend comes from: the V1 proposer's draft config
+    (0.21.0 on: "never inherit the attention backend", `llm_base_proposer.py`), else the
+    V2 DFlash path's; neither override means the target's."""
+    for file, needle in (
+        (V1_PROPOSER, "backend=spec_cfg.attention_backend"),
+        (DFLASH_V2, "backend=speculative_config.attention_backend"),
+    ):
+        line = line_of(release.read(file) or "", needle)
+        if line:
+            return Fact("drafter_attention_backend", "speculative_config", f"{file}:{line}")
+    state = "no backend override" if release.read(V1_PROPOSER) else "absent"
+    return Fact("drafter_attention_backend", "target", f"{V1_PROPOSER} ({state})")
+
+
+def v2_refused_methods(release: Release) -> Fact:
+    """The speculative methods the V2 model runner refuses when the variable forces it,
+    each with the ValueError the server exits with: read from the method test in
+    `_get_v2_model_runner_unsupported_features` (0.22.0 on) or `_validate_v2_model_runner`
+    (0.20.x, 0.21.0), `in (...)` naming the refused methods, `not in (...)` the served
+    ones. The `*_mtp` methods are served as `mtp` (config/speculative.py sets it)."""
+    config = release.read(VLLM_CONFIG) or ""
+    tree = ast.parse(config) if config else None
+    functions = {
+        node.name: node
+        for node in (ast.walk(tree) if tree else ())
+        if isinstance(node, ast.FunctionDef)
+    }
+    features = functions.get("_get_v2_model_runner_unsupported_features") or functions.get(
+        "_validate_v2_model_runner"
+    )
+    validator = functions.get("_validate_v2_model_runner")
+    if features is None or validator is None:
+        return Fact("v2_refused_methods", {}, f"{VLLM_CONFIG} (no V2 runner validation)")
+    prefix = _refusal_prefix(validator)
+    served = methods(release).value
+    assert isinstance(served, list)
+    refused: dict[str, str] = {}
+    cited = 0
+    for node in ast.walk(features):
+        if not isinstance(node, ast.If):
+            continue
+        test = _method_test(node.test)
+        if not (
+            test is not None
+            and isinstance(test.ops[0], ast.In | ast.NotIn)
+            and isinstance(test.comparators[0], ast.Tuple)
+        ):
+            continue
+        listed = [str(e.value) for e in test.comparators[0].elts if isinstance(e, ast.Constant)]
+        if isinstance(test.ops[0], ast.In):
+            hit = [m for m in listed if m in served]
+        else:
+            hit = [m for m in served if m not in listed and not m.endswith("_mtp")]
+        text = _appended(node.body)
+        for method in hit:
+            if method not in refused:
+                refused[method] = f"ValueError: {prefix}{text.format(method=method)}"
+        cited = cited or test.lineno
+    return Fact("v2_refused_methods", refused, f"{VLLM_CONFIG}:{cited or features.lineno}")
+
+
+def _method_test(test: ast.expr) -> ast.Compare | None:
+    """`<config>.method [not] in (...)`, alone or after `<config> is not None` checks;
+    a test joining other conditions (`parallel_drafting and ...`) is no method rule."""
+    parts = test.values if isinstance(test, ast.BoolOp) else [test]
+    found = None
+    for part in parts:
+        if not isinstance(part, ast.Compare):
+            return None
+        if isinstance(part.left, ast.Attribute) and part.left.attr == "method":
+            found = part
+        elif not isinstance(part.ops[0], ast.IsNot):
+            return None
+    return found
+
+
+def _refusal_prefix(validator: ast.FunctionDef) -> str:
+    """The constant text before the joined features in the V2 validator's raise."""
+    for node in ast.walk(validator):
+        if isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call) and node.exc.args:
+            message = node.exc.args[0]
+            first = message.left if isinstance(message, ast.BinOp) else message
+            if isinstance(first, ast.JoinedStr):
+                first = first.values[0]
+            if isinstance(first, ast.Constant) and "does not yet support" in str(first.value):
+                return str(first.value)
+    return ""
+
+
+def _appended(body: list[ast.stmt]) -> str:
+    """The feature an `unsupported.append(...)` in `body` adds, `{method}` for the method."""
+    for statement in body:
+        call = statement.value if isinstance(statement, ast.Expr) else None
+        if isinstance(call, ast.Call) and call.args:
+            argument = call.args[0]
+            if isinstance(argument, ast.Constant):
+                return str(argument.value)
+            if isinstance(argument, ast.JoinedStr):
+                return "".join(
+                    str(v.value) if isinstance(v, ast.Constant) else "{method}"
+                    for v in argument.values
+                )
+    return ""
+
+
+def request_temperature_max(release: Release) -> Fact:
+    """The highest temperature SamplingParams accepts (0.24.0 on: 2), else no bound."""
+    text = release.read(SAMPLING) or ""
+    line = line_of(text, re.compile(r"if self\.temperature > \d"))
     if line:
-        return Fact("drafter_attention_backend", "speculative_config", f"{DFLASH_V2}:{line}")
-    return Fact("drafter_attention_backend", "target", f"{DFLASH_V2} (no backend override)")
+        bound = re.search(r"> ([\d.]+)", text.splitlines()[line - 1])
+        assert bound is not None
+        return Fact("request_temperature_max", float(bound.group(1)), f"{SAMPLING}:{line}")
+    return Fact("request_temperature_max", None, f"{SAMPLING} (no upper bound)")
 
 
 def backend_variable(release: Release) -> Fact:
@@ -244,17 +384,32 @@ def per_request_metrics(release: Release) -> Fact:
     return Fact(
         "per_request_spec_decode_metrics",
         bool(line),
-        f"{OBSERVABILITY}:{line}" if line else f"{OBSERVABILITY} (absent)",
+        f"{OBSERVABILITY}:{line}" if line else f"{OBSERVABILITY} (no such setting)",
     )
 
 
 def facts(release: Release) -> list[Fact]:
+    """Every fact of the table, each with the line it cites quoted from the release."""
+    return [quoted(release, fact) for fact in _read(release)]
+
+
+def quoted(release: Release, fact: Fact) -> Fact:
+    cited = re.fullmatch(r"([\w/.]+):(\d+)", fact.source)
+    if cited is None:
+        return fact
+    lines = (release.read(cited.group(1)) or "").splitlines()
+    return replace(fact, quote=lines[int(cited.group(2)) - 1].strip())
+
+
+def _read(release: Release) -> list[Fact]:
     return [
         methods(release),
         *mixed_attention(release),
         runner_variable(release),
         lm_head(release),
         drafter_backend(release),
+        v2_refused_methods(release),
+        request_temperature_max(release),
         backend_variable(release),
         health(release),
         per_request_metrics(release),
@@ -272,10 +427,45 @@ def rows(found: dict[str, list[Fact]]) -> list[dict]:
             grouped[-1]["releases"].append(version)
             continue
         sources = {f.name: f"{f.source} in {version}" for f in listed}
+        quotes = {f.name: f.quote for f in listed if f.quote is not None}
         grouped.append(
-            {**{k: values[k] for k in FACT_FIELDS}, "releases": [version], "sources": sources}
+            {
+                **{k: values[k] for k in FACT_FIELDS},
+                "releases": [version],
+                "sources": sources,
+                "quotes": quotes,
+            }
         )
     return grouped
+
+
+def table_text(grouped: list[dict]) -> str:
+    """The rows as vllm.yaml holds them, below its column notes: each row's range runs
+    from its first release to the next row's (the first row open below, the last
+    bounded at the next minor release)."""
+    firsts = [row["releases"][0] for row in grouped]
+    major, minor, _ = firsts[-1].split(".", 2)
+    bounds = [*firsts[1:], f"{major}.{int(minor) + 1}.0"]
+    lines = [f'newest_release: "{grouped[-1]["releases"][-1]}"', "rows:"]
+    for index, row in enumerate(grouped):
+        lower = f">={firsts[index]}," if index else ""
+        lines += [
+            f'  - range: "{lower}<{bounds[index]}"',
+            f"    releases: [{', '.join(row['releases'])}]",
+            f"    methods: [{', '.join(row['methods'])}]",
+        ]
+        for key in FACT_FIELDS[1:]:
+            value = row[key]
+            if isinstance(value, dict) and value:
+                lines.append(f"    {key}:")
+                lines += [f"      {k}: {json.dumps(v)}" for k, v in value.items()]
+            else:
+                lines.append(f"    {key}: {json.dumps(value)}")
+        for key in ("sources", "quotes"):
+            lines.append(f"    {key}:")
+            lines += [f"      {k}: {json.dumps(v)}" for k, v in row[key].items()]
+        lines.append("")
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -285,6 +475,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--rows", action="store_true", help="group the releases (oldest first) into table rows"
     )
+    parser.add_argument(
+        "--table", action="store_true", help="the rows as vllm.yaml holds them (oldest first)"
+    )
     args = parser.parse_args(argv)
     found: dict[str, list[Fact]] = {}
     for path in args.paths:
@@ -292,6 +485,9 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"{path}: no such file or directory")
         release = Release(path)
         found[release.version] = facts(release)
+    if args.table:
+        print(table_text(rows(found)), end="")
+        return 0
     if args.rows:
         json.dump(rows(found), sys.stdout, indent=1)
     elif args.json:

@@ -37,7 +37,7 @@ def test_on_vllm_0_27_the_runner_variable_is_checked_before_the_restart(lab: Lab
     assert finding["field"] == "gate.acceptance_source"
     assert finding["message"].startswith(
         "vLLM 0.27.1 has no --per-request-spec-decode-metrics (vllm/config/observability.py "
-        "(absent) in 0.27.0; first in 0.29.0): the server refuses the launch; set "
+        "(no such setting) in 0.27.0; first in 0.29.0): the server refuses the launch; set "
         "gate.acceptance_source: counters"
     )
     assert not (lab.deployment_dir("ct200") / "releases").exists()
@@ -101,3 +101,32 @@ def test_on_vllm_0_19_preflight_names_the_version_and_the_upgrade(lab: LabHandle
     assert finding["message"].endswith("upgrade to >= 0.26.0")
     assert not (lab.deployment_dir("ct201") / "releases").exists()
     assert not (lab.deployment_dir("ct201") / "server.pid").exists()
+
+
+FORCED_V2 = 'server.env={VLLM_USE_V2_MODEL_RUNNER: "1"}'
+V2_REFUSES_DRAFT_MODEL = (
+    "ValueError: Model Runner V2 does not yet support: speculative method 'draft_model'"
+)
+
+
+@pytest.mark.parametrize("lab", [{"vllm_version": "0.27.1"}], indirect=True)
+def test_on_vllm_0_27_forcing_v2_with_draft_model_is_refused_before_the_restart(
+    lab: LabHandle,
+) -> None:
+    """0.26.0 vllm/config/vllm.py:1456-1457 validates the V2 runner the variable forces,
+    :2158-2165 names draft_model, :2216-2225 raises (0.27.x the same): preflight refuses
+    lab-draft-model with it, and the server forced anyway exits with vLLM's words."""
+    common = ("-i", str(lab.inventory), "--limit", "ct200", "--set", FORCED_V2, *COUNTERS)
+    refused = lab.orch("deploy", "lab-draft-model", "--json", *common, *FAST)
+    assert refused.code == 1, refused.stdout + refused.stderr
+    entry = target(refused.json, "ct200")
+    assert entry["result"] == "failed" and "preflight" in entry["error"]
+    [finding] = [f for f in entry["findings"] if f["severity"] == "error"]
+    assert finding["field"] == "server.env.VLLM_USE_V2_MODEL_RUNNER"
+    assert V2_REFUSES_DRAFT_MODEL in finding["message"]
+    assert not (lab.deployment_dir("ct200") / "releases").exists()
+
+    forced = lab.orch("deploy", "lab-draft-model", *common, "--force", *FAST)
+    assert forced.code == 1, forced.stdout + forced.stderr
+    assert "did not become ready" in forced.stdout
+    assert V2_REFUSES_DRAFT_MODEL in " ".join(forced.stdout.split())

@@ -263,8 +263,13 @@ def test_serves_openai_routes_and_vllm_metrics(
     status, body, _ = request(
         server.port, "POST", "/v1/completions", {"model": "other", "prompt": "x"}
     )
-    assert status == 404
-    assert json.loads(body)["error"]["message"] == "The model `other` does not exist."
+    assert status == 404  # the default release's words (0.34.0 serve/engine/serving.py:78-79)
+    assert json.loads(body)["error"] == {
+        "message": "The model `other` does not exist. Valid aliases: qwen3.6-27b.",
+        "type": "NotFoundError",
+        "param": "model",
+        "code": 404,
+    }
 
     status, body, content_type = request(server.port, "GET", "/metrics")
     assert content_type.startswith("text/plain")

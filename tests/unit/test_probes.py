@@ -133,3 +133,12 @@ def test_short_prompts_that_reach_past_the_window_are_noted() -> None:
     short, long = context_buckets([long_words], load_passages(), PUBLISHED, 32768, 256)
     assert "the longest short prompt (1900 words) with max_tokens 256 reaches past it" in short.note
     assert "short prompt" not in long.note
+
+
+def test_use_swa_slides_every_layer_of_an_all_full_drafter() -> None:
+    """0.34.0 vllm/model_executor/models/qwen3_dflash.py:170-174 (0.25.0 :99-100): with
+    `dflash_config.use_swa` and no sliding entry in layer_types, every layer slides."""
+    config = copy.deepcopy(ALL_FULL)
+    config["dflash_config"] = {**(config.get("dflash_config") or {}), "use_swa": True}
+    config["sliding_window"] = 1024
+    assert served_window(config) == 1024

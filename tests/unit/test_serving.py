@@ -48,9 +48,9 @@ def launch_with(**env: str) -> Launch:
 @pytest.mark.parametrize(
     ("version", "mixed", "lm_head_bug", "runner_values", "per_request"),
     [
-        ("0.11.0", None, False, None, False),
-        ("0.19.1", None, False, None, False),
-        ("0.20.0", FULL_ATTENTION, False, None, False),
+        ("0.11.0", None, False, "integer", False),
+        ("0.19.1", None, False, "integer", False),
+        ("0.20.0", FULL_ATTENTION, False, "integer", False),
         ("0.22.1", FULL_ATTENTION, False, "integer", False),
         ("0.24.0", FULL_ATTENTION, True, "integer", False),
         ("0.25.1", REFUSED, True, "integer", False),
@@ -141,9 +141,12 @@ ROW = """\
     runner_values: null
     lm_head_zero_for_conditional_generation: false
     drafter_attention_backend: target
+    v2_refused_methods: {}
+    request_temperature_max: null
     attention_backend_env_read: false
     health_503_while_warming: false
     per_request_spec_decode_metrics: false
+    quotes: {}
     sources: {methods: here}
 """
 
@@ -175,7 +178,7 @@ ROW = """\
         ),
         (
             f"newest_release: '1.0'\nrows:\n{ROW}    colour: red\n",
-            ":15:5: rows.0.colour",
+            ":18:5: rows.0.colour",
             "unknown field",
         ),
         (f"newest_release: '0.0.1'\nrows:\n{ROW}", ":1:1: newest_release", "last row's range"),
@@ -226,9 +229,14 @@ def errors(findings: list[Finding]) -> list[Finding]:
 
 
 def test_the_playbook_launch_on_every_version_that_serves_the_pair_has_no_findings() -> None:
+    """Checked on the host by the server's own dry run, or with V2 forced, nothing is left;
+    judged by the table alone, 0.29.0 - 0.33.0 warn of the V1 fallback (see below)."""
     for version in ("0.26.0", "0.27.1", "0.28.0", "0.29.0", "0.32.0", "0.33.0", "0.34.0"):
-        assert judge_server(version, PLAYBOOK_LAUNCH, DRAFTER, TARGET) == [], version
+        checked = judge_server(version, PLAYBOOK_LAUNCH, DRAFTER, TARGET, server_checked=True)
+        assert checked == [], version
         assert judge_server(version, launch_with(**{RUNNER: "1"}), DRAFTER, TARGET) == []
+    for version in ("0.26.0", "0.27.1", "0.28.0", "0.34.0"):
+        assert judge_server(version, PLAYBOOK_LAUNCH, DRAFTER, TARGET) == [], version
 
 
 @pytest.mark.parametrize("value", ["0", "true", "2", "01", ""])
@@ -246,9 +254,10 @@ def test_on_0_34_every_runner_value_but_1_is_refused(value: str) -> None:
 def test_before_0_34_the_variable_is_an_integer_and_0_refuses_a_mixed_drafter() -> None:
     [word] = judge_server("0.27.1", launch_with(**{RUNNER: "true"}), DRAFTER, TARGET)
     assert word.field == f"server.env.{RUNNER}" and "bool(int(value))" in word.message
-    [off] = judge_server("0.29.0", launch_with(**{RUNNER: "0"}), DRAFTER, TARGET)
+    [off] = judge_server("0.28.0", launch_with(**{RUNNER: "0"}), DRAFTER, TARGET)
     assert off.field == f"server.env.{RUNNER}" and "forces V1" in off.message
     assert "require the V2 model runner" in off.message
+    assert "qwen3_dflash.py:148 in 0.28.0" in off.message
     assert judge_server("0.29.0", launch_with(**{RUNNER: "2"}), DRAFTER, TARGET) == []
     full = {**DRAFTER, "layer_types": ["full_attention"] * 5}
     assert judge_server("0.29.0", launch_with(**{RUNNER: "0"}), full, TARGET) == []
@@ -294,7 +303,7 @@ def test_the_attention_backend_is_judged_where_it_reaches_the_drafter() -> None:
     assert "speculative_config.attention_backend" in finding.message
     pinned = Launch({}, "flash_attn", "dflash", {"attention_backend": "FLASH_ATTN"})
     assert judge_server("0.34.0", pinned, DRAFTER, TARGET) == []
-    assert judge_server("0.24.0", target_only, {}, {}) == []  # the target's reaches it there
+    assert judge_server("0.20.0", target_only, {}, {}) == []  # the target's reaches it there
     [unread] = judge_server("0.34.0", launch_with(VLLM_ATTENTION_BACKEND="FLASH_ATTN"), {}, {})
     assert unread.severity == Severity.WARNING and "never reads" in unread.message
 
@@ -321,13 +330,140 @@ def test_per_request_figures_need_the_flag_from_0_29() -> None:
         {}, None, "dflash", argv=("serve", "/m", "--per-request-spec-decode-metrics", "summary")
     )
     for version in ("0.29.0", "0.32.0", "0.34.0"):
-        assert judge_server(version, flagged, DRAFTER, TARGET) == [], version
+        assert judge_server(version, flagged, DRAFTER, TARGET, server_checked=True) == []
     [finding] = judge_server("0.28.0", flagged, DRAFTER, TARGET)
     assert (finding.severity, finding.field) == (Severity.ERROR, "gate.acceptance_source")
     assert (finding.expected, finding.actual) == (">= 0.29.0", "0.28.0")
     assert finding.message == (
         "vLLM 0.28.0 has no --per-request-spec-decode-metrics (vllm/config/observability.py "
-        "(absent) in 0.28.0; first in 0.29.0): the server refuses the launch; set "
+        "(no such setting) in 0.28.0; first in 0.29.0): the server refuses the launch; set "
         "gate.acceptance_source: counters (the gate then reads /metrics counter deltas), or "
         "upgrade to >= 0.29.0"
     )
+
+
+# --- the facts corrected from the wheels (each test names the release and file:line) ------
+
+
+def test_0_19_1_reads_the_runner_variable_as_an_integer() -> None:
+    """0.19.1 vllm/envs.py:1605-1606 reads VLLM_USE_V2_MODEL_RUNNER with
+    `bool(int(os.getenv(..., "0")))` (0.20.0 :1675-1676, 0.21.0 :1711-1712): a word is a
+    ValueError at start there too, not only from 0.22.0."""
+    for version, line in (("0.19.1", 1605), ("0.20.0", 1675), ("0.21.0", 1711)):
+        [word] = judge_server(version, Launch({RUNNER: "true"}, None, None), {}, {})
+        assert word.field == f"server.env.{RUNNER}" and "bool(int(value))" in word.message
+        assert f"vllm/envs.py:{line} in {version}" in word.message
+        assert judge_server(version, Launch({RUNNER: "1"}, None, None), {}, {}) == []
+
+
+DRAFT_MODEL = Launch({RUNNER: "1"}, None, "draft_model")
+NGRAM = Launch({RUNNER: "1"}, None, "ngram")
+
+
+@pytest.mark.parametrize("version", ["0.26.0", "0.27.1", "0.28.0", "0.29.0", "0.30.0"])
+def test_forcing_v2_refuses_draft_model_0_26_to_0_30(version: str) -> None:
+    """0.26.0 vllm/config/vllm.py:1456-1457 validates the V2 runner when the variable
+    forces it, :2156-2165 names every method but eagle, eagle3, mtp, dflash and dspark,
+    :2216-2225 raises (0.30.0 :2839-2850 lists draft_model; gone from 0.31.0 :3074-3083)."""
+    [refused] = judge_server(version, DRAFT_MODEL, {}, {})
+    assert (refused.severity, refused.field) == (Severity.ERROR, f"server.env.{RUNNER}")
+    assert (
+        "ValueError: Model Runner V2 does not yet support: speculative method 'draft_model'"
+        in refused.message
+    )
+    assert "vllm/config/vllm.py:" in refused.message and refused.message.endswith(
+        "(vLLM then runs this method on the V1 runner)"
+    )
+    assert judge_server(version, Launch({RUNNER: "0"}, None, "draft_model"), {}, {}) == []
+    assert judge_server(version, Launch({}, None, "draft_model"), {}, {}) == []
+
+
+def test_forcing_v2_with_draft_model_is_served_from_0_31() -> None:
+    """0.31.0 vllm/config/vllm.py:3074-3083 no longer names draft_model."""
+    for version in ("0.31.0", "0.32.0", "0.33.0"):
+        assert judge_server(version, DRAFT_MODEL, {}, {}) == [], version
+
+
+def test_forcing_v2_refuses_draft_model_from_0_20_too() -> None:
+    """0.21.0 vllm/config/vllm.py:1867-1869 (0.20.0 :1799-1801): V2 serves only eagle,
+    eagle3 and mtp; the raise at :1892-1896 has the variable's name in its words."""
+    [refused] = judge_server("0.21.0", DRAFT_MODEL, {}, {})
+    assert (
+        "ValueError: VLLM_USE_V2_MODEL_RUNNER does not yet support: speculative method "
+        "'draft_model'" in refused.message
+    )
+    assert judge_server("0.19.1", DRAFT_MODEL, {}, {}) == []  # nothing validates V2 there
+
+
+@pytest.mark.parametrize(
+    ("version", "words"),
+    [
+        ("0.26.0", "ngram/ngram_gpu speculative decoding"),  # 0.26.0 config/vllm.py:2156-2157
+        ("0.29.0", "ngram/ngram_gpu speculative decoding"),  # 0.29.0 :2564-2565
+        ("0.30.0", "speculative method 'ngram'"),  # 0.30.0 :2839-2850
+        ("0.31.0", "speculative method 'ngram'"),  # 0.31.0 :3074-3083
+    ],
+)
+def test_forcing_v2_refuses_ngram_0_26_to_0_31(version: str, words: str) -> None:
+    """0.26.0 - 0.31.0 vllm/config/vllm.py `_get_v2_model_runner_unsupported_features`
+    names ngram; 0.32.0 :2928-2934 no longer does."""
+    [refused] = judge_server(version, NGRAM, {}, {})
+    assert f"ValueError: Model Runner V2 does not yet support: {words}" in refused.message
+    assert judge_server("0.32.0", NGRAM, {}, {}) == []
+
+
+def test_mtp_aliases_are_served_by_v2_when_forced() -> None:
+    """0.26.0 vllm/config/speculative.py:686-690 sets every `*_mtp` method to mtp, which
+    V2 serves (vllm/config/vllm.py:2158-2164)."""
+    assert judge_server("0.26.0", Launch({RUNNER: "1"}, None, "qwen3_5_mtp"), {}, {}) == []
+
+
+@pytest.mark.parametrize("version", ["0.29.0", "0.30.0", "0.32.0", "0.33.0"])
+def test_0_29_to_0_33_the_variable_at_0_meets_the_v1_validators_value_error(
+    version: str,
+) -> None:
+    """0.29.0 vllm/config/vllm.py:1653-1656 validates the V1 runner, :2629-2630 names the
+    mixed drafter, :2735-2740 raises ValueError before the model loads (0.33.0 :3131,
+    :3336): the first error is not qwen3_dflash.py's NotImplementedError."""
+    [off] = judge_server(version, launch_with(**{RUNNER: "0"}), DRAFTER, TARGET)
+    assert off.field == f"server.env.{RUNNER}" and "forces V1" in off.message
+    assert (
+        "'ValueError: Model Runner V1 does not support: mixed sliding/full dflash drafts'"
+        in off.message
+    )
+    assert "NotImplementedError" not in off.message
+
+
+def test_0_29_to_0_33_unset_warns_of_the_v1_fallback_the_host_may_take() -> None:
+    """0.29.0 vllm/config/vllm.py:645-677: unset, V2 unless Triton is missing (:662-666)
+    or V2 lacks a feature (:668-675); the V1 runner then refuses the mixed drafter with
+    the ValueError of :2735-2740. Left to the host's own check when it ran."""
+    for version in ("0.29.0", "0.33.0"):
+        [fallback] = judge_server(version, PLAYBOOK_LAUNCH, DRAFTER, TARGET)
+        assert (fallback.severity, fallback.field) == (Severity.WARNING, "server.version")
+        assert "falls back to V1 where V2 cannot run (no Triton" in fallback.message
+        assert "Model Runner V1 does not support: mixed sliding/full dflash drafts" in (
+            fallback.message
+        )
+    full = {**DRAFTER, "layer_types": ["full_attention"] * 5}
+    assert judge_server("0.29.0", PLAYBOOK_LAUNCH, full, TARGET) == []
+
+
+@pytest.mark.parametrize(("version", "line"), [("0.21.0", 1110), ("0.24.0", 1212)])
+def test_0_21_to_0_24_the_drafter_takes_the_speculative_configs_backend(
+    version: str, line: int
+) -> None:
+    """0.21.0 vllm/v1/spec_decode/llm_base_proposer.py:1103-1110: the draft config never
+    inherits the target's attention backend (0.24.0 :1212); only 0.20.x does."""
+    target_only = Launch({}, "flash_attn", "dflash", {"method": "dflash"})
+    [finding] = judge_server(version, target_only, {}, {})
+    assert (finding.severity, finding.field) == (Severity.WARNING, "server.attention_backend")
+    assert f"vllm/v1/spec_decode/llm_base_proposer.py:{line} in {version}" in finding.message
+
+
+def test_temperature_above_2_is_refused_from_0_24() -> None:
+    """0.24.0 vllm/sampling_params.py:529-533 (0.34.0 :672-676) refuse a temperature
+    above 2; 0.23.0 has no upper bound."""
+    assert capabilities_for("0.24.0").row.request_temperature_max == 2.0
+    assert capabilities_for("0.34.0").row.request_temperature_max == 2.0
+    assert capabilities_for("0.23.0").row.request_temperature_max is None
