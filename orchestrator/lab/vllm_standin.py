@@ -918,10 +918,17 @@ class StreamHead:
 
 
 def role_chunk(head: StreamHead) -> dict:
-    """A chat stream's first chunk, the role with empty content (0.32.0
-    `entrypoints/openai/chat_completion/serving.py:550-589`, dumped `exclude_unset`)."""
+    """A chat stream's first chunk, the role with empty content, and the prompt's token
+    ids and text, set (to None unless asked for) on this chunk alone, so dumped
+    `exclude_unset` as nulls (0.32.0 `entrypoints/openai/chat_completion/serving.py:
+    550-589`)."""
     choice = {"index": 0, "delta": {"role": "assistant", "content": ""}}
-    return {**head.envelope(), "choices": [choice | {"logprobs": None, "finish_reason": None}]}
+    return {
+        **head.envelope(),
+        "choices": [choice | {"logprobs": None, "finish_reason": None}],
+        "prompt_token_ids": None,
+        "prompt_text": None,
+    }
 
 
 def token_chunk(head: StreamHead, text: str, finished: bool) -> dict:

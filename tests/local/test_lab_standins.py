@@ -361,6 +361,7 @@ def test_streams_each_engine_step_as_vllm_and_the_gate_reads_it(
             "finish_reason": None,
         }
     ]
+    assert (role["prompt_token_ids"], role["prompt_text"]) == (None, None)
     assert list(chat_steps[-1]["choices"][0]) == [
         "index",
         "delta",
