@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pydantic
+
 from orchestrator import runlog
 from orchestrator.documents.history import RecordedRun, RecordedTarget
 from orchestrator.documents.tune import Tune
@@ -130,10 +132,21 @@ def _speed_table(speed: dict[str, Any]) -> Table:
     )
 
 
+def recorded_tune(run: RecordedRun) -> Tune:
+    """A tune's history row as its document; a row that does not read as one is an
+    error naming the run and the field."""
+    try:
+        return Tune.model_validate(run.model_dump())
+    except pydantic.ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "the record"
+        raise InputError(f"run {run.run_id}: the tune's record: {where}: {first['msg']}") from None
+
+
 def sections(run: RecordedRun, lines: list[str]) -> list[Section]:
     """The report's content, renderer-neutral (a tune's: `tunepage`)."""
     if run.command == "tune":
-        return tunepage.sections(Tune.model_validate(run.model_dump()), run.user)
+        return tunepage.sections(recorded_tune(run), run.user)
     overview = Section(f"{run.command} {run.playbook}: {run.result}", level=1)
     overview.facts = [
         ("run", run.run_id),

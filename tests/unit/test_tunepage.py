@@ -14,6 +14,7 @@ from tunepages import check_tune_page
 
 from orchestrator.documents.history import History as HistoryDocument
 from orchestrator.documents.tune import Tune
+from orchestrator.errors import InputError
 from orchestrator.history import History
 from orchestrator.report import page, runpage
 from orchestrator.report.tables import print_history
@@ -68,3 +69,12 @@ def test_the_history_lists_a_tune_on_its_container(
     (row,) = [line for line in capsys.readouterr().out.splitlines() if TUNE["run_id"] in line]
     assert row.split()[:3] == [TUNE["run_id"], "ct200", "ok"], row
     assert " tune " in row
+
+
+def test_a_tune_record_that_is_not_a_tune_is_an_error_naming_the_field(history: History) -> None:
+    spoilt = {**TUNE, "steps": [{**TUNE["steps"][0], "levels": "many"}]}
+    record_json(history, spoilt, "tune", "ops")
+    found, lines = runpage.load(TUNE["run_id"])
+    named = f"run {TUNE['run_id']}: the tune's record: steps.0.levels"
+    with pytest.raises(InputError, match=named):
+        runpage.sections(found, lines)
