@@ -1,5 +1,5 @@
 """The servers the conformance tests compare: the real vLLM 0.32.0 for CPUs (the
-session's `real_lab`) and the lab's stand-in claiming 0.32.0 (`standin_lab`), each
+session's `real_lab`) and the lab's stand-in claiming 0.32.0 (conftest.py's `standin_lab`), each
 launched by its lab container's own `vllm` on a port of its own, with the tiny models
 the lab made; and the shape of what they answer."""
 
