@@ -5,7 +5,7 @@ a release's speed by (the baseline, else the release being replaced, else none).
 The record (`baseline.json` in the deployment's directory, Layout.baseline):
 
     {"fingerprint": {"target": "3f2a...", "vllm": "0.32.0",
-                     "launch": "9c1e...", "gpus": "2 x 49140 MiB"},
+                     "launch": "9c1e...", "gpus": "2 x NVIDIA RTX A6000 (49140 MiB)"},
      "levels": [{"concurrency": 1, "requests": 12,
                  "per_stream_tokens_per_second": {"mean": 41.2, "lower": 39.0, "upper": 43.1},
                  "total_tokens_per_second": {...}, "batch_measured": 1.0}],
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -40,7 +41,7 @@ class Fingerprint:
     """What a baseline's figures depend on. `target` and `launch` are digests (the
     target's config.json and weight index as preflight reads them; the launch script
     minus the speculative config), `vllm` the server's version, `gpus` nvidia-smi's
-    count and memory of each."""
+    GPUs: how many of each name and memory (`gpus_text`)."""
 
     target: str
     vllm: str
@@ -120,14 +121,15 @@ def launch_without_speculation(launch: str, where: str) -> str:
     return without
 
 
-def gpus_text(memories: Sequence[int] | None) -> str:
-    """nvidia-smi's GPUs as the fingerprint names them: count and memory of each."""
-    if memories is None:
+def gpus_text(gpus: Sequence[tuple[str, int]] | None) -> str:
+    """nvidia-smi's GPUs (name, memory in MiB) as the fingerprint names them: how many of
+    each, in the order listed, e.g. `2 x NVIDIA RTX A6000 (49140 MiB)`."""
+    if gpus is None:
         return "not read"
-    if not memories:
+    if not gpus:
         return "none"
-    sizes = sorted(set(memories))
-    return f"{len(memories)} x " + "/".join(f"{m} MiB" for m in sizes)
+    counted = Counter(gpus)
+    return ", ".join(f"{n} x {name or 'unnamed'} ({mib} MiB)" for (name, mib), n in counted.items())
 
 
 def fingerprint_of(
@@ -153,7 +155,10 @@ def changed_part(recorded: Fingerprint, now: Fingerprint) -> str | None:
             f"launch is now {now.launch}"
         )
     if recorded.gpus != now.gpus:
-        return f"baseline measured on GPUs {recorded.gpus}, nvidia-smi now lists {now.gpus}"
+        return (
+            f"the GPUs changed: baseline measured on {recorded.gpus}, nvidia-smi now "
+            f"lists {now.gpus}"
+        )
     return None
 
 

@@ -18,6 +18,7 @@ from orchestrator.settings import state_dir
 
 if TYPE_CHECKING:
     from orchestrator.documents.runs import InterruptedRun, Run
+    from orchestrator.documents.tune import Tune
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -50,7 +51,7 @@ class History:
         connection.execute(SCHEMA)
         return connection
 
-    def record(self, document: Run | InterruptedRun, command: str, user: str) -> None:
+    def record(self, document: Run | InterruptedRun | Tune, command: str, user: str) -> None:
         try:
             self._insert(document, command, user)
         except (sqlite3.Error, OSError) as exc:
@@ -66,7 +67,7 @@ class History:
 
     def _insert(
         self,
-        document: Run | InterruptedRun,
+        document: Run | InterruptedRun | Tune,
         command: str,
         user: str,
         verb: str = "INSERT OR REPLACE",

@@ -52,6 +52,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from conformance import VERSION
 from labtools import ALL_AT_ONCE, FAST, LabHandle, changes, cli_env, lab_state, start_lab
 from releasefiles import release_files
 from shelltools import Processes
@@ -83,6 +84,18 @@ def real_lab(
         yield LabHandle(the_lab, cli_env(root / "state"))
     finally:
         stop(the_lab)
+
+
+@pytest.fixture(scope="module")
+def standin_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    """A lab of one container whose stand-in claims the real lab's vLLM (the conformance
+    tests compare the two), shared by one test module."""
+    root = tmp_path_factory.mktemp("standin-0.32")
+    the_lab = start_lab(root / "lab", vllm_version=VERSION, containers_per_host=1, direct_ssh=False)
+    try:
+        yield the_lab
+    finally:
+        the_lab.down()
 
 
 def stop(lab: Lab) -> None:

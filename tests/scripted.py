@@ -130,7 +130,9 @@ class ScriptedContainer:
         """Seconds since the lock's heartbeat was touched, on the container's clock."""
         self.journal_steps: list[str] = []
         self.events: list[str] = []
-        self.gpus = "0, GPU-a, 49140, 100, 49040\n1, GPU-b, 49140, 100, 49040\n"
+        self.gpus = "".join(
+            f"{i}, GPU-{u}, 49140, 100, 49040, NVIDIA RTX A6000\n" for i, u in enumerate("ab")
+        )
         """What nvidia-smi's GPU query prints (two idle 48 GiB GPUs)."""
         self.vllm_version = "0.32.0"
         self.transport = ContainerTransport(name, self)

@@ -151,11 +151,12 @@ def report(run_id: str, output_format: str, output: Path | None) -> None:
     """One run to share, from the local history and run log: who, when, what changed,
     each container's steps and gate per phase (threshold, bound, acceptance curve), the
     rollback and the errors."""
+    from orchestrator.report import page as pages
     from orchestrator.report import runpage
 
     run, lines = runpage.load(run_id)
     parts = runpage.sections(run, lines)
-    page = runpage.to_html(parts) if output_format == "html" else runpage.markdown(parts)
+    page = pages.to_html(parts) if output_format == "html" else pages.markdown(parts)
     if output is None:
         click.echo(page, nl=False)
         return

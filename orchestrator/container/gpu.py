@@ -15,9 +15,11 @@ DEFAULT_NVIDIA_SMI = "/usr/bin/nvidia-smi"
 """Where a container's nvidia-smi is unless the inventory's `nvidia_smi` var says."""
 
 GPU_QUERY = (
-    "--query-gpu=index,uuid,memory.total,memory.used,memory.free",
+    "--query-gpu=index,uuid,memory.total,memory.used,memory.free,name",
     "--format=csv,noheader,nounits",
 )
+"""The name last: nvidia-smi does not quote it (the speed baseline's fingerprint names
+the GPUs by it)."""
 GPU_APPS_QUERY = (
     "--query-compute-apps=pid,used_memory,gpu_uuid,process_name",
     "--format=csv,noheader,nounits",
@@ -37,6 +39,7 @@ class Gpu:
     total_mib: int
     used_mib: int
     free_mib: int
+    name: str = ""
 
 
 @dataclass(frozen=True)
@@ -48,11 +51,17 @@ class GpuApp:
 
 
 def parse_gpus(text: str) -> list[Gpu]:
-    """nvidia-smi --query-gpu=index,uuid,memory.total,memory.used,memory.free (noheader,nounits)."""
+    """nvidia-smi --query-gpu=index,uuid,memory.total,memory.used,memory.free,name
+    (noheader,nounits)."""
     with reading("nvidia-smi's GPU list", text):
-        return [
-            Gpu(int(i), u, int(t), int(used), int(f)) for i, u, t, used, f in parse_csv_rows(text)
-        ]
+        return [_gpu(row) for row in parse_csv_rows(text)]
+
+
+def _gpu(row: list[str]) -> Gpu:
+    index, uuid, total, used, free, *name = row
+    if not name:
+        raise ValueError("no name column")
+    return Gpu(int(index), uuid, int(total), int(used), int(free), ", ".join(name))
 
 
 def parse_gpu_apps(text: str) -> list[GpuApp]:

@@ -91,7 +91,8 @@ class RecordedRun(Recorded):
     result: str
     """In the words of the version that recorded it (older ones: `not applied`)."""
     recovered_by: str | None = None
-    targets: list[RecordedTarget]
+    targets: list[RecordedTarget] = []
+    """None in a tune's record: its depths are deploys of their own."""
     action: str | None = None
     to: RecordedRollbackTo | None = None
     rollout: dict[str, Any] | None = None

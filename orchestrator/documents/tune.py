@@ -18,6 +18,10 @@ or with no depth passing (each failing deploy rolled itself back)."""
 class Tune(Document):
     kind: Literal["Tune"] = "Tune"
     playbook: str
+    run_id: str
+    """The tune's own id in the history (`orch report RUN_ID` draws its chart); each
+    depth's deploy has its own."""
+    started: str
     target: str
     """The container tuned on."""
     field: str = TUNED_FIELD
@@ -37,3 +41,5 @@ class Tune(Document):
     final_run_id: str | None
     """The run that put `current` in place after the depths (the best again, or the
     restore), None when the last depth's deploy ended the tune."""
+    warnings: list[str] = []
+    """The tune could not be recorded in the history (exit 3): why."""

@@ -2,7 +2,8 @@
 container (each the deploy transaction, recorded in history as any deploy), then the
 container is left on the best passing depth, or with `restore` on the release it
 started from. A stop request ends the loop at once: every step is a transaction,
-so the container is on a gated release whenever it stops."""
+so the container is on a gated release whenever it stops. The tune itself is recorded
+in the history too, under its own run id (`orch report` draws its chart)."""
 
 from __future__ import annotations
 
@@ -12,12 +13,14 @@ from pathlib import Path
 from orchestrator.cancel import Cancel
 from orchestrator.connections import Connect
 from orchestrator.contract import run_result
+from orchestrator.deadline import now
 from orchestrator.documents.runs import DeployRun, RollbackRun
 from orchestrator.documents.tune import Ending, Tune
-from orchestrator.errors import InputError
+from orchestrator.errors import InputError, NeedsAttention
 from orchestrator.fleet import runs
 from orchestrator.fleet.inputs import Inputs, load
-from orchestrator.fleet.skeleton import new_options
+from orchestrator.fleet.skeleton import MISSING_RECORD_EXIT, new_options
+from orchestrator.history import History
 from orchestrator.progress import Progress
 from orchestrator.transaction.options import Options
 from orchestrator.transaction.outcome import Outcome
@@ -63,6 +66,7 @@ def tune(ask: TuneAsk, connect: Connect, progress: Progress, cancel: Cancel) -> 
     ending in bad input or needing attention ends the tune there, on what it left.
     `restore` on a container that served nothing before ends as without it."""
     inputs = check(ask)
+    own, started = _options(ask), now()
     container = inputs.plans[0].container
     steps: list[TuneStep] = []
     codes: list[int] = []
@@ -108,6 +112,8 @@ def tune(ask: TuneAsk, connect: Connect, progress: Progress, cancel: Cancel) -> 
     code = tune_exit_code(codes, chosen, cancel)
     document = Tune(
         playbook=inputs.playbook.name,
+        run_id=own.run_id,
+        started=started,
         target=container,
         values=ask.values,
         result=run_result(code),
@@ -121,6 +127,11 @@ def tune(ask: TuneAsk, connect: Connect, progress: Progress, cancel: Cancel) -> 
         current=last.current if last else None,
         final_run_id=final_run_id,
     )
+    try:
+        History().record(document, "tune", own.user)
+    except NeedsAttention as exc:
+        document.warnings.append(f"{exc}: the tune is missing from the history")
+        code = max(code, MISSING_RECORD_EXIT)
     return document, code
 
 

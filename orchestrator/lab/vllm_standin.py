@@ -947,17 +947,22 @@ def request_metrics(app: App, asked: Asked, drafts: RequestDrafts) -> dict | Non
 
 @dataclass(frozen=True)
 class StreamHead:
-    """What every chunk of one streamed response repeats."""
+    """What every chunk of one streamed response repeats, and the fingerprint its last
+    token chunk carries (None: the usage chunk carries it, or the release has none)."""
 
     id: str
     created: int
     model: str
     chat: bool
+    terminal_fingerprint: str | None
 
     @classmethod
-    def start(cls, app: App, chat: bool) -> StreamHead:
-        prefix = "chatcmpl" if chat else "cmpl"
-        return cls(f"{prefix}-{uuid.uuid4().hex}", int(time.time()), app.model_name, chat)
+    def start(cls, app: App, asked: Asked) -> StreamHead:
+        prefix = "chatcmpl" if asked.chat else "cmpl"
+        stamped = None if asked.include_usage else app.fingerprint
+        return cls(
+            f"{prefix}-{uuid.uuid4().hex}", int(time.time()), app.model_name, asked.chat, stamped
+        )
 
     def envelope(self) -> dict:
         kind = "chat.completion.chunk" if self.chat else "text_completion"
@@ -965,10 +970,17 @@ class StreamHead:
 
 
 def role_chunk(head: StreamHead) -> dict:
-    """A chat stream's first chunk, the role with empty content (0.32.0
-    `entrypoints/openai/chat_completion/serving.py:550-589`, dumped `exclude_unset`)."""
+    """A chat stream's first chunk, the role with empty content, and the prompt's token
+    ids and text, set (to None unless asked for) on this chunk alone, so dumped
+    `exclude_unset` as nulls (0.32.0 `entrypoints/openai/chat_completion/serving.py:
+    550-589`)."""
     choice = {"index": 0, "delta": {"role": "assistant", "content": ""}}
-    return {**head.envelope(), "choices": [choice | {"logprobs": None, "finish_reason": None}]}
+    return {
+        **head.envelope(),
+        "choices": [choice | {"logprobs": None, "finish_reason": None}],
+        "prompt_token_ids": None,
+        "prompt_text": None,
+    }
 
 
 def token_chunk(head: StreamHead, text: str, finished: bool) -> dict:
@@ -976,9 +988,9 @@ def token_chunk(head: StreamHead, text: str, finished: bool) -> dict:
     set appear: a completion's choice sets all its fields (0.32.0
     `entrypoints/openai/completion/serving.py:404-443`), a chat's sets `stop_reason`
     only on its last chunk (`chat_completion/serving.py:752-830`). The finish reason is
-    `length`: the stand-in stops at max_tokens. No `system_fingerprint`: with
-    include_usage it rides on the usage chunk, without it only a completion's last
-    chunk would carry it (`completion/serving.py:425-432`)."""
+    `length`: the stand-in stops at max_tokens. The last chunk carries the
+    `system_fingerprint` when no usage chunk follows (`completion/serving.py:425-432`,
+    `chat_completion/serving.py:803-811`)."""
     finish = "length" if finished else None
     if head.chat:
         choice: dict = {"index": 0, "delta": {"content": text}, "logprobs": None}
@@ -989,7 +1001,10 @@ def token_chunk(head: StreamHead, text: str, finished: bool) -> dict:
     else:
         choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
         choice |= {"stop_reason": None, "prompt_token_ids": None, "token_ids": None}
-    return {**head.envelope(), "choices": [choice]}
+    chunk = {**head.envelope(), "choices": [choice]}
+    if finished and head.terminal_fingerprint is not None:
+        chunk["system_fingerprint"] = head.terminal_fingerprint
+    return chunk
 
 
 def usage_chunk(app: App, head: StreamHead, asked: Asked, metrics: dict | None) -> dict:
@@ -1176,7 +1191,7 @@ class Handler(BaseHTTPRequestHandler):
         transfer encoding as uvicorn sends a StreamingResponse. The fail_completions
         fault becomes the error event vLLM streams (`serving.py:496-498`)."""
         app = self.server.app
-        head = StreamHead.start(app, asked.chat)
+        head = StreamHead.start(app, asked)
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream; charset=utf-8")
         self.send_header("Transfer-Encoding", "chunked")

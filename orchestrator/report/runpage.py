@@ -1,53 +1,25 @@
 """`orch report RUN_ID`: one run as a self-contained page to share (Markdown or HTML).
 
 Read from the local history (the run's document, with the files' diff it read) and
-the run's log (the time of each step); nothing is fetched. The page is built from
-sections of plain data (`sections`), then written out by a renderer: in Markdown
-(a text bar chart for the acceptance curve) or in HTML (an inline SVG; every value
-escaped, no resource outside the page).
+the run's log (the time of each step); nothing is fetched. The page's sections
+(`page.py`) are built here from a deploy, rollback or baseline run, by `tunepage.py`
+from a tune.
 """
 
 from __future__ import annotations
 
-import html
-import re
-from dataclasses import dataclass, field
 from typing import Any
+
+import pydantic
 
 from orchestrator import runlog
 from orchestrator.documents.history import RecordedRun, RecordedTarget
+from orchestrator.documents.tune import Tune
 from orchestrator.errors import InputError
 from orchestrator.history import History
+from orchestrator.report import tunepage
+from orchestrator.report.page import Curve, Section, Table
 from orchestrator.report.run import source_words
-from orchestrator.report.screen import printable
-
-BAR_WIDTH = 30
-
-
-@dataclass
-class Table:
-    head: list[str]
-    rows: list[list[str]]
-
-
-@dataclass
-class Curve:
-    """Share of drafts accepting at least position i+1, with the position-1 minimum."""
-
-    title: str
-    shares: list[float]
-    minimum: float | None
-
-
-@dataclass
-class Section:
-    title: str
-    facts: list[tuple[str, str]] = field(default_factory=list)
-    tables: list[Table] = field(default_factory=list)
-    curves: list[Curve] = field(default_factory=list)
-    code: str | None = None
-    notes: list[str] = field(default_factory=list)
-    level: int = 2
 
 
 def load(run_id: str) -> tuple[RecordedRun, list[str]]:
@@ -122,6 +94,10 @@ def _gate_section(title: str, gate: dict[str, Any]) -> Section:
             ],
         )
     )
+    speed = gate.get("speed")
+    if isinstance(speed, dict):
+        section.facts.append(("speed", f"{speed.get('verdict')}: {speed.get('reason') or ''}"))
+        section.tables.append(_speed_table(speed))
     if gate.get("per_position_acceptance"):
         section.curves.append(
             Curve(f"{title}: per-position acceptance", gate["per_position_acceptance"], position1)
@@ -129,8 +105,48 @@ def _gate_section(title: str, gate: dict[str, Any]) -> Section:
     return section
 
 
+def _speed_table(speed: dict[str, Any]) -> Table:
+    """A row per speed level: its figures with their bounds, its verdict and why."""
+
+    def figure(entry: Any, unit: str = "", digits: int = 1) -> str:
+        if not isinstance(entry, dict) or entry.get("mean") is None:
+            return ""
+        shown = f"{entry['mean']:.{digits}f}{unit}"
+        return f"{shown} ({_bounds(entry)})" if _bounds(entry) else shown
+
+    levels = [lv for lv in speed.get("levels") or [] if isinstance(lv, dict)]
+    return Table(
+        ["streams", "verdict", "speedup", "total tok/s", "per stream tok/s", "requests", "why"],
+        [
+            [
+                str(lv.get("concurrency")),
+                str(lv.get("verdict")),
+                figure(lv.get("speedup"), "x", 2),
+                figure(lv.get("total_tokens_per_second")),
+                figure(lv.get("per_stream_tokens_per_second")),
+                str(lv.get("requests")),
+                str(lv.get("reason") or ""),
+            ]
+            for lv in levels
+        ],
+    )
+
+
+def recorded_tune(run: RecordedRun) -> Tune:
+    """A tune's history row as its document; a row that does not read as one is an
+    error naming the run and the field."""
+    try:
+        return Tune.model_validate(run.model_dump())
+    except pydantic.ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "the record"
+        raise InputError(f"run {run.run_id}: the tune's record: {where}: {first['msg']}") from None
+
+
 def sections(run: RecordedRun, lines: list[str]) -> list[Section]:
-    """The report's content, renderer-neutral."""
+    """The report's content, renderer-neutral (a tune's: `tunepage`)."""
+    if run.command == "tune":
+        return tunepage.sections(recorded_tune(run), run.user)
     overview = Section(f"{run.command} {run.playbook}: {run.result}", level=1)
     overview.facts = [
         ("run", run.run_id),
@@ -205,147 +221,3 @@ def _target_sections(target: RecordedTarget, timeline: list[tuple[str, str]]) ->
         rollback = _gate_section(f"{name}: rollback to {target.current}", target.rollback_gate)
         out.append(rollback)
     return out
-
-
-def bar(share: float, width: int = BAR_WIDTH) -> str:
-    return "#" * round(max(0.0, min(share, 1.0)) * width)
-
-
-MARKDOWN_ESCAPES: dict[str, str | int | None] = {
-    **{char: f"\\{char}" for char in "\\`*[]!~|@"},
-    "&": "&amp;",
-    "<": "&lt;",
-}
-"""What could start markup anywhere in a Markdown text: code, emphasis, links and
-images (`![x](http://...)` loses its `!` and brackets), strikethrough, table cells,
-GFM's email autolinks; `&` and `<` as entities, so no HTML tag, `<...>` autolink or
-character reference can open."""
-LINK_STARTS = re.compile(r"(?i)(?<=[a-z0-9])(:)(?=//)|\b(www)(\.)|(?<![a-z0-9])(_)|(_)(?![a-z0-9])")
-"""GFM's bare autolinks (`http://`, `www.`), broken by escaping their `:` or `.`; and `_`
-where it can emphasise (not inside a word, as in `rolled_back`)."""
-
-
-def markdown_text(value: str) -> str:
-    """`value` as Markdown text that renders as itself: control characters shown as
-    escapes, everything that could be markup escaped."""
-    escaped = printable(value).translate(str.maketrans(MARKDOWN_ESCAPES))
-    return LINK_STARTS.sub(_escape_link_start, escaped)
-
-
-def _escape_link_start(found: re.Match[str]) -> str:
-    colon, www, dot, opening, closing = found.groups()
-    if www:
-        return f"{www}\\{dot}"
-    return "\\" + (colon or opening or closing)
-
-
-def markdown(parts: list[Section]) -> str:
-    """The report in Markdown; facts and table cells as text (`markdown_text`: nothing
-    from a file, a log or a reply becomes markup, a link or an image), the diff in a
-    fence longer than any run of backticks in it."""
-
-    def cell(value: str) -> str:
-        return markdown_text(value).replace("\n", " ")
-
-    out: list[str] = []
-    for section in parts:
-        out += [f"{'#' * section.level} {cell(section.title)}", ""]
-        out += [f"- **{key}**: {cell(value)}" for key, value in section.facts]
-        out += [f"- {cell(note)}" for note in section.notes]
-        if section.facts or section.notes:
-            out.append("")
-        for table in section.tables:
-            out += [
-                "| " + " | ".join(table.head) + " |",
-                "|" + "---|" * len(table.head),
-                *("| " + " | ".join(cell(c) for c in row) + " |" for row in table.rows),
-                "",
-            ]
-        for curve in section.curves:
-            out += [f"{cell(curve.title)}:", "", "```"]
-            out += [
-                f"{i + 1:>3} {bar(share):<{BAR_WIDTH}} {share:.2f}"
-                for i, share in enumerate(curve.shares)
-            ]
-            if curve.minimum is not None:
-                out.append(f"    position 1 must reach {curve.minimum:.2f}")
-            out += ["```", ""]
-        if section.code is not None:
-            runs = re.findall(r"`+", section.code)
-            fence = "`" * max(3, 1 + max(map(len, runs), default=0))
-            out += [f"{fence}diff", printable(section.code).rstrip("\n"), fence, ""]
-    return "\n".join(out)
-
-
-def svg_curve(curve: Curve) -> str:
-    """Bars of the per-position acceptance, 0..1, with the position-1 minimum as a line."""
-    step, height, top = 28, 160, 10
-    width = step * len(curve.shares) + 50
-    out = [
-        f'<svg width="{width}" height="{height + 40}" '
-        f'role="img" aria-label="{html.escape(printable(curve.title))}">',
-        f'<line x1="40" y1="{top + height}" x2="{width}" y2="{top + height}" stroke="#555"/>',
-        f'<text x="2" y="{top + 4}" font-size="10">1.0</text>',
-        f'<text x="2" y="{top + height}" font-size="10">0</text>',
-    ]
-    for i, share in enumerate(curve.shares):
-        tall = round(max(0.0, min(share, 1.0)) * height, 1)
-        x = 44 + i * step
-        out.append(
-            f'<rect x="{x}" y="{top + height - tall}" width="{step - 6}" height="{tall}" '
-            f'fill="#3b73b9"><title>position {i + 1}: {share:.3f}</title></rect>'
-        )
-        out.append(f'<text x="{x + 4}" y="{top + height + 14}" font-size="10">{i + 1}</text>')
-    if curve.minimum is not None:
-        y = round(top + height - curve.minimum * height, 1)
-        out.append(
-            f'<line x1="40" y1="{y}" x2="{44 + step}" y2="{y}" stroke="#c0392b" '
-            'stroke-dasharray="4 2"/>'
-        )
-        out.append(
-            f'<text x="{44 + step + 4}" y="{y + 4}" font-size="10" fill="#c0392b">'
-            f"position-1 minimum {curve.minimum:.2f}</text>"
-        )
-    out.append("</svg>")
-    return "".join(out)
-
-
-STYLE = """body{font-family:sans-serif;margin:2em;max-width:70em}
-table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #bbb;padding:2px 6px;
-text-align:left}pre{background:#f4f4f4;padding:.5em;overflow-x:auto}"""
-
-
-def to_html(parts: list[Section]) -> str:
-    """The report as one HTML page: inline style and SVG, every value escaped, its
-    control characters shown as escapes (the page is printed to a terminal too)."""
-
-    def e(value: str) -> str:
-        return html.escape(printable(value))
-
-    title = e(parts[0].title if parts else "orch run")
-    out = [
-        "<!DOCTYPE html>",
-        '<html lang="en"><head><meta charset="utf-8">',
-        f"<title>{title}</title><style>{STYLE}</style></head><body>",
-    ]
-    for section in parts:
-        out.append(f"<h{section.level}>{e(section.title)}</h{section.level}>")
-        if section.facts or section.notes:
-            out.append("<ul>")
-            out += [f"<li><b>{e(k)}</b>: {e(v)}</li>" for k, v in section.facts]
-            out += [f"<li>{e(note)}</li>" for note in section.notes]
-            out.append("</ul>")
-        for table in section.tables:
-            out.append("<table><tr>" + "".join(f"<th>{e(h)}</th>" for h in table.head) + "</tr>")
-            out += [
-                "<tr>" + "".join(f"<td>{e(c)}</td>" for c in row) + "</tr>" for row in table.rows
-            ]
-            out.append("</table>")
-        for curve in section.curves:
-            out.append(
-                f"<figure>{svg_curve(curve)}<figcaption>{e(curve.title)}</figcaption></figure>"
-            )
-        if section.code is not None:
-            out.append(f"<pre>{e(section.code)}</pre>")
-    out.append("</body></html>")
-    return "\n".join(out) + "\n"

@@ -25,6 +25,7 @@ from orchestrator.documents.fleet import (
     Verified,
     Verify,
 )
+from orchestrator.documents.history import RecordedRun, RecordedTarget
 from orchestrator.documents.lab import LabStatus
 from orchestrator.documents.local import Findings, Profiles
 from orchestrator.drafters.findings import Severity
@@ -291,6 +292,12 @@ HISTORY_COLUMNS = [
 ]
 
 
+def _whole_run(run: RecordedRun) -> RecordedTarget:
+    """The row of a run recorded without targets of its own (a tune: its depths are
+    deploys of their own): its container and result."""
+    return RecordedTarget(name=str((run.model_extra or {}).get("target") or ""), result=run.result)
+
+
 def print_history(doc: History) -> None:
     """One row per run and container; on a terminal a run's own fields on its first
     row only, in a pipe on every row (`orch history | grep ct200` keeps the run id)."""
@@ -298,7 +305,7 @@ def print_history(doc: History) -> None:
     rows: list[list[Cell]] = []
     for run in doc.runs:
         first = True
-        for target in run.targets:
+        for target in run.targets or [_whole_run(run)]:
             own = [
                 text(fact or "") if first else Text("")
                 for fact in (

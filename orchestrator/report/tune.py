@@ -5,6 +5,7 @@ per level, the line that applies it, and where the container ended."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from rich.bar import Bar
 from rich.table import Table
@@ -73,24 +74,55 @@ def tune_rows(steps: Sequence[TuneStep]) -> list[list[Cell]]:
     return rows
 
 
-def chart(steps: Sequence[TuneStep], best: Sequence[Best]) -> Table:
-    """Per level, a horizontal bar per depth: its speedup where every bar at the level
-    has one, else its total tokens/s, scaled to the level's largest."""
-    grid = Table.grid(padding=(0, 1))
+@dataclass(frozen=True)
+class ChartLevel:
+    """One level of the chart: its measure and each depth's figure there (None: not
+    measured), with the best passing depth's value."""
+
+    concurrency: int
+    by_speedup: bool
+    figures: list[tuple[TuneStep, Figure | None]]
+    best: int | None
+
+    @property
+    def title(self) -> str:
+        return f"{self.concurrency} streams, {'speedup' if self.by_speedup else 'total tok/s'}"
+
+    def words(self, figure: Figure | None) -> str:
+        mean = figure.mean if figure else 0.0
+        return f"{mean:.2f}x" if self.by_speedup else f"{mean:.1f}"
+
+    def bounded(self, figure: Figure | None) -> str:
+        """The figure with its bound, as the table shows it."""
+        if self.by_speedup:
+            return figure_words(figure, "x", 2)
+        return figure_words(figure, digits=1)
+
+
+def chart_levels(steps: Sequence[TuneStep], best: Sequence[Best]) -> list[ChartLevel]:
+    """Per level, each depth's speedup where every depth at the level has one, else its
+    total tokens/s (the terminal's chart and the report's draw the same)."""
+    out = []
     for concurrency in sorted({lv.concurrency for s in steps for lv in s.levels}):
         at = [(s, lv) for s in steps for lv in s.levels if lv.concurrency == concurrency]
         by_speedup = all(lv.speedup for _, lv in at)
-        figures = [lv.speedup if by_speedup else lv.total_tokens_per_second for _, lv in at]
-        top = max((f.mean for f in figures if f), default=0.0)
-        measure = "speedup" if by_speedup else "total tok/s"
-        grid.add_row(Text(f"{concurrency} streams, {measure}:", style="bold"))
+        figures = [(s, lv.speedup if by_speedup else lv.total_tokens_per_second) for s, lv in at]
         winner = next((b.value for b in best if b.concurrency == concurrency), None)
-        for (step, _), figure in zip(at, figures, strict=True):
+        out.append(ChartLevel(concurrency, by_speedup, figures, winner))
+    return out
+
+
+def chart(steps: Sequence[TuneStep], best: Sequence[Best]) -> Table:
+    """Per level, a horizontal bar per depth, scaled to the level's largest."""
+    grid = Table.grid(padding=(0, 1))
+    for level in chart_levels(steps, best):
+        top = max((f.mean for _, f in level.figures if f), default=0.0)
+        grid.add_row(Text(f"{level.title}:", style="bold"))
+        for step, figure in level.figures:
             mean = figure.mean if figure else 0.0
-            style = "green" if step.value == winner else ("red" if not step.passed else "cyan")
+            style = "green" if step.value == level.best else ("red" if not step.passed else "cyan")
             bar = Bar(top or 1.0, 0, mean, width=BAR_WIDTH, color=style)
-            words = f"{mean:.2f}x" if by_speedup else f"{mean:.1f}"
-            grid.add_row(Text(f"  k={step.value:<3}"), bar, Text(words))
+            grid.add_row(Text(f"  k={step.value:<3}"), bar, Text(level.words(figure)))
     return grid
 
 

@@ -46,8 +46,8 @@ def fingerprint(
     except InputError:
         return None
     files = {n: target.frames[n] for n in FINGERPRINTED_TARGET_FILES if n in target.frames}
-    memories = [g.total_mib for g in gpus] if gpus is not None else None
-    return fingerprint_of(files, version, launch, gpus_text(memories))
+    named = [(g.name, g.total_mib) for g in gpus] if gpus is not None else None
+    return fingerprint_of(files, version, launch, gpus_text(named))
 
 
 def read_fingerprint(d: Deployment) -> Fingerprint | None:

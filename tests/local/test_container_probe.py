@@ -124,7 +124,7 @@ def test_target_facts_frame_gpus_disk_server_and_current(tmp_path: Path) -> None
     assert done.returncode == 0, done.stderr
     frames = parse_frames(done.stdout)
 
-    assert frames["gpus"] == b"--query-gpu=index,uuid,memory.total,memory.used,memory.free\n"
+    assert frames["gpus"] == b"--query-gpu=index,uuid,memory.total,memory.used,memory.free,name\n"
     assert (frames["gpus.rc"], frames["apps.rc"]) == (b"3", b"3")
     fs = os.statvfs(tmp_path)
     assert abs(int(frames["disk"]) - fs.f_bavail * fs.f_frsize // 1024) <= 64 * 1024

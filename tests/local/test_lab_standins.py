@@ -366,6 +366,7 @@ def test_streams_each_engine_step_as_vllm_and_the_gate_reads_it(
             "finish_reason": None,
         }
     ]
+    assert (role["prompt_token_ids"], role["prompt_text"]) == (None, None)
     assert list(chat_steps[-1]["choices"][0]) == [
         "index",
         "delta",
@@ -381,7 +382,8 @@ def test_streams_each_engine_step_as_vllm_and_the_gate_reads_it(
 def test_a_stream_without_include_usage_ends_on_its_last_step(
     container: ContainerPaths, started: list
 ) -> None:
-    """No usage chunk unless asked: the last event before [DONE] finishes the choice."""
+    """No usage chunk unless asked: the last event before [DONE] finishes the choice and
+    carries the fingerprint (the release the stand-in claims by default has one)."""
     server = wait_ready(start_vllm(started, container))
     events = stream(
         server.port, "/v1/completions", {"prompt": "hi", "stream": True, "max_tokens": 3}
@@ -391,6 +393,8 @@ def test_a_stream_without_include_usage_ends_on_its_last_step(
     assert [c["choices"][0]["text"] for c in steps] == ["the", " draft", " tokens"]  # no drafter
     assert steps[-1]["choices"][0]["finish_reason"] == "length"
     assert "usage" not in steps[-1]
+    assert steps[-1]["system_fingerprint"].startswith("vllm-")
+    assert ["system_fingerprint" in c for c in steps[:-1]] == [False, False]
 
 
 def test_without_speculative_config_there_are_no_spec_decode_series(

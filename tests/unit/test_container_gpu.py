@@ -23,15 +23,15 @@ GPU1 = "GPU-9a1b2c3d-4e5f-4a6b-8c7d-0e1f2a3b4c5d"
 def test_gpu_query_passes_the_path_as_one_argument() -> None:
     assert gpu_query("/opt/nv smi") == [
         "/opt/nv smi",
-        "--query-gpu=index,uuid,memory.total,memory.used,memory.free",
+        "--query-gpu=index,uuid,memory.total,memory.used,memory.free,name",
         "--format=csv,noheader,nounits",
     ]
 
 
 def test_gpus_from_nvidia_smi_csv() -> None:
     assert parse_gpus(captured("nvidia-smi-gpus.csv")) == [
-        Gpu(index=0, uuid=GPU0, total_mib=49140, used_mib=45872, free_mib=2827),
-        Gpu(index=1, uuid=GPU1, total_mib=49140, used_mib=1, free_mib=48598),
+        Gpu(0, GPU0, total_mib=49140, used_mib=45872, free_mib=2827, name="NVIDIA RTX A6000"),
+        Gpu(1, GPU1, total_mib=49140, used_mib=1, free_mib=48598, name="NVIDIA RTX A6000"),
     ]
     assert parse_gpus("") == []
 
@@ -55,6 +55,7 @@ def test_no_gpu_apps(text: str) -> None:
         "index, uuid, memory.total [MiB], memory.used [MiB], memory.free [MiB]\n",  # header
         f"0, {GPU0}, 49140 MiB, 1 MiB, 48598 MiB\n",  # units
         f"0, {GPU0}, 49140\n",  # fewer columns than asked for
+        f"0, {GPU0}, 49140, 1, 48598\n",  # no name: an older query's answer
         "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.\n",
     ],
 )

@@ -12,7 +12,7 @@ from recorded import record_json
 
 from orchestrator.errors import InputError
 from orchestrator.history import History
-from orchestrator.report import runpage
+from orchestrator.report import page, runpage
 
 HOSTILE = '<script>alert(1)</script><img src="http://evil.example/x.png">'
 
@@ -100,13 +100,13 @@ def history(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> History:
 
 def test_html_escapes_what_came_from_files_and_fetches_nothing(history: History) -> None:
     found, lines = runpage.load("20261203T120000Z-ab")
-    page_text = runpage.to_html(runpage.sections(found, lines))
-    page = Page()
-    page.feed(page_text)
-    assert "script" not in page.tags and "img" not in page.tags
-    assert page.urls == []
+    page_text = page.to_html(runpage.sections(found, lines))
+    parsed = Page()
+    parsed.feed(page_text)
+    assert "script" not in parsed.tags and "img" not in parsed.tags
+    assert parsed.urls == []
     assert "&lt;script&gt;" in page_text
-    assert page.tags.count("rect") == 6  # the failed gate's curve and the rollback's
+    assert parsed.tags.count("rect") == 6  # the failed gate's curve and the rollback's
     assert "mean acceptance length &gt;= 2.5, position-1 acceptance &gt;= 0.5" in page_text
 
 
@@ -114,7 +114,7 @@ def test_markdown_has_a_bar_chart_and_a_fence_longer_than_any_in_the_diff(
     history: History,
 ) -> None:
     found, lines = runpage.load("20261203T120000Z-abcdef")
-    text = runpage.markdown(runpage.sections(found, lines))
+    text = page.markdown(runpage.sections(found, lines))
     assert "  1 " + "#" * 2 + " " * 28 + " 0.08" in text  # 0.08 of 30 columns
     assert "````diff" in text
     assert "- **who**: ops" in text
@@ -131,7 +131,7 @@ def test_unknown_and_ambiguous_run_ids(history: History) -> None:
 
 def test_markdown_shows_markup_from_files_as_text(history: History) -> None:
     found, lines = runpage.load("20261203T120000Z-abcdef")
-    text = runpage.markdown(runpage.sections(found, lines))
+    text = page.markdown(runpage.sections(found, lines))
     outside_fences = text.split("````diff")[0]
     assert "<" not in outside_fences and "&lt;script>alert(1)&lt;/script>" in outside_fences
 
@@ -140,7 +140,7 @@ LOG_LINE = "ERROR ![x](http://198.51.100.1/x.png) [y](https://198.51.100.1/) \x1
 """A server log line with an image, a link and a terminal escape."""
 
 
-def hostile_log_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[runpage.Section]:
+def hostile_log_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[page.Section]:
     monkeypatch.setenv("ORCH_STATE_DIR", str(tmp_path))
     document = run()
     target = document["targets"][0]
@@ -155,11 +155,11 @@ def hostile_log_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[run
 def test_a_log_line_in_the_markdown_report_renders_as_its_text(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    text = runpage.markdown(hostile_log_run(tmp_path, monkeypatch))
+    text = page.markdown(hostile_log_run(tmp_path, monkeypatch))
     rendered = MarkdownIt("commonmark").render(text)
-    page = Page()
-    page.feed(rendered)
-    assert "img" not in page.tags and "a" not in page.tags and page.urls == []
+    parsed = Page()
+    parsed.feed(rendered)
+    assert "img" not in parsed.tags and "a" not in parsed.tags and parsed.urls == []
     assert "\x1b" not in text
     assert "![x](http://198.51.100.1/x.png)" in html.unescape(rendered)  # shown as it was
     assert "\\x1b[31mred" in html.unescape(rendered)
@@ -168,10 +168,10 @@ def test_a_log_line_in_the_markdown_report_renders_as_its_text(
 def test_a_log_line_in_the_html_report_is_text_without_terminal_escapes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    text = runpage.to_html(hostile_log_run(tmp_path, monkeypatch))
-    page = Page()
-    page.feed(text)
-    assert "img" not in page.tags and "a" not in page.tags and page.urls == []
+    text = page.to_html(hostile_log_run(tmp_path, monkeypatch))
+    parsed = Page()
+    parsed.feed(text)
+    assert "img" not in parsed.tags and "a" not in parsed.tags and parsed.urls == []
     assert "\x1b" not in text
     assert "\\x1b[31mred" in text
 
@@ -189,4 +189,4 @@ def test_a_log_line_in_the_html_report_is_text_without_terminal_escapes(
     ],
 )
 def test_markdown_text_escapes_what_could_be_markup(value: str, shown: str) -> None:
-    assert runpage.markdown_text(value) == shown
+    assert page.markdown_text(value) == shown

@@ -170,7 +170,9 @@ def test_an_expired_lease_is_taken_over() -> None:
 
 
 def test_the_wait_for_gpu_memory_says_what_each_short_gpu_has_free() -> None:
-    looks = iter([b"0, GPU-a, 49140, 48000, 1140\n", b"0, GPU-a, 49140, 100, 49040\n"])
+    looks = iter(
+        [b"0, GPU-a, 49140, 48000, 1140, NVIDIA L4\n", b"0, GPU-a, 49140, 100, 49040, NVIDIA L4\n"]
+    )
     transport = MemoryTransport().on(
         "gpu_query", lambda argv, _stdin: Result(tuple(argv), 0, next(looks), b"")
     )

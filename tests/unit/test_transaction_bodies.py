@@ -186,7 +186,7 @@ def stopped_old(site: Site) -> None:
 
 
 def one_gpu(site: Site) -> None:
-    site.container.gpus = "0, GPU-a, 49140, 100, 49040\n"
+    site.container.gpus = "0, GPU-a, 49140, 100, 49040, NVIDIA RTX A6000\n"
     site.on(OLD)
 
 
@@ -428,7 +428,7 @@ def test_a_dry_run_changes_nothing(
     site = Site(models)
     site.on(OLD)
     if gpus == 1:
-        site.container.gpus = "0, GPU-a, 49140, 100, 49040\n"
+        site.container.gpus = "0, GPU-a, 49140, 100, 49040, NVIDIA RTX A6000\n"
     before = dict(site.container.files)
 
     outcome = site.deploy(dry_run=True, force=force)

@@ -132,6 +132,8 @@ def tune_document(**fields: object) -> Tune:
     best = best_per_level(steps)
     base = {
         "playbook": "qwen-dflash",
+        "run_id": "run-t",
+        "started": "2026-12-04T18:00:00+00:00",
         "target": "ct200",
         "values": [2, 4],
         "result": "ok",
