@@ -260,7 +260,7 @@ class CheckedTarget(BaseModel):
 
 class Doctor(Document):
     kind: Literal["Doctor"] = "Doctor"
-    result: Literal["ok", "needs_attention"]
+    result: RunResult
     targets: list[CheckedTarget]
 
     @classmethod
@@ -291,6 +291,7 @@ class RunLog(Document):
     """`orch history --show RUN --json`: the run's log on this machine."""
 
     kind: Literal["RunLog"] = "RunLog"
+    result: RunResult = "ok"
     run_id: str
     path: str
     lines: list[str]

@@ -13,7 +13,7 @@ from pydantic import (
     model_serializer,
 )
 
-from orchestrator.contract import Document
+from orchestrator.contract import Document, RunResult
 from orchestrator.drafters.findings import Finding
 
 Envelope = Annotated[str | None, Field(exclude=True)]
@@ -108,6 +108,7 @@ class History(Document):
     words of older records in today's vocabulary)."""
 
     kind: Literal["History"] = "History"
+    result: RunResult = "ok"
     runs: list[RecordedRun]
 
     @classmethod

@@ -22,7 +22,7 @@ import yaml
 from labtools import LabHandle, free_network
 from orchrun import ROOT, RunResult, orch
 
-from orchestrator.contract import API_VERSION
+from orchestrator.contract import API_VERSION, run_result
 from orchestrator.documents import AnyDocument
 from orchestrator.lab.cluster import Lab
 from orchestrator.lab.paths import pid_alive
@@ -83,6 +83,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
         document = down.json
         AnyDocument.model_validate(document)
         assert document["kind"] == "LabDown" and document["stopped"]
+        assert document["result"] == "ok"
         assert not [pid for pid in document["stopped"] if pid_alive(pid)]
 
 
@@ -97,12 +98,14 @@ def keys_everywhere(value: Any) -> Iterator[str]:
 
 
 def checked(result: RunResult, kind: str, code: int = 0) -> dict[str, Any]:
-    """The one document on stdout, valid against the schema, with its envelope first."""
+    """The one document on stdout, valid against the schema, with its envelope first and
+    its `result` the exit code's word."""
     assert result.code == code, (result.code, result.stderr[-2000:])
     document = result.json
     AnyDocument.model_validate(document)
     assert list(document)[:2] == ENVELOPE
     assert (document["kind"], document["api_version"]) == (kind, API_VERSION)
+    assert document["result"] == run_result(code), (kind, document["result"], code)
     assert "container" not in set(keys_everywhere(document))
     return document
 
