@@ -39,6 +39,7 @@ Kind = Literal[
     "LabDown",
     "LabStatus",
     "Tune",
+    "Report",
     "Error",
 ]
 

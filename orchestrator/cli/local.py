@@ -146,21 +146,39 @@ def render(
     show_default=True,
     help="Markdown (a text chart) or one self-contained HTML page (an inline SVG chart).",
 )
-@click.option("-o", "--output", type=click.Path(path_type=Path), help="Write it to FILE.")
-def report(run_id: str, output_format: str, output: Path | None) -> None:
+@click.option(
+    "-o",
+    "--output",
+    metavar="FILE",
+    help="Write it to FILE (`-o json`: print the run's document, as --json does).",
+)
+@file_json_option
+def report(run_id: str, output_format: str, output: str | None, as_json: bool) -> None:
     """One run to share, from the local history and run log: who, when, what changed,
     each container's steps and gate per phase (threshold, bound, acceptance curve), the
     rollback and the errors."""
-    from orchestrator.report import runpage
+    from click.core import ParameterSource
 
-    run, lines = runpage.load(run_id)
-    parts = runpage.sections(run, lines)
-    page = runpage.to_html(parts) if output_format == "html" else runpage.markdown(parts)
+    from orchestrator.documents.report import Report
+    from orchestrator.history import History
+    from orchestrator.report import runpage, screen
+
+    if output == "json":  # kubectl's spelling, as the other commands take it
+        as_json, output = True, None
+    ctx = click.get_current_context()
+    if as_json and ctx.get_parameter_source("output_format") == ParameterSource.COMMANDLINE:
+        raise click.UsageError("--json prints the run's document: it takes no --format")
+    document = Report.of(History().find(run_id))
+    if as_json:
+        page = screen.json_text(document) + "\n"
+    else:
+        parts = runpage.sections(document)
+        page = runpage.to_html(parts) if output_format == "html" else runpage.markdown(parts)
     if output is None:
         click.echo(page, nl=False)
         return
     try:
-        output.write_text(page, encoding="utf-8")
+        Path(output).write_text(page, encoding="utf-8")
     except OSError as exc:
         raise InputError(f"{output}: cannot write the report: {exc.strerror}") from None
     click.echo(f"wrote {output}", err=True)

@@ -113,6 +113,9 @@ class History(Document):
 
     @classmethod
     def of(cls, runs: list[RecordedRun]) -> History:
-        return cls(
-            runs=[run.model_copy(update={"result": run.result.replace(" ", "_")}) for run in runs]
-        )
+        return cls(runs=[in_todays_words(run) for run in runs])
+
+
+def in_todays_words(run: RecordedRun) -> RecordedRun:
+    """`run` with its result in today's vocabulary (older records: `not applied`)."""
+    return run.model_copy(update={"result": run.result.replace(" ", "_")})

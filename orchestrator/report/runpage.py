@@ -1,8 +1,9 @@
 """`orch report RUN_ID`: one run as a self-contained page to share (Markdown or HTML).
 
-Read from the local history (the run's document, with the files' diff it read) and
-the run's log (the time of each step); nothing is fetched. The page is built from
-sections of plain data (`sections`), then written out by a renderer: in Markdown
+Built from the run's `Report` document (documents/report.py: the run's document in
+the local history, with the files' diff it read, and the time of each step from the
+run's log); nothing is fetched. The page is built from sections of plain data
+(`sections`), then written out by a renderer: in Markdown
 (a text bar chart for the acceptance curve) or in HTML (an inline SVG; every value
 escaped, no resource outside the page).
 """
@@ -14,10 +15,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator import runlog
-from orchestrator.documents.history import RecordedRun, RecordedTarget
-from orchestrator.errors import InputError
-from orchestrator.history import History
+from orchestrator.documents.history import RecordedTarget
+from orchestrator.documents.report import Report, TimedStep
 from orchestrator.report.run import source_words
 from orchestrator.report.screen import printable
 
@@ -48,26 +47,6 @@ class Section:
     code: str | None = None
     notes: list[str] = field(default_factory=list)
     level: int = 2
-
-
-def load(run_id: str) -> tuple[RecordedRun, list[str]]:
-    """The run's recorded document and its log's lines (none once the log is pruned)."""
-    run = History().find(run_id)
-    try:
-        lines = runlog.read(run.run_id).lines
-    except InputError:
-        lines = []
-    return run, lines
-
-
-def step_times(lines: list[str]) -> dict[str, list[tuple[str, str]]]:
-    """Per container, (time, step) of each step line of the run's log."""
-    steps: dict[str, list[tuple[str, str]]] = {}
-    for line in lines:
-        parts = line.split(" ", 3)
-        if len(parts) == 4 and parts[3].startswith("step: "):
-            steps.setdefault(parts[2], []).append((parts[0], parts[3].removeprefix("step: ")))
-    return steps
 
 
 def _number(value: Any, digits: int = 2) -> str:
@@ -129,8 +108,9 @@ def _gate_section(title: str, gate: dict[str, Any]) -> Section:
     return section
 
 
-def sections(run: RecordedRun, lines: list[str]) -> list[Section]:
+def sections(report: Report) -> list[Section]:
     """The report's content, renderer-neutral."""
+    run = report.run
     overview = Section(f"{run.command} {run.playbook}: {run.result}", level=1)
     overview.facts = [
         ("run", run.run_id),
@@ -161,13 +141,12 @@ def sections(run: RecordedRun, lines: list[str]) -> list[Section]:
         )
     )
     out = [overview]
-    timeline = step_times(lines)
     for target in run.targets:
-        out += _target_sections(target, timeline.get(target.name, []))
+        out += _target_sections(target, report.timeline(target.name))
     return out
 
 
-def _target_sections(target: RecordedTarget, timeline: list[tuple[str, str]]) -> list[Section]:
+def _target_sections(target: RecordedTarget, timeline: list[TimedStep]) -> list[Section]:
     name = target.name
     section = Section(f"{name}: {target.result}", level=2)
     if target.error:
@@ -179,7 +158,7 @@ def _target_sections(target: RecordedTarget, timeline: list[tuple[str, str]]) ->
     seconds = target.steps
     section.tables.append(Table(["step", "seconds"], [[k, f"{v:.2f}"] for k, v in seconds.items()]))
     if timeline:
-        section.tables.append(Table(["time", "step"], [[t, s] for t, s in timeline]))
+        section.tables.append(Table(["time", "step"], [[s.time, s.step] for s in timeline]))
     if target.findings:
         section.tables.append(
             Table(

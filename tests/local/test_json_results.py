@@ -4,14 +4,18 @@ bad input (the Error document) alike."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 from orchrun import PLAIN, ROOT
 from orchrun import orch as run_orch
+from recorded import record_json
+from rundocs import deploy_run
 
-from orchestrator.contract import run_result
+from orchestrator.contract import jsonable, run_result
 from orchestrator.documents import AnyDocument
+from orchestrator.history import History
 
 DRAFTERS = Path(__file__).parent.parent / "fixtures" / "drafters"
 EXAMPLE = str(ROOT / "inventories" / "example.yaml")
@@ -56,3 +60,37 @@ def test_the_result_is_the_exit_codes_word(command: str, tmp_path: Path) -> None
     AnyDocument.model_validate(document)
     assert document["kind"] == kind
     assert document["result"] == run_result(code)
+
+
+@pytest.fixture
+def recorded_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """A state dir whose history holds one deploy run: the environment to run orch in."""
+    monkeypatch.setenv("ORCH_STATE_DIR", str(tmp_path))
+    record_json(History(), jsonable(deploy_run([], run_id=RUN_ID)), "deploy", "ops")
+    return {**PLAIN, "ORCH_STATE_DIR": str(tmp_path)}
+
+
+RUN_ID = "20261204T100000Z-abcdef"
+
+
+def test_report_json_is_the_runs_document_and_o_json_says_the_same(
+    recorded_run: dict[str, str], tmp_path: Path
+) -> None:
+    printed = run_orch("report", RUN_ID[:12], "--json", env=recorded_run)
+    assert printed.code == 0, str(printed)
+    document = printed.json
+    AnyDocument.model_validate(document)
+    assert (document["kind"], document["result"]) == ("Report", run_result(0))
+    assert document["run"]["run_id"] == RUN_ID and document["run"]["user"] == "ops"
+    assert run_orch("report", RUN_ID, "-o", "json", env=recorded_run).json == document
+    assert not (ROOT / "json").exists()
+    written = tmp_path / "report.json"
+    to_file = run_orch("report", RUN_ID, "--json", "-o", str(written), env=recorded_run)
+    assert to_file.code == 0 and to_file.stdout == ""
+    assert json.loads(written.read_text()) == document
+
+
+def test_report_json_takes_no_format(recorded_run: dict[str, str]) -> None:
+    refused = run_orch("report", RUN_ID, "--json", "--format", "html", env=recorded_run)
+    assert refused.code == 2 and "--format" in refused.stderr
+    assert (refused.json["kind"], refused.json["result"]) == ("Error", "bad_input")
