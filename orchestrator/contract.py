@@ -72,6 +72,7 @@ TargetState = Literal[
     "nothing_deployed",
     "deploying",
     "stopped",
+    "crashed",
     "unhealthy",
     "interrupted",
     "unreachable",

@@ -142,6 +142,9 @@ class StatusTarget(FleetTarget):
     """/health's status; None when the server is not running or did not answer."""
     error: Annotated[str | None, OnlyWhenSet] = None
     """Only when `current` names a release whose dir is missing."""
+    log_end: Annotated[str | None, OnlyWhenSet] = None
+    """Only when the recorded server's process is gone (`crashed`): its log's last line
+    (its exit status is not recorded: the log says why it ended)."""
     state: TargetState
 
 

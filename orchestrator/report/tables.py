@@ -362,11 +362,13 @@ def deploying_words(run: Deploying) -> str:
 
 
 def server_words(target: StatusTarget) -> str:
-    """`running pid 1234`, `stopped` (also by `orch stop`, which removes the PID
-    record), or `not started`."""
+    """`running pid 1234`, `exited pid 1234` (its process gone, orch did not stop it),
+    `stopped` (by `orch stop`, which removes the PID record), or `not started`."""
     if target.server == "running":
         return f"running pid {target.pid}"
-    if target.server == "stopped" or target.state == "stopped":
+    if target.server == "stopped":
+        return f"exited pid {target.pid}"
+    if target.state == "stopped":
         return "stopped"
     return "not started" if target.server == "none" else ""
 
@@ -411,6 +413,9 @@ def _status_notes(t: StatusTarget | UnreachedStatus) -> list[tuple[str, str]]:
         return [(f"{t.name}: error: {t.error}", "red")]
     notes = [(f"{t.name}: deploying: {deploying_words(t.deploying)}", "")] if t.deploying else []
     notes += [(f"{t.name}: interrupted: {t.interrupted}", "red")] if t.interrupted else []
+    if t.state == "crashed":
+        ends = f"; its log ends: {t.log_end}" if t.log_end else ""
+        notes.append((f"{t.name}: crashed: the server exited, not stopped by orch{ends}", "red"))
     return notes + ([(f"{t.name}: error: {t.error}", "red")] if t.error else [])
 
 
