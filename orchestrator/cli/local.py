@@ -3,6 +3,7 @@ explain, alerts, completion and report."""
 
 from __future__ import annotations
 
+import shlex
 import sys
 from pathlib import Path
 
@@ -75,7 +76,11 @@ def history(
         raise InputError("--steps goes with --show RUN_ID")
     after = moment(since, "--since") if since else None
     runs = HistoryDocument.of(History().last(count, playbook_name, after, inventory_file))
-    screen.print_json(runs) if as_json else tables.print_history(runs)
+    if as_json:
+        screen.print_json(runs)
+        return
+    given = {"--playbook": playbook_name, "--since": since, "--inventory": inventory_file}
+    tables.print_history(runs, [shlex.join([name, str(v)]) for name, v in given.items() if v])
 
 
 @click.command()

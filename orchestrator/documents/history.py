@@ -59,6 +59,12 @@ class RecordedTarget(Recorded):
     """The files' diff a deploy read (deploys only)."""
 
     @property
+    def ended_on(self) -> str | None:
+        """The release the run left the container on: `current`; records from before
+        runs kept it have only the release they attempted."""
+        return self.current if "current" in self.model_fields_set else self.release
+
+    @property
     def files_diff(self) -> str | None:
         """The files' diff the run read: a deploy's `changes`; records from before
         deploys kept it have only what `--diff` showed."""

@@ -30,6 +30,7 @@ from orchestrator.documents.local import Findings, Profiles
 from orchestrator.drafters.findings import Severity
 from orchestrator.durations import ago
 from orchestrator.probes.sampling import describe
+from orchestrator.report.run import attempted
 from orchestrator.report.screen import (
     Cell,
     Column,
@@ -277,6 +278,7 @@ HISTORY_COLUMNS = [
     Column("CONTAINER", identifier=True),
     Column("RESULT"),
     Column("RELEASE", identifier=True),
+    Column("ATTEMPTED", identifier=True),
     Column("MEAN LENGTH", drop=2, justify="right"),
     Column("POS-1", drop=6, justify="right"),
     Column("SAMPLING", drop=11),
@@ -291,9 +293,12 @@ HISTORY_COLUMNS = [
 ]
 
 
-def print_history(doc: History) -> None:
+def print_history(doc: History, filters: list[str]) -> None:
     """One row per run and container; on a terminal a run's own fields on its first
-    row only, in a pipe on every row (`orch history | grep ct200` keeps the run id)."""
+    row only, in a pipe on every row (`orch history | grep ct200` keeps the run id).
+    RELEASE is where the container ended, ATTEMPTED the release tried when it is not
+    there, as in a run's own table. `filters`: the options that chose the runs
+    (`--playbook nope`), named when no run matched them."""
     out = console()
     rows: list[list[Cell]] = []
     for run in doc.runs:
@@ -317,7 +322,8 @@ def print_history(doc: History) -> None:
                     text(run.run_id) if first else Text(""),
                     text(target.name),
                     text(words(target.result)),
-                    text(target.release or ""),
+                    text(target.ended_on or ""),
+                    text(attempted(target.release, target.ended_on, target.result) or ""),
                     mean_length(gate.get("mean_acceptance_length")),
                     _position1(gate),
                     _sampling(gate),
@@ -327,7 +333,13 @@ def print_history(doc: History) -> None:
             )
             first = not out.is_terminal  # a pipe: every line a whole record, for grep
     if not rows:
-        out.print("no runs recorded yet")
+        out.print(
+            text(
+                f"no recorded run matches {' '.join(filters)}"
+                if filters
+                else "no runs recorded yet"
+            )
+        )
         return
     out.print(fitted_table(out, HISTORY_COLUMNS, rows), crop=False)
 
