@@ -324,9 +324,10 @@ def doctor(
         inventory = load_inventory(inventory_path)
         plans, errors = plan_each(book, inventory, limit)
         planned = {p.container for p in plans} | set(errors)
-        names = [n for n in inventory.select(book.targets) if n in planned]
+        targets = inventory.select(book.targets, "the playbook's targets")
+        names = [n for n in targets if n in planned]
         checks = run_doctor(inventory, names, connect, book, plans, errors)
     else:
         inventory = load_inventory(inventory_path)
-        checks = run_doctor(inventory, inventory.select(limit), connect)
+        checks = run_doctor(inventory, inventory.select(limit, "--limit"), connect)
     return fleet_documents.Doctor.of(checks), exit_code(checks)
