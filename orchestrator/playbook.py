@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import difflib
 import types
 import typing
 from collections.abc import Sequence
@@ -541,9 +542,11 @@ def check_settable(model: type[BaseModel], parts: tuple[str, ...], assignment: s
             raise InputError(f"--set {assignment!r}: {here} is not a section with fields")
         fields = {n: f for n, f in current.model_fields.items() if not f.exclude}
         if part not in fields:
+            close = difflib.get_close_matches(part, list(fields), n=1)
+            meant = ".".join([*parts[:depth], close[0]]) if close else None
             raise InputError(
                 f"--set {assignment!r}: unknown field {'.'.join(parts[: depth + 1])!r} "
-                f"(fields here: {', '.join(fields)})"
+                + (f"(did you mean {meant!r}?)" if meant else f"(fields here: {', '.join(fields)})")
             )
         current = _unwrap(fields[part].annotation)
         if typing.get_origin(current) is dict:
