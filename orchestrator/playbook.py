@@ -495,6 +495,17 @@ def find_playbook(name_or_path: str) -> Path:
     raise InputError(f"no playbook {name_or_path!r} (known: {known})")
 
 
+def command_name(playbook: Playbook) -> str:
+    """How a printed command names `playbook` so that it runs as printed: its name when
+    that finds this very file among the shipped playbooks, else its path as given."""
+    shipped = PLAYBOOK_DIR / f"{playbook.name}.yaml"
+    if not playbook.source or (
+        shipped.exists() and Path(playbook.source).resolve() == shipped.resolve()
+    ):
+        return playbook.name
+    return playbook.source
+
+
 def load_playbook(path: Path, assignments: Sequence[str] = ()) -> Playbook:
     """Load a playbook and apply `--set dotted.path=VALUE` overrides (VALUE is YAML)."""
     document = load_yaml_file(path)

@@ -7,6 +7,7 @@ the target, so a failed preflight leaves it exactly as it was.
 from __future__ import annotations
 
 import json
+import shlex
 import struct
 import threading
 from collections.abc import Callable
@@ -219,17 +220,21 @@ def judge(
 class Others:
     """How preflight speaks of other playbooks' servers on the container: the one a
     `deploy --replace` stops first (then what it holds is no error), and the inventory
-    the commands that free them name."""
+    and playbook (`playbook.command_name`: a path when given by one) the commands that
+    free them name, so each runs as printed."""
 
     replaced: str | None = None
     inventory: str = "INVENTORY"
+    playbook: str | None = None
+    """The playbook checked, as a command names it; None: by its name."""
 
     def frees(self, plan: TargetPlan, siblings: list[probe.Sibling]) -> str:
         held = ", ".join(f"{s.name}'s server (pid {s.pid})" for s in siblings)
-        where = f"-i {self.inventory} --limit {plan.container}"
-        stops = " and ".join(f"`orch stop {s.name} {where}`" for s in siblings)
+        where = shlex.join(["-i", self.inventory, "--limit", plan.container])
+        stops = " and ".join(f"`{shlex.join(['orch', 'stop', s.name])} {where}`" for s in siblings)
+        mine = shlex.quote(self.playbook or plan.playbook)
         switch = (
-            f"`orch deploy {plan.playbook} {where} --replace {siblings[0].name}`"
+            f"`orch deploy {mine} {where} --replace {shlex.quote(siblings[0].name)}`"
             if len(siblings) == 1
             else ""
         )

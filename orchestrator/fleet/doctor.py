@@ -26,7 +26,7 @@ from orchestrator.drafters.findings import Severity
 from orchestrator.errors import HostKeyError, InputError, OrchError, TransportError
 from orchestrator.inventory import Inventory, load_inventory
 from orchestrator.plan import MissingVars, TargetPlan, plan_each
-from orchestrator.playbook import Playbook, find_playbook, load_playbook
+from orchestrator.playbook import Playbook, command_name, find_playbook, load_playbook
 from orchestrator.proxmox import (
     container_status,
     parse_container_status,
@@ -216,7 +216,9 @@ class Doctor:
             server.tensor_parallel_size,
             server.num_speculative_tokens,
             self.playbook.gate.probe.sampling,
-            preflight.Others(inventory=self.inventory.source),  # hints name the real file
+            preflight.Others(  # hints name the real files
+                inventory=self.inventory.source, playbook=command_name(self.playbook)
+            ),
         )
         for finding in findings:
             expected = "" if finding.expected is None else f"expected {finding.expected}"

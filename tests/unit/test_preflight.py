@@ -19,7 +19,7 @@ from orchestrator.drafters.profiles import get_profile, target_files
 from orchestrator.inventory import load_inventory
 from orchestrator.lab.models import dflash_layout
 from orchestrator.plan import TargetPlan, plan_deploy
-from orchestrator.playbook import load_playbook
+from orchestrator.playbook import command_name, find_playbook, load_playbook
 from orchestrator.preflight import (
     INDEX_FILE,
     MIN_FREE_DISK_KIB,
@@ -382,3 +382,29 @@ def test_the_server_version_judges_the_release(facts: Facts, plan: TargetPlan) -
     [warning] = judge(unknown, plan, TP, SPEC_TOKENS)
     assert warning.severity == Severity.WARNING
     assert "exit 127: vllm: not found" in warning.message
+
+
+def test_the_commands_that_free_a_port_name_a_playbook_given_by_path_by_its_path(
+    facts: Facts, plan: TargetPlan
+) -> None:
+    """A hint runs as printed: the playbook as given (quoted), the inventory quoted."""
+    busy = dataclasses.replace(
+        facts, port_taken=True, siblings=[Sibling("qwen-mtp", 4242, plan.port)]
+    )
+    others = Others(inventory="my inv.yaml", playbook="books/my dflash.yaml")
+
+    [finding] = judge(busy, plan, TP, SPEC_TOKENS, others=others)
+
+    where = "-i 'my inv.yaml' --limit ct129"
+    assert f"`orch stop qwen-mtp {where}`" in finding.message
+    assert f"`orch deploy 'books/my dflash.yaml' {where} --replace qwen-mtp`" in finding.message
+
+
+def test_a_printed_command_names_a_shipped_playbook_by_name_and_another_by_path(
+    tmp_path: Path,
+) -> None:
+    shipped = load_playbook(find_playbook("qwen-dflash"))
+    assert command_name(shipped) == "qwen-dflash"
+    copy = tmp_path / "qwen-dflash.yaml"
+    copy.write_text(Path(shipped.source).read_text())
+    assert command_name(load_playbook(copy)) == str(copy)
