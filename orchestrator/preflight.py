@@ -11,7 +11,7 @@ import shlex
 import struct
 import threading
 from collections.abc import Callable
-from concurrent.futures import Future
+from concurrent.futures import Future, wait
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -48,6 +48,8 @@ T = TypeVar("T")
 INDEX_FILE = "model.safetensors.index.json"
 MIN_FREE_DISK_KIB = 64 * 1024
 MIN_FREE_GPU_SHARE = 0.5
+WAITING_SAY_SECONDS = 1.0
+"""How often preflight says it still waits for the server's own check."""
 
 
 @dataclass(frozen=True)
@@ -107,11 +109,18 @@ def started(work: Callable[[], T]) -> Future[T]:
     return future
 
 
-def gather(transport: Transport, plan: TargetPlan, nvidia_smi: str) -> Facts:
+def gather(
+    transport: Transport,
+    plan: TargetPlan,
+    nvidia_smi: str,
+    waiting: Callable[[str], None] = lambda _: None,
+) -> Facts:
     """Three commands (the two model dirs, then the small facts together), when no
     server of ours runs one probe of the port, and beside them all the server's own dry
     run, which imports vLLM (15-35 s on a CPU) and says its version; `vllm --version`
-    runs after it only when the dry run could not run or find a version."""
+    runs after it only when the dry run could not run or find a version. While the
+    dry run is all that is left, `waiting` hears what is waited for, each
+    WAITING_SAY_SECONDS (the step view's heartbeat shows it, in a pipe too)."""
     launch = read_launch(plan.files[LAUNCH_SCRIPT].decode("utf-8", "replace"), plan.release_id)
     server_said = started(
         lambda: ask_server(transport, plan, launch) if launch.executable else None
@@ -130,6 +139,9 @@ def gather(transport: Transport, plan: TargetPlan, nvidia_smi: str) -> Facts:
             port_taken = True
         except ServiceUnavailable:
             port_taken = False
+    while not server_said.done():
+        waiting(f"waiting for {plan.vllm}'s own check of the launch (it imports vLLM)")
+        wait([server_said], timeout=WAITING_SAY_SECONDS)
     server_check = server_said.result()
     version, version_error = _server_version(transport, plan, server_check)
     return Facts(

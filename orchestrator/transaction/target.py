@@ -250,7 +250,7 @@ class TargetRun:
     def _preflight(self) -> preflight.Facts:
         d, out = self.d, self.d.outcome
         with d.step("preflight"):
-            facts = preflight.gather(d.transport, d.plan, d.nvidia_smi)
+            facts = preflight.gather(d.transport, d.plan, d.nvidia_smi, d.tick("preflight"))
         server = d.playbook.server
         out.findings = preflight.judge(
             facts,
