@@ -47,6 +47,7 @@ from orchestrator.errors import InputError
     type=click.Path(path_type=Path),
     help="Only runs on this inventory file (the cluster it describes).",
 )
+@click.option("--container", metavar="NAME", help="Only runs with this container among theirs.")
 @json_option
 def history(
     count: int,
@@ -55,6 +56,7 @@ def history(
     playbook_name: str | None,
     since: str | None,
     inventory_file: Path | None,
+    container: str | None,
     as_json: bool,
 ) -> None:
     """Runs from the local history: when, who, what, and each target's outcome."""
@@ -75,11 +77,18 @@ def history(
     if steps_only:
         raise InputError("--steps goes with --show RUN_ID")
     after = moment(since, "--since") if since else None
-    runs = HistoryDocument.of(History().last(count, playbook_name, after, inventory_file))
+    runs = HistoryDocument.of(
+        History().last(count, playbook_name, after, inventory_file, container)
+    )
     if as_json:
         screen.print_json(runs)
         return
-    given = {"--playbook": playbook_name, "--since": since, "--inventory": inventory_file}
+    given = {
+        "--playbook": playbook_name,
+        "--since": since,
+        "--inventory": inventory_file,
+        "--container": container,
+    }
     tables.print_history(runs, [shlex.join([name, str(v)]) for name, v in given.items() if v])
 
 

@@ -144,6 +144,7 @@ def test_every_command_prints_one_document_of_the_contract(fleet: Fleet) -> None
             0,
         ),
         "History": (fleet.orch("history", "--json"), 0),
+        "Report": (fleet.orch("report", fleet.runs["deploy"].json["run_id"], "--json"), 0),
         "Profiles": (fleet.orch("profiles", "--json"), 0),
         "Render": (fleet.pb("render", "--json"), 0),
         "Doctor": (fleet.pb("doctor", "--json"), 0),
@@ -175,6 +176,9 @@ def test_every_command_prints_one_document_of_the_contract(fleet: Fleet) -> None
     assert {t["name"]: t["current"] for t in documents["Releases"]["targets"]} == deployed
     assert all(t["lines"] for t in documents["Logs"]["targets"])
     assert documents["RunLog"]["run_id"] == documents["DeployRun"]["run_id"]
+    report = documents["Report"]
+    assert report["run"]["run_id"] == documents["DeployRun"]["run_id"]
+    assert {s["name"] for s in report["steps"] if s["step"] == "preflight"} == names
     assert any("ct200" in line and "preflight" in line for line in documents["RunLog"]["lines"])
     (first_run,) = [r for r in documents["Releases"]["runs"] if r["action"] == "deploy"][-1:]
     assert {t["name"]: t["release"] for t in first_run["targets"]} == deployed
