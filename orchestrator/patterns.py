@@ -30,6 +30,7 @@ _REPEATS = (regex_parser.MAX_REPEAT, regex_parser.MIN_REPEAT, regex_parser.POSSE
 _BACKREFS = (regex_parser.GROUPREF, regex_parser.GROUPREF_EXISTS)
 
 Role = Literal["include", "intersect", "exclude"]
+_MODIFIERS: dict[str, Role] = {"!": "exclude", "&": "intersect"}
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,7 @@ def items(patterns: Iterable[str], given_as: str) -> list[Item]:
 
 
 def _item(text: str, given_as: str) -> Item:
-    role: Role = {"!": "exclude", "&": "intersect"}.get(text[0], "include")  # type: ignore[assignment]
+    role = _MODIFIERS.get(text[0], "include")
     body = text[1:] if role != "include" else text
     if body.startswith("~"):
         regex = safe_regex(body[1:], f"{given_as} {text!r}")
