@@ -39,6 +39,7 @@ Kind = Literal[
     "LabDown",
     "LabStatus",
     "Tune",
+    "Report",
     "Error",
 ]
 
@@ -71,6 +72,7 @@ TargetState = Literal[
     "nothing_deployed",
     "deploying",
     "stopped",
+    "crashed",
     "unhealthy",
     "interrupted",
     "unreachable",

@@ -94,10 +94,12 @@ class History:
         playbook: str | None = None,
         since: datetime | None = None,
         inventory: Path | None = None,
+        container: str | None = None,
     ) -> list[RecordedRun]:
         """The newest runs first, each as recorded plus who ran what; only those of
-        `playbook`, started at or after `since`, or run on `inventory` (the file, by its
-        absolute path; runs recorded before runs named their inventory have none). A
+        `playbook`, started at or after `since`, run on `inventory` (the file, by its
+        absolute path; runs recorded before runs named their inventory have none), or
+        with `container` among their targets. A
         store that cannot be read (full disk, not a database, a row that is not JSON) is
         an error naming it, never a traceback."""
         if not self.path.exists():
@@ -112,6 +114,12 @@ class History:
         if inventory is not None:
             where.append("json_extract(document, '$.inventory') = ?")
             values.append(str(inventory.resolve()))
+        if container is not None:
+            where.append(
+                "EXISTS (SELECT 1 FROM json_each(document, '$.targets') "
+                "WHERE json_extract(value, '$.name') = ?)"
+            )
+            values.append(container)
         return self._runs(
             f"SELECT user, command, document FROM runs WHERE {' AND '.join(where)} "
             "ORDER BY started DESC, rowid DESC LIMIT ?",

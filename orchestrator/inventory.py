@@ -7,14 +7,13 @@ the host, then `defaults`.
 
 from __future__ import annotations
 
-import fnmatch
-import re
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, ConfigDict, Field
 
+from orchestrator import patterns as host_patterns
 from orchestrator.errors import InputError
 from orchestrator.schema import Name, Port, Schema, validate_document
 from orchestrator.transport.login import JUMP
@@ -217,37 +216,28 @@ class Inventory(Schema):
         "dotted field.",
     )
 
-    def select(self, patterns: Iterable[str]) -> list[str]:
-        """Container names matching Ansible-style patterns, in inventory order, no repeats.
+    def select(self, patterns: Iterable[str], given_as: str) -> list[str]:
+        """Container names matching Ansible-style patterns (`patterns.py`), in inventory
+        order, no repeats; `given_as` names where the patterns came from (`--limit`)."""
+        ordered = host_patterns.items(patterns, given_as)
+        plain = [self._matching(item) for item in ordered if item.role == "include"]
+        chosen = set().union(*plain) if plain else set(self.containers)
+        for item in ordered:
+            if item.role == "intersect":
+                chosen &= self._matching(item)
+            elif item.role == "exclude":
+                chosen -= self._matching(item)
+        return [name for name in self.containers if name in chosen]
 
-        Each pattern is a comma (or colon) separated list of container names, group
-        names or globs of either (`ct20*`); `!item` excludes what `item` matches. With
-        only exclusions, they are taken from every container.
-        """
-        items = [item.strip() for pattern in patterns for item in re.split(r"[,:]", pattern)]
-        included: set[str] = set()
-        excluded: set[str] = set()
-        has_inclusion = False
-        for item in filter(None, items):
-            negated = item.startswith("!")
-            names = self._matching(item[1:] if negated else item)
-            if negated:
-                excluded |= names
-            else:
-                included |= names
-                has_inclusion = True
-        if not has_inclusion:
-            included = set(self.containers)
-        return [name for name in self.containers if name in included - excluded]
-
-    def _matching(self, item: str) -> set[str]:
-        """Containers named by one item: a container, a group, or a glob over either."""
-        names = {name for name in self.containers if fnmatch.fnmatchcase(name, item)}
-        for group in (g for g in self.groups if fnmatch.fnmatchcase(g, item)):
+    def _matching(self, item: host_patterns.Item) -> set[str]:
+        """Containers named by one item: a container, a group, or a glob or regular
+        expression over either."""
+        names = {name for name in self.containers if item.matches(name)}
+        for group in (g for g in self.groups if item.matches(g)):
             names.update(self.groups[group])
         if not names:
             raise InputError(
-                f"{self.source}: no container or group matches {item!r} "
+                f"{self.source}: no container or group matches {item.text!r} "
                 f"(containers: {', '.join(self.containers)}; groups: {', '.join(self.groups)})"
             )
         return names

@@ -331,9 +331,9 @@ def plan_each(
     secret_values: dict[str, str] | None = None,
 ) -> tuple[list[TargetPlan], dict[str, InputError]]:
     """Each target container's plan, or the error that stopped it."""
-    names = inventory.select(playbook.targets)
+    names = inventory.select(playbook.targets, "the playbook's targets")
     if limit:
-        chosen = set(inventory.select(limit))
+        chosen = set(inventory.select(limit, "--limit"))
         names = [n for n in names if n in chosen]
         if not names:
             raise InputError(f"--limit {' '.join(limit)}: no container of the playbook's targets")

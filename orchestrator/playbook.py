@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import difflib
 import types
 import typing
 from collections.abc import Sequence
@@ -495,6 +496,17 @@ def find_playbook(name_or_path: str) -> Path:
     raise InputError(f"no playbook {name_or_path!r} (known: {known})")
 
 
+def command_name(playbook: Playbook) -> str:
+    """How a printed command names `playbook` so that it runs as printed: its name when
+    that finds this very file among the shipped playbooks, else its path as given."""
+    shipped = PLAYBOOK_DIR / f"{playbook.name}.yaml"
+    if not playbook.source or (
+        shipped.exists() and Path(playbook.source).resolve() == shipped.resolve()
+    ):
+        return playbook.name
+    return playbook.source
+
+
 def load_playbook(path: Path, assignments: Sequence[str] = ()) -> Playbook:
     """Load a playbook and apply `--set dotted.path=VALUE` overrides (VALUE is YAML)."""
     document = load_yaml_file(path)
@@ -542,9 +554,11 @@ def check_settable(model: type[BaseModel], parts: tuple[str, ...], assignment: s
             raise InputError(f"--set {assignment!r}: {here} is not a section with fields")
         fields = {n: f for n, f in current.model_fields.items() if not f.exclude}
         if part not in fields:
+            close = difflib.get_close_matches(part, list(fields), n=1)
+            meant = ".".join([*parts[:depth], close[0]]) if close else None
             raise InputError(
                 f"--set {assignment!r}: unknown field {'.'.join(parts[: depth + 1])!r} "
-                f"(fields here: {', '.join(fields)})"
+                + (f"(did you mean {meant!r}?)" if meant else f"(fields here: {', '.join(fields)})")
             )
         current = _unwrap(fields[part].annotation)
         if typing.get_origin(current) is dict:

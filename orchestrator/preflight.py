@@ -7,10 +7,11 @@ the target, so a failed preflight leaves it exactly as it was.
 from __future__ import annotations
 
 import json
+import shlex
 import struct
 import threading
 from collections.abc import Callable
-from concurrent.futures import Future
+from concurrent.futures import Future, wait
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -47,6 +48,8 @@ T = TypeVar("T")
 INDEX_FILE = "model.safetensors.index.json"
 MIN_FREE_DISK_KIB = 64 * 1024
 MIN_FREE_GPU_SHARE = 0.5
+WAITING_SAY_SECONDS = 1.0
+"""How often preflight says it still waits for the server's own check."""
 
 
 @dataclass(frozen=True)
@@ -106,11 +109,18 @@ def started(work: Callable[[], T]) -> Future[T]:
     return future
 
 
-def gather(transport: Transport, plan: TargetPlan, nvidia_smi: str) -> Facts:
+def gather(
+    transport: Transport,
+    plan: TargetPlan,
+    nvidia_smi: str,
+    waiting: Callable[[str], None] = lambda _: None,
+) -> Facts:
     """Three commands (the two model dirs, then the small facts together), when no
     server of ours runs one probe of the port, and beside them all the server's own dry
     run, which imports vLLM (15-35 s on a CPU) and says its version; `vllm --version`
-    runs after it only when the dry run could not run or find a version."""
+    runs after it only when the dry run could not run or find a version. While the
+    dry run is all that is left, `waiting` hears what is waited for, each
+    WAITING_SAY_SECONDS (the step view's heartbeat shows it, in a pipe too)."""
     launch = read_launch(plan.files[LAUNCH_SCRIPT].decode("utf-8", "replace"), plan.release_id)
     server_said = started(
         lambda: ask_server(transport, plan, launch) if launch.executable else None
@@ -129,6 +139,9 @@ def gather(transport: Transport, plan: TargetPlan, nvidia_smi: str) -> Facts:
             port_taken = True
         except ServiceUnavailable:
             port_taken = False
+    while not server_said.done():
+        waiting(f"waiting for {plan.vllm}'s own check of the launch (it imports vLLM)")
+        wait([server_said], timeout=WAITING_SAY_SECONDS)
     server_check = server_said.result()
     version, version_error = _server_version(transport, plan, server_check)
     return Facts(
@@ -219,17 +232,21 @@ def judge(
 class Others:
     """How preflight speaks of other playbooks' servers on the container: the one a
     `deploy --replace` stops first (then what it holds is no error), and the inventory
-    the commands that free them name."""
+    and playbook (`playbook.command_name`: a path when given by one) the commands that
+    free them name, so each runs as printed."""
 
     replaced: str | None = None
     inventory: str = "INVENTORY"
+    playbook: str | None = None
+    """The playbook checked, as a command names it; None: by its name."""
 
     def frees(self, plan: TargetPlan, siblings: list[probe.Sibling]) -> str:
         held = ", ".join(f"{s.name}'s server (pid {s.pid})" for s in siblings)
-        where = f"-i {self.inventory} --limit {plan.container}"
-        stops = " and ".join(f"`orch stop {s.name} {where}`" for s in siblings)
+        where = shlex.join(["-i", self.inventory, "--limit", plan.container])
+        stops = " and ".join(f"`{shlex.join(['orch', 'stop', s.name])} {where}`" for s in siblings)
+        mine = shlex.quote(self.playbook or plan.playbook)
         switch = (
-            f"`orch deploy {plan.playbook} {where} --replace {siblings[0].name}`"
+            f"`orch deploy {mine} {where} --replace {shlex.quote(siblings[0].name)}`"
             if len(siblings) == 1
             else ""
         )

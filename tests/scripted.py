@@ -126,6 +126,8 @@ class ScriptedContainer:
         self.models: dict[str, Path] = {}
         """Remote model dir -> the local dir whose files it holds."""
         self.server: int | None = None
+        self.exited: int | None = None
+        """The recorded server's PID once its process is gone without orch stopping it."""
         self.heartbeat_age = 0
         """Seconds since the lock's heartbeat was touched, on the container's clock."""
         self.journal_steps: list[str] = []
@@ -157,6 +159,12 @@ class ScriptedContainer:
 
     def run_server(self) -> None:
         self.server = SERVER_PID
+
+    def crash(self, *last_lines: str) -> None:
+        """The server's process ends by itself, its PID still recorded; its log ends
+        with `last_lines`."""
+        self.exited, self.server = self.server, None
+        self.server_log = [*(self.server_log or []), *last_lines]
 
     # -- the container ---------------------------------------------------------------------
     def _answer(self, handler: Handler) -> Callable[[Sequence[str], bytes | None], Result]:
@@ -345,17 +353,19 @@ class ScriptedContainer:
         return f"tail log-1 {head}".encode() + last
 
     def _server_state(self) -> str:
+        if self.exited:
+            return f"stopped {self.exited}"
         return f"running {self.server}" if self.server else "none"
 
     def _stop_server(self, pid_file: str, timeout: float) -> str:
-        stopped, self.server = self.server, None
+        stopped, self.server, self.exited = self.server, None, None
         return f"stopped {stopped}" if stopped else "none"
 
     def _start_server(
         self, launch_script: str, log: str, pid_file: str, log_link: str, link_to: str
     ) -> str:
         self.events.append(f"start {self.links.get(self.layout.current)}")
-        self.server = SERVER_PID
+        self.server, self.exited = SERVER_PID, None
         return f"{SERVER_PID} 99 0"
 
     def _target_facts(self, layout: Layout, nvidia_smi: str) -> bytes:
@@ -376,7 +386,8 @@ class ScriptedContainer:
         return (
             f"current {self._readlink(layout.current).decode().strip()}\n"
             f"server {self._server_state()}\n"
-            f"lock {self.files.get(layout.lock_owner, b'').decode()}\n"
+            + (f"log_end {(self.server_log or [''])[-1]}\n" if self.exited else "")
+            + f"lock {self.files.get(layout.lock_owner, b'').decode()}\n"
             + "".join(f"audit {line}\n" for line in audit[-STATUS_TAIL:])
         )
 

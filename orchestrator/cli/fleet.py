@@ -3,11 +3,13 @@ verify-config, logs, watch and doctor."""
 
 from __future__ import annotations
 
+import signal
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 
@@ -24,8 +26,9 @@ from orchestrator.cli.options import (
 from orchestrator.errors import InputError
 
 if TYPE_CHECKING:
-    from orchestrator.documents.fleet import FleetDocument
+    from orchestrator.documents.fleet import FleetDocument, Status
     from orchestrator.documents.watch import Watch
+    from orchestrator.fleet.inputs import Inputs
 
 
 @click.command()
@@ -138,9 +141,11 @@ def _fleet_read(
     limit: tuple[str, ...],
     accept_new_host_keys: bool,
     as_json: bool,
-) -> None:
+    exit_with: Callable[[int], int] = lambda code: code,
+) -> NoReturn:
     """One look at every selected container, printed as a table (given the command's
-    inputs, for hints with the real paths) or one document."""
+    inputs, for hints with the real paths) or one document; `exit_with`: the exit
+    status for the body's exit code (a signal's own, for one that stopped it)."""
     from orchestrator.connections import ssh
     from orchestrator.fleet.inputs import load
     from orchestrator.report import screen
@@ -148,21 +153,53 @@ def _fleet_read(
     inputs = load(playbook, inventory_path, list(limit), [])
     document, code = operation(inputs, ssh(accept_new_host_keys))
     screen.print_json(document) if as_json else printer(document, inputs)
-    sys.exit(code)
+    sys.exit(exit_with(code))
 
 
 @click.command()
 @fleet_read_options
-def status(**options: Any) -> None:
+@click.option(
+    "--wait",
+    is_flag=True,
+    help="First wait until no run is at work on the containers and no server is still "
+    "coming up (kubectl's rollout status); Ctrl-C stops the wait.",
+)
+@click.option(
+    "--timeout",
+    metavar="SPAN",
+    help="With --wait: how long at most (30s, 10m, 1h; default 10m), then exit 3.",
+)
+def status(wait: bool, timeout: str | None, **options: Any) -> None:
     """Per container: current release, server PID and health, last gate, lock holder."""
-    from orchestrator.fleet.status import status as read_status
     from orchestrator.report import tables
 
-    _fleet_read(
-        read_status,
-        lambda doc, inputs: tables.print_status(doc, inputs.deploy_command()),
-        **options,
-    )
+    def print_status(doc: Status, inputs: Inputs) -> None:
+        tables.print_status(doc, inputs.deploy_command())
+
+    if timeout is not None and not wait:
+        raise click.UsageError("--timeout goes with --wait")
+    if not wait:
+        from orchestrator.fleet.status import status as read_status
+
+        _fleet_read(read_status, print_status, **options)  # exits
+    from orchestrator.deadline import Deadline
+    from orchestrator.durations import seconds
+    from orchestrator.fleet.wait import INTERRUPTED, wait_for_status
+    from orchestrator.report.screen import printable
+
+    limit = seconds(timeout or "10m", "--timeout")
+    with _stop_on_signals() as stop:
+        _fleet_read(
+            lambda inputs, connect: wait_for_status(
+                inputs,
+                Deadline.after(limit, cancel=stop),
+                lambda line: click.echo(printable(line), err=True),
+                connect,
+            ),
+            print_status,
+            exit_with=lambda code: 128 + stop.signum if code == INTERRUPTED else code,
+            **options,
+        )
 
 
 @click.command()
@@ -251,14 +288,25 @@ def logs(
     sys.exit(code)
 
 
-@contextmanager
-def _stop_on_signals() -> Iterator[Any]:
-    """SIGINT and SIGTERM end a follow at its next round, as its normal end."""
-    import signal
-    import threading
+class Stop(threading.Event):
+    """Set by the first SIGINT or SIGTERM, which it keeps (`signum`)."""
 
-    stop = threading.Event()
-    previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM)}
+    signum = signal.SIGINT
+
+    def by(self, signum: int) -> None:
+        if not self.is_set():
+            self.signum = signal.Signals(signum)
+        self.set()
+
+
+@contextmanager
+def _stop_on_signals() -> Iterator[Stop]:
+    """SIGINT and SIGTERM end a follow or a wait at its next round, as its normal end."""
+    stop = Stop()
+    previous = {
+        s: signal.signal(s, lambda signum, _: stop.by(signum))
+        for s in (signal.SIGINT, signal.SIGTERM)
+    }
     try:
         yield stop
     finally:

@@ -3,6 +3,7 @@ explain, alerts, completion and report."""
 
 from __future__ import annotations
 
+import shlex
 import sys
 from pathlib import Path
 
@@ -46,6 +47,7 @@ from orchestrator.errors import InputError
     type=click.Path(path_type=Path),
     help="Only runs on this inventory file (the cluster it describes).",
 )
+@click.option("--container", metavar="NAME", help="Only runs with this container among theirs.")
 @json_option
 def history(
     count: int,
@@ -54,6 +56,7 @@ def history(
     playbook_name: str | None,
     since: str | None,
     inventory_file: Path | None,
+    container: str | None,
     as_json: bool,
 ) -> None:
     """Runs from the local history: when, who, what, and each target's outcome."""
@@ -74,8 +77,19 @@ def history(
     if steps_only:
         raise InputError("--steps goes with --show RUN_ID")
     after = moment(since, "--since") if since else None
-    runs = HistoryDocument.of(History().last(count, playbook_name, after, inventory_file))
-    screen.print_json(runs) if as_json else tables.print_history(runs)
+    runs = HistoryDocument.of(
+        History().last(count, playbook_name, after, inventory_file, container)
+    )
+    if as_json:
+        screen.print_json(runs)
+        return
+    given = {
+        "--playbook": playbook_name,
+        "--since": since,
+        "--inventory": inventory_file,
+        "--container": container,
+    }
+    tables.print_history(runs, [shlex.join([name, str(v)]) for name, v in given.items() if v])
 
 
 @click.command()
@@ -146,22 +160,40 @@ def render(
     show_default=True,
     help="Markdown (a text chart) or one self-contained HTML page (an inline SVG chart).",
 )
-@click.option("-o", "--output", type=click.Path(path_type=Path), help="Write it to FILE.")
-def report(run_id: str, output_format: str, output: Path | None) -> None:
+@click.option(
+    "-o",
+    "--output",
+    metavar="FILE",
+    help="Write it to FILE (`-o json`: print the run's document, as --json does).",
+)
+@file_json_option
+def report(run_id: str, output_format: str, output: str | None, as_json: bool) -> None:
     """One run to share, from the local history and run log: who, when, what changed,
     each container's steps and gate per phase (threshold, bound, acceptance curve), the
     rollback and the errors."""
-    from orchestrator.report import page as pages
-    from orchestrator.report import runpage
+    from click.core import ParameterSource
 
-    run, lines = runpage.load(run_id)
-    parts = runpage.sections(run, lines)
-    page = pages.to_html(parts) if output_format == "html" else pages.markdown(parts)
+    from orchestrator.documents.report import Report
+    from orchestrator.history import History
+    from orchestrator.report import page as pages
+    from orchestrator.report import runpage, screen
+
+    if output == "json":  # kubectl's spelling, as the other commands take it
+        as_json, output = True, None
+    ctx = click.get_current_context()
+    if as_json and ctx.get_parameter_source("output_format") == ParameterSource.COMMANDLINE:
+        raise click.UsageError("--json prints the run's document: it takes no --format")
+    document = Report.of(History().find(run_id))
+    if as_json:
+        page = screen.json_text(document) + "\n"
+    else:
+        parts = runpage.sections(document)
+        page = pages.to_html(parts) if output_format == "html" else pages.markdown(parts)
     if output is None:
         click.echo(page, nl=False)
         return
     try:
-        output.write_text(page, encoding="utf-8")
+        Path(output).write_text(page, encoding="utf-8")
     except OSError as exc:
         raise InputError(f"{output}: cannot write the report: {exc.strerror}") from None
     click.echo(f"wrote {output}", err=True)

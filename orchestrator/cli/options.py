@@ -56,7 +56,8 @@ limit_option = click.option(
     multiple=True,
     metavar="PATTERN",
     shell_complete=complete.limit_patterns,
-    help="Only these containers: names, groups, globs, comma lists, !exclusions.",
+    help="Only these containers, as Ansible's patterns: names, groups, globs, ~regex, "
+    "comma lists, &intersections, !exclusions.",
 )
 
 

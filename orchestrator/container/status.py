@@ -1,5 +1,6 @@
 """Where a deployment stands on its container, read in one round trip: the current
-release, the recorded server, the lock's owner and the last run's audit line."""
+release, the recorded server (and, when its process is gone, its log's last line),
+the lock's owner and the last run's audit line."""
 
 from __future__ import annotations
 
@@ -13,17 +14,22 @@ from orchestrator.layout import Layout
 from orchestrator.transport.base import Transport
 
 TIMEOUT = 60.0
+LOG_END_BYTES = 2048
+"""How much of a gone server's log is read for its last line."""
 
 
 @builder
 def status_report(layout: Layout) -> list[str]:
     """`key value` lines: current release (and `dangling yes` when its dir is gone),
-    server state, lock owner, then the audit log's last lines (`audit LINE` each)."""
+    server state (and `log_end LINE`, its log's last line, when its recorded process is
+    gone), lock owner, then the audit log's last lines (`audit LINE` each)."""
     return script(
         PROCESS_FUNCTIONS
         + f'echo "current $(readlink {q(layout.current)} 2>/dev/null)"\n'
         + f'[ -L {q(layout.current)} ] && [ ! -d {q(layout.current)} ] && echo "dangling yes"\n'
-        + f'echo "server $(recorded {q(layout.server_pid)})"\n'
+        + f'_server=$(recorded {q(layout.server_pid)}); echo "server $_server"\n'
+        + "case $_server in stopped*) printf 'log_end %s\\n' \"$("
+        + f'tail -c {LOG_END_BYTES} {q(layout.server_log)} 2>/dev/null | tail -n 1)";; esac\n'
         + f'echo "lock $(cat {q(layout.lock_owner)} 2>/dev/null)"\n'
         + audit.status_lines(layout.audit_log)
     )
@@ -46,12 +52,15 @@ class StatusReport:
     """audit.last_run's: the audit log's words, as orch wrote them."""
     lock: str | None
     """The lock's owner file, as it is."""
+    log_end: str | None = None
+    """The server log's last line, read when the recorded process is gone."""
 
 
 def parse_status_report(text: str) -> StatusReport:
     """What status_report prints, as a status row."""
     with reading("the status report", text):
-        pairs = [line.partition(" ")[::2] for line in text.splitlines()]
+        # Lines end at "\n" only: a log line's "\r" or form feed starts no key of its own.
+        pairs = [line.partition(" ")[::2] for line in text.split("\n") if line]
         fields = {key: value for key, value in pairs if key != "audit"}
         audit_lines = [value for key, value in pairs if key == "audit"]
         server = fields.get("server", "none").split()
@@ -64,6 +73,7 @@ def parse_status_report(text: str) -> StatusReport:
             release_gate=audit.release_gate(audit_lines, release),
             last_run=audit.last_run(audit_lines),
             lock=fields.get("lock") or None,
+            log_end=fields.get("log_end") or None,
         )
 
 

@@ -293,7 +293,7 @@ def discovered_document(cluster: Cluster, output: Path | None, text: str) -> Inv
     found, and the inventory written (its text when it was printed rather than written)."""
     found = zip(container_names(cluster.containers), cluster.containers, strict=True)
     return Inventory(
-        result="partial" if cluster.unread else "ok",
+        result="needs_attention" if cluster.unread else "ok",
         node=cluster.node,
         address=cluster.address,
         nodes=[

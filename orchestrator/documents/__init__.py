@@ -33,7 +33,8 @@ class AnyDocument(Document):
     in every kind (docs/json.md). Tests validate every command's output against it."""
 
     model_config = ConfigDict(extra="allow")
-    result: RunResult | None = None
+    result: RunResult
+    """Every kind has it: the same fact as the exit code (`contract.run_result`)."""
     state: TargetState | None = None
     targets: list[TargetEntry] | None = None
 

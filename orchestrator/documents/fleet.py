@@ -142,6 +142,9 @@ class StatusTarget(FleetTarget):
     """/health's status; None when the server is not running or did not answer."""
     error: Annotated[str | None, OnlyWhenSet] = None
     """Only when `current` names a release whose dir is missing."""
+    log_end: Annotated[str | None, OnlyWhenSet] = None
+    """Only when the recorded server's process is gone (`crashed`): its log's last line
+    (its exit status is not recorded: the log says why it ended)."""
     state: TargetState
 
 
@@ -260,7 +263,7 @@ class CheckedTarget(BaseModel):
 
 class Doctor(Document):
     kind: Literal["Doctor"] = "Doctor"
-    result: Literal["ok", "needs_attention"]
+    result: RunResult
     targets: list[CheckedTarget]
 
     @classmethod
@@ -291,6 +294,7 @@ class RunLog(Document):
     """`orch history --show RUN --json`: the run's log on this machine."""
 
     kind: Literal["RunLog"] = "RunLog"
+    result: RunResult = "ok"
     run_id: str
     path: str
     lines: list[str]

@@ -13,7 +13,7 @@ from pydantic import (
     model_serializer,
 )
 
-from orchestrator.contract import Document
+from orchestrator.contract import Document, RunResult
 from orchestrator.drafters.findings import Finding
 
 Envelope = Annotated[str | None, Field(exclude=True)]
@@ -57,6 +57,12 @@ class RecordedTarget(Recorded):
     replaced: dict[str, Any] | None = None
     changes: str | None = None
     """The files' diff a deploy read (deploys only)."""
+
+    @property
+    def ended_on(self) -> str | None:
+        """The release the run left the container on: `current`; records from before
+        runs kept it have only the release they attempted."""
+        return self.current if "current" in self.model_fields_set else self.release
 
     @property
     def files_diff(self) -> str | None:
@@ -109,10 +115,14 @@ class History(Document):
     words of older records in today's vocabulary)."""
 
     kind: Literal["History"] = "History"
+    result: RunResult = "ok"
     runs: list[RecordedRun]
 
     @classmethod
     def of(cls, runs: list[RecordedRun]) -> History:
-        return cls(
-            runs=[run.model_copy(update={"result": run.result.replace(" ", "_")}) for run in runs]
-        )
+        return cls(runs=[in_todays_words(run) for run in runs])
+
+
+def in_todays_words(run: RecordedRun) -> RecordedRun:
+    """`run` with its result in today's vocabulary (older records: `not applied`)."""
+    return run.model_copy(update={"result": run.result.replace(" ", "_")})

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel
 
-from orchestrator.contract import Document
+from orchestrator.contract import Document, RunResult
 
 if TYPE_CHECKING:
     from orchestrator.ansible.convert import Imported
@@ -44,7 +44,8 @@ class Inventory(Document):
     found, and the inventory written (its text when it was printed rather than written)."""
 
     kind: Literal["Inventory"] = "Inventory"
-    result: Literal["ok", "partial"]
+    result: RunResult
+    """`needs_attention` when a node was not read (exit 3)."""
     node: str
     address: str
     nodes: list[DiscoveredNode]
@@ -56,7 +57,7 @@ class Inventory(Document):
 
 class InventoryImport(Document):
     kind: Literal["InventoryImport"] = "InventoryImport"
-    result: Literal["ok"] = "ok"
+    result: RunResult = "ok"
     source: str
     output: str | None
     inventory: str | None

@@ -7,12 +7,12 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from orchestrator.contract import Document
+from orchestrator.contract import Document, RunResult
 
 
 class LabUp(Document):
     kind: Literal["LabUp"] = "LabUp"
-    result: Literal["ok"] = "ok"
+    result: RunResult = "ok"
     started: bool
     """False when the lab was already running."""
     dir: str
@@ -24,7 +24,7 @@ class LabUp(Document):
 
 class LabDown(Document):
     kind: Literal["LabDown"] = "LabDown"
-    result: Literal["ok"] = "ok"
+    result: RunResult = "ok"
     dir: str
     stopped: list[int]
     """The PIDs stopped."""
@@ -47,6 +47,7 @@ class LabTarget(BaseModel):
 
 class LabStatus(Document):
     kind: Literal["LabStatus"] = "LabStatus"
+    result: RunResult = "ok"
     dir: str
     server: str
     vllm_version: str

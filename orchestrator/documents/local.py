@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel
 
-from orchestrator.contract import Document, OnlyWhenSet
+from orchestrator.contract import Document, OnlyWhenSet, RunResult
 from orchestrator.drafters.findings import Finding, has_errors, sorted_findings
 from orchestrator.drafters.kinds import get_kind
 from orchestrator.explain import Entry, described
@@ -25,7 +25,7 @@ class Findings(Document):
     errors first, after the kind they were judged as (when a drafter config was read)."""
 
     kind: Literal["Findings"] = "Findings"
-    result: Literal["ok", "not_applied"]
+    result: RunResult
     judged_as: Judged | None
     findings: list[Finding]
 
@@ -40,6 +40,7 @@ class Findings(Document):
 
 class Profiles(Document):
     kind: Literal["Profiles"] = "Profiles"
+    result: RunResult = "ok"
     profiles: list[dict[str, Any]]
     """Each profile's name, kind and target, the fields its kind tells profiles apart
     by, then its notes: which fields stand between is each drafter kind's own."""
@@ -78,7 +79,7 @@ class RenderedTarget(BaseModel):
 class Render(Document):
     kind: Literal["Render"] = "Render"
     playbook: str
-    result: Literal["ok", "not_applied"]
+    result: RunResult
     targets: list[RenderedTarget]
 
     @classmethod
@@ -106,6 +107,7 @@ class Render(Document):
 
 class Explain(Document):
     kind: Literal["Explain"] = "Explain"
+    result: RunResult = "ok"
     path: str | None
     field: Entry | None
     """The field asked for; None for a schema's root."""
@@ -121,6 +123,7 @@ class Explain(Document):
 
 class Alerts(Document):
     kind: Literal["Alerts"] = "Alerts"
+    result: RunResult = "ok"
     playbook: str
     format: str
     groups: list[dict[str, Any]]
@@ -135,5 +138,6 @@ class Alerts(Document):
 
 class Completion(Document):
     kind: Literal["Completion"] = "Completion"
+    result: RunResult = "ok"
     shell: str
     script: str

@@ -10,8 +10,11 @@ from pydantic import BaseModel
 from orchestrator.contract import Document, RunResult
 from orchestrator.durations import Seconds
 
-Acceptance = Literal["ok", "below", "too_few_drafts", "not_drafting", "unreachable"]
-"""Where a container's window stands against the gate's minimums."""
+Acceptance = Literal[
+    "ok", "below", "too_few_drafts", "not_drafting", "nothing_deployed", "unreachable"
+]
+"""Where a container's window stands against the gate's minimums (`nothing_deployed`:
+no server to watch, no release current yet)."""
 
 
 class WatchEntry(BaseModel):

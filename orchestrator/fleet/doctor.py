@@ -26,7 +26,7 @@ from orchestrator.drafters.findings import Severity
 from orchestrator.errors import HostKeyError, InputError, OrchError, TransportError
 from orchestrator.inventory import Inventory, load_inventory
 from orchestrator.plan import MissingVars, TargetPlan, plan_each
-from orchestrator.playbook import Playbook, find_playbook, load_playbook
+from orchestrator.playbook import Playbook, command_name, find_playbook, load_playbook
 from orchestrator.proxmox import (
     container_status,
     parse_container_status,
@@ -216,7 +216,9 @@ class Doctor:
             server.tensor_parallel_size,
             server.num_speculative_tokens,
             self.playbook.gate.probe.sampling,
-            preflight.Others(inventory=self.inventory.source),  # hints name the real file
+            preflight.Others(  # hints name the real files
+                inventory=self.inventory.source, playbook=command_name(self.playbook)
+            ),
         )
         for finding in findings:
             expected = "" if finding.expected is None else f"expected {finding.expected}"
@@ -324,9 +326,10 @@ def doctor(
         inventory = load_inventory(inventory_path)
         plans, errors = plan_each(book, inventory, limit)
         planned = {p.container for p in plans} | set(errors)
-        names = [n for n in inventory.select(book.targets) if n in planned]
+        targets = inventory.select(book.targets, "the playbook's targets")
+        names = [n for n in targets if n in planned]
         checks = run_doctor(inventory, names, connect, book, plans, errors)
     else:
         inventory = load_inventory(inventory_path)
-        checks = run_doctor(inventory, inventory.select(limit), connect)
+        checks = run_doctor(inventory, inventory.select(limit, "--limit"), connect)
     return fleet_documents.Doctor.of(checks), exit_code(checks)

@@ -37,7 +37,8 @@ class StatusFacts:
     release_missing: bool
     """`current` names a release whose dir is gone."""
     server: str
-    """The recorded server: `running`, `stopped` (a PID file, no process) or `none`."""
+    """The recorded server: `running`, `stopped` (its PID recorded, its process gone:
+    `orch stop` removes the record) or `none`."""
     deploying: Deploying | None
     """A live run holding the lock."""
     interrupted: str | None
@@ -48,15 +49,20 @@ class StatusFacts:
 
 def target_state(facts: StatusFacts) -> TargetState:
     """One container's state: an interrupted transaction first, then a missing release
-    (not serving it), a run at work, the server."""
+    (not serving it), a run at work, the server: `stopped` by orch (no record left),
+    `crashed` when its recorded process is gone."""
     if facts.interrupted:
         return "interrupted"
     if facts.release_missing:
         return "unhealthy" if facts.server == "running" else "stopped"
     if facts.deploying:
         return "deploying"
-    if facts.server != "running":
-        return "nothing_deployed" if facts.release is None else "stopped"
+    if facts.release is None and facts.server != "running":
+        return "nothing_deployed"
+    if facts.server == "stopped":
+        return "crashed"
+    if facts.server == "none":
+        return "stopped"
     return "serving" if facts.health == 200 else "unhealthy"
 
 
@@ -72,6 +78,7 @@ def as_meant(state: TargetState, last_run: AuditSummary) -> bool:
 STATE_ORDER = (
     "interrupted",
     "unreachable",
+    "crashed",
     "stopped",
     "unhealthy",
     "deploying",
@@ -143,6 +150,7 @@ def _status_entry(transport: Transport, plan: TargetPlan) -> StatusTarget:
         interrupted=facts.interrupted,
         health=facts.health,
         error=missing if facts.release_missing else None,
+        log_end=entry.log_end,
         state=target_state(facts),
     )
 

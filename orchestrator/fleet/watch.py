@@ -7,6 +7,8 @@ acceptance and drafts per second, judged against the playbook's gate thresholds 
 a point estimate with at least `min_drafts` drafts (as `orch alerts` does). A
 counter that went down is a restart: that container's window starts again. A
 container `below` in consecutive rounds keeps the time it first was (`below_since`).
+A container whose scrape fails with no release current has nothing deployed, as
+`orch status` says it (exit 0), not a server that cannot be reached.
 """
 
 from __future__ import annotations
@@ -17,10 +19,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from orchestrator.connections import SSH, Connect
+from orchestrator.container.store import linked
 from orchestrator.contract import run_result
 from orchestrator.deadline import SYSTEM_CLOCK, Clock, Deadline
 from orchestrator.documents.watch import Acceptance, Thresholds, Watch, WatchEntry
-from orchestrator.errors import NeedsAttention
+from orchestrator.errors import NeedsAttention, OrchError
 from orchestrator.fanout import READ_PARALLEL, fan_out
 from orchestrator.fleet.inputs import Inputs
 from orchestrator.gate import SCRAPE_SECONDS, ScrapeFailed, scrape
@@ -124,6 +127,11 @@ class Watched:
     def unreached(self, why: str) -> None:
         self._set("unreachable", why)
 
+    def nothing_deployed(self) -> None:
+        self.window.samples.clear()
+        self.measured, self.span = None, 0.0
+        self._set("nothing_deployed", "nothing deployed here yet: no server to watch")
+
     def _set(self, state: Acceptance, reason: str) -> None:
         if state == "below" and self.state != "below":
             self.below_since = datetime.now(UTC).isoformat(timespec="seconds")
@@ -152,6 +160,15 @@ class Watched:
         )
 
 
+def nothing_deployed(transport: Transport, plan: TargetPlan) -> bool:
+    """Whether no release is current on the container (False when that cannot be read:
+    the scrape's failure is what to say then)."""
+    try:
+        return linked(transport, plan.layout.current) is None
+    except OrchError:
+        return False
+
+
 class Watcher:
     """Rounds of scrapes over a fleet, each turned into one `Watch` document."""
 
@@ -172,14 +189,16 @@ class Watcher:
     def round(self) -> Watch:
         """Scrape every container once (side by side) and judge its window."""
 
-        def one(name: str) -> tuple[SpecDecodeCounters | None, float]:
+        def one(name: str) -> tuple[SpecDecodeCounters | None, float] | None:
+            """The counters and when read; None: nothing deployed there."""
             plan = self.watched[name].plan
             transport = self.transport_of(name)
             try:
-                counters = scrape(
-                    transport, plan.address, plan.port, Deadline.after(SCRAPE_SECONDS)
-                )
+                deadline = Deadline.after(SCRAPE_SECONDS, clock=self.clock)
+                counters = scrape(transport, plan.address, plan.port, deadline)
             except ScrapeFailed as exc:
+                if nothing_deployed(transport, plan):
+                    return None
                 raise NeedsAttention(f"could not read /metrics: {exc}") from None
             return counters, self.clock.now()
 
@@ -187,8 +206,10 @@ class Watcher:
         for name, watched in self.watched.items():
             if name in group.failed:
                 watched.unreached(group.failed[name].message_for(name))
+            elif (read := group.succeeded[name]) is None:
+                watched.nothing_deployed()
             else:
-                watched.observe(*group.succeeded[name], self.gate)
+                watched.observe(*read, self.gate)
         return self.document()
 
     def exit_code(self) -> int:
@@ -238,6 +259,7 @@ MARKS = {
     "below": "BELOW",
     "too_few_drafts": "few drafts",
     "not_drafting": "NOT DRAFTING",
+    "nothing_deployed": "nothing deployed",
     "unreachable": "UNREACHABLE",
 }
 
@@ -279,10 +301,11 @@ def watch_fleet(
     emit: Callable[[Watch], None],
     stop: Callable[[float], bool],
     connect: Connect = SSH,
+    clock: Clock = SYSTEM_CLOCK,
 ) -> int:
     """`orch watch`: the selected containers watched over `window` seconds, a round
     every `interval` (see `watch`)."""
     with connect(inputs.inventory, None) as connections:
         book = inputs.playbook
-        watcher = Watcher(book.name, inputs.plans, connections.container, book.gate, window)
+        watcher = Watcher(book.name, inputs.plans, connections.container, book.gate, window, clock)
         return watch(watcher, interval, once, emit, stop)

@@ -153,7 +153,9 @@ class Lab:
         return bool(nodes) and all(sshd.is_our_sshd(n.pid, Path(n.config)) for n in nodes)
 
     def up(self, spec: LabSpec) -> bool:
-        """Build and start the lab; False when it was already running as `spec` asks."""
+        """Build and start the lab; False when it was already running as `spec` asks.
+        A lab refused or failing half way leaves nothing behind: the processes it
+        started are stopped by PID, and the directory is removed when it made it."""
         if self.running():
             recorded = LabSpec(**self.load()["spec"])
             if recorded != spec:
@@ -162,6 +164,20 @@ class Lab:
                     "run 'orch lab down' first to change it"
                 )
             return False
+        made = not self.root.exists()
+        started: list[Node] = []
+        try:
+            self._build(spec, started)
+        except BaseException:
+            self.down()  # what the state file records, once written
+            stop_pids([n.pid for n in started if sshd.is_our_sshd(n.pid, Path(n.config))])
+            if made:
+                shutil.rmtree(self.root, ignore_errors=True)
+            raise
+        return True
+
+    def _build(self, spec: LabSpec, started: list[Node]) -> None:
+        """Build and start the lab, adding each sshd to `started` as it starts."""
         sshd.require_sshd()
         self.down()
         real = self._real_server(spec)
@@ -171,7 +187,7 @@ class Lab:
         sshd.keygen(self.key, "orch-lab")
         authorized = self.root / "ssh" / "authorized_keys"
         authorized.write_text(Path(f"{self.key}.pub").read_text())
-        known_lines, started = [], []
+        known_lines = []
         lab_containers = self._build_containers(spec, real)
         for node in [*hosts, *[n for n in containers if n]]:
             node_dir = Path(node.config).parent
@@ -212,7 +228,6 @@ class Lab:
         self.inventory.write_text(
             yaml.safe_dump(self._inventory(spec, lab_containers), sort_keys=False)
         )
-        return True
 
     def down(self) -> list[int]:
         """Stop every process the lab started, by PID (a real server by its process group,

@@ -24,7 +24,6 @@ from orchestrator.report.screen import (
     words,
 )
 from orchestrator.rollout import RolloutRun
-from orchestrator.transaction.outcome import Outcome
 
 
 def print_run(doc: Run, stderr: bool = False) -> None:
@@ -51,7 +50,7 @@ def print_run(doc: Run, stderr: bool = False) -> None:
                 text(target.name),
                 text(words(target.result)),
                 text(target.current or ""),
-                text(attempted(target) or ""),
+                text(attempted(target.release, target.current, target.result) or ""),
                 text(target.previous_release or ""),
                 text(verdict.outcome if verdict else ""),
                 mean_length(verdict.mean_acceptance_length if verdict else None),
@@ -107,11 +106,11 @@ def print_run(doc: Run, stderr: bool = False) -> None:
         out.print(text(f"run log: {doc.log} (orch history --show {doc.run_id})"))
 
 
-def attempted(target: Outcome) -> str | None:
+def attempted(tried: str | None, ended_on: str | None, result: str) -> str | None:
     """The release the run tried, where the container is not on it (rolled back,
-    interrupted, failed); empty where it is."""
-    tried = target.release
-    return tried if tried != target.current and target.result != "dry_run" else None
+    interrupted, failed); empty where it is: every table's ATTEMPTED, beside RELEASE,
+    the release the container ended on."""
+    return tried if tried != ended_on and result != "dry_run" else None
 
 
 def source_words(source: str, note: str | None) -> str:

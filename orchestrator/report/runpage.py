@@ -1,9 +1,9 @@
 """`orch report RUN_ID`: one run as a self-contained page to share (Markdown or HTML).
 
-Read from the local history (the run's document, with the files' diff it read) and
-the run's log (the time of each step); nothing is fetched. The page's sections
-(`page.py`) are built here from a deploy, rollback or baseline run, by `tunepage.py`
-from a tune.
+Built from the run's `Report` document (documents/report.py: the run's document in
+the local history, with the files' diff it read, and the time of each step from the
+run's log); nothing is fetched. The page's sections (`page.py`) are built here from a
+deploy, rollback or baseline run, by `tunepage.py` from a tune.
 """
 
 from __future__ import annotations
@@ -12,34 +12,13 @@ from typing import Any
 
 import pydantic
 
-from orchestrator import runlog
 from orchestrator.documents.history import RecordedRun, RecordedTarget
+from orchestrator.documents.report import Report, TimedStep
 from orchestrator.documents.tune import Tune
 from orchestrator.errors import InputError
-from orchestrator.history import History
 from orchestrator.report import tunepage
 from orchestrator.report.page import Curve, Section, Table
 from orchestrator.report.run import source_words
-
-
-def load(run_id: str) -> tuple[RecordedRun, list[str]]:
-    """The run's recorded document and its log's lines (none once the log is pruned)."""
-    run = History().find(run_id)
-    try:
-        lines = runlog.read(run.run_id).lines
-    except InputError:
-        lines = []
-    return run, lines
-
-
-def step_times(lines: list[str]) -> dict[str, list[tuple[str, str]]]:
-    """Per container, (time, step) of each step line of the run's log."""
-    steps: dict[str, list[tuple[str, str]]] = {}
-    for line in lines:
-        parts = line.split(" ", 3)
-        if len(parts) == 4 and parts[3].startswith("step: "):
-            steps.setdefault(parts[2], []).append((parts[0], parts[3].removeprefix("step: ")))
-    return steps
 
 
 def _number(value: Any, digits: int = 2) -> str:
@@ -143,8 +122,9 @@ def recorded_tune(run: RecordedRun) -> Tune:
         raise InputError(f"run {run.run_id}: the tune's record: {where}: {first['msg']}") from None
 
 
-def sections(run: RecordedRun, lines: list[str]) -> list[Section]:
+def sections(report: Report) -> list[Section]:
     """The report's content, renderer-neutral (a tune's: `tunepage`)."""
+    run = report.run
     if run.command == "tune":
         return tunepage.sections(recorded_tune(run), run.user)
     overview = Section(f"{run.command} {run.playbook}: {run.result}", level=1)
@@ -177,13 +157,12 @@ def sections(run: RecordedRun, lines: list[str]) -> list[Section]:
         )
     )
     out = [overview]
-    timeline = step_times(lines)
     for target in run.targets:
-        out += _target_sections(target, timeline.get(target.name, []))
+        out += _target_sections(target, report.timeline(target.name))
     return out
 
 
-def _target_sections(target: RecordedTarget, timeline: list[tuple[str, str]]) -> list[Section]:
+def _target_sections(target: RecordedTarget, timeline: list[TimedStep]) -> list[Section]:
     name = target.name
     section = Section(f"{name}: {target.result}", level=2)
     if target.error:
@@ -195,7 +174,7 @@ def _target_sections(target: RecordedTarget, timeline: list[tuple[str, str]]) ->
     seconds = target.steps
     section.tables.append(Table(["step", "seconds"], [[k, f"{v:.2f}"] for k, v in seconds.items()]))
     if timeline:
-        section.tables.append(Table(["time", "step"], [[t, s] for t, s in timeline]))
+        section.tables.append(Table(["time", "step"], [[s.time, s.step] for s in timeline]))
     if target.findings:
         section.tables.append(
             Table(

@@ -237,9 +237,14 @@ def words(value: str) -> str:
 
 
 def print_json(doc: Document) -> None:
-    """One document of the contract (documents/) on stdout, secrets masked in its
-    strings (before JSON escapes them)."""
-    print(json.dumps(mask_document(jsonable(doc)), indent=2))
+    """One document of the contract (documents/) on stdout."""
+    print(json_text(doc))
+
+
+def json_text(doc: Document) -> str:
+    """One document as JSON text, secrets masked in its strings (before JSON escapes
+    them)."""
+    return json.dumps(mask_document(jsonable(doc)), indent=2)
 
 
 def print_json_line(doc: Document) -> None:

@@ -31,6 +31,7 @@ from orchestrator.documents.local import Findings, Profiles
 from orchestrator.drafters.findings import Severity
 from orchestrator.durations import ago
 from orchestrator.probes.sampling import describe
+from orchestrator.report.run import attempted
 from orchestrator.report.screen import (
     Cell,
     Column,
@@ -278,6 +279,7 @@ HISTORY_COLUMNS = [
     Column("CONTAINER", identifier=True),
     Column("RESULT"),
     Column("RELEASE", identifier=True),
+    Column("ATTEMPTED", identifier=True),
     Column("MEAN LENGTH", drop=2, justify="right"),
     Column("POS-1", drop=6, justify="right"),
     Column("SAMPLING", drop=11),
@@ -298,9 +300,12 @@ def _whole_run(run: RecordedRun) -> RecordedTarget:
     return RecordedTarget(name=str((run.model_extra or {}).get("target") or ""), result=run.result)
 
 
-def print_history(doc: History) -> None:
+def print_history(doc: History, filters: list[str]) -> None:
     """One row per run and container; on a terminal a run's own fields on its first
-    row only, in a pipe on every row (`orch history | grep ct200` keeps the run id)."""
+    row only, in a pipe on every row (`orch history | grep ct200` keeps the run id).
+    RELEASE is where the container ended, ATTEMPTED the release tried when it is not
+    there, as in a run's own table. `filters`: the options that chose the runs
+    (`--playbook nope`), named when no run matched them."""
     out = console()
     rows: list[list[Cell]] = []
     for run in doc.runs:
@@ -324,7 +329,8 @@ def print_history(doc: History) -> None:
                     text(run.run_id) if first else Text(""),
                     text(target.name),
                     text(words(target.result)),
-                    text(target.release or ""),
+                    text(target.ended_on or ""),
+                    text(attempted(target.release, target.ended_on, target.result) or ""),
                     mean_length(gate.get("mean_acceptance_length")),
                     _position1(gate),
                     _sampling(gate),
@@ -334,7 +340,13 @@ def print_history(doc: History) -> None:
             )
             first = not out.is_terminal  # a pipe: every line a whole record, for grep
     if not rows:
-        out.print("no runs recorded yet")
+        out.print(
+            text(
+                f"no recorded run matches {' '.join(filters)}"
+                if filters
+                else "no runs recorded yet"
+            )
+        )
         return
     out.print(fitted_table(out, HISTORY_COLUMNS, rows), crop=False)
 
@@ -369,11 +381,13 @@ def deploying_words(run: Deploying) -> str:
 
 
 def server_words(target: StatusTarget) -> str:
-    """`running pid 1234`, `stopped` (also by `orch stop`, which removes the PID
-    record), or `not started`."""
+    """`running pid 1234`, `exited pid 1234` (its process gone, orch did not stop it),
+    `stopped` (by `orch stop`, which removes the PID record), or `not started`."""
     if target.server == "running":
         return f"running pid {target.pid}"
-    if target.server == "stopped" or target.state == "stopped":
+    if target.server == "stopped":
+        return f"exited pid {target.pid}"
+    if target.state == "stopped":
         return "stopped"
     return "not started" if target.server == "none" else ""
 
@@ -418,6 +432,9 @@ def _status_notes(t: StatusTarget | UnreachedStatus) -> list[tuple[str, str]]:
         return [(f"{t.name}: error: {t.error}", "red")]
     notes = [(f"{t.name}: deploying: {deploying_words(t.deploying)}", "")] if t.deploying else []
     notes += [(f"{t.name}: interrupted: {t.interrupted}", "red")] if t.interrupted else []
+    if t.state == "crashed":
+        ends = f"; its log ends: {t.log_end}" if t.log_end else ""
+        notes.append((f"{t.name}: crashed: the server exited, not stopped by orch{ends}", "red"))
     return notes + ([(f"{t.name}: error: {t.error}", "red")] if t.error else [])
 
 

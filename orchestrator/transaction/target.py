@@ -11,6 +11,7 @@ from orchestrator import preflight, release
 from orchestrator.container import store
 from orchestrator.container.journal import GATE_PASSED
 from orchestrator.drafters.findings import Finding, Severity
+from orchestrator.playbook import command_name
 from orchestrator.release import GateTarget
 from orchestrator.secrets import plain_findings
 from orchestrator.transaction import reference, releases, replace
@@ -249,7 +250,7 @@ class TargetRun:
     def _preflight(self) -> preflight.Facts:
         d, out = self.d, self.d.outcome
         with d.step("preflight"):
-            facts = preflight.gather(d.transport, d.plan, d.nvidia_smi)
+            facts = preflight.gather(d.transport, d.plan, d.nvidia_smi, d.tick("preflight"))
         server = d.playbook.server
         out.findings = preflight.judge(
             facts,
@@ -258,7 +259,9 @@ class TargetRun:
             server.num_speculative_tokens,
             d.playbook.gate.probe.sampling,
             preflight.Others(
-                self.replacing.plan.playbook if self.replacing else None, d.options.inventory
+                self.replacing.plan.playbook if self.replacing else None,
+                d.options.inventory,
+                command_name(d.playbook),
             ),
         ) + plain_findings(server)
         out.previous_release = out.current = facts.current_release

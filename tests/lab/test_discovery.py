@@ -161,7 +161,7 @@ def test_a_node_whose_sshd_is_down_is_named_and_the_run_needs_attention(tmp_path
         written = yaml.safe_load(done.stdout)
         assert list(written["containers"]) == ["ct200"] and list(written["hosts"]) == ["pve1"]
         as_json = handle.orch(*discover_args(handle), "--json")
-        assert as_json.code == 3 and as_json.json["result"] == "partial"
+        assert as_json.code == 3 and as_json.json["result"] == "needs_attention"
         assert [u["name"] for u in as_json.json["unread"]] == ["pve2"]
     finally:
         the_lab.down()

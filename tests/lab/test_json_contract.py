@@ -22,7 +22,7 @@ import yaml
 from labtools import LabHandle, free_network
 from orchrun import ROOT, RunResult, orch
 
-from orchestrator.contract import API_VERSION
+from orchestrator.contract import API_VERSION, run_result
 from orchestrator.documents import AnyDocument
 from orchestrator.lab.cluster import Lab
 from orchestrator.lab.paths import pid_alive
@@ -83,6 +83,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
         document = down.json
         AnyDocument.model_validate(document)
         assert document["kind"] == "LabDown" and document["stopped"]
+        assert document["result"] == "ok"
         assert not [pid for pid in document["stopped"] if pid_alive(pid)]
 
 
@@ -97,12 +98,14 @@ def keys_everywhere(value: Any) -> Iterator[str]:
 
 
 def checked(result: RunResult, kind: str, code: int = 0) -> dict[str, Any]:
-    """The one document on stdout, valid against the schema, with its envelope first."""
+    """The one document on stdout, valid against the schema, with its envelope first and
+    its `result` the exit code's word."""
     assert result.code == code, (result.code, result.stderr[-2000:])
     document = result.json
     AnyDocument.model_validate(document)
     assert list(document)[:2] == ENVELOPE
     assert (document["kind"], document["api_version"]) == (kind, API_VERSION)
+    assert document["result"] == run_result(code), (kind, document["result"], code)
     assert "container" not in set(keys_everywhere(document))
     return document
 
@@ -141,6 +144,7 @@ def test_every_command_prints_one_document_of_the_contract(fleet: Fleet) -> None
             0,
         ),
         "History": (fleet.orch("history", "--json"), 0),
+        "Report": (fleet.orch("report", fleet.runs["deploy"].json["run_id"], "--json"), 0),
         "Profiles": (fleet.orch("profiles", "--json"), 0),
         "Render": (fleet.pb("render", "--json"), 0),
         "Doctor": (fleet.pb("doctor", "--json"), 0),
@@ -172,6 +176,9 @@ def test_every_command_prints_one_document_of_the_contract(fleet: Fleet) -> None
     assert {t["name"]: t["current"] for t in documents["Releases"]["targets"]} == deployed
     assert all(t["lines"] for t in documents["Logs"]["targets"])
     assert documents["RunLog"]["run_id"] == documents["DeployRun"]["run_id"]
+    report = documents["Report"]
+    assert report["run"]["run_id"] == documents["DeployRun"]["run_id"]
+    assert {s["name"] for s in report["steps"] if s["step"] == "preflight"} == names
     assert any("ct200" in line and "preflight" in line for line in documents["RunLog"]["lines"])
     (first_run,) = [r for r in documents["Releases"]["runs"] if r["action"] == "deploy"][-1:]
     assert {t["name"]: t["release"] for t in first_run["targets"]} == deployed

@@ -239,7 +239,7 @@ def test_lab_up_on_a_taken_address_fails_naming_it(tmp_path: Path, taken: str) -
     assert result.code == 2, result.stdout + result.stderr
     assert f"{address}:{SSH_PORT} is already taken" in result.stderr
     assert "Traceback" not in result.stderr
-    assert not handle.lab.state_file.exists()  # nothing was started
+    assert not handle.lab.root.exists()  # nothing left behind: no directory, no process
     assert processes_mentioning(str(handle.lab.root)) == []
     status = handle.orch("lab", "status", "--dir", str(handle.lab.root))
     assert status.code == 2

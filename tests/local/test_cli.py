@@ -469,3 +469,12 @@ def test_a_reader_gone_before_the_output_ends_it_quietly_with_the_works_status(
     finally:
         os.close(write_end)
     assert (done.returncode, done.stderr.decode()) == (0, "")
+
+
+def test_a_history_filter_that_matches_nothing_says_so_naming_it(tmp_path: Path) -> None:
+    env = {**PLAIN, "ORCH_STATE_DIR": str(tmp_path)}
+    empty = run_orch("history", env=env)
+    assert (empty.code, empty.stdout) == (0, "no runs recorded yet\n")
+    nothing = run_orch("history", "--container", "nosuch", "--playbook", "my book", env=env)
+    assert nothing.code == 0
+    assert nothing.stdout == "no recorded run matches --playbook 'my book' --container nosuch\n"

@@ -68,6 +68,7 @@ def test_status_report_parses_into_a_status_row(
             "speed": None,
         },
         "lock": '{"run_id": "r1", "user": "ops"}',
+        "log_end": None,
     }
     (deployment / "releases" / a).mkdir(parents=True)
     there = run(status_report(Layout(str(deployment))))
@@ -85,6 +86,7 @@ def test_status_report_parses_into_a_status_row(
         "release_gate": None,
         "last_run": None,
         "lock": None,
+        "log_end": None,
     }
 
 
@@ -113,6 +115,7 @@ def test_status_report_as_a_row() -> None:
             "speed": None,
         },
         "lock": '{"run_id": "20250101T120000-ab12", "user": "ops", "control_host": "laptop"}',
+        "log_end": None,
     }
 
 
@@ -125,4 +128,23 @@ def test_status_report_of_a_container_never_deployed() -> None:
         "release_gate": None,
         "last_run": None,
         "lock": None,
+        "log_end": None,
     }
+
+
+def test_a_recorded_server_whose_process_is_gone_gives_its_logs_last_line(
+    deployment: Path, processes: Processes
+) -> None:
+    """Only the last line, as text: a carriage return, a form feed or a backslash escape
+    in it starts no line, and so no key, of its own."""
+    server = processes.spawn("true")
+    server.wait()
+    (deployment / "current").symlink_to("releases/0123456789ab")
+    (deployment / "server.pid").write_text(f"{server.pid} 1\n")
+    last = 'loading 50%\rKilled\x0caudit {"action": "stop"} \\naudit {"action": "stop"}'
+    (deployment / "server.log").write_text("INFO starting\n" + last + "\n")
+
+    report = parse_status_report(run(status_report(Layout(str(deployment)))).stdout.decode())
+
+    assert (report.server, report.pid, report.log_end) == ("stopped", server.pid, last)
+    assert report.last_run is None

@@ -26,12 +26,13 @@ from scripted import Unreachable, serving
 
 from orchestrator.cancel import Cancel
 from orchestrator.contract import Action, jsonable
+from orchestrator.deadline import SYSTEM_CLOCK, Clock
 from orchestrator.documents.watch import Watch
 from orchestrator.fleet import runs, skeleton
 from orchestrator.fleet.doctor import doctor
 from orchestrator.fleet.logs import NO_LOG, follow_logs, logs
 from orchestrator.fleet.status import status
-from orchestrator.fleet.watch import watch_fleet
+from orchestrator.fleet.watch import lines, watch_fleet
 from orchestrator.history import History
 from orchestrator.progress import no_progress
 from orchestrator.transaction.options import Options
@@ -111,8 +112,11 @@ def test_following_logs_gives_the_last_lines_then_stops_when_asked() -> None:
 # -- watch -------------------------------------------------------------------------------------
 
 
-def watched(fleet: Fleet, rounds: int, once: bool, window: float) -> tuple[list[Watch], int]:
-    """`orch watch` for `rounds` rounds (a stop that answers at once: no waiting)."""
+def watched(
+    fleet: Fleet, rounds: int, once: bool, window: float, clock: Clock = SYSTEM_CLOCK
+) -> tuple[list[Watch], int]:
+    """`orch watch` for `rounds` rounds (a stop that answers at once: no waiting; a
+    scrape's retries wait on `clock`)."""
     documents: list[Watch] = []
     asked = iter(range(1, 1000))
     code = watch_fleet(
@@ -123,6 +127,7 @@ def watched(fleet: Fleet, rounds: int, once: bool, window: float) -> tuple[list[
         documents.append,
         lambda _seconds: next(asked) >= rounds,
         fleet.connect,
+        clock,
     )
     return documents, code
 
@@ -206,6 +211,28 @@ def test_a_container_whose_metrics_cannot_be_read_is_unreachable_exit_3() -> Non
     targets = by_name(checked(documents[-1], "Watch"))
     assert targets["ct200"]["acceptance"] == "unreachable"
     assert targets["ct129"]["acceptance"] != "unreachable"
+
+
+@pytest.mark.parametrize("once", [True, False])
+def test_a_container_with_nothing_deployed_says_so_and_is_no_fault(once: bool) -> None:
+    """As `orch status` says it (exit 0); a deployed container whose server does not
+    answer is still one that cannot be read (exit 3)."""
+    fleet = Fleet("gate.min_drafts=50")
+    fleet.deployed("ct129")
+    fleet.containers["ct129"].server = None  # its server gone: /metrics does not answer
+
+    documents, code = watched(fleet, rounds=2, once=once, window=0.0, clock=FakeClock())
+
+    targets = by_name(checked(documents[-1], "Watch"))
+    assert targets["ct200"]["acceptance"] == "nothing_deployed"
+    assert targets["ct129"]["acceptance"] == "unreachable"
+    assert code == 3
+    assert "nothing deployed" in next(line for line in lines(documents[-1]) if "ct200" in line)
+
+    alone = Fleet("gate.min_drafts=50")
+    documents, code = watched(alone, rounds=2, once=once, window=0.0, clock=FakeClock())
+    assert (code, documents[-1].result) == (0, "ok")
+    assert {t.acceptance for t in documents[-1].targets} == {"nothing_deployed"}
 
 
 # -- doctor ------------------------------------------------------------------------------------

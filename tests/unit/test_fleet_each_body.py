@@ -12,7 +12,7 @@ import pytest
 from fleets import Fleet, checked
 from scripted import Unreachable, serving
 
-from orchestrator.contract import Document
+from orchestrator.contract import Document, run_result
 from orchestrator.fleet.logs import logs
 from orchestrator.fleet.releases import releases
 from orchestrator.fleet.status import status
@@ -70,3 +70,19 @@ def test_every_body_names_the_playbook_it_read_for(command: str) -> None:
     printed, _ = body(Fleet())
 
     assert checked(printed, kind)["playbook"] == "qwen-dflash"
+
+
+@pytest.mark.parametrize("reached", ["nothing deployed", "serving", "unreachable"])
+@pytest.mark.parametrize("command", list(BODIES))
+def test_every_body_says_its_exit_codes_word_as_its_result(command: str, reached: str) -> None:
+    kind, body = BODIES[command]
+    fleet = Fleet()
+    if reached == "serving":
+        fleet.deployed("ct200")
+        serving(fleet.containers["ct200"].transport, "qwen3.6-27b")
+    elif reached == "unreachable":
+        fleet.transports["ct200"] = Unreachable("ct200")
+
+    printed, code = body(fleet)
+
+    assert checked(printed, kind)["result"] == run_result(code)

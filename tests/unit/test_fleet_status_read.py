@@ -44,9 +44,19 @@ def health_503(fleet: Fleet, name: str) -> None:
 
 
 def server_gone(fleet: Fleet, name: str) -> None:
-    """Deployed, then its server died: the last run is the deploy."""
+    """Deployed, then its server and its PID record went, not by `orch stop`: the last
+    run is the deploy."""
     fleet.deployed(name)
     fleet.containers[name].server = None
+
+
+OOM = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
+
+
+def crashed(fleet: Fleet, name: str) -> None:
+    """Deployed, then its server's process ended by itself, its PID still recorded."""
+    fleet.deployed(name)
+    fleet.containers[name].crash("Traceback (most recent call last):", OOM)
 
 
 def stopped_by_orch(fleet: Fleet, name: str) -> None:
@@ -94,6 +104,7 @@ def interrupted(fleet: Fleet, name: str) -> None:
         (deployed, "unhealthy", 3),
         (health_503, "unhealthy", 3),
         (server_gone, "stopped", 3),
+        (crashed, "crashed", 3),
         (stopped_by_orch, "stopped", 0),
         (locked_by_a_live_run, "deploying", 0),
         (locked_by_a_dead_run, "serving", 0),
@@ -243,3 +254,23 @@ def test_status_in_text_reads_past_an_audit_line_edited_to_a_wrong_type(
         assert name in shown
     for target in checked(printed, "Status")["targets"]:
         assert target["last_run"]["run_id"] == RUN_A  # the edited line is left out
+
+
+def test_a_crashed_server_is_told_from_a_stopped_one_by_its_logs_last_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    fleet = Fleet()
+    crashed(fleet, "ct200")
+    stopped_by_orch(fleet, "ct129")
+
+    printed, code = status(fleet.inputs, fleet.connect)
+
+    document = checked(printed, "Status")
+    by_name = {t["name"]: t for t in document["targets"]}
+    assert (by_name["ct200"]["state"], by_name["ct200"]["log_end"]) == ("crashed", OOM)
+    assert (by_name["ct129"]["state"], "log_end" in by_name["ct129"]) == ("stopped", False)
+    assert (document["state"], code) == ("crashed", 3)
+    print_status(printed)
+    shown = capsys.readouterr().out
+    assert f"ct200: crashed: the server exited, not stopped by orch; its log ends: {OOM}" in shown
+    assert "exited pid" in shown

@@ -61,6 +61,20 @@ def test_history_returns_newest_runs_first_with_who_ran_them(tmp_path: Path) -> 
     ]  # fmt: skip
 
 
+def test_history_of_one_container_lists_the_runs_that_had_it_among_their_targets(
+    tmp_path: Path,
+) -> None:
+    history = History(tmp_path / "h.sqlite")
+    other = {**document("r2", "2026-12-02T10:00:00+00:00", "ok"), "targets": [
+        {"name": "ct129", "result": "deployed"}, {"name": "ct200x", "result": "deployed"}
+    ]}  # fmt: skip
+    record_json(history, document("r1", "2026-12-01T10:00:00+00:00", "ok"), "deploy", "alice")
+    record_json(history, other, "deploy", "bob")
+    assert [r.run_id for r in history.last(5, container="ct200")] == ["r1"]
+    assert [r.run_id for r in history.last(5, container="ct129")] == ["r2"]
+    assert history.last(5, container="nosuch") == []
+
+
 def test_empty_history_has_no_file_and_no_runs(tmp_path: Path) -> None:
     assert History(tmp_path / "none.sqlite").last(3) == []
     assert not (tmp_path / "none.sqlite").exists()

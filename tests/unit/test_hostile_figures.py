@@ -101,8 +101,8 @@ def two_engines(drafts: int) -> bytes:
 
 def test_the_watch_of_counters_summed_past_a_float_names_the_figure() -> None:
     fleet = Fleet("gate.min_drafts=50")
-    for container in fleet.containers.values():
-        container.run_server()
+    for name, container in fleet.containers.items():
+        fleet.deployed(name)  # a release current, its server running
         scrapes = iter([0, *[10**308] * 10])  # each engine's count a float still holds
         container.transport.on_http(
             "GET", "/metrics", lambda _, s=scrapes: (200, two_engines(next(s)))

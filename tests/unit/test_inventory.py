@@ -20,7 +20,7 @@ def load_error(name: str) -> str:
 
 def test_example_inventory_describes_the_field_topology() -> None:
     inventory = load_inventory(ROOT / "inventories" / "example.yaml")
-    assert inventory.select(["gpu"]) == ["ct129", "ct200"]
+    assert inventory.select(["gpu"], "--limit") == ["ct129", "ct200"]
     ct129, ct200 = inventory.containers["ct129"], inventory.containers["ct200"]
     assert (ct129.host, ct129.access, len(ct129.gpus)) == ("kpro5", "ssh", 2)
     assert (ct200.host, ct200.access, ct200.vmid) == ("pve-train", "pct", 200)
@@ -110,7 +110,7 @@ def test_missing_file_is_input_error(tmp_path: Path) -> None:
 def test_select_unknown_name_lists_what_exists() -> None:
     inventory = load_inventory(ROOT / "inventories" / "example.yaml")
     with pytest.raises(InputError, match=r"no container or group matches 'ct1'.*groups: gpu"):
-        inventory.select(["ct1"])
+        inventory.select(["ct1"], "--limit")
 
 
 MINIMAL = """\
@@ -166,17 +166,24 @@ def test_gpu_memory_must_be_in_range(tmp_path: Path) -> None:
         (["gpu:!ct1*"], ["ct200"]),
         (["!ct200"], ["ct129"]),
         (["gpu", "!gpu"], []),
+        (["gpu:&ct2*"], ["ct200"]),
+        (["&ct2*,gpu"], ["ct200"]),  # the plain items first, then the &s (Ansible's order)
+        (["!ct200,&gpu"], ["ct129"]),  # only & and !: from every container
+        (["~ct1"], ["ct129"]),  # matched from the start, as re.match
+        (["~g.u"], ["ct129", "ct200"]),  # a group's name
+        (["gpu:!~ct2\\d+$"], ["ct129"]),
+        (["gpu:&~ct(12|20)"], ["ct129", "ct200"]),
     ],
 )
 def test_select_takes_ansible_style_patterns(patterns: list[str], expected: list[str]) -> None:
     inventory = load_inventory(ROOT / "inventories" / "example.yaml")
-    assert inventory.select(patterns) == expected
+    assert inventory.select(patterns, "--limit") == expected
 
 
 def test_select_names_the_pattern_that_matches_nothing() -> None:
     inventory = load_inventory(ROOT / "inventories" / "example.yaml")
     with pytest.raises(InputError, match=r"no container or group matches 'db\*'"):
-        inventory.select(["gpu,!db*"])
+        inventory.select(["gpu,!db*"], "--limit")
 
 
 def test_max_sessions_falls_back_from_host_to_defaults_and_must_be_positive(
@@ -190,3 +197,27 @@ def test_max_sessions_falls_back_from_host_to_defaults_and_must_be_positive(
     path.write_text(text.replace("defaults:\n", "defaults:\n  max_sessions: 0\n", 1))
     with pytest.raises(InputError, match=r"inv.yaml:\d+:\d+: defaults.max_sessions"):
         load_inventory(path)
+
+
+@pytest.mark.parametrize(
+    ("pattern", "refused"),
+    [
+        ("~(", r"--limit '~\(': not a regular expression: missing \), unterminated subpattern"),
+        ("~(ct1+)+x", r"a repeat or an alternation inside a repeat can take exponential time"),
+        ("~(ct1|ct)*x", r"a repeat or an alternation inside a repeat"),
+        ("!~(c)\\1", r"--limit '!~\(c\)\\\\1': a back-reference can take exponential time"),
+        ("~" + "c" * 101, r"a regular expression of at most 100 characters"),
+        ("~[0-9]", r"no container or group matches '~\[0-9\]'"),
+    ],
+)
+def test_a_regex_limit_is_bounded_compiled_safely_and_refused_naming_the_option(
+    pattern: str, refused: str
+) -> None:
+    inventory = load_inventory(ROOT / "inventories" / "example.yaml")
+    with pytest.raises(InputError, match=refused):
+        inventory.select([pattern], "--limit")
+
+
+def test_a_regex_with_a_bounded_repeat_inside_a_repeat_is_taken() -> None:
+    inventory = load_inventory(ROOT / "inventories" / "example.yaml")
+    assert inventory.select(["~(ct1?)+29"], "--limit") == ["ct129"]

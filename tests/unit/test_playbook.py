@@ -36,9 +36,13 @@ def test_set_overrides_nested_free_form_values_parsed_as_yaml() -> None:
     assert playbook.server.port == 8001
 
 
-def test_set_unknown_path_is_an_error_listing_the_fields() -> None:
-    with pytest.raises(InputError, match=r"unknown field 'server.prot' \(fields here: .*port"):
+def test_set_unknown_path_names_the_field_meant_or_lists_the_fields() -> None:
+    with pytest.raises(
+        InputError, match=r"unknown field 'server.prot' \(did you mean 'server.port'"
+    ):
         load_playbook(QWEN, ["server.prot=8001"])
+    with pytest.raises(InputError, match=r"unknown field 'gate.zzz' \(fields here: .*min_drafts"):
+        load_playbook(QWEN, ["gate.zzz=1"])
 
 
 def test_set_below_a_scalar_is_an_error() -> None:

@@ -5,9 +5,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import struct
+import threading
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
+from fleets import Fleet
 
 from orchestrator.container.gpu import Gpu, GpuApp
 from orchestrator.container.probe import Sibling, parse_siblings
@@ -19,7 +22,7 @@ from orchestrator.drafters.profiles import get_profile, target_files
 from orchestrator.inventory import load_inventory
 from orchestrator.lab.models import dflash_layout
 from orchestrator.plan import TargetPlan, plan_deploy
-from orchestrator.playbook import load_playbook
+from orchestrator.playbook import command_name, find_playbook, load_playbook
 from orchestrator.preflight import (
     INDEX_FILE,
     MIN_FREE_DISK_KIB,
@@ -27,9 +30,11 @@ from orchestrator.preflight import (
     ModelDir,
     Others,
     drafter_findings,
+    gather,
     judge,
 )
 from orchestrator.serving.capabilities import newest_version
+from orchestrator.transport.base import Result
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 DRAFTERS = Path(__file__).parent.parent / "fixtures" / "drafters"
@@ -382,3 +387,55 @@ def test_the_server_version_judges_the_release(facts: Facts, plan: TargetPlan) -
     [warning] = judge(unknown, plan, TP, SPEC_TOKENS)
     assert warning.severity == Severity.WARNING
     assert "exit 127: vllm: not found" in warning.message
+
+
+def test_the_commands_that_free_a_port_name_a_playbook_given_by_path_by_its_path(
+    facts: Facts, plan: TargetPlan
+) -> None:
+    """A hint runs as printed: the playbook as given (quoted), the inventory quoted."""
+    busy = dataclasses.replace(
+        facts, port_taken=True, siblings=[Sibling("qwen-mtp", 4242, plan.port)]
+    )
+    others = Others(inventory="my inv.yaml", playbook="books/my dflash.yaml")
+
+    [finding] = judge(busy, plan, TP, SPEC_TOKENS, others=others)
+
+    where = "-i 'my inv.yaml' --limit ct129"
+    assert f"`orch stop qwen-mtp {where}`" in finding.message
+    assert f"`orch deploy 'books/my dflash.yaml' {where} --replace qwen-mtp`" in finding.message
+
+
+def test_a_printed_command_names_a_shipped_playbook_by_name_and_another_by_path(
+    tmp_path: Path,
+) -> None:
+    shipped = load_playbook(find_playbook("qwen-dflash"))
+    assert command_name(shipped) == "qwen-dflash"
+    copy = tmp_path / "qwen-dflash.yaml"
+    copy.write_text(Path(shipped.source).read_text())
+    assert command_name(load_playbook(copy)) == str(copy)
+
+
+def test_preflight_says_what_it_waits_for_while_the_servers_own_check_runs() -> None:
+    """The other facts read, the server's dry run still running: `waiting` hears it,
+    until the check answers (here: once asked, it answers)."""
+    fleet = Fleet()
+    container, plan = fleet.containers["ct200"], fleet.plans["ct200"]
+    asked, answered = threading.Event(), threading.Event()
+    heard: list[str] = []
+
+    def slow_check(argv: Sequence[str], stdin: bytes | None) -> Result:
+        asked.set()
+        answered.wait(timeout=30)
+        return Result(tuple(argv), 127, b"", b"python: not found")
+
+    container.transport.on("validate_launch", slow_check)
+
+    def waiting(what: str) -> None:
+        heard.append(what)
+        answered.set()
+
+    facts = gather(container.transport, plan, "nvidia-smi", waiting)
+
+    assert asked.is_set() and heard
+    assert heard[0] == f"waiting for {plan.vllm}'s own check of the launch (it imports vLLM)"
+    assert facts.server_check is not None and facts.server_check.unavailable

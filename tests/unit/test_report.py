@@ -117,13 +117,31 @@ def test_history_lists_one_row_per_target_with_its_method(
 ) -> None:
     monkeypatch.setenv("COLUMNS", "260")
     monkeypatch.setenv("TTY_COMPATIBLE", "1")  # a terminal: a run's fields on its first row
-    tables.print_history(history())
+    tables.print_history(history(), [])
     out = capsys.readouterr().out
+    # as in the run's own table: RELEASE where it ended (back on old), ATTEMPTED new
+    assert out.index("RELEASE") < out.index("ATTEMPTED") < out.index("MEAN LENGTH")
     assert cells(out, "r1") == [
-        "r1", "ct200", "rolled back", "new", "1.11", "0.08", "old", "2026-12-02T10:00:00+00:00",
-        "deploy", "qwen-dflash", "alice", "qwen3.6-27b", "dflash", "z-lab/Qwen3.6-27B-DFlash",
+        "r1", "ct200", "rolled back", "old", "new", "1.11", "0.08", "old",
+        "2026-12-02T10:00:00+00:00", "deploy", "qwen-dflash", "alice", "qwen3.6-27b", "dflash",
+        "z-lab/Qwen3.6-27B-DFlash",
     ]  # fmt: skip
-    assert cells(out, " " * 5 + "ct201") == ["ct201", "rolled back", "new", "1.11", "0.08", "old"]
+    assert cells(out, " " * 5 + "ct201") == [
+        "ct201", "rolled back", "old", "new", "1.11", "0.08", "old"
+    ]  # fmt: skip
+
+
+def test_history_of_a_record_without_current_shows_the_release_it_recorded(
+    capsys: pytest.CaptureFixture,
+) -> None:
+    """Records from before runs kept `current`: their release, no ATTEMPTED column."""
+    recorded = jsonable(history().runs[0])
+    for target in recorded["targets"]:
+        del target["current"]
+    tables.print_history(History(runs=[RecordedRun.model_validate(recorded)]), [])
+    out = capsys.readouterr().out
+    assert "ATTEMPTED" not in out
+    assert cells(out, "r1")[:4] == ["r1", "ct200", "rolled back", "new"]
 
 
 COLUMNS = [
@@ -306,7 +324,7 @@ def test_a_pipe_gets_whole_lines_and_every_row_names_its_run(
     there, no row is a `FIELD value` record, and `orch history | grep ct201` keeps the
     run id on the matching line."""
     monkeypatch.delenv("COLUMNS")
-    tables.print_history(history(run_id="20261202T213333Z-ac274d"))
+    tables.print_history(history(run_id="20261202T213333Z-ac274d"), [])
     out = capsys.readouterr().out
     (line,) = [line for line in out.splitlines() if "ct201" in line]
     assert line.split()[:2] == ["20261202T213333Z-ac274d", "ct201"]
@@ -443,3 +461,17 @@ def test_a_gate_says_where_its_figures_came_from(
     gate = dataclasses.replace(GATE, source=source, note=note)
     run_report.print_run(run(outcome(gate=gate)))
     assert said in capsys.readouterr().out.splitlines()
+
+
+@pytest.mark.parametrize(
+    ("filters", "said"),
+    [
+        ([], "no runs recorded yet"),
+        (["--playbook nope", "--since 2h"], "no recorded run matches --playbook nope --since 2h"),
+    ],
+)
+def test_a_history_with_no_run_says_whether_its_filters_matched_nothing(
+    capsys: pytest.CaptureFixture, filters: list[str], said: str
+) -> None:
+    tables.print_history(History(runs=[]), filters)
+    assert capsys.readouterr().out == said + "\n"

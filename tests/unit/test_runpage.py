@@ -10,9 +10,18 @@ import pytest
 from markdown_it import MarkdownIt
 from recorded import record_json
 
+from orchestrator import runlog
+from orchestrator.contract import jsonable
+from orchestrator.documents.report import Report
 from orchestrator.errors import InputError
 from orchestrator.history import History
 from orchestrator.report import page, runpage
+
+
+def reported(run_id: str) -> Report:
+    """The report of the run `run_id` names in the local history."""
+    return Report.of(History().find(run_id))
+
 
 HOSTILE = '<script>alert(1)</script><img src="http://evil.example/x.png">'
 
@@ -99,8 +108,7 @@ def history(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> History:
 
 
 def test_html_escapes_what_came_from_files_and_fetches_nothing(history: History) -> None:
-    found, lines = runpage.load("20261203T120000Z-ab")
-    page_text = page.to_html(runpage.sections(found, lines))
+    page_text = page.to_html(runpage.sections(reported("20261203T120000Z-ab")))
     parsed = Page()
     parsed.feed(page_text)
     assert "script" not in parsed.tags and "img" not in parsed.tags
@@ -113,8 +121,7 @@ def test_html_escapes_what_came_from_files_and_fetches_nothing(history: History)
 def test_markdown_has_a_bar_chart_and_a_fence_longer_than_any_in_the_diff(
     history: History,
 ) -> None:
-    found, lines = runpage.load("20261203T120000Z-abcdef")
-    text = page.markdown(runpage.sections(found, lines))
+    text = page.markdown(runpage.sections(reported("20261203T120000Z-abcdef")))
     assert "  1 " + "#" * 2 + " " * 28 + " 0.08" in text  # 0.08 of 30 columns
     assert "````diff" in text
     assert "- **who**: ops" in text
@@ -130,8 +137,7 @@ def test_unknown_and_ambiguous_run_ids(history: History) -> None:
 
 
 def test_markdown_shows_markup_from_files_as_text(history: History) -> None:
-    found, lines = runpage.load("20261203T120000Z-abcdef")
-    text = page.markdown(runpage.sections(found, lines))
+    text = page.markdown(runpage.sections(reported("20261203T120000Z-abcdef")))
     outside_fences = text.split("````diff")[0]
     assert "<" not in outside_fences and "&lt;script>alert(1)&lt;/script>" in outside_fences
 
@@ -148,8 +154,7 @@ def hostile_log_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[pag
     target["gate"]["explanation"] = LOG_LINE
     target["notes"] = [LOG_LINE]
     record_json(History(), document, "deploy", "ops")
-    found, lines = runpage.load(document["run_id"])
-    return runpage.sections(found, lines)
+    return runpage.sections(reported(document["run_id"]))
 
 
 def test_a_log_line_in_the_markdown_report_renders_as_its_text(
@@ -190,3 +195,33 @@ def test_a_log_line_in_the_html_report_is_text_without_terminal_escapes(
 )
 def test_markdown_text_escapes_what_could_be_markup(value: str, shown: str) -> None:
     assert page.markdown_text(value) == shown
+
+
+def test_the_report_document_is_the_recorded_run_and_each_containers_timed_steps(
+    history: History,
+) -> None:
+    log = runlog.RunLog("20261203T120000Z-abcdef")
+    log.step("ct200", "preflight")
+    log.command("ct200", ["true"], None, 0.01, (0, b"", b""))
+    log.step("ct200", "write release")
+    log.step("ct129", "preflight")
+
+    report = reported("20261203T120000Z-abc")
+
+    assert report.run.run_id == "20261203T120000Z-abcdef"
+    assert report.log == str(log.path)
+    assert [(s.name, s.step) for s in report.steps] == [
+        ("ct200", "preflight"),
+        ("ct200", "write release"),
+        ("ct129", "preflight"),
+    ]
+    assert [s.step for s in report.timeline("ct129")] == ["preflight"]
+    printed = jsonable(report)
+    assert list(printed)[:3] == ["kind", "api_version", "result"]
+    assert (printed["kind"], printed["result"]) == ("Report", "ok")
+
+
+def test_a_report_whose_log_was_pruned_has_no_steps(history: History) -> None:
+    report = reported("20261203T120000Z-abcdef")
+    assert (report.log, report.steps) == (None, [])
+    assert "| ct200 | pve1 | rolled_back |" in page.markdown(runpage.sections(report))

@@ -13,6 +13,7 @@ from recorded import record_json
 from tunepages import check_tune_page
 
 from orchestrator.documents.history import History as HistoryDocument
+from orchestrator.documents.report import Report
 from orchestrator.documents.tune import Tune
 from orchestrator.errors import InputError
 from orchestrator.history import History
@@ -33,8 +34,7 @@ def test_the_html_report_of_a_tune_draws_each_level_with_the_best_depth_marked(
     history: History,
 ) -> None:
     record_json(history, TUNE, "tune", "ops")
-    found, lines = runpage.load(TUNE["run_id"])
-    shown = page.to_html(runpage.sections(found, lines))
+    shown = page.to_html(runpage.sections(Report.of(history.find(TUNE["run_id"]))))
     check_tune_page(shown, TUNE)
     assert "1 streams, total tok/s" in shown and "8 streams, total tok/s" in shown
     assert "<td>4</td><td>total_tokens_per_second</td>" in shown
@@ -42,8 +42,7 @@ def test_the_html_report_of_a_tune_draws_each_level_with_the_best_depth_marked(
 
 def test_the_markdown_report_of_a_tune_has_the_chart_as_text(history: History) -> None:
     record_json(history, TUNE, "tune", "ops")
-    found, lines = runpage.load(TUNE["run_id"])
-    text = page.markdown(runpage.sections(found, lines))
+    text = page.markdown(runpage.sections(Report.of(history.find(TUNE["run_id"]))))
     lines_at_8 = text.split("8 streams, total tok/s:\n")[1].splitlines()[:2]
     assert lines_at_8[0].split()[0] == "k=2" and not lines_at_8[0].endswith("best")
     assert lines_at_8[1].split()[0] == "k=4" and lines_at_8[1].endswith("best")
@@ -54,8 +53,7 @@ def test_what_a_tune_record_carries_is_escaped_in_the_page(history: History) -> 
     hostile = {**TUNE, "target": HOSTILE, "warnings": [HOSTILE]}
     hostile["steps"] = [{**step, "result": HOSTILE} for step in TUNE["steps"]]
     record_json(history, hostile, "tune", "ops")
-    found, lines = runpage.load(TUNE["run_id"])
-    shown = page.to_html(runpage.sections(found, lines))
+    shown = page.to_html(runpage.sections(Report.of(history.find(TUNE["run_id"]))))
     assert "<script>" not in shown and "<img" not in shown
     assert "&lt;script&gt;" in shown
     Tune.model_validate(hostile)  # the record is a Tune as orch writes it
@@ -65,7 +63,7 @@ def test_the_history_lists_a_tune_on_its_container(
     history: History, capsys: pytest.CaptureFixture[str]
 ) -> None:
     record_json(history, TUNE, "tune", "ops")
-    print_history(HistoryDocument.of(history.last(10)))
+    print_history(HistoryDocument.of(history.last(10)), [])
     (row,) = [line for line in capsys.readouterr().out.splitlines() if TUNE["run_id"] in line]
     assert row.split()[:3] == [TUNE["run_id"], "ct200", "ok"], row
     assert " tune " in row
@@ -74,7 +72,7 @@ def test_the_history_lists_a_tune_on_its_container(
 def test_a_tune_record_that_is_not_a_tune_is_an_error_naming_the_field(history: History) -> None:
     spoilt = {**TUNE, "steps": [{**TUNE["steps"][0], "levels": "many"}]}
     record_json(history, spoilt, "tune", "ops")
-    found, lines = runpage.load(TUNE["run_id"])
+    report = Report.of(history.find(TUNE["run_id"]))
     named = f"run {TUNE['run_id']}: the tune's record: steps.0.levels"
     with pytest.raises(InputError, match=named):
-        runpage.sections(found, lines)
+        runpage.sections(report)
