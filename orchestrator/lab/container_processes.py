@@ -9,8 +9,9 @@ everything it starts, through `setsid`, a double fork or a re-parenting to PID 1
 the session, the process group and the parent chain are not: orch starts its server in
 a session of its own, and vLLM's engine processes outlive a killed parent. A process
 would lose the mark only by starting another with an emptied environment (`env -i`),
-which nothing orch or vLLM runs does. The working directory is no mark: a server may
-leave it.
+which orch's launch does not (templates/vllm/serve.sh.j2 exports into the environment
+it was given), and real vLLM 0.32.0's engine process carries it
+(tests/lab/test_lab.py). The working directory is no mark: a server may leave it.
 """
 
 from __future__ import annotations

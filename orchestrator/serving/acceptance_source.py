@@ -15,8 +15,8 @@ from orchestrator.serving.capabilities import (
     first_release_where,
     load_table,
 )
+from orchestrator.serving.judge import PER_REQUEST_FLAG
 
-FLAG = "--per-request-spec-decode-metrics"
 AUTO = "gate.acceptance_source: auto"
 COUNTED = (
     "/metrics counters count every request the server handles: other clients' drafts "
@@ -43,13 +43,13 @@ def auto_source(version: str | None, table: Table | None = None) -> SourceChoice
     except UnknownVersion:
         found = None
     if found is None:
-        return SourceChoice(True, f"{AUTO}, the vLLM version unknown: launched with {FLAG}")
+        return SourceChoice(True, f"{AUTO}, the vLLM version unknown: launched with {PER_REQUEST_FLAG}")
     cited = found.row.sources.get("per_request_spec_decode_metrics", "")
     if found.row.per_request_spec_decode_metrics:
-        return SourceChoice(True, f"{AUTO}: vLLM {found.version} has {FLAG} ({cited})")
+        return SourceChoice(True, f"{AUTO}: vLLM {found.version} has {PER_REQUEST_FLAG} ({cited})")
     first = first_release_where(lambda r: r.per_request_spec_decode_metrics, found.version, table)
     return SourceChoice(
         False,
-        f"{AUTO}: vLLM {found.version} has no {FLAG} ({cited}; first in {first}), so the "
+        f"{AUTO}: vLLM {found.version} has no {PER_REQUEST_FLAG} ({cited}; first in {first}), so the "
         f"launch goes without it and the gate reads /metrics counter deltas; {COUNTED}",
     )
