@@ -43,13 +43,15 @@ def auto_source(version: str | None, table: Table | None = None) -> SourceChoice
     except UnknownVersion:
         found = None
     if found is None:
-        return SourceChoice(True, f"{AUTO}, the vLLM version unknown: launched with {PER_REQUEST_FLAG}")
+        unknown = f"{AUTO}, the vLLM version unknown: launched with {PER_REQUEST_FLAG}"
+        return SourceChoice(True, unknown)
     cited = found.row.sources.get("per_request_spec_decode_metrics", "")
     if found.row.per_request_spec_decode_metrics:
         return SourceChoice(True, f"{AUTO}: vLLM {found.version} has {PER_REQUEST_FLAG} ({cited})")
     first = first_release_where(lambda r: r.per_request_spec_decode_metrics, found.version, table)
     return SourceChoice(
         False,
-        f"{AUTO}: vLLM {found.version} has no {PER_REQUEST_FLAG} ({cited}; first in {first}), so the "
-        f"launch goes without it and the gate reads /metrics counter deltas; {COUNTED}",
+        f"{AUTO}: vLLM {found.version} has no {PER_REQUEST_FLAG} ({cited}; first in "
+        f"{first}), so the launch goes without it and the gate reads /metrics counter "
+        f"deltas; {COUNTED}",
     )
