@@ -56,6 +56,9 @@ class TargetPlan:
     secrets_file: bytes | None = field(default=None, repr=False)
     """The release's secrets file (values!); None without secrets or values. Never in
     `files`, which render, diffs and the manifest's plain hashes show."""
+    counters_plan: TargetPlan | None = field(default=None, repr=False)
+    """With `gate.acceptance_source: auto`, this plan launched without per-request
+    figures: the one a container whose vLLM has none deploys (preflight chooses)."""
 
     @property
     def layout(self) -> Layout:
@@ -165,7 +168,7 @@ def plan_target(
     if missing:
         raise missing_vars(playbook, inventory, container_name, missing)
     secret_digests = digests(playbook, secret_values)
-    per_request_metrics = playbook.gate.acceptance_source == "per_request"
+    per_request_metrics = playbook.gate.acceptance_source != "counters"
     fingerprint_inputs = {
         "templates": [template_source(n) for n in (template, server.template) if n],
         "config": drafter_config,
@@ -234,7 +237,17 @@ def plan_target(
         findings=findings,
         secrets=secret_digests,
         secrets_file=secrets_file(secret_values) if secret_values else None,
+        counters_plan=(
+            plan_target(_judged_by_counters(playbook), inventory, container_name, secret_values)
+            if playbook.gate.acceptance_source == "auto"
+            else None
+        ),
     )
+
+
+def _judged_by_counters(playbook: Playbook) -> Playbook:
+    gate = playbook.gate.model_copy(update={"acceptance_source": "counters"})
+    return playbook.model_copy(update={"gate": gate})
 
 
 def _profile(playbook: Playbook, kind: DrafterKind) -> Profile | None:

@@ -331,15 +331,18 @@ class Gate(Schema):
         "within it; counter phases run one after another, each with an equal share of what "
         "is left. A phase out of time is inconclusive.",
     )
-    acceptance_source: Literal["per_request", "counters"] = Field(
-        default="per_request",
+    acceptance_source: Literal["auto", "per_request", "counters"] = Field(
+        default="auto",
         description="Where the gate reads acceptance. `per_request`: each probe response's "
         "own figures (`metrics.speculative_decoding`; the launch gets "
         "`--per-request-spec-decode-metrics summary`, vLLM 0.29.0 and later): all phases run "
         "at once, a decided phase's requests are cancelled, and other clients' traffic "
         "cannot enter the figures. `counters`: deltas of the server's /metrics counters, one "
         "phase after another, which any vLLM serves but which count every request the "
-        "server handles. A server whose responses carry no figures is judged by counters.",
+        "server handles. `auto`: per-request figures where the container's vLLM has them, "
+        "counters elsewhere (the launch then goes without the flag). A server whose "
+        "responses carry no figures is judged by counters; the report says which source "
+        "was read and why.",
     )
     on_inconclusive: Literal["rollback", "keep"] = Field(
         default="rollback",

@@ -40,6 +40,7 @@ from orchestrator.probes.sampling import (
     server_defaults,
 )
 from orchestrator.serving import server_check
+from orchestrator.serving.acceptance_source import SourceChoice, auto_source
 from orchestrator.serving.judge import Launch, judge_server, read_launch
 from orchestrator.transport.base import Transport
 
@@ -159,6 +160,37 @@ def gather(
         server_check=server_check,
         siblings=probe.parse_siblings(small),
     )
+
+
+@dataclass(frozen=True)
+class Served:
+    """The plan a container deploys, the facts preflight read for it, and why its gate
+    reads the figures it reads (serving/acceptance_source.py)."""
+
+    plan: TargetPlan
+    facts: Facts
+    source: SourceChoice | None
+    """None: the playbook chose its source itself (not `auto`)."""
+
+
+def gather_for_server(
+    transport: Transport,
+    plan: TargetPlan,
+    nvidia_smi: str,
+    waiting: Callable[[str], None] = lambda _: None,
+) -> Served:
+    """`gather`, for the launch that will run. With `gate.acceptance_source: auto` the
+    plan asks for per-request figures; on a vLLM the facts show without them it is the
+    plan without the flag (`counters_plan`), gathered again: its dry run checks the
+    launch as it will run."""
+    facts = gather(transport, plan, nvidia_smi, waiting)
+    if plan.counters_plan is None:
+        return Served(plan, facts, None)
+    choice = auto_source(facts.server_version)
+    if choice.per_request:
+        return Served(plan, facts, choice)
+    chosen = plan.counters_plan
+    return Served(chosen, gather(transport, chosen, nvidia_smi, waiting), choice)
 
 
 def _server_version(

@@ -87,6 +87,7 @@ def verify_local(
             drafter_files=_file_names(drafter_path) if drafter and drafter_path else None,
             profile=profile,
             num_speculative_tokens=num_speculative_tokens,
+            profile_named=bool(profile_name),
         )
     )
     return findings, Judged(kind.name, kind.variant(config), by)

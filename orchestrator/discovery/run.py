@@ -141,22 +141,29 @@ def _read_node(
     jump: str | None = None,
 ) -> NodeRead:
     """A node's containers (configuration as it runs, live address of a DHCP one) and
-    GPUs, read on that node: pct reads only its own node's guests."""
+    GPUs, read on that node: pct reads only its own node's guests.
+
+    A template is left out when either says so: `/cluster/resources` (whose `template`
+    comes from the guest's RRD data, absent until the node has sampled it: pve-manager
+    9.2.11 PVE/API2Tools.pm:95-100, called by PVE/API2/Cluster.pm:560), or the
+    `template: 1` of its own configuration."""
     pct = tools.get("pct") or DEFAULT_PCT
     pvesh = tools.get("pvesh") or "pvesh"
     here = [g for g in guests if g.node == name and g.type == "lxc"]
-    containers = [
+    configured = [
         FoundContainer(guest, _running_config(host, pct, pvesh, guest))
         for guest in here
         if not guest.template
     ]
+    containers = [found for found in configured if not found.config.template]
+    by_config = {found.guest.vmid for found in configured if found.config.template}
     nvidia_smi = tools.get("nvidia-smi")
     node_gpus = (
         parse_node_gpus(run_step(host, proxmox.node_gpus(nvidia_smi), "listing GPUs").text)
         if nvidia_smi
         else None
     )
-    templates = [g for g in here if g.template]
+    templates = [g for g in here if g.template or g.vmid in by_config]
     return NodeRead(name, address, tools.get("pct"), containers, node_gpus, templates, jump)
 
 

@@ -200,9 +200,10 @@ class Doctor:
         if plan is None or self.playbook is None:
             return checks
         try:
-            facts = preflight.gather(transport, plan, nvidia_smi)
+            served = preflight.gather_for_server(transport, plan, nvidia_smi)
         except OrchError as exc:
             return [*checks, _failed(name, "preflight", exc)]
+        plan, facts = served.plan, served.facts
         if facts.server_version:
             checks.append(Check(name, "server", OK, f"{plan.vllm}: vLLM {facts.server_version}"))
         if facts.server_check:

@@ -24,6 +24,7 @@ from orchestrator.metrics.speed import Figure
 from orchestrator.metrics.speedup import NO_REFERENCE, SpeedOutcome, SpeedReference
 from orchestrator.probes.context import LONG, SHORT, ContextBucket
 from orchestrator.probes.endpoints import Endpoint
+from orchestrator.serving.acceptance_source import COUNTED
 
 PER_REQUEST, COUNTERS = "per_request", "counters"
 SOURCES = {
@@ -31,6 +32,22 @@ SOURCES = {
     COUNTERS: "/metrics counter deltas",
 }
 """Where a verdict's figures came from, in the report's words."""
+
+
+def source_note(asked: str, missing: str = "") -> str:
+    """Why the gate read the figures it read: the playbook's `gate.acceptance_source`
+    (`asked`), and what the server's responses carried (`missing`: why they had no
+    per-request figures, "" when they had them or were not asked for)."""
+    setting = f"gate.acceptance_source: {asked}"
+    if asked == COUNTERS:
+        return f"{setting}; {COUNTED}"
+    if missing:
+        return (
+            f"{setting}, but the server's responses carry no per-request figures "
+            f"({missing}): its launch lacks --per-request-spec-decode-metrics, or its vLLM "
+            f"predates 0.29.0; judged by {SOURCES[COUNTERS]}: {COUNTED}"
+        )
+    return f"{setting}: each response's own figures, which other clients' requests never enter"
 
 
 Tick = Callable[[str], None]
@@ -175,7 +192,7 @@ class GateReport:
     source: str | None = None
     """Where the verdict's figures came from (None: no probe was sent)."""
     note: Annotated[str | None, Field(serialization_alias="source_note")] = None
-    """Why the source differs from the playbook's, when it does."""
+    """Why the figures came from `source` (None: no probe was sent)."""
     criteria: GateCriteria | None = None
     sampling: dict[str, Any] | None = None
     """The sampling fields every probe request carried: the figures hold under it (None:

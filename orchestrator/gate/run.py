@@ -12,13 +12,13 @@ from orchestrator.gate.probe import Target
 from orchestrator.gate.report import (
     COUNTERS,
     PER_REQUEST,
-    SOURCES,
     GateReport,
     SpeedReport,
     Tick,
     explain_phases,
     overall_verdict,
     progress_lines,
+    source_note,
 )
 from orchestrator.gate.speed import SpeedTraffic, criteria_of, judge_speed, measure_speed
 from orchestrator.metrics.advice import speculative_tokens_advice
@@ -70,25 +70,23 @@ def run_gate(
     judged_by = (criteria, RequestCriteria(gate.min_probe_responses, gate.max_probe_error_share))
     endpoints = probe_endpoints(gate.probe.endpoints, gate.probe.chat_template_kwargs)
     phases = [(bucket, endpoint) for bucket in buckets for endpoint in endpoints]
+    asked = gate.acceptance_source
     report = GateReport(
         assess([], criteria),
         sampling=request_fields(gate.probe.sampling),
         criteria=criteria,
-        source=gate.acceptance_source,
+        source=COUNTERS if asked == COUNTERS else PER_REQUEST,
+        note=source_note(asked),
     )
     started = clock.now()
     target = Target(transport, address, port, served_name, key)
-    if gate.acceptance_source == PER_REQUEST:
+    if report.source == PER_REQUEST:
         deadline = Deadline.after(gate.time_budget, stop, clock)
         missing = run_at_once(target, gate, judged_by, phases, deadline, report, tick)
         if missing:
             report.phases.clear()
             report.source = COUNTERS
-            report.note = (
-                f"the server's responses carry no per-request figures ({missing}): its launch "
-                "lacks --per-request-spec-decode-metrics, or its vLLM predates 0.29.0; judged "
-                f"by {SOURCES[COUNTERS]}"
-            )
+            report.note = source_note(asked, missing)
     if report.source == COUNTERS:
         for index, (bucket, endpoint) in enumerate(phases):
             left = len(phases) - index

@@ -6,7 +6,8 @@ sshd of its own (direct SSH) unless the spec turns that off. Every sshd keeps
 OpenSSH's session limits unless the spec raises them. Each container's `vllm` is
 the stand-in, or with `server="vllm"` the real vLLM built for CPUs serving tiny
 models made here (realserver.py). `lab.json` records what runs, by PID, so
-`down` stops exactly what `up` started.
+`down` stops exactly what `up` started, and every process started in a container
+carries the container's mark (container_processes.py), so `down` ends those too.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import yaml
 from orchestrator.documents.lab import LabDown, LabStatus, LabTarget, LabUp
 from orchestrator.errors import InputError
 from orchestrator.lab import pveconf, realserver, sshd, tiny_cache
+from orchestrator.lab.container_processes import end_all, mark
 from orchestrator.lab.models import install_models
 from orchestrator.lab.paths import (
     DEFAULT_TOKENS_PER_SECOND,
@@ -54,6 +56,8 @@ GPUS_PER_CONTAINER = 2
 # What a Proxmox host's sessions find after the host's own tools (Debian's root PATH).
 STANDARD_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 LOAD_SECONDS_ENV = "ORCH_LAB_LOAD_SECONDS"
+RESIDENT_GRACE_SECONDS = 10.0
+"""How long `down` gives a container's processes between SIGTERM and SIGKILL."""
 SERVERS = ("standin", "vllm")
 """What runs as each container's vLLM: the stand-in, or the real vLLM for CPUs."""
 
@@ -195,6 +199,8 @@ class Lab:
             sshd.keygen(host_key, node.name)
             is_host = node in hosts
             path = f"{self.paths.host(node.name).bin}:{STANDARD_PATH}" if is_host else None
+            # a container's sessions carry its mark, as pct exec's commands do
+            marks = [] if is_host else [mark(node_dir.parent)]
             Path(node.config).write_text(
                 sshd.sshd_config(
                     node.address,
@@ -204,6 +210,7 @@ class Lab:
                     node_dir / "sshd.pid",
                     path,
                     sshd.SessionLimits(spec.max_sessions, spec.max_startups),
+                    marks,
                 )
             )
             pid = sshd.start(Path(node.config), Path(node.log))
@@ -230,16 +237,20 @@ class Lab:
         )
 
     def down(self) -> list[int]:
-        """Stop every process the lab started, by PID (a real server by its process group,
-        with the /dev/shm files it held); return the PIDs stopped."""
+        """Stop every process the lab started and every process started in its
+        containers, by PID: the real servers it launched by their process groups (with
+        the /dev/shm files they held), then whatever else carries a container's mark
+        (container_processes: a server started from any `vllm`, the stand-ins, what a
+        session left running), then the sshds. Returns the PIDs stopped."""
         if not self.state_file.exists():
             return []
         paths = [ContainerPaths(Path(container.root)) for container in self.containers()]
         records = [record for container in paths for record in server_records(container)]
         real = [r for r in records if r.get("server") == "vllm"]
-        standins = [r["pid"] for r in records if r.get("server") != "vllm"]
         nodes = [n.pid for n in self.nodes() if sshd.is_our_sshd(n.pid, Path(n.config))]
-        stopped = realserver.stop_servers(real) + stop_pids(standins) + stop_pids(nodes)
+        stopped = realserver.stop_servers(real)
+        stopped += end_all([container.root for container in paths], RESIDENT_GRACE_SECONDS)
+        stopped += stop_pids(nodes)
         for container in paths:
             shutil.rmtree(realserver.tmp_dir(container), ignore_errors=True)
         return stopped

@@ -206,10 +206,11 @@ def write_launcher(
 # calls, and a Python interpreter per call would cost the lab far more than the real
 # pct's Perl start costs a Proxmox host. Anything else, errors included, goes to the
 # Python stand-in, which words them as pct does. As in the stand-in: PATH is the
-# container's standard directories then the host's, HOME=/root, the working directory
-# is the rootfs, and a command that cannot be run exits as lxc-attach does. Only the
-# host's root takes this path (the effective uid read without a fork, from the shell's
-# own /proc/self/status); pct refuses anyone else.
+# container's standard directories then the host's, HOME=/root, CONTAINER_ENV names the
+# container's directory (how `pct stop` and `lab down` find what runs in it), the
+# working directory is the rootfs, and a command that cannot be run exits as lxc-attach
+# does. Only the host's root takes this path (the effective uid read without a fork,
+# from the shell's own /proc/self/status); pct refuses anyone else.
 _PCT_EXEC = """\
 euid=; lab_root=
 if [ "$1" = exec ] && [ "$3" = -- ] && [ $# -ge 4 ]; then
@@ -234,7 +235,8 @@ if [ -n "$euid" ] && [ "$euid" = "$lab_root" ]; then
       root=$ct/rootfs
       PATH=$root/sbin:$root/bin:$root/usr/sbin:$root/usr/bin:/sbin:/bin:/usr/sbin:/usr/bin
       HOME=/root
-      export PATH HOME
+      ORCH_LAB_CONTAINER=$ct
+      export PATH HOME ORCH_LAB_CONTAINER
       cd "$root" || exit 255
       export PWD
       name=$1; shift

@@ -12,9 +12,11 @@ docs/field-notes/proxmox.md.
 
 `exec VMID -- ARGV...` replaces this process with ARGV (no shell, no parent
 left behind), so signals, stdin and the exit status are the command's own. The
-command runs in the container's rootfs with HOME=/root and PATH limited to the
-standard directories: the container's own (under rootfs) first, then the
-host's, which stand in for the container's distribution (no chroot without root).
+command runs in the container's rootfs with HOME=/root, ORCH_LAB_CONTAINER (the mark
+by which `stop` finds every process started in the container: container_processes.py)
+and PATH limited to the standard directories: the container's own (under rootfs)
+first, then the host's, which stand in for the container's distribution (no chroot
+without root).
 A command that cannot be run exits as lxc-attach does: 127 not found, 126 not
 executable. A lab knob makes the host slow: `pct_exec_seconds` in the container's
 `lab/live.json` delays each exec (the fault matrix holds a deploy in one step with it).
@@ -29,18 +31,17 @@ import errno
 import json
 import os
 import shutil
-import signal
 import sys
 import time
 from collections.abc import Callable
-from contextlib import suppress
 from pathlib import Path
 
+from orchestrator.lab.container_processes import end_all
 from orchestrator.lab.paths import (
+    CONTAINER_ENV,
     PCT_MODULE,
     ContainerPaths,
     HostPaths,
-    server_records,
     write_json_atomic,
 )
 from orchestrator.lab.pveconf import (
@@ -159,7 +160,13 @@ def pct_exec(host: HostPaths, args: list[str]) -> int:
         raise PctError(f"missing command at {PCT_SOURCE} line 246.")
     slow_host_pause(found)
     directories = search_path(found.rootfs)
-    env = {**os.environ, "PATH": ":".join(directories), "HOME": "/root", "PWD": str(found.rootfs)}
+    env = {
+        **os.environ,
+        "PATH": ":".join(directories),
+        "HOME": "/root",
+        "PWD": str(found.rootfs),
+        CONTAINER_ENV: os.path.realpath(found.root),
+    }
     try:
         os.chdir(found.rootfs)
         os.execve(resolve(argv[0], directories), argv, env)
@@ -198,20 +205,13 @@ def pct_start(host: HostPaths, args: list[str]) -> int:
     return 0
 
 
-def stop_servers(found: ContainerPaths) -> None:
-    """SIGTERM the container's vLLM stand-ins; SIGKILL those still there after a grace."""
-    pids = [record["pid"] for record in server_records(found)]
-    for pid in pids:
-        with suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + STOP_GRACE_SECONDS
-    while time.monotonic() < deadline and server_records(found):
-        time.sleep(0.05)
-    for record in server_records(found):
-        with suppress(ProcessLookupError):
-            os.kill(record["pid"], signal.SIGKILL)
-    for pid in pids:
-        found.server_record(pid).unlink(missing_ok=True)
+def stop_container(found: ContainerPaths) -> None:
+    """Every process started in the container ended, as a real `pct stop` ends its
+    cgroup's (container_processes: found by their mark, not by the servers' records,
+    ended by PID); the stand-ins' records of servers no longer running removed."""
+    end_all([found.root], STOP_GRACE_SECONDS)
+    for path in found.servers_dir.glob("*.json") if found.servers_dir.is_dir() else ():
+        path.unlink(missing_ok=True)
 
 
 def pct_stop(host: HostPaths, args: list[str]) -> int:
@@ -219,7 +219,7 @@ def pct_stop(host: HostPaths, args: list[str]) -> int:
     found = container(host, "stop", vmid)
     if not is_running(found):
         raise PctError(f"CT {vmid} not running")
-    stop_servers(found)
+    stop_container(found)
     set_status(found, "stopped")
     return 0
 

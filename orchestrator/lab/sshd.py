@@ -10,6 +10,7 @@ import os
 import socket
 import subprocess
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,10 +40,12 @@ def sshd_config(
     pid_file: Path,
     path: str | None = None,
     limits: SessionLimits | None = None,
+    environment: Sequence[str] = (),
 ) -> str:
     """OpenSSH's own MaxSessions and MaxStartups unless `limits` raises them: the lab
     must refuse what a stock Debian host refuses. `path`, when given, is the PATH of
-    every session. sshd takes the first SetEnv line only: all variables go on one."""
+    every session; `environment` (NAME=VALUE entries) is set in every session too.
+    sshd takes the first SetEnv line only: all variables go on one."""
     raised = []
     if limits and limits.max_sessions is not None:
         raised.append(f"MaxSessions {limits.max_sessions}")
@@ -51,7 +54,7 @@ def sshd_config(
     # bash sources ~/.bashrc for a command sshd runs while SHLVL < 2 (bash shell.c,
     # run_startup_files): the lab would pay this machine user's rc files per command,
     # which a Proxmox host's stock root .bashrc does not cost.
-    environment = ["SHLVL=1", *([f"PATH={path}"] if path else [])]
+    settings = ["SHLVL=1", *([f"PATH={path}"] if path else []), *environment]
     return "\n".join(
         [
             f"ListenAddress {address}:{port}",
@@ -67,12 +70,21 @@ def sshd_config(
             "AllowTcpForwarding yes",
             "X11Forwarding no",
             "PrintMotd no",
-            f"SetEnv {' '.join(environment)}",
+            f"SetEnv {' '.join(_quoted(setting) for setting in settings)}",
             *raised,
             "LogLevel VERBOSE",
             "",
         ]
     )
+
+
+def _quoted(setting: str) -> str:
+    """A SetEnv entry as sshd_config reads it: double quotes keep spaces in a value
+    (OpenSSH 9.2p1's `sshd -T` shows the entry whole); a double quote or a backslash,
+    which sshd would read as quoting, is refused."""
+    if '"' in setting or "\\" in setting:
+        raise ValueError(f"SetEnv entry {setting!r}: no double quote or backslash allowed")
+    return f'"{setting}"' if " " in setting else setting
 
 
 def sshd_argv(config: Path, log: Path) -> list[str]:

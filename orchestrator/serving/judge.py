@@ -196,8 +196,9 @@ def _flag_findings(found: Capabilities, launch: Launch, table: Table) -> list[Fi
             "gate.acceptance_source",
             f"vLLM {found.version} has no {PER_REQUEST_FLAG} "
             f"({found.row.sources.get('per_request_spec_decode_metrics', '')}; first in "
-            f"{first}): the server refuses the launch; set gate.acceptance_source: counters "
-            f"(the gate then reads /metrics counter deltas), or upgrade to >= {first}",
+            f"{first}): the server refuses the launch; set gate.acceptance_source: auto or "
+            "counters (the launch then goes without it and the gate reads /metrics counter "
+            f"deltas), or upgrade to >= {first}",
             expected=f">= {first}",
             actual=str(found.version),
         )

@@ -105,6 +105,13 @@ class Deployment:
     def name(self) -> str:
         return self.plan.container
 
+    def serve(self, plan: TargetPlan) -> None:
+        """Deploy `plan` instead (preflight.gather_for_server: the same playbook launched
+        without per-request figures): the same deployment dir, another release."""
+        if plan is not self.plan:
+            self.plan = plan
+            self.outcome.release = plan.release_id
+
     def server(self, port: int | None = None) -> Server:
         """This deployment's server, as its plan serves it (on `port`: as an earlier
         release recorded it)."""

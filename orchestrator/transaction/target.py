@@ -53,11 +53,12 @@ class TargetRun:
         return guard(self.d.outcome, lambda: self._rollback(to))
 
     def _deploy(self) -> None:
-        d, plan = self.d, self.d.plan
+        d = self.d
         if d.options.dry_run:
             return self._dry_run()
         with locked(d), self._replaced_locked():
             facts = self._preflight()
+            plan = d.plan  # the launch preflight chose (gate.acceptance_source: auto)
             d.reference_facts = reference.read_facts(
                 d, reference.fingerprint(d, facts.target, facts.server_version, facts.gpus)
             )
@@ -250,7 +251,13 @@ class TargetRun:
     def _preflight(self) -> preflight.Facts:
         d, out = self.d, self.d.outcome
         with d.step("preflight"):
-            facts = preflight.gather(d.transport, d.plan, d.nvidia_smi, d.tick("preflight"))
+            served = preflight.gather_for_server(
+                d.transport, d.plan, d.nvidia_smi, d.tick("preflight")
+            )
+        if served.source and served.plan is not d.plan:
+            d.serve(served.plan)
+            out.notes.append(served.source.why)
+        facts = served.facts
         server = d.playbook.server
         out.findings = preflight.judge(
             facts,

@@ -20,6 +20,12 @@ RUNNER_OFF = 'server.env={VLLM_USE_V2_MODEL_RUNNER: "0"}'
 """V1 forced: 0.26 - 0.28 refuse a mixed drafter there (unset, they pick V2 themselves)."""
 COUNTERS = ("--set", "gate.acceptance_source=counters")
 """Releases before 0.29.0 have no per-request figures: the gate reads counters."""
+PER_REQUEST = ("--set", "gate.acceptance_source=per_request")
+AUTO_ON_0_27 = (
+    "gate.acceptance_source: auto: vLLM 0.27.1 has no --per-request-spec-decode-metrics "
+    "(vllm/config/observability.py (absent) in 0.27.0; first in 0.29.0), so the launch goes "
+    "without it and the gate reads /metrics counter deltas"
+)
 
 
 def releases(lab: LabHandle, name: str) -> set[str]:
@@ -30,25 +36,35 @@ def releases(lab: LabHandle, name: str) -> set[str]:
 def test_on_vllm_0_27_the_runner_variable_is_checked_before_the_restart(lab: LabHandle) -> None:
     """0.26 - 0.28 choose the V2 runner by themselves for a mixed drafter; `0` forces V1,
     which refuses it (vllm/config/vllm.py:599, qwen3_dflash.py:125 in 0.27.0)."""
-    # Per-request figures (the default) need a flag 0.27 lacks: preflight says what to set.
-    code, refused = deploy(lab, "--limit", "ct200")
+    # Per-request figures asked for: they need a flag 0.27 lacks, preflight says what to set.
+    code, refused = deploy(lab, "--limit", "ct200", *PER_REQUEST)
     assert code == 1, refused
     [finding] = [f for f in target(refused, "ct200")["findings"] if f["severity"] == "error"]
     assert finding["field"] == "gate.acceptance_source"
     assert finding["message"].startswith(
         "vLLM 0.27.1 has no --per-request-spec-decode-metrics (vllm/config/observability.py "
         "(no such setting) in 0.27.0; first in 0.29.0): the server refuses the launch; set "
-        "gate.acceptance_source: counters"
+        "gate.acceptance_source: auto or counters"
     )
     assert not (lab.deployment_dir("ct200") / "releases").exists()
 
-    code, first = deploy(lab, *COUNTERS)
+    # The default (auto) launches without the flag and the gate reads counters, saying why:
+    # in the text report, then in the JSON one.
+    text = lab.orch("deploy", "qwen-dflash", "-i", str(lab.inventory), "--limit", "ct201", *FAST)
+    assert text.code == 0, text.stdout + text.stderr
+    assert "figures from /metrics counter deltas (gate.acceptance_source: auto" in " ".join(
+        text.stdout.split()
+    ), text.stdout
+    code, first = deploy(lab)
     assert code == 0, first
-    for name in ("ct200", "ct201"):
-        entry = target(first, name)
-        assert entry["result"] == "deployed", entry
-        assert entry["server_version"] == "0.27.1"
-        assert not [f for f in entry["findings"] if f["severity"] == "error"]
+    assert target(first, "ct201")["result"] == "unchanged"  # the release auto chose is kept
+    entry = target(first, "ct200")
+    assert entry["result"] == "deployed", entry
+    assert entry["server_version"] == "0.27.1"
+    assert not [f for f in entry["findings"] if f["severity"] == "error"]
+    assert entry["gate"]["source"] == "counters"
+    assert "other clients' drafts enter the figures" in entry["gate"]["source_note"]
+    assert [n for n in entry["notes"] if n.startswith(AUTO_ON_0_27)], entry["notes"]
     good = target(first, "ct200")["release"]
     pid = serving_pid(lab, "ct200")
 

@@ -21,12 +21,14 @@ from pathlib import Path
 
 import pytest
 from labtools import LabHandle, free_network
+from realvllm import VENV, needs_032
 
 from orchestrator.container.server import Server
 from orchestrator.errors import HostKeyError, ServiceUnavailable, TransportError
 from orchestrator.inventory import Inventory, load_inventory
+from orchestrator.lab import realserver, tiny_cache, tiny_models
 from orchestrator.lab.cluster import SSH_PORT, Lab
-from orchestrator.lab.paths import pid_alive
+from orchestrator.lab.paths import ContainerPaths, pid_alive
 from orchestrator.plan import plan_target
 from orchestrator.playbook import find_playbook, load_playbook
 from orchestrator.transaction import releases
@@ -222,6 +224,100 @@ def test_lab_up_again_status_and_down_through_the_cli(tmp_path: Path) -> None:
         assert lab.known_hosts.read_text() == known_hosts  # host keys survive a restart
     finally:
         lab.down()
+
+
+def naming(text: str) -> list[int]:
+    """Live processes whose command line, environment or working directory names `text`
+    (a lab's directory): read from /proc, whatever the lab recorded."""
+    found = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        with contextlib.suppress(OSError):
+            cwd = os.readlink(entry / "cwd").encode()
+            said = (entry / "cmdline").read_bytes() + (entry / "environ").read_bytes() + cwd
+            if text.encode() in said and pid_alive(int(entry.name)):
+                found.append(int(entry.name))
+    return found
+
+
+def descendants(pid: int) -> list[int]:
+    """`pid` and every live process below it, by the parent PIDs /proc gives now."""
+    parents = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            parents[int(stat.parent.name)] = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+    tree, grew = {pid}, True
+    while grew:
+        below = {child for child, parent in parents.items() if parent in tree} - tree
+        tree |= below
+        grew = bool(below)
+    return sorted(p for p in tree if pid_alive(p))
+
+
+def detached(transport: PctTransport | SshTransport, command: list[str], log: str) -> int:
+    """`command` started as orch starts a server: its own session, its starter gone."""
+    line = f"setsid {shlex.join(command)} < /dev/null > {shlex.quote(log)} 2>&1 & echo $!"
+    started = transport.run(["sh", "-c", line])
+    assert started.exit_code == 0, started.error_text
+    return int(started.text)
+
+
+@needs_032
+def test_lab_down_ends_every_process_started_in_a_container(lab: LabHandle) -> None:
+    """A real vLLM started in ct200 (through pct) from a `vllm` outside the lab, and a
+    process a session on ct201 (its own sshd) left running, each in a session of its own
+    with PPID 1: the lab's records name neither, and after `orch lab down` no process
+    started in a container is left: a scan of /proc finds none naming the lab."""
+    inventory = load_inventory(lab.inventory)
+    ct200_dir = ContainerPaths(Path(next(c.root for c in lab.lab.containers() if c.vmid == 200)))
+    environment = {**realserver.server_env(ct200_dir), "VLLM_ENABLE_V1_MULTIPROCESSING": "1"}
+    serve = [
+        "env",
+        *(f"{name}={value}" for name, value in environment.items()),
+        str(VENV / "bin" / "vllm"),
+        "serve",
+        str(tiny_cache.ensure_made(VENV) / tiny_models.TARGET),
+        "--host",
+        inventory.containers["ct200"].address,
+        "--port",
+        "8000",
+        *realserver.SERVE_ARGS,
+    ]
+    with contextlib.closing(endpoint(inventory, "ct200")) as host:
+        ct200 = PctTransport("ct200", host, inventory.pct_path("pve1"), 200)
+        assert ct200.run(["mkdir", "-p", environment["TMPDIR"]]).exit_code == 0
+        server = detached(ct200, serve, str(ct200_dir.root / "vllm.log"))
+    with contextlib.closing(endpoint(inventory, "ct201")) as ct201:
+        sleeper = detached(ct201, ["sleep", "600"], "/dev/null")
+    deadline = time.monotonic() + 300  # vLLM starts its engine process once it read the model
+    while len(descendants(server)) < 2 and time.monotonic() < deadline:
+        time.sleep(1)
+    started = [*descendants(server), sleeper]
+    assert len(started) >= 3, (ct200_dir.root / "vllm.log").read_text()[-3000:]
+    assert (
+        lab.orch("lab", "status", "--dir", str(lab.lab.root), "--json").json["targets"][0][
+            "servers"
+        ]
+        == []
+    )  # no record of the real server: the launcher outside the lab wrote none
+
+    down = lab.orch("lab", "down", "--dir", str(lab.lab.root), timeout=120)
+
+    assert down.code == 0, str(down)
+    assert [pid for pid in started if pid_alive(pid)] == []
+    assert naming(str(lab.lab.root)) == []
+
+
+def test_pct_stop_ends_every_process_started_in_the_container(ct200: PctTransport) -> None:
+    """As a real `pct stop` ends everything in the container's cgroup: a process left
+    running in a session of its own, which no record of the lab names."""
+    left = detached(ct200, ["sleep", "600"], "/dev/null")
+    assert pid_alive(left)
+    pct, host = ct200.pct_path, ct200.host
+    try:
+        assert host.run([pct, "stop", "200"]).exit_code == 0
+        assert not pid_alive(left)
+    finally:
+        assert host.run([pct, "start", "200"]).exit_code == 0
 
 
 @pytest.mark.parametrize("taken", ["1.1", "1.11"], ids=["host", "direct-ssh-container"])

@@ -98,7 +98,11 @@ def test_the_target_drafting_for_itself_passes_its_gate_at_k_plus_one(
     assert gate["verdict"] == "pass"
     assert gate["mean_acceptance_length"] == pytest.approx(K + 1, rel=0.01)
     # vLLM 0.32.0 reports each response's own drafts (--per-request-spec-decode-metrics).
-    assert (gate["source"], gate["source_note"]) == ("per_request", None)
+    assert (gate["source"], gate["source_note"]) == (
+        "per_request",
+        "gate.acceptance_source: auto: each response's own figures, which other clients' "
+        "requests never enter",
+    )
     # The server's own counters, read here: the gate measured the real thing.
     address = real_lab.lab.containers()[0].address
     counters = spec_decode_totals(metrics_text(address, 8000))

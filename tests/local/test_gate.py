@@ -72,6 +72,13 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, int 
 
 SOURCES = {"counters": "", "per_request": "_pr"}
 """Each source and the servers that serve it."""
+NOTES = {
+    "counters": "gate.acceptance_source: counters; /metrics counters count every request the "
+    "server handles: other clients' drafts enter the figures",
+    "per_request": "gate.acceptance_source: per_request: each response's own figures, which "
+    "other clients' requests never enter",
+}
+"""Why each source was read, as the report says it."""
 
 
 def probe_gate(servers: dict, name: str, the_gate: Gate) -> GateReport:
@@ -92,7 +99,7 @@ def test_every_bucket_and_endpoint_is_its_own_phase(servers: dict, source: str) 
     report = probe_gate(servers, "healthy", gate(source))
     assert report.verdict.outcome == "pass", report.verdict.reason
     document = jsonable(report)
-    assert (document["source"], document["source_note"]) == (source, None)
+    assert (document["source"], document["source_note"]) == (source, NOTES[source])
     phases = document["by_context"]
     assert [(p["context"], p["endpoint"], p["chat_template_kwargs"]) for p in phases] == [
         ("short", "/v1/completions", None),
@@ -116,24 +123,23 @@ def test_every_bucket_and_endpoint_is_its_own_phase(servers: dict, source: str) 
     assert "every phase passed" in document["reason"]
 
 
-def test_a_server_without_per_request_figures_is_judged_by_counters(servers: dict) -> None:
+@pytest.mark.parametrize("asked", ["per_request", "auto"])
+def test_a_server_without_per_request_figures_is_judged_by_counters(
+    servers: dict, asked: str
+) -> None:
     without = servers["healthy"]  # started without --per-request-spec-decode-metrics
     report = run_gate(
-        LoopbackTransport(),
-        "127.0.0.1",
-        without,
-        servers["model"],
-        gate("per_request"),
-        buckets(),
-        CAUSES,
+        LoopbackTransport(), "127.0.0.1", without, servers["model"], gate(asked), buckets(), CAUSES
     )
     assert report.verdict.outcome == "pass"
     assert report.source == "counters"
     assert report.note is not None
     assert report.note.startswith(
-        "the server's responses carry no per-request figures (the response has no "
-        "metrics.speculative_decoding): its launch lacks --per-request-spec-decode-metrics"
+        f"gate.acceptance_source: {asked}, but the server's responses carry no per-request "
+        "figures (the response has no metrics.speculative_decoding): its launch lacks "
+        "--per-request-spec-decode-metrics"
     )
+    assert report.note.endswith("other clients' drafts enter the figures")
     assert [p.source for p in report.phases] == ["counters"] * 4
 
 

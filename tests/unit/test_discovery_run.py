@@ -5,6 +5,8 @@ gives up on are checked without a lab (tests/lab/test_discovery.py runs it for r
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from pvenodes import ScriptedCluster, ScriptedNode, recorded
 
@@ -88,6 +90,30 @@ def test_only_the_nodes_own_containers_are_configured_and_a_template_never() -> 
         ("/usr/sbin/pct", "config", "200", "--current"),
         ("/usr/sbin/pct", "config", "1001", "--current"),
     ]
+
+
+def test_a_template_without_rrd_data_is_left_out_by_its_own_config() -> None:
+    """`/cluster/resources` has `template` only once the guest has RRD data (pve-manager
+    9.2.11 PVE/API2Tools.pm:95-100): a template listed bare, as a fresh one is, is known
+    by the `template: 1` of `pct config --current`."""
+    listing = json.loads(recorded("cluster-resources.json"))
+    bare = {"id": "lxc/300", "node": "pve-train", "status": "unknown", "type": "lxc", "vmid": 300}
+    listing = [bare if entry["vmid"] == 300 else entry for entry in listing]
+    train = ScriptedNode(
+        json.dumps(listing),
+        recorded("cluster-status.json"),
+        configs={
+            1001: recorded("pct-config-devices.txt"),
+            200: recorded("pct-config-mount-entries.txt"),
+            300: recorded("pct-config-template.txt"),
+        },
+    )
+
+    found = discover("192.0.2.20", ROOT, ScriptedCluster({"192.0.2.20": train}).connect)
+
+    (node,) = found.read
+    assert [c.guest.vmid for c in node.containers] == [200, 1001]
+    assert [g.vmid for g in node.templates] == [300]
 
 
 def four_nodes() -> ScriptedCluster:

@@ -583,3 +583,48 @@ def test_a_qwen3_speculators_head_passes_verify_config(tmp_path: Path) -> None:
     write_safetensors_stub(tmp_path / "head" / "model.safetensors", layout)
     failed = CliRunner().invoke(cli, arguments, env={"ORCH_INVENTORY": None})
     assert failed.exit_code == 1, failed.stdout
+
+
+def test_a_heads_own_ids_are_what_it_was_trained_on_when_no_profile_is_asked_for(
+    tmp_path: Path,
+) -> None:
+    """The false alarm: a head whose own config captures [2, 18, 36] of a 36-layer
+    Qwen3-8B (36: the last layer's output, models/qwen2.py:420-431) was failed as "trained
+    on [2, 18, 33]" because verify-config found RedHatAI's profile by the target's shape.
+    No profile named: its ids are the head's, a warning names the published head's;
+    with `--profile` it is judged as that head, and the difference is an error."""
+    config = head("speculators", **{IDS: [2, 18, 36]})
+    (tmp_path / "head").mkdir()
+    (tmp_path / "head" / "config.json").write_text(json.dumps(config))
+    layout = {name: ("BF16", entry["shape"]) for name, entry in weights().items()}
+    write_safetensors_stub(tmp_path / "head" / "model.safetensors", layout)
+    (tmp_path / "target.json").write_text(json.dumps(QWEN3_8B))
+    arguments = ["verify-config", "--drafter", str(tmp_path / "head")]
+    arguments += ["--target", str(tmp_path / "target.json"), "--json"]
+
+    no_inventory = {"ORCH_INVENTORY": None}
+    found = CliRunner().invoke(cli, arguments, env=no_inventory)
+    named = CliRunner().invoke(cli, [*arguments, "--profile", PROFILE], env=no_inventory)
+
+    [warning] = json.loads(found.stdout)["findings"]
+    assert (found.exit_code, warning["severity"], warning["field"]) == (0, "warning", IDS)
+    assert "the head declares [2, 18, 36]" in warning["message"]
+    assert (
+        f"{PROFILE}, published for the same target (Qwen/Qwen3-8B), captures [2, 18, 33]"
+        in (warning["message"])
+    )
+    [error] = json.loads(named.stdout)["findings"]
+    assert (named.exit_code, error["severity"], error["expected"]) == (1, "error", [2, 18, 33])
+
+
+def test_a_head_that_is_the_profiles_config_is_judged_by_the_profile() -> None:
+    """Unnamed but the profile's own config: the profile's layers are the reference
+    (no warning that the defaults may be wrong: they are what the published head uses)."""
+    profile = get_profile(PROFILE)
+
+    def on_ids(config: dict) -> list[tuple[str, str]]:
+        inputs = CheckInputs(config, QWEN3_8B, profile=profile, profile_named=False)
+        return [found for found in verdict(get_kind("eagle3").check(inputs)) if IDS in found[1]]
+
+    assert on_ids(profile.config) == []
+    assert on_ids(head("speculators", **{IDS: None})) == [("warning", IDS)]  # defaults, unsaid

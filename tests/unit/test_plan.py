@@ -87,6 +87,24 @@ def test_what_does_not_go_into_a_release_keeps_its_id(assignment: str) -> None:
     assert (same.release_id, same.files) == (base.release_id, base.files)
 
 
+def test_auto_plans_both_launches_the_release_of_each_source_would_be() -> None:
+    """`gate.acceptance_source: auto` (the default) is the per-request plan, carrying the
+    counters one for a vLLM without the flag: the same releases as asking for each."""
+    auto = plans()["ct129"]
+    per_request = plans("gate.acceptance_source=per_request")["ct129"]
+    counters = plans("gate.acceptance_source=counters")["ct129"]
+
+    assert (auto.release_id, auto.files) == (per_request.release_id, per_request.files)
+    assert auto.counters_plan is not None
+    assert (auto.counters_plan.release_id, auto.counters_plan.files) == (
+        counters.release_id,
+        counters.files,
+    )
+    assert b"--per-request-spec-decode-metrics" in auto.files[LAUNCH_SCRIPT]
+    assert b"--per-request-spec-decode-metrics" not in auto.counters_plan.files[LAUNCH_SCRIPT]
+    assert per_request.counters_plan is None and counters.counters_plan is None
+
+
 def test_an_inventory_var_changes_the_release_of_the_containers_that_use_it(
     tmp_path: Path,
 ) -> None:

@@ -16,6 +16,7 @@ from orchestrator.errors import InputError
 from orchestrator.inventory import load_inventory
 from orchestrator.plan import LAUNCH_SCRIPT, plan_deploy
 from orchestrator.playbook import load_playbook
+from orchestrator.serving.acceptance_source import auto_source
 from orchestrator.serving.capabilities import (
     FULL_ATTENTION,
     REFUSED,
@@ -325,6 +326,35 @@ def test_odd_configs_are_judged_without_a_traceback(drafter: dict) -> None:
     judge_server("0.19.1", PLAYBOOK_LAUNCH, None, None)
 
 
+@pytest.mark.parametrize(
+    ("version", "per_request"),
+    [
+        ("0.27.1", False),  # no per_request_spec_decode_metrics in config/observability.py
+        ("0.28.0", False),  # nor here
+        ("0.29.0", True),  # vllm/config/observability.py:48, engine/arg_utils.py:1540
+        ("0.32.0", True),  # :50, arg_utils.py:1657
+        ("0.34.0", True),  # :52, arg_utils.py:1713
+        (None, True),  # not read: the gate falls back on the responses
+        ("not-a-version", True),
+    ],
+)
+def test_auto_takes_per_request_figures_where_the_release_has_the_flag(
+    version: str | None, per_request: bool
+) -> None:
+    """Checked in the wheels of 0.27.1, 0.28.0, 0.29.0, 0.32.0 and 0.34.0."""
+    choice = auto_source(version)
+    assert choice.per_request is per_request
+    assert choice.why.startswith("gate.acceptance_source: auto")
+    if not per_request:
+        assert choice.why == (
+            f"gate.acceptance_source: auto: vLLM {version} has no "
+            "--per-request-spec-decode-metrics (vllm/config/observability.py (absent) in "
+            f"{version[:4]}.0; first in 0.29.0), so the launch goes without it and the gate "
+            "reads /metrics counter deltas; /metrics counters count every request the server "
+            "handles: other clients' drafts enter the figures"
+        )
+
+
 def test_per_request_figures_need_the_flag_from_0_29() -> None:
     flagged = Launch(
         {}, None, "dflash", argv=("serve", "/m", "--per-request-spec-decode-metrics", "summary")
@@ -337,8 +367,8 @@ def test_per_request_figures_need_the_flag_from_0_29() -> None:
     assert finding.message == (
         "vLLM 0.28.0 has no --per-request-spec-decode-metrics (vllm/config/observability.py "
         "(no such setting) in 0.28.0; first in 0.29.0): the server refuses the launch; set "
-        "gate.acceptance_source: counters (the gate then reads /metrics counter deltas), or "
-        "upgrade to >= 0.29.0"
+        "gate.acceptance_source: auto or counters (the launch then goes without it and the "
+        "gate reads /metrics counter deltas), or upgrade to >= 0.29.0"
     )
 
 

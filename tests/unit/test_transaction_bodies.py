@@ -26,6 +26,7 @@ from orchestrator.plan import TargetPlan, plan_deploy
 from orchestrator.playbook import load_playbook
 from orchestrator.probes.context import ContextBucket
 from orchestrator.release import GateTarget
+from orchestrator.serving.acceptance_source import auto_source
 from orchestrator.transaction.actions import Action, ServerActionRun
 from orchestrator.transaction.deployment import Deployment
 from orchestrator.transaction.options import Options
@@ -386,6 +387,32 @@ def test_deploy(
     outcome = site.deploy(force=given.get("force", False))
 
     check(site, outcome, expect)
+
+
+@pytest.mark.parametrize(
+    ("version", "per_request"), [("0.27.1", False), ("0.28.0", False), ("0.29.0", True)]
+)
+def test_auto_deploys_the_launch_the_containers_vllm_can_run(
+    models: dict[str, Path], version: str, per_request: bool
+) -> None:
+    """`gate.acceptance_source: auto`: vLLM before 0.29.0 has no
+    --per-request-spec-decode-metrics (0.29.0 vllm/config/observability.py:48), so there
+    the release written is the one without it, the notes say why, and a redeploy of it is
+    unchanged."""
+    site = Site(models)
+    site.container.vllm_version = version
+    assert site.plan.counters_plan is not None
+    chosen = site.plan if per_request else site.plan.counters_plan
+    site.gate.verdicts = {chosen.release_id: "pass"}
+
+    outcome = site.deploy()
+
+    assert (outcome.result, outcome.release) == ("deployed", chosen.release_id), outcome.error
+    script = site.container.files[f"{site.plan.layout.release(chosen.release_id)}/serve.sh"]
+    assert (b"--per-request-spec-decode-metrics" in script) is per_request
+    said = [n for n in outcome.notes if n.startswith("gate.acceptance_source: auto")]
+    assert said == ([] if per_request else [auto_source(version).why])
+    assert site.deploy().result == "unchanged"
 
 
 def test_a_forced_deploy_that_fails_cites_what_preflight_found(models: dict[str, Path]) -> None:

@@ -45,7 +45,8 @@ class CheckInputs:
     `target` the target's whole config.json, `tokenizer` its
     tokenizer_config.json, `tensors` the drafter's merged safetensors header
     entries, `drafter_files` the names in the drafter dir, `profile` the
-    published drafter it should equal.
+    published drafter it should equal; `profile_named` says the profile was asked for
+    (a playbook's `drafter.profile`, `--profile`), not found by the target's shape.
     """
 
     drafter: dict
@@ -55,6 +56,7 @@ class CheckInputs:
     drafter_files: Sequence[str] | None = None
     profile: Profile | None = None
     num_speculative_tokens: int | None = None
+    profile_named: bool = True
 
 
 class DrafterKind(ABC):

@@ -218,6 +218,15 @@ class HeadInputs:
     tensors: dict[str, dict] | None
     profile: Profile | None
     num_speculative_tokens: int | None
+    profile_named: bool = True
+
+    @property
+    def trained_as_profile(self) -> bool:
+        """Whether the profile's layers are the ones the head was trained on: the profile
+        was asked for, or the head's config is the profile's own."""
+        return self.profile is not None and (
+            self.profile_named or self.config == self.profile.config
+        )
 
     def path(self, key: str) -> str:
         """Where a key of the served config is written in the file: a speculators head's

@@ -72,25 +72,42 @@ def _id_shape(c: HeadInputs, ids: list[int], field: str) -> Iterator[Finding]:
 def _trained_ids(
     c: HeadInputs, ids: list[int], source: str | None, field: str
 ) -> Iterator[Finding]:
+    """The ids fed against those the head was trained on: a profile's when it was asked
+    for (or the head is that profile's config), else the ones the head declares itself.
+    A published head for the same target that captures others is another head: at most
+    a warning that says so."""
     layers = c.layers
-    if c.profile is not None:
-        trained, _ = captured_layers(served(c.profile.config), layers)
-        if trained is not None and ids != trained:
+    trained = captured_layers(served(c.profile.config), layers)[0] if c.profile else None
+    if c.profile is not None and trained is not None and ids != trained:
+        if c.trained_as_profile:
             yield Finding.error(
                 field,
-                f"vLLM feeds the head target layers {ids}, but {c.profile.name} was trained on "
-                f"{trained}: it starts and acceptance collapses; use the published ids",
+                f"vLLM feeds the head target layers {ids}, but {c.profile.name} was trained "
+                f"on {trained}: it starts and acceptance collapses; use the published ids",
                 expected=trained,
                 actual=ids,
             )
-    elif source is None and is_int(layers):
-        yield Finding.warning(
-            LAYER_IDS,
-            f"{LAYER_IDS} is not set: vLLM captures the target's default layers {ids} "
-            "(eagle3_utils.py:103-139, interfaces.py:1764-1785); right only if the head was "
-            "trained on them",
-            expected=ids,
-        )
+            return
+        if source is not None:
+            yield Finding.warning(
+                field,
+                f"the head declares {ids} ({field}), the layers it was trained on, and vLLM "
+                f"feeds it those; {c.profile.name}, published for the same target "
+                f"({c.profile.target_name}), captures {trained}: no profile was asked for, "
+                "so this head is judged as another one (drafter.profile names a published "
+                "head to be judged by)",
+                actual=ids,
+            )
+            return
+    if c.trained_as_profile or source is not None or not is_int(layers):
+        return
+    yield Finding.warning(
+        LAYER_IDS,
+        f"{LAYER_IDS} is not set: vLLM captures the target's default layers {ids} "
+        "(eagle3_utils.py:103-139, interfaces.py:1764-1785); right only if the head was "
+        "trained on them",
+        expected=ids,
+    )
 
 
 def _count(c: HeadInputs, ids: list[int], source: str | None, field: str) -> Iterator[Finding]:

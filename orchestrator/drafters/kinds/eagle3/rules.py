@@ -55,6 +55,7 @@ def check_eagle3(inputs: CheckInputs) -> list[Finding]:
         inputs.tensors,
         inputs.profile,
         inputs.num_speculative_tokens,
+        inputs.profile_named,
     )
     rules = (
         _refused_at_start,
