@@ -6,7 +6,6 @@ the target, so a failed preflight leaves it exactly as it was.
 
 from __future__ import annotations
 
-import json
 import struct
 import threading
 from collections.abc import Callable
@@ -14,6 +13,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from orchestrator import remotejson
 from orchestrator.container import probe, validator
 from orchestrator.container.gpu import Gpu, GpuApp, parse_gpu_apps, parse_gpus
 from orchestrator.container.server import ServerState, parse_server_state
@@ -348,7 +348,7 @@ def _missing_shards(model: ModelDir) -> list[Finding]:
     if INDEX_FILE not in model.frames:
         return []
     try:
-        shards = set(json.loads(model.frames[INDEX_FILE])["weight_map"].values())
+        shards = set(remotejson.loads(model.frames[INDEX_FILE])["weight_map"].values())
     except (ValueError, KeyError, TypeError, AttributeError):
         return [
             Finding.error(
@@ -378,7 +378,7 @@ def _truncated(model: ModelDir) -> list[Finding]:
             continue
         length = struct.unpack("<Q", prefix[:8])[0]
         try:
-            header = json.loads(prefix[8 : 8 + length])
+            header = remotejson.loads(prefix[8 : 8 + length])
             end = max(
                 (e["data_offsets"][1] for k, e in header.items() if k != "__metadata__"), default=0
             )
