@@ -10,10 +10,11 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable, Sequence
 
 import pytest
 from clocks import FakeClock
-from scripted import metrics, serving
+from scripted import ScriptedGate, metrics, serving
 from transactions import BUCKETS, CAUSES, FAST_GATE, Container, setup, target_run
 
 from orchestrator.cancel import Cancel
@@ -257,3 +258,57 @@ def test_a_stop_cut_short_is_finished_by_the_next_run() -> None:
         ("recover", "stopped"),
         ("stop", "unchanged"),
     ]
+
+
+class DiskFillsAt:
+    """The container's disk fills when the journal reaches `step`: from then on every
+    write of a file fails as `ENOSPC` does (links and removals still work, as on a full
+    filesystem: tests/faults/test_fault_matrix.py fills a real one)."""
+
+    def __init__(self, container: Container, step: str) -> None:
+        self.full = False
+        write = container._write_file
+
+        def write_file(path: str, data: bytes, mode: str, stdin: bytes) -> tuple[int, bytes]:
+            if self.full:
+                return 1, b"cat: write error: No space left on device"
+            self.full = path == container.layout.journal and json.loads(stdin)["step"] == step
+            return write(path, data, mode, stdin)
+
+        container.transport.on("write_file", lambda argv, stdin: _run(write_file, argv, stdin))
+
+
+def _run(
+    handler: Callable[..., tuple[int, bytes]], argv: Sequence[str], stdin: bytes | None
+) -> Result:
+    arguments = dict(argv.args)  # type: ignore[attr-defined]
+    if stdin is not None:
+        arguments["stdin"] = stdin
+    code, data = handler(**arguments)
+    return Result(tuple(argv), code, b"" if code else data, data if code else b"")
+
+
+def test_a_disk_that_fills_during_the_switch_ends_on_the_previous_release() -> None:
+    """Issue 35 cause 4: every step wrote the journal first, the way back's too, so once
+    the old server was stopped a full disk failed the rollback at once: no server. The
+    way back now goes on without its journal, and says so."""
+    playbook, plan, container = setup(served_name="old-name")
+    container.gated_release("aaaaaaaaaaaa", "old-name")
+    container.gated_release("bbbbbbbbbbbb", "old-name")
+    container.links[container.layout.current] = "releases/aaaaaaaaaaaa"
+    serving(container.transport, "old-name")
+    disk = DiskFillsAt(container, "switch current")
+    gate = ScriptedGate(container)
+
+    outcome = target_run(playbook, plan, container, gate=gate).rollback("bbbbbbbbbbbb")
+
+    assert disk.full
+    assert outcome.current == "aaaaaaaaaaaa"
+    assert container.links[container.layout.current] == "releases/aaaaaaaaaaaa"
+    assert container.server is not None  # the previous release serves again
+    assert [asked[0] for asked in gate.asked] == ["aaaaaaaaaaaa"]  # gated on the way back
+    assert (outcome.result, outcome.exit_code) == ("failed", 1), outcome.error  # a rollback
+    lost = "the journal could not be written at 'rollback stop server'"
+    assert any(lost in note for note in outcome.notes)
+    assert container.layout.journal not in container.files  # settled: nothing to recover
+    assert container.events[-2:] == ["journal cleared", "unlock"]
