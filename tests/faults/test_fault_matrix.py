@@ -16,15 +16,19 @@ the step is recognised from orch's own progress lines. After every case:
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
+from pathlib import Path
 
 import pytest
 from faulttools import (
@@ -512,3 +516,93 @@ def test_baseline_killed_then_a_plain_baseline_recovers_and_measures(
     assert json.loads((deployment(lab) / "baseline.json").read_text()) == target["baseline"]
     assert not [p for p in (deployment(lab) / "releases").iterdir() if p.name != good]
     assert_invariants(lab, good, files)
+
+
+# -- issue 35: a disk that fills during the switch -----------------------------------------------
+
+
+def sudo(*argv: str) -> None:
+    subprocess.run(["sudo", "-n", *argv], check=True, capture_output=True, timeout=60)
+
+
+@contextmanager
+def deployment_on_a_small_disk(
+    lab: LabHandle, size: str = "96m"
+) -> Iterator[Path]:  # > preflight's 64 MiB free
+    """The deployment moved onto a tmpfs of its own (`mount` under sudo, as CI's runner
+    and scripts/setup.sh give it), so a test can fill that filesystem and nothing else.
+    Yields the deployment dir. `size` is above preflight's free-disk floor (64 MiB), so
+    the deploy starts. On the way out the deployment, as the test left it, is
+    copied back to the disk it came from and the tmpfs unmounted, so the lab's teardown
+    finds every server by its recorded PID."""
+    if subprocess.run(["sudo", "-n", "true"], capture_output=True).returncode != 0:
+        pytest.skip("no passwordless sudo: a filesystem of its own needs mount")
+    home = deployment(lab)
+    aside = home.with_name(home.name + ".disk")
+    home.rename(aside)
+    home.mkdir()
+    try:
+        sudo("mount", "-t", "tmpfs", "-o", f"size={size},mode=0755,uid={os.getuid()}", "tmpfs",
+             str(home))  # fmt: skip
+    except BaseException:
+        home.rmdir()
+        aside.rename(home)
+        raise
+    try:
+        subprocess.run(["cp", "-a", f"{aside}/.", str(home)], check=True)
+        yield home
+    finally:
+        (home / FILLER).unlink(missing_ok=True)
+        shutil.rmtree(aside)
+        aside.mkdir()
+        subprocess.run(["cp", "-a", f"{home}/.", str(aside)], check=True)
+        sudo("umount", "--lazy", str(home))  # a server's log stays open on it till it ends
+        home.rmdir()
+        aside.rename(home)
+
+
+FILLER = "filler"
+
+
+def fill(directory: Path) -> int:
+    """Write zeros into `directory`'s filesystem until it has no room left; the bytes
+    written."""
+    written = 0
+    with (directory / FILLER).open("wb", buffering=0) as file:
+        chunk = bytes(1 << 20)
+        while True:
+            try:
+                written += file.write(chunk) or 0
+            except OSError as exc:
+                assert exc.errno == errno.ENOSPC, exc
+                break
+        with contextlib.suppress(OSError):  # the last pages, a byte at a time
+            while file.write(b"\0"):
+                written += 1
+    return written
+
+
+def test_a_disk_that_fills_during_the_switch_ends_on_the_previous_release(
+    lab: LabHandle,
+) -> None:
+    """Issue 35 cause 4: the journal written first at every step, the way back's too,
+    made a disk that filled after the old server stopped end with no server at all and
+    `current` naming a release that never started. The way back goes on without its
+    journal and says so; the previous release serves again."""
+    good, files = good_release(lab)
+    with deployment_on_a_small_disk(lab) as home:
+        run = Orch(lab, *NEW_RELEASE, *SLOW_LOAD)
+        run.wait_for_step("wait ready")
+        assert fill(home) > 0
+        assert run.finish() == 1, run.output
+        [target] = run.document["targets"]
+        assert (target["result"], target["current"]) == ("rolled_back", good), target
+        assert "No space left on device" in target["gate"]["reason"]
+        assert any(
+            "the journal could not be written" in note and "the way back went on" in note
+            for note in target["notes"]
+        ), target["notes"]
+        assert target["rollback_gate"]["verdict"] == "pass"
+        (home / FILLER).unlink()
+        assert_invariants(lab, good, files)
+        assert_plain_deploy_succeeds(lab)
