@@ -431,7 +431,18 @@ def _gpu_findings(
         )
         seen = {a.pid for a in apps}
         stopped_first = ours if ours is not None else replaced
-        if stopped_first is not None:  # its workers may hold it under PIDs we cannot see
+        if stopped_first is None and facts.server.leftover:  # a dead server's workers
+            findings.append(
+                Finding.warning(
+                    field,
+                    f"{message}; the server that died (PID {facts.server.pid}) left its "
+                    "processes holding it: they are ended first and the switch waits for "
+                    "the memory",
+                    expected=expected,
+                    actual=available,
+                )
+            )
+        elif stopped_first is not None:  # its workers may hold it under PIDs we cannot see
             findings.append(
                 Finding.warning(
                     field,

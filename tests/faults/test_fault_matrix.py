@@ -45,7 +45,14 @@ from faulttools import (
 )
 from labtools import LabHandle
 
-from orchestrator.lab.paths import ContainerPaths, server_records, write_json_atomic
+from orchestrator.lab.paths import (
+    ContainerPaths,
+    pid_alive,
+    process_start,
+    read_gpus,
+    server_records,
+    write_json_atomic,
+)
 
 pytestmark = [pytest.mark.lab, pytest.mark.faults]
 LONG_GATE = [*NEW_RELEASE, "--set", "gate.min_drafts=8000"]  # passes, after several seconds
@@ -606,3 +613,53 @@ def test_a_disk_that_fills_during_the_switch_ends_on_the_previous_release(
         (home / FILLER).unlink()
         assert_invariants(lab, good, files)
         assert_plain_deploy_succeeds(lab)
+
+
+# -- issue 35: the GPU memory of a server that died ----------------------------------------------
+
+
+def test_the_gpu_memory_a_dead_servers_workers_hold_is_freed_before_the_next_start(
+    lab: LabHandle,
+) -> None:
+    """Issue 35 cause 3: after a container-wide crash the API server (the recorded PID) was
+    gone while a worker of its process group held the GPU memory, and the next deploy was
+    refused for it. Preflight now names what holds it, and the stop before the start ends
+    that group: the deploy goes through on freed memory."""
+    good, _ = good_release(lab)
+    container = ContainerPaths(deployment(lab).parents[4])
+    crashed = serving_pid(lab)
+    os.kill(crashed, signal.SIGKILL)  # the test's own stand-in, by the PID status gave
+    # Its place taken by a server whose leader died and whose worker lives on: the leader
+    # (setsid: its own group) starts the worker in its group and exits.
+    leader = subprocess.Popen(
+        ["setsid", "sh", "-c", "sleep 600 & echo $!; read _"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert leader.stdout and leader.stdin
+    worker = int(leader.stdout.readline())
+    started = process_start(leader.pid)
+    leader.stdin.close()
+    leader.wait()
+    try:
+        (deployment(lab) / "server.pid").write_text(f"{leader.pid} {started}\n")
+        held = {str(g["index"]): g["memory_total_mib"] * 9 // 10 for g in read_gpus(container)}
+        write_json_atomic(
+            container.server_record(worker),
+            {"pid": worker, "server": "vllm", "start": process_start(worker),
+             "port": 8000, "gpu_memory_mib": held},
+        )  # fmt: skip  # what the lab's nvidia-smi reports as held by that PID
+
+        code, output = plain_deploy(lab)
+
+        assert code == 0, output
+        assert f"the server that died (PID {leader.pid}) left its processes" in output
+        assert not pid_alive(worker)
+        assert current(lab) == good  # made again from the same inputs: a new manifest
+        assert not (deployment(lab) / "lock").exists()
+        assert not (deployment(lab) / "journal.json").exists()
+        assert server_processes(lab) == [serving_pid(lab)]
+    finally:
+        if pid_alive(worker):
+            os.kill(worker, signal.SIGKILL)
