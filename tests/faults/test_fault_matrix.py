@@ -528,33 +528,35 @@ def test_baseline_killed_then_a_plain_baseline_recovers_and_measures(
 # -- issue 35: a disk that fills during the switch -----------------------------------------------
 
 
-def sudo(*argv: str) -> None:
-    subprocess.run(["sudo", "-n", *argv], check=True, capture_output=True, timeout=60)
+FILLER = "filler"
+"""The file that fills a small disk, in the deployment's dir."""
 
 
 @contextmanager
-def deployment_on_a_small_disk(
-    lab: LabHandle, size: str = "96m"
-) -> Iterator[Path]:  # > preflight's 64 MiB free
+def deployment_on_a_small_disk(lab: LabHandle, size: str = "96m") -> Iterator[Path]:
     """The deployment moved onto a tmpfs of its own (`mount` under sudo, as CI's runner
     and scripts/setup.sh give it), so a test can fill that filesystem and nothing else.
     Yields the deployment dir. `size` is above preflight's free-disk floor (64 MiB), so
-    the deploy starts. On the way out the deployment, as the test left it, is
-    copied back to the disk it came from and the tmpfs unmounted, so the lab's teardown
-    finds every server by its recorded PID."""
+    the deploy starts. On the way out the deployment, as the test left it, is copied
+    back to the disk it came from and the tmpfs unmounted, so the lab's teardown finds
+    every server by its recorded PID. Skipped, saying why, where nothing may mount."""
     if subprocess.run(["sudo", "-n", "true"], capture_output=True).returncode != 0:
         pytest.skip("no passwordless sudo: a filesystem of its own needs mount")
     home = deployment(lab)
     aside = home.with_name(home.name + ".disk")
     home.rename(aside)
     home.mkdir()
-    try:
-        sudo("mount", "-t", "tmpfs", "-o", f"size={size},mode=0755,uid={os.getuid()}", "tmpfs",
-             str(home))  # fmt: skip
-    except BaseException:
+    options = f"size={size},mode=0755,uid={os.getuid()}"
+    mounted = subprocess.run(
+        ["sudo", "-n", "mount", "-t", "tmpfs", "-o", options, "tmpfs", str(home)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    if mounted.returncode != 0:
         home.rmdir()
         aside.rename(home)
-        raise
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
     try:
         subprocess.run(["cp", "-a", f"{aside}/.", str(home)], check=True)
         yield home
@@ -563,12 +565,10 @@ def deployment_on_a_small_disk(
         shutil.rmtree(aside)
         aside.mkdir()
         subprocess.run(["cp", "-a", f"{home}/.", str(aside)], check=True)
-        sudo("umount", "--lazy", str(home))  # a server's log stays open on it till it ends
+        # a server's log stays open on it until the lab's teardown ends the server
+        subprocess.run(["sudo", "-n", "umount", "--lazy", str(home)], check=True, timeout=60)
         home.rmdir()
         aside.rename(home)
-
-
-FILLER = "filler"
 
 
 def fill(directory: Path) -> int:
