@@ -193,7 +193,8 @@ class Deployment:
 
     @contextlib.contextmanager
     def way_back(self) -> Iterator[None]:
-        """The way back to the release that served before: the journal never blocks it.
+        """A way back to the release that served before (after a failed gate, a
+        baseline's measure, a --replace's restore): the journal never blocks it.
         A step whose journal write fails (a full disk) goes on, and the run says so; the
         journal keeps the last step it holds, one the way forward wrote before its gate
         passed, so a run killed meanwhile is undone by the next the same way."""

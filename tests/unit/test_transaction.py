@@ -10,12 +10,11 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable, Sequence
 
 import pytest
 from clocks import FakeClock
 from scripted import ScriptedGate, metrics, serving
-from transactions import BUCKETS, CAUSES, FAST_GATE, Container, setup, target_run
+from transactions import BUCKETS, CAUSES, FAST_GATE, Container, DiskFillsAt, setup, target_run
 
 from orchestrator.cancel import Cancel
 from orchestrator.container.gpu import wait_free
@@ -258,34 +257,6 @@ def test_a_stop_cut_short_is_finished_by_the_next_run() -> None:
         ("recover", "stopped"),
         ("stop", "unchanged"),
     ]
-
-
-class DiskFillsAt:
-    """The container's disk fills when the journal reaches `step`: from then on every
-    write of a file fails as `ENOSPC` does (links and removals still work, as on a full
-    filesystem: tests/faults/test_fault_matrix.py fills a real one)."""
-
-    def __init__(self, container: Container, step: str) -> None:
-        self.full = False
-        write = container._write_file
-
-        def write_file(path: str, data: bytes, mode: str, stdin: bytes) -> tuple[int, bytes]:
-            if self.full:
-                return 1, b"cat: write error: No space left on device"
-            self.full = path == container.layout.journal and json.loads(stdin)["step"] == step
-            return write(path, data, mode, stdin)
-
-        container.transport.on("write_file", lambda argv, stdin: _run(write_file, argv, stdin))
-
-
-def _run(
-    handler: Callable[..., tuple[int, bytes]], argv: Sequence[str], stdin: bytes | None
-) -> Result:
-    arguments = dict(argv.args)  # type: ignore[attr-defined]
-    if stdin is not None:
-        arguments["stdin"] = stdin
-    code, data = handler(**arguments)
-    return Result(tuple(argv), code, b"" if code else data, data if code else b"")
 
 
 def test_a_disk_that_fills_during_the_switch_ends_on_the_previous_release() -> None:
