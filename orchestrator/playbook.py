@@ -419,7 +419,8 @@ class Hooks(Schema):
     timeout: Seconds = Field(
         default=60,
         description="Seconds each hook may run; then it is killed (its whole process "
-        "group) and counts as failed.",
+        "group) and counts as failed. What a hook leaves in its group when it exits is "
+        "killed then.",
     )
     pre_deploy: HookCommand | None = Field(
         default=None,

@@ -6,7 +6,6 @@ the target, so a failed preflight leaves it exactly as it was.
 
 from __future__ import annotations
 
-import json
 import shlex
 import struct
 import threading
@@ -15,6 +14,7 @@ from concurrent.futures import Future, wait
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from orchestrator import remotejson
 from orchestrator.container import probe, validator
 from orchestrator.container.gpu import Gpu, GpuApp, parse_gpu_apps, parse_gpus
 from orchestrator.container.server import ServerState, parse_server_state
@@ -398,7 +398,7 @@ def _missing_shards(model: ModelDir) -> list[Finding]:
     if INDEX_FILE not in model.frames:
         return []
     try:
-        shards = set(json.loads(model.frames[INDEX_FILE])["weight_map"].values())
+        shards = set(remotejson.loads(model.frames[INDEX_FILE])["weight_map"].values())
     except (ValueError, KeyError, TypeError, AttributeError):
         return [
             Finding.error(
@@ -428,7 +428,7 @@ def _truncated(model: ModelDir) -> list[Finding]:
             continue
         length = struct.unpack("<Q", prefix[:8])[0]
         try:
-            header = json.loads(prefix[8 : 8 + length])
+            header = remotejson.loads(prefix[8 : 8 + length])
             end = max(
                 (e["data_offsets"][1] for k, e in header.items() if k != "__metadata__"), default=0
             )
@@ -481,7 +481,18 @@ def _gpu_findings(
         )
         seen = {a.pid for a in apps}
         stopped_first = ours if ours is not None else replaced
-        if stopped_first is not None:  # its workers may hold it under PIDs we cannot see
+        if stopped_first is None and facts.server.leftover:  # a dead server's workers
+            findings.append(
+                Finding.warning(
+                    field,
+                    f"{message}; the server that died (PID {facts.server.pid}) left its "
+                    "processes holding it: they are ended first and the switch waits for "
+                    "the memory",
+                    expected=expected,
+                    actual=available,
+                )
+            )
+        elif stopped_first is not None:  # its workers may hold it under PIDs we cannot see
             findings.append(
                 Finding.warning(
                     field,

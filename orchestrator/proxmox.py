@@ -9,10 +9,10 @@ Formats and their sources: docs/field-notes/proxmox.md ("Discovering a Proxmox c
 from __future__ import annotations
 
 import ipaddress
-import json
 import re
 from dataclasses import dataclass
 
+from orchestrator import remotejson
 from orchestrator.container.shell import builder, parse_csv_rows, reading, script
 
 # -- discovery: the tools, the cluster (pvesh), a container's configuration (pct) -----------
@@ -102,6 +102,32 @@ def parse_sshd_limits(text: str) -> dict[str, str]:
 # -- parsers -------------------------------------------------------------------------------
 
 NVIDIA_DEVICE = re.compile(r"/dev/nvidia(\d+)")
+NODE_NAME = re.compile(r"[a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?")
+"""Proxmox's own rule for a node name: format `pve-node`, pve-common 9.2.1 (f665029)
+src/PVE/JSONSchema.pm:319,347-355. Perl's `$` there also passes a trailing newline;
+here the whole name must match."""
+_DNS_LABEL = NODE_NAME.pattern
+DNS_NAME = re.compile(rf"({_DNS_LABEL}\.)*{_DNS_LABEL}")
+"""A container's hostname (its name in the cluster's resources): format `dns-name`,
+pve-common 9.2.1 src/PVE/JSONSchema.pm:673-685, at most 255 characters
+(pve-container 6.1.10 src/PVE/LXC/Config.pm:608-614)."""
+DNS_NAME_MAX = 255
+
+
+def node_name(value: str | None) -> str:
+    """A node name pvesh reported, checked by Proxmox's rule before any use (a path
+    of pvesh, a key of the inventory, a line on the screen); ValueError names it."""
+    if not value or not NODE_NAME.fullmatch(value):
+        raise ValueError(f"{value!r} is not a Proxmox node name (letters, digits, '-')")
+    return value
+
+
+def host_name(value: str | None) -> str | None:
+    """A container's name or hostname, kept only when Proxmox's rule allows it: any
+    other text (newlines, escapes) is no name, and the container is named by its VMID."""
+    if value and len(value) <= DNS_NAME_MAX and DNS_NAME.fullmatch(value):
+        return value
+    return None
 
 
 @dataclass(frozen=True)
@@ -154,7 +180,7 @@ class NodeGpu:
 
 def _json_list(what: str, text: str) -> list[dict]:
     with reading(what, text):
-        data = json.loads(text)
+        data = remotejson.loads(text)
         if not isinstance(data, list) or not all(isinstance(e, dict) for e in data):
             raise ValueError("expected a JSON list of objects")
         return data
@@ -179,9 +205,11 @@ def parse_resources(text: str) -> list[Guest]:
             node = _text(entry, "node")
             if not isinstance(vmid, int) or not node:
                 raise ValueError(f"{entry.get('id')!r}: a guest without vmid or node")
+            node = node_name(node)
             status = _text(entry, "status") or "unknown"
             template = entry.get("template") == 1
-            guests.append(Guest(vmid, node, kind, status, _text(entry, "name"), template))
+            name = host_name(_text(entry, "name"))
+            guests.append(Guest(vmid, node, kind, status, name, template))
     return sorted(guests, key=lambda g: g.vmid)
 
 
@@ -192,9 +220,7 @@ def parse_cluster_status(text: str) -> list[NodeInfo]:
         for entry in _json_list("pvesh's cluster status", text):
             if entry.get("type") != "node":
                 continue
-            name = _text(entry, "name")
-            if not name:
-                raise ValueError("a node without a name")
+            name = node_name(_text(entry, "name"))
             ip = _text(entry, "ip")
             if ip is not None:
                 ip = str(ipaddress.ip_address(ip))
@@ -253,9 +279,10 @@ def parse_guest_config(text: str) -> GuestConfig:
     note = None if static else "no network interface (net0)"
     if settings and not static:
         key, family, setting = settings[0]
-        note = f"{key} has {family}={setting}"
+        shown = setting if setting.isprintable() else repr(setting)  # a comment's text
+        note = f"{key} has {family}={shown}"
     return GuestConfig(
-        values.get("hostname"),
+        host_name(values.get("hostname")),
         static[0] if static else None,
         note,
         tuple(minors),
@@ -269,7 +296,7 @@ def parse_interfaces(text: str, names: tuple[str, ...]) -> str | None:
     (in net0..netN order; `lo` is not one), else their first IPv6 that is not link-local;
     `null` (a stopped container) has none. Format: pve-container LXC.pm get_interfaces."""
     with reading("pvesh's container interfaces", text):
-        data = json.loads(text)
+        data = remotejson.loads(text)
         if data is None:
             return None
         if not isinstance(data, list) or not all(isinstance(e, dict) for e in data):

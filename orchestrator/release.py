@@ -25,6 +25,7 @@ from typing import Annotated
 import pydantic
 from pydantic import Field
 
+from orchestrator import remotejson
 from orchestrator.contract import jsonable
 from orchestrator.drafters.findings import Finding
 from orchestrator.errors import InputError
@@ -117,7 +118,7 @@ class Applied:
     def parse(cls, raw: bytes | None) -> Applied | None:
         """None for a missing or unreadable manifest."""
         try:
-            manifest = json.loads(raw or b"null")
+            manifest = remotejson.loads(raw or b"null")
             files = {str(name): str(digest) for name, digest in manifest["files"].items()}
             assignments = [str(a) for a in manifest.get("assignments") or []]
             run_id = str(manifest["run_id"])
@@ -187,7 +188,7 @@ def _key_field_mismatches(
     name: str, expected: bytes, actual: bytes, key_fields: Sequence[str], label: str
 ) -> list[Mismatch]:
     try:
-        got = json.loads(actual)
+        got = remotejson.loads(actual)
     except ValueError as exc:
         return [Mismatch(name, f"not valid JSON as read back: {exc}")]
     if not isinstance(got, dict):

@@ -12,7 +12,6 @@ history is only a cache of what this machine ran. Everything here is pure.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Annotated, Any
@@ -20,6 +19,7 @@ from typing import Annotated, Any
 import pydantic
 from pydantic import Field
 
+from orchestrator import remotejson
 from orchestrator.container.audit import AuditRecord
 from orchestrator.errors import InputError
 
@@ -40,7 +40,7 @@ class KeptRelease:
 
 def parse_manifest_summary(release_id: str, raw: bytes | None) -> KeptRelease:
     try:
-        manifest = json.loads(raw or b"null")
+        manifest = remotejson.loads(raw or b"null")
     except ValueError:
         manifest = None
     if not isinstance(manifest, dict):

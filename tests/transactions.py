@@ -4,6 +4,7 @@ memory (its server running), and the TargetRun over them; the gates they run."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Sequence
 
 from examples import EXAMPLE, PLAYBOOK
 from scripted import ScriptedContainer
@@ -21,6 +22,7 @@ from orchestrator.release import GateTarget
 from orchestrator.transaction.deployment import Deployment, GateRunner
 from orchestrator.transaction.options import Options
 from orchestrator.transaction.target import TargetRun
+from orchestrator.transport.base import Result
 
 FAST_GATE = Gate(
     min_drafts=50,
@@ -51,6 +53,36 @@ class Container(ScriptedContainer):
             "gate_target": jsonable(target),
         }
         self.release(release_id, {"manifest.json": json.dumps(manifest).encode()})
+
+
+class DiskFillsAt:
+    """The container's disk fills when the journal reaches `step`: from then on every
+    write of a file fails as `ENOSPC` does (links and removals still work, as on a full
+    filesystem: tests/faults/test_fault_matrix.py fills a real one)."""
+
+    def __init__(self, container: ScriptedContainer, step: str) -> None:
+        self.full = False
+        write = container._write_file
+
+        def write_file(path: str, data: bytes, mode: str, stdin: bytes) -> tuple[int, bytes]:
+            if self.full:
+                return 1, b"cat: write error: No space left on device"
+            self.full = path == container.layout.journal and json.loads(stdin)["step"] == step
+            return write(path, data, mode, stdin)
+
+        container.transport.on(
+            "write_file", lambda argv, stdin: _answer_with(write_file, argv, stdin)
+        )
+
+
+def _answer_with(
+    handler: Callable[..., tuple[int, bytes]], argv: Sequence[str], stdin: bytes | None
+) -> Result:
+    arguments = dict(argv.args)  # type: ignore[attr-defined]
+    if stdin is not None:
+        arguments["stdin"] = stdin
+    code, data = handler(**arguments)
+    return Result(tuple(argv), code, b"" if code else data, data if code else b"")
 
 
 def setup(served_name: str = "new-name") -> tuple[Playbook, TargetPlan, Container]:

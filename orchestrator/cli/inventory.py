@@ -97,8 +97,10 @@ def inventory_discover(
         click.echo(f"wrote {output}: {len(cluster.containers)} container(s) on {read}")
     if cluster.unread:
         if not as_json:
-            for name, why in cluster.unread.items():
-                click.echo(f"warning: node {name} not read: {why.detail}", err=True)
+            from orchestrator.report.screen import printable
+
+            for name, why in cluster.unread.items():  # the detail quotes the node's own words
+                click.echo(printable(f"warning: node {name} not read: {why.detail}"), err=True)
         sys.exit(NeedsAttention.exit_code)
 
 

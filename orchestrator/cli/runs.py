@@ -85,7 +85,7 @@ def deploy(
         hooks.before_deploy()
     document, code = _run_deploy(inputs, options, accept_new_host_keys, as_json)
     if hooks:
-        hooks.after_run(document, code)
+        code = hooks.after_run(document, code)
     if as_json:
         screen.print_json(document)
     else:  # a dry run's diff is the result: the summary goes beside the progress
@@ -185,7 +185,7 @@ def rollback(
         document, code = runs.rollback(
             inputs, options, to_release, ssh(accept_new_host_keys), view, cancel
         )
-    hooks.after_run(document, code)
+    code = hooks.after_run(document, code)
     screen.print_json(document) if as_json else run_report.print_run(document)
     sys.exit(code)
 

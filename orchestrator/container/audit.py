@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from orchestrator import remotejson
 from orchestrator.container.shell import append_line, q
 from orchestrator.deadline import now
 from orchestrator.transport.base import Transport
@@ -132,7 +133,7 @@ def _lines(lines: list[str]) -> list[dict[str, Any]]:
     parsed = []
     for line in lines:
         try:
-            raw = json.loads(line)
+            raw = remotejson.loads(line)
         except ValueError:
             continue
         if isinstance(raw, dict) and _well_typed(raw):

@@ -24,6 +24,7 @@ import dataclasses
 import json
 from dataclasses import dataclass
 
+from orchestrator import remotejson
 from orchestrator.container.shell import (
     FRAME_FUNCTIONS,
     builder,
@@ -100,7 +101,7 @@ def read_journals(state_dir: str) -> list[str]:
 def parse(raw: bytes, path: str) -> Transaction | Unreadable:
     """A journal file's bytes: the transaction orch wrote, or what is wrong with them."""
     try:
-        data = json.loads(raw)
+        data = remotejson.loads(raw)
         return Transaction(
             **{
                 f.name: data[f.name] if f.default is dataclasses.MISSING else data.get(f.name)

@@ -35,6 +35,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
+from orchestrator import remotejson
 from orchestrator.container.shell import builder, q, reading, run_step, script
 from orchestrator.deadline import SYSTEM_CLOCK, Clock
 from orchestrator.durations import ago
@@ -233,7 +234,7 @@ class Owner:
         """The owner a lock records; None for text that is not one (then it is never
         judged gone: an unreadable owner is a person's call)."""
         try:
-            data = json.loads(text)
+            data = remotejson.loads(text)
             lease = float(data["lease"]) if data.get("lease") is not None else None
             return cls(
                 str(data["run_id"]),

@@ -4,12 +4,12 @@ release) in another, and the vLLM version where the server's dry run did not say
 
 from __future__ import annotations
 
-import json
 import re
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from orchestrator import remotejson
 from orchestrator.container.gpu import GPU_APPS_QUERY, GPU_QUERY
 from orchestrator.container.shell import (
     FRAME_FUNCTIONS,
@@ -86,7 +86,7 @@ def parse_siblings(frames: dict[str, bytes]) -> list[Sibling]:
 
 def _manifest_port(raw: bytes | None) -> int | None:
     try:
-        return int(json.loads(raw or b"null")["gate_target"]["port"])
+        return int(remotejson.loads(raw or b"null")["gate_target"]["port"])
     except (ValueError, TypeError, KeyError):
         return None
 

@@ -97,7 +97,8 @@ def read_log(log: str, lines: int, limit: int, identity: str = "", offset: int =
 
 @builder
 def server_state(pid_file: str) -> list[str]:
-    """Prints `running PID`, `stopped PID` or `none`."""
+    """Prints `running PID`, `stopped PID` (`stopped PID leftover`: its group lives on) or
+    `none`."""
     return script(PROCESS_FUNCTIONS + f"recorded {q(pid_file)}")
 
 
@@ -107,9 +108,11 @@ def stop_server(pid_file: str, timeout: float) -> list[str]:
     seconds, and return once the whole group is gone (its GPU memory with it).
 
     The group is trusted only while its leader's start time matches the record: a PID
-    that belongs to someone else now is not touched. `kill -s SIG -- -PGID` is the form
-    dash (Debian's /bin/sh) accepts for a group. Prints `stopped PID`, `killed PID` or
-    `none`.
+    that belongs to someone else now is not touched. A leader that died leaving its
+    group alive (`leftover`: vLLM's workers after its API server crashed, holding the
+    GPU memory) is ended the same way, so the next start finds the memory free.
+    `kill -s SIG -- -PGID` is the form dash (Debian's /bin/sh) accepts for a group.
+    Prints `stopped PID`, `killed PID` or `none`.
     """
     ticks = max(1, int(timeout * 10))
     running = '{ alive "$pid" "$st" || group_alive "$pid"; }'
@@ -117,7 +120,8 @@ def stop_server(pid_file: str, timeout: float) -> list[str]:
         PROCESS_FUNCTIONS
         + f"[ -f {q(pid_file)} ] || {{ echo none; exit 0; }}\n"
         + f"read pid st < {q(pid_file)}\n"
-        + f'[ -n "$pid" ] && alive "$pid" "$st" || {{ rm -f {q(pid_file)}; echo none; exit 0; }}\n'
+        + '[ -n "$pid" ] && { alive "$pid" "$st" || leftover "$pid"; } '
+        + f"|| {{ rm -f {q(pid_file)}; echo none; exit 0; }}\n"
         + 'kill -s TERM -- "-$pid" 2>/dev/null || kill -s TERM "$pid"\n'
         + f"i=0; while {running} && [ $i -lt {ticks} ]; do sleep 0.1; i=$((i+1)); done\n"
         + f"verb=stopped; if {running}; then verb=killed; "
@@ -136,6 +140,9 @@ class ServerState:
 
     status: str
     pid: int | None = None
+    leftover: bool = False
+    """Stopped, its process group alive: the workers of a server that died, holding its
+    GPU memory until the next stop ends them."""
 
     @property
     def running(self) -> bool:
@@ -147,7 +154,7 @@ def parse_server_state(text: str) -> ServerState:
     if words[:1] == ["none"] or not words:
         return ServerState("none")
     with reading("the server state", text):
-        return ServerState(words[0], int(words[1]))
+        return ServerState(words[0], int(words[1]), words[2:] == ["leftover"])
 
 
 def parse_started(text: str) -> tuple[int, int]:

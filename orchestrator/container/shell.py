@@ -72,9 +72,15 @@ group_alive() {
   done
   return 1
 }
+# leftover() holds while process $1 is gone (or a zombie) and its group lives on: the
+# workers of a server that died, holding its GPU memory. The group can be no one else's:
+# Linux keeps a PID allocated while any process has it as its group id.
+leftover() { _pst=$(procstate "$1") && [ "$_pst" != Z ] && return 1; group_alive "$1"; }
 recorded() {
   [ -f "$1" ] && read _pid _st < "$1" && [ -n "$_pid" ] || { echo none; return 0; }
-  if alive "$_pid" "$_st"; then echo "running $_pid"; else echo "stopped $_pid"; fi
+  if alive "$_pid" "$_st"; then echo "running $_pid"
+  elif leftover "$_pid"; then echo "stopped $_pid leftover"
+  else echo "stopped $_pid"; fi
 }
 """
 

@@ -19,6 +19,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from orchestrator import remotejson
 from orchestrator.container.shell import builder
 from orchestrator.errors import OrchError
 from orchestrator.transport.base import Transport
@@ -108,7 +109,7 @@ def parse(stdout: bytes) -> Reply:
     if len(stdout) > MAX_REPLY:
         raise ValueError(f"the reply is {len(stdout)} bytes, more than {MAX_REPLY}")
     try:
-        data = json.loads(stdout.decode("utf-8"))
+        data = remotejson.loads(stdout.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
         raise ValueError(f"the reply is not one JSON document ({exc})") from None
     try:

@@ -9,8 +9,12 @@ stderr and never change its result or exit code.
 
 Each hook is an argv list run without a shell, in its own process group, with the
 run's facts in `ORCH_*` variables and (after the run) its JSON document on stdin. At
-`hooks.timeout` the group is killed (by the hook's recorded PID, which is its group
-id). Building the environment is pure; `run_hook` is the one place that runs.
+its exit or at `hooks.timeout` what is left of the group is killed (by the hook's
+recorded PID, which is its group id). A hook runs under the run's signal handling:
+SIGINT or SIGTERM ends its group, and the run stops there as at any safe point (a
+pre_deploy stopped: nothing started; after the run: the hooks still due are not run,
+and orch exits 128+signal). Building the environment is pure; `run_hook` is the one
+place that runs.
 """
 
 from __future__ import annotations
@@ -21,12 +25,15 @@ import os
 import shutil
 import signal
 import subprocess
+import tempfile
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING
 
+from orchestrator.cancel import Cancel, on_signals
 from orchestrator.contract import jsonable
 from orchestrator.documents.runs import DeployRun, HookResult, RollbackRun, Run
 from orchestrator.errors import CheckFailed, InputError
@@ -39,6 +46,8 @@ if TYPE_CHECKING:
 
 OUTPUT_CHARS = 2000
 """The end of a hook's output kept for the report (its whole output is not orch's)."""
+POLL_SECONDS = 0.05
+"""How often a running hook is looked at for its exit, its timeout and a stop request."""
 AFTER_RUN = ("post_deploy", "on_rollback", "on_failure")
 
 
@@ -85,44 +94,74 @@ def command(argv: list[str], playbook: Playbook) -> list[str]:
 
 
 def run_hook(
-    event: str, argv: list[str], env: Mapping[str, str], stdin: bytes, timeout: float
+    event: str,
+    argv: list[str],
+    env: Mapping[str, str],
+    stdin: bytes,
+    timeout: float,
+    stop: threading.Event | None = None,
 ) -> HookResult:
-    """Run one hook to its end or its timeout; whatever happens is a result, never raised."""
+    """Run one hook to its exit, its timeout or a stop request; whatever happens is a
+    result, never raised. Its input and output are files, not pipes: a process it left
+    behind holding them never keeps orch waiting, and the hook is judged by its own exit.
+    At its end, whichever it was, what is left of its process group is ended."""
     started = time.monotonic()
-    try:
-        process = subprocess.Popen(
-            argv,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, **env},
-            start_new_session=True,  # its own group: a timeout ends its children too
-        )
-    except OSError as exc:
-        reason = exc.strerror or str(exc)
-        return HookResult(
-            event, argv, None, time.monotonic() - started, f"cannot run: {reason}", ""
-        )
-    try:
-        output, _ = process.communicate(stdin, timeout=timeout)
-        error = None if process.returncode == 0 else f"exit {process.returncode}"
-        code: int | None = process.returncode
-    except subprocess.TimeoutExpired:
-        _kill_group(process)
-        output, _ = process.communicate()
-        error, code = f"killed at its timeout ({timeout:g} s)", None
-    except BaseException:  # Ctrl-C while waiting: the hook does not outlive orch
-        _kill_group(process)
-        process.wait()
-        raise
-    text = output.decode("utf-8", "replace")[-OUTPUT_CHARS:]
-    return HookResult(event, argv, code, time.monotonic() - started, error, text)
+    with tempfile.TemporaryFile() as given, tempfile.TemporaryFile() as output:
+        given.write(stdin)
+        given.seek(0)
+        try:
+            process = subprocess.Popen(
+                argv,
+                stdin=given,
+                stdout=output,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, **env},
+                start_new_session=True,  # its own group, its id the hook's PID
+            )
+        except OSError as exc:
+            reason = exc.strerror or str(exc)
+            return HookResult(
+                event, argv, None, time.monotonic() - started, f"cannot run: {reason}", ""
+            )
+        try:
+            ending = _ending(process.pid, started + timeout, stop)
+        finally:  # also when orch itself is ended meanwhile: the hook does not outlive it
+            _end_group(process.pid)
+            process.wait()
+        seconds = time.monotonic() - started
+        text = _tail(output)
+    if ending == "exit":
+        code = process.returncode
+        return HookResult(event, argv, code, seconds, None if code == 0 else f"exit {code}", text)
+    error = f"killed at its timeout ({timeout:g} s)" if ending == "timeout" else ending
+    return HookResult(event, argv, None, seconds, error, text)
 
 
-def _kill_group(process: subprocess.Popen[bytes]) -> None:
-    """SIGKILL the hook's process group: its id is the hook's own PID, recorded at start."""
+def _ending(pid: int, deadline: float, stop: threading.Event | None) -> str:
+    """How the hook ends: "exit", "timeout", or "stopped" (the run was told to stop).
+    Its exit is seen without reaping it, so its PID, the id of its group, stays its own
+    until the group is ended."""
+    while os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
+        if stop is not None and stop.is_set():
+            return "stopped: orch was told to stop"
+        if time.monotonic() >= deadline:
+            return "timeout"
+        time.sleep(POLL_SECONDS)
+    return "exit"
+
+
+def _end_group(pgid: int) -> None:
+    """SIGKILL what is left of the hook's process group (its id: the hook's recorded PID,
+    not yet reaped)."""
     with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGKILL)
+        os.killpg(pgid, signal.SIGKILL)
+
+
+def _tail(output: IO[bytes]) -> str:
+    """The end of the hook's output, read from its end (a hook may print gigabytes)."""
+    size = output.seek(0, os.SEEK_END)
+    output.seek(max(0, size - OUTPUT_CHARS * 4))
+    return output.read().decode("utf-8", "replace")[-OUTPUT_CHARS:]
 
 
 class Hooks:
@@ -131,6 +170,8 @@ class Hooks:
     def __init__(self, facts: RunFacts, say: Callable[[str], None]) -> None:
         self.facts, self.say = facts, say
         self.hooks = facts.playbook.hooks
+        self.cancel = Cancel()
+        """Set by SIGINT or SIGTERM while a hook runs."""
         self._check_programs()
 
     def _check_programs(self) -> None:
@@ -166,12 +207,20 @@ class Hooks:
 
     def _run(self, event: str, document: Run | None) -> HookResult | None:
         argv = getattr(self.hooks, event)
-        if argv is None:
+        if argv is None or self.cancel.requested:
             return None
         masked = mask_document(jsonable(document)) if document is not None else None
         stdin = json.dumps(masked).encode() if masked is not None else b""
         env = environment(event, self.facts, document)
-        result = run_hook(event, command(argv, self.facts.playbook), env, stdin, self.hooks.timeout)
+        with on_signals(self.cancel, self.say, lambda: f"hook {event}"):
+            result = run_hook(
+                event,
+                command(argv, self.facts.playbook),
+                env,
+                stdin,
+                self.hooks.timeout,
+                self.cancel.event,
+            )
         self.say(result.summary())
         for line in result.output.splitlines()[-20:]:
             self.say(f"hook {event}: {line}")
@@ -180,12 +229,14 @@ class Hooks:
     def before_deploy(self) -> None:
         """Run `pre_deploy`; its failure stops the run before anything is touched."""
         result = self._run("pre_deploy", None)
+        self.cancel.check()
         if result is not None and not result.ok:
             raise CheckFailed(f"{result.summary()}: the deploy did not start, nothing changed")
 
-    def after_run(self, document: DeployRun | RollbackRun, code: int) -> None:
+    def after_run(self, document: DeployRun | RollbackRun, code: int) -> int:
         """Run the hooks the run's outcome calls for; their results go into the
-        document's `hooks`, and never into its result."""
+        document's `hooks`, and never into its result. The exit code: the run's, or
+        128+signal when orch was told to stop during a hook."""
         rolled_back = any(t.result == "rolled_back" for t in document.targets)
         due = {
             "post_deploy": self.facts.action == "deploy" and code == 0,
@@ -194,3 +245,4 @@ class Hooks:
         }
         results = [self._run(event, document) for event in AFTER_RUN if due[event]]
         document.hooks = [r for r in results if r is not None]
+        return self.cancel.exit_code if self.cancel.requested else code

@@ -39,6 +39,7 @@ light: an idle server must stay small.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import hmac
 import ipaddress
@@ -112,10 +113,19 @@ SPEC_DECODE_LINE = (
 )
 
 
+def say(line: str) -> None:
+    """One line of the server's log. A line that cannot be written (its disk full) is
+    lost and the server serves on, as vLLM's, which logs through `logging`: a failed
+    write goes to Handler.handleError, which drops the OSError of its own report to
+    stderr (CPython 3.11.7 Lib/logging/__init__.py:1109-1118, :1016-1059)."""
+    with contextlib.suppress(OSError):
+        print(line, flush=True)
+
+
 def log(level: str, source: str, message: str) -> None:
     """One line in vLLM's format: `INFO 12-02 11:40:01 [api_server.py:1839] message`."""
     stamp = time.strftime("%m-%d %H:%M:%S")
-    print(f"{level} {stamp} [{source}] {message}", flush=True)
+    say(f"{level} {stamp} [{source}] {message}")
 
 
 def positive_float(text: str) -> float:
@@ -1265,7 +1275,7 @@ class Handler(BaseHTTPRequestHandler):
         """Uvicorn's access line, as in a vLLM log."""
         host, port = self.client_address[:2]
         phrase = self.responses.get(code, ("", ""))[0] if isinstance(code, int) else ""
-        print(f'INFO:     {host}:{port} - "{self.requestline}" {code} {phrase}', flush=True)
+        say(f'INFO:     {host}:{port} - "{self.requestline}" {code} {phrase}')
 
 
 class LabHTTPServer(ThreadingHTTPServer):
@@ -1432,7 +1442,7 @@ def run_server(
     # `entrypoints/launchers/api_server/entry.py:140`, just before `serve_http` (the same
     # text in every wheel 0.19.1-0.34.0; the address as `launchers/launcher.py:410` forms it).
     log("INFO", "entry.py:140", f"Starting vLLM server on http://{args.host}:{args.port}")
-    print("INFO:     Application startup complete.", flush=True)
+    say("INFO:     Application startup complete.")
     threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True).start()
     every = float(os.environ.get(STATS_INTERVAL_ENV, DEFAULT_STATS_INTERVAL))
     threading.Thread(target=log_stats, args=(httpd.app.engine, every, stop), daemon=True).start()
@@ -1462,13 +1472,13 @@ def die(app: App, listening: float, stop: threading.Event) -> None:
     app.engine_dead = True
     since = time.monotonic() - listening
     stop.wait(WATCHDOG_SECONDS - since % WATCHDOG_SECONDS)
-    print("INFO:     Shutting down", flush=True)
+    say("INFO:     Shutting down")
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     serve(args, ContainerPaths(Path(os.environ[CONTAINER_ENV])), threading.Event())
-    print(f"INFO:     Finished server process [{os.getpid()}]", flush=True)
+    say(f"INFO:     Finished server process [{os.getpid()}]")
     return 0
 
 

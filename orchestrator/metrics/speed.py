@@ -13,7 +13,6 @@ variance, so a level needs no clock beside its requests' own.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ from statistics import fmean
 
 import pydantic
 
+from orchestrator import remotejson
 from orchestrator.metrics.figures import MAX_COUNT, is_count, shown
 from orchestrator.metrics.stats import student_t_quantile
 
@@ -72,7 +72,7 @@ def streamed_request(events: Sequence[tuple[float, str]]) -> StreamedRequest:
         if data.strip() == DONE:
             break
         try:
-            chunk = json.loads(data)
+            chunk = remotejson.loads(data)
         except ValueError:
             raise StreamMalformed(f"an event is not JSON: {data[:80]!r}") from None
         if not isinstance(chunk, dict):

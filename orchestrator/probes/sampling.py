@@ -20,10 +20,10 @@ Production clients that send no sampling get those defaults; the probes do not.
 
 from __future__ import annotations
 
-import json
 import shlex
 from typing import Any
 
+from orchestrator import remotejson
 from orchestrator.drafters.findings import Finding
 from orchestrator.playbook import Sampling
 
@@ -88,7 +88,7 @@ def server_defaults(generation_config: bytes | None, launch_script: str) -> Requ
             source = value
         elif name == "--override-generation-config":
             try:
-                parsed = json.loads(value)
+                parsed = remotejson.loads(value)
             except ValueError:
                 parsed = None
             overrides = parsed if isinstance(parsed, dict) else {}
@@ -97,7 +97,7 @@ def server_defaults(generation_config: bytes | None, launch_script: str) -> Requ
     if source != "auto":
         return None
     try:
-        config = json.loads(generation_config or b"{}")
+        config = remotejson.loads(generation_config or b"{}")
     except ValueError:
         config = {}
     merged = {**(config if isinstance(config, dict) else {}), **overrides}

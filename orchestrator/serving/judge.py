@@ -7,10 +7,10 @@ configs in, findings out. The facts come from the capability table
 
 from __future__ import annotations
 
-import json
 import shlex
 from dataclasses import dataclass, field
 
+from orchestrator import remotejson
 from orchestrator.drafters.findings import Finding
 from orchestrator.layout import RELEASE_WORD
 from orchestrator.serving.capabilities import (
@@ -85,7 +85,7 @@ def read_launch(script: str, release_id: str | None = None) -> Launch:
 
 def _json_object(text: str) -> dict | None:
     try:
-        value = json.loads(text)
+        value = remotejson.loads(text)
     except ValueError:
         return None
     return value if isinstance(value, dict) else None

@@ -151,7 +151,8 @@ class ContainerBaseline:
         the baseline's directory pruned, the journal cleared."""
         d, out = self.d, self.d.outcome
         d.reference_facts = reference.read_facts(d, reference.read_fingerprint(d))
-        out.gate = switch(d, gated, d.gate_target(gated), phase="back")
+        with d.way_back():  # a journal that cannot be written never keeps it off
+            out.gate = switch(d, gated, d.gate_target(gated), phase="back")
         out.current = gated
         store.prune(d.transport, d.layout, [baseline_release])
         back_passed = d.admits(out.gate)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from orchestrator import gate
@@ -100,6 +100,10 @@ class Deployment:
         self.reference_facts: ReferenceFacts | None = None
         """What the speed reference is chosen from (transaction/reference.py reads it);
         None: not read, every gate's speed is recorded, not judged."""
+        self.going_back = False
+        """On the way back (`way_back`): the journal is written as far as it can be."""
+        self.journal_lost: str | None = None
+        """Why the journal could not be written on the way back, once said."""
 
     @property
     def name(self) -> str:
@@ -188,10 +192,38 @@ class Deployment:
     # -- steps ---------------------------------------------------------------------------
     def step(self, name: str) -> Timer:
         """Written to the journal (during a switch), then shown and timed: a run killed
-        once its line is out has the step in its journal."""
-        self.journal.advance(name)
+        once its line is out has the step in its journal. On the way back a journal
+        that cannot be written is said and passed by (`way_back`)."""
+        self.journal_step(name)
         self.progress(self.name, name)
         return Timer(self.outcome.steps, name)
+
+    @contextlib.contextmanager
+    def way_back(self) -> Iterator[None]:
+        """A way back to the release that served before (after a failed gate, a
+        baseline's measure, a --replace's restore): the journal never blocks it.
+        A step whose journal write fails (a full disk) goes on, and the run says so; the
+        journal keeps the last step it holds, one the way forward wrote before its gate
+        passed, so a run killed meanwhile is undone by the next the same way."""
+        self.going_back = True
+        try:
+            yield
+        finally:
+            self.going_back = False
+
+    def journal_step(self, step: str) -> None:
+        """The step written to the journal (during a switch); on the way back, as far
+        as the container allows."""
+        if not self.going_back:
+            self.journal.advance(step)
+            return
+        try:
+            self.journal.advance(step)
+        except OrchError as exc:
+            if self.journal_lost is None:
+                self.journal_lost = f"the journal could not be written at '{step}' ({exc})"
+                self.outcome.notes.append(f"{self.journal_lost}; the way back went on")
+                self.note(f"{self.journal_lost}: going back all the same")
 
     def tick(self, step: str) -> Tick:
         """What a step last saw (the gate's figures so far), as its progress."""

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 
 from pydantic import TypeAdapter, ValidationError
 
+from orchestrator import remotejson
 from orchestrator.container import store
 from orchestrator.contract import jsonable
 from orchestrator.errors import NeedsAttention
@@ -62,7 +63,9 @@ def gate_target(
     before manifests recorded them, or whose manifest is unreadable."""
     raw = store.read_back(transport, layout.release(release_id), [MANIFEST]).get(MANIFEST)
     try:
-        return TypeAdapter(GateTarget).validate_python(json.loads(raw or b"null")["gate_target"])
+        return TypeAdapter(GateTarget).validate_python(
+            remotejson.loads(raw or b"null")["gate_target"]
+        )
     except (ValueError, TypeError, KeyError, ValidationError):
         return fallback
 
@@ -75,7 +78,7 @@ def record_gate_target(
     path = f"{layout.release(release_id)}/{MANIFEST}"
     raw = store.read_back(transport, layout.release(release_id), [MANIFEST]).get(MANIFEST)
     try:
-        document = json.loads(raw or b"null")
+        document = remotejson.loads(raw or b"null")
         document["gate_target"] = jsonable(gate)
     except (ValueError, TypeError):
         raise NeedsAttention(

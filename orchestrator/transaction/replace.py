@@ -48,7 +48,8 @@ def restore(other: Deployment, release_id: str, by: str) -> Restored:
     """`by`'s release did not pass: the replaced deployment's release started again,
     made ready and gated with its own recorded settings, as its audit says."""
     other.note(f"restore {other.plan.playbook} {release_id}")
-    report = switch(other, release_id, other.gate_target(release_id), phase="restore")
+    with other.way_back():  # a journal that cannot be written never keeps it stopped
+        report = switch(other, release_id, other.gate_target(release_id), phase="restore")
     out = other.outcome
     out.release = out.previous_release = out.current = release_id
     out.gate = report

@@ -103,22 +103,24 @@ def go_back(d: Deployment, to: str | None, stopped_on: str | None = None) -> Gat
     nothing to start again, the new server stopped and `current` pointed back at
     `stopped_on` (the release this deployment was on, stopped, before a --replace),
     or removed (the container is as before its first deploy: nothing deployed,
-    nothing broken). Never cut short by a stop request."""
-    if not to:
+    nothing broken). Never cut short by a stop request, nor by a journal that cannot
+    be written (Deployment.way_back)."""
+    with d.way_back():
+        if to:
+            d.note(f"roll back to {to}")
+            return switch(d, to, d.gate_target(to), phase="rollback")
         d.note(
             f"stop failed server; current back on {stopped_on} (stopped, as before this run)"
             if stopped_on
             else "stop failed server (no previous release)"
         )
-        d.journal.advance("stop failed server")
+        d.journal_step("stop failed server")
         d.stop_server()
         if stopped_on:
             store.point(d.transport, d.layout.current, stopped_on, "current back")
         else:
             store.unpoint(d.transport, d.layout.current, "unlink current")
         return None
-    d.note(f"roll back to {to}")
-    return switch(d, to, d.gate_target(to), phase="rollback")
 
 
 def failed_verdict(reason: str) -> Verdict:

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from orchestrator import remotejson
 from orchestrator.deadline import Deadline
 from orchestrator.errors import TransportError
 from orchestrator.transport.base import Stream, Transport
@@ -33,7 +34,7 @@ class HttpResponse:
     body: bytes
 
     def json(self) -> Any:
-        return json.loads(self.body)
+        return remotejson.loads(self.body)
 
 
 class InFlight:

@@ -16,15 +16,19 @@ the step is recognised from orch's own progress lines. After every case:
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
+from pathlib import Path
 
 import pytest
 from faulttools import (
@@ -41,7 +45,14 @@ from faulttools import (
 )
 from labtools import LabHandle
 
-from orchestrator.lab.paths import ContainerPaths, server_records, write_json_atomic
+from orchestrator.lab.paths import (
+    ContainerPaths,
+    pid_alive,
+    process_start,
+    read_gpus,
+    server_records,
+    write_json_atomic,
+)
 
 pytestmark = [pytest.mark.lab, pytest.mark.faults]
 LONG_GATE = [*NEW_RELEASE, "--set", "gate.min_drafts=8000"]  # passes, after several seconds
@@ -512,3 +523,143 @@ def test_baseline_killed_then_a_plain_baseline_recovers_and_measures(
     assert json.loads((deployment(lab) / "baseline.json").read_text()) == target["baseline"]
     assert not [p for p in (deployment(lab) / "releases").iterdir() if p.name != good]
     assert_invariants(lab, good, files)
+
+
+# -- issue 35: a disk that fills during the switch -----------------------------------------------
+
+
+FILLER = "filler"
+"""The file that fills a small disk, in the deployment's dir."""
+
+
+@contextmanager
+def deployment_on_a_small_disk(lab: LabHandle, size: str = "96m") -> Iterator[Path]:
+    """The deployment moved onto a tmpfs of its own (`mount` under sudo, as CI's runner
+    and scripts/setup.sh give it), so a test can fill that filesystem and nothing else.
+    Yields the deployment dir. `size` is above preflight's free-disk floor (64 MiB), so
+    the deploy starts. On the way out the deployment, as the test left it, is copied
+    back to the disk it came from and the tmpfs unmounted, so the lab's teardown finds
+    every server by its recorded PID. Skipped, saying why, where nothing may mount."""
+    if subprocess.run(["sudo", "-n", "true"], capture_output=True).returncode != 0:
+        pytest.skip("no passwordless sudo: a filesystem of its own needs mount")
+    home = deployment(lab)
+    aside = home.with_name(home.name + ".disk")
+    home.rename(aside)
+    home.mkdir()
+    options = f"size={size},mode=0755,uid={os.getuid()}"
+    mounted = subprocess.run(
+        ["sudo", "-n", "mount", "-t", "tmpfs", "-o", options, "tmpfs", str(home)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    if mounted.returncode != 0:
+        home.rmdir()
+        aside.rename(home)
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    try:
+        subprocess.run(["cp", "-a", f"{aside}/.", str(home)], check=True)
+        yield home
+    finally:
+        (home / FILLER).unlink(missing_ok=True)
+        shutil.rmtree(aside)
+        aside.mkdir()
+        subprocess.run(["cp", "-a", f"{home}/.", str(aside)], check=True)
+        # a server's log stays open on it until the lab's teardown ends the server
+        subprocess.run(["sudo", "-n", "umount", "--lazy", str(home)], check=True, timeout=60)
+        home.rmdir()
+        aside.rename(home)
+
+
+def fill(directory: Path) -> int:
+    """Write zeros into `directory`'s filesystem until it has no room left; the bytes
+    written."""
+    written = 0
+    with (directory / FILLER).open("wb", buffering=0) as file:
+        chunk = bytes(1 << 20)
+        while True:
+            try:
+                written += file.write(chunk) or 0
+            except OSError as exc:
+                assert exc.errno == errno.ENOSPC, exc
+                break
+        with contextlib.suppress(OSError):  # the last pages, a byte at a time
+            while file.write(b"\0"):
+                written += 1
+    return written
+
+
+def test_a_disk_that_fills_during_the_switch_ends_on_the_previous_release(
+    lab: LabHandle,
+) -> None:
+    """Issue 35 cause 4: the journal written first at every step, the way back's too,
+    made a disk that filled after the old server stopped end with no server at all and
+    `current` naming a release that never started. The way back goes on without its
+    journal and says so; the previous release serves again."""
+    good, files = good_release(lab)
+    with deployment_on_a_small_disk(lab) as home:
+        run = Orch(lab, *NEW_RELEASE, *SLOW_LOAD)
+        run.wait_for_step("wait ready")
+        assert fill(home) > 0
+        assert run.finish() == 1, run.output
+        [target] = run.document["targets"]
+        assert (target["result"], target["current"]) == ("rolled_back", good), target
+        assert "No space left on device" in target["gate"]["reason"]
+        assert any(
+            "the journal could not be written" in note and "the way back went on" in note
+            for note in target["notes"]
+        ), target["notes"]
+        assert target["rollback_gate"]["verdict"] == "pass"
+        (home / FILLER).unlink()
+        assert_invariants(lab, good, files)
+        assert_plain_deploy_succeeds(lab)
+
+
+# -- issue 35: the GPU memory of a server that died ----------------------------------------------
+
+
+def test_the_gpu_memory_a_dead_servers_workers_hold_is_freed_before_the_next_start(
+    lab: LabHandle,
+) -> None:
+    """Issue 35 cause 3: after a container-wide crash the API server (the recorded PID) was
+    gone while a worker of its process group held the GPU memory, and the next deploy was
+    refused for it. Preflight now names what holds it, and the stop before the start ends
+    that group: the deploy goes through on freed memory."""
+    good, _ = good_release(lab)
+    container = ContainerPaths(deployment(lab).parents[4])
+    crashed = serving_pid(lab)
+    os.kill(crashed, signal.SIGKILL)  # the test's own stand-in, by the PID status gave
+    # Its place taken by a server whose leader died and whose worker lives on: the leader
+    # (setsid: its own group) starts the worker in its group and exits.
+    leader = subprocess.Popen(
+        ["setsid", "sh", "-c", "sleep 600 & echo $!; read _"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert leader.stdout and leader.stdin
+    worker = int(leader.stdout.readline())
+    started = process_start(leader.pid)
+    leader.stdin.close()
+    leader.wait()
+    try:
+        (deployment(lab) / "server.pid").write_text(f"{leader.pid} {started}\n")
+        held = {str(g["index"]): g["memory_total_mib"] * 9 // 10 for g in read_gpus(container)}
+        write_json_atomic(
+            container.server_record(worker),
+            {"pid": worker, "server": "vllm", "start": process_start(worker),
+             "port": 8000, "gpu_memory_mib": held},
+        )  # fmt: skip  # what the lab's nvidia-smi reports as held by that PID
+
+        code, output = plain_deploy(lab)
+
+        assert code == 0, output
+        assert f"the server that died (PID {leader.pid}) left its processes" in output
+        assert not pid_alive(worker)
+        assert current(lab) == good  # made again from the same inputs: a new manifest
+        assert not (deployment(lab) / "lock").exists()
+        assert not (deployment(lab) / "journal.json").exists()
+        assert server_processes(lab) == [serving_pid(lab)]
+    finally:
+        if pid_alive(worker):
+            os.kill(worker, signal.SIGKILL)

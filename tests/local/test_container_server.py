@@ -135,6 +135,28 @@ def test_a_worker_ignoring_sigterm_is_killed_though_its_leader_exited(
     assert not running(worker)
 
 
+def test_the_workers_of_a_server_that_died_are_named_and_ended_by_the_next_stop(
+    deployment: Path, processes: Processes
+) -> None:
+    """Issue 35: after a crash the API server (the recorded PID) was gone while its workers
+    held the GPU memory, and the next deploy was refused for it. Its group is `leftover`
+    in the state, and the next stop ends it (the next start finds the memory free)."""
+    launch = "sleep 60 &\necho $! > worker.pid\nexit 3\n"  # the leader dies, its worker not
+    pid = start(deployment, f"cd {q(str(deployment))}\n{launch}", processes)
+    worker_file = deployment / "worker.pid"
+    wait_until(lambda: worker_file.is_file() and worker_file.read_text().endswith("\n"))
+    worker = int(worker_file.read_text())
+    processes.track(worker)
+    wait_until(lambda: not running(pid))
+    assert os.getpgid(worker) == pid
+
+    assert state(deployment) == ServerState("stopped", pid, leftover=True)
+    assert stop(deployment) == f"stopped {pid}"
+
+    wait_until(lambda: not running(worker), timeout=0.5)
+    assert state(deployment) == ServerState("none")
+
+
 def test_a_process_ignoring_sigterm_is_killed_after_the_timeout(
     deployment: Path, processes: Processes
 ) -> None:
@@ -214,6 +236,7 @@ def test_watch_shows_the_server_and_only_the_log_written_since_its_start(
     [
         ("running 31337\n", ServerState("running", 31337)),
         ("stopped 31337\n", ServerState("stopped", 31337)),
+        ("stopped 31337 leftover\n", ServerState("stopped", 31337, leftover=True)),
         ("none\n", ServerState("none")),
         ("", ServerState("none")),
     ],

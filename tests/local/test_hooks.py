@@ -4,12 +4,16 @@ that end the whole process group, and which hooks a run's outcome calls for."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
 from masking import pieces_of
+from orchrun import COMMAND, PLAIN, ROOT
 from rundocs import deploy_run
 
 from orchestrator import secrets
@@ -207,3 +211,85 @@ def test_a_hooks_stdin_holds_no_part_of_a_key(tmp_path: Path) -> None:
     [record] = ran(tmp_path)
     assert "ct1" in record["stdin"]
     assert not pieces_of(key, record["stdin"])
+
+
+def gone_within(pid: int, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while pid_alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not pid_alive(pid)
+
+
+def test_a_hook_that_exits_is_judged_by_its_exit_not_by_a_child_on_its_output(
+    tmp_path: Path,
+) -> None:
+    """Issue 35: a hook that had exited 0 leaving a process holding its output waited out
+    its whole timeout and was reported killed; its group is ended at its exit."""
+    pid_file = tmp_path / "child.pid"
+    argv = ["/bin/sh", "-c", f'sleep 30 & echo $! > "{pid_file}"; echo done']
+    started = time.monotonic()
+    result = run_hook("post_deploy", argv, {}, b"", 20)
+    assert time.monotonic() - started < 10
+    assert (result.exit_code, result.error, result.output) == (0, None, "done\n")
+    assert gone_within(int(pid_file.read_text()), 5)
+
+
+def test_a_timeout_does_not_wait_on_output_held_outside_the_hooks_group(
+    tmp_path: Path,
+) -> None:
+    """A child that left the hook's group (setsid) still holds its output: the timeout
+    returns at once all the same (a 3 s timeout waited 45 s)."""
+    pid_file = tmp_path / "escaped.pid"
+    argv = ["/bin/sh", "-c", f'setsid sleep 30 & echo $! > "{pid_file}"; sleep 30']
+    try:
+        started = time.monotonic()
+        result = run_hook("post_deploy", argv, {}, b"", 0.5)
+        assert time.monotonic() - started < 10
+        assert (result.exit_code, result.error) == (None, "killed at its timeout (0.5 s)")
+    finally:
+        if pid_file.exists():  # outside the group: not orch's to end, the test's own
+            os.kill(int(pid_file.read_text()), signal.SIGKILL)
+
+
+def test_a_hook_reads_a_document_larger_than_a_pipe_or_none_of_it(tmp_path: Path) -> None:
+    """The document is a file on stdin: a hook that never reads it never blocks orch."""
+    big = b"x" * (1 << 20)
+    result = run_hook("post_deploy", ["/bin/sh", "-c", "exit 0"], {}, big, 10)
+    assert (result.exit_code, result.error) == (0, None)
+    counted = run_hook("post_deploy", ["/usr/bin/wc", "-c"], {}, big, 10)
+    assert counted.output.strip() == str(len(big))
+
+
+@pytest.mark.parametrize(("number", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_signal_during_a_hook_ends_its_group_and_the_run_there(
+    tmp_path: Path, number: int, code: int
+) -> None:
+    """Issue 35: SIGINT during a hook was "Aborted!" (exit 1), SIGTERM left the hook
+    running after orch; now either ends the hook's group and orch exits 128+signal,
+    saying the deploy did not start."""
+    pid_file = tmp_path / "hook.pid"
+    script = tmp_path / "hook.sh"
+    script.write_text(f'#!/bin/sh\nsleep 60 &\necho $! > "{pid_file}"\nwait\n')
+    script.chmod(0o755)
+    run = subprocess.Popen(
+        [
+            *COMMAND, "deploy", "qwen-dflash", "-i", str(ROOT / "inventories" / "example.yaml"),
+            "--set", f"hooks.pre_deploy={json.dumps([str(script)])}",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**PLAIN, "XDG_CONFIG_HOME": "/nonexistent", "ORCH_STATE_DIR": str(tmp_path)},
+        cwd=ROOT,
+    )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while not pid_file.exists() or not pid_file.read_text().strip():
+        assert run.poll() is None and time.monotonic() < deadline, run.communicate()
+        time.sleep(0.05)
+    child = int(pid_file.read_text())
+    run.send_signal(number)
+    stdout, stderr = run.communicate(timeout=20)
+    assert run.returncode == code, stdout + stderr
+    assert "hook pre_deploy" in stderr and "stopped: orch was told to stop" in stderr
+    assert "Aborted!" not in stderr
+    assert gone_within(child, 5)

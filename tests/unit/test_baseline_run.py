@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 
 import pytest
 from scripted import ScriptedGate
-from transactions import BUCKETS, Container, setup
+from transactions import BUCKETS, Container, DiskFillsAt, setup
 
 from orchestrator.baseline import SPECULATION_FLAGS, BaselineRecord, ReferenceFacts, parse_record
 from orchestrator.cancel import Cancel
@@ -281,3 +281,18 @@ def test_going_back_is_judged_against_a_baseline_only_never_the_release_it_repla
     back = d.reference(GATED)
     assert back is not None and back.reference is None
     assert back.why == "no baseline recorded; no release replaced: " + NO_REFERENCE
+
+
+def test_a_disk_that_fills_while_measuring_ends_back_on_the_gated_release() -> None:
+    """Issue 35 cause 4: the way back to the gated release goes on when the journal can
+    no longer be written, and says so."""
+    site = Site()
+    disk = DiskFillsAt(site.container, "baseline switch current")
+
+    outcome = site.baseline().run()
+
+    assert disk.full
+    assert (outcome.result, outcome.current, site.current()) == ("failed", GATED, GATED)
+    assert site.container.server is not None and outcome.exit_code == 1, outcome.error
+    assert any("the journal could not be written at 'back stop server'" in n for n in outcome.notes)
+    assert site.container.layout.journal not in site.container.files

@@ -213,3 +213,18 @@ def test_a_container_pct_cannot_read_on_the_node_asked_stops_discovery() -> None
     del cluster.nodes["192.0.2.20"].configs[1001]
     with pytest.raises(StepFailed, match="pct config 1001"):
         discover("192.0.2.20", ROOT, cluster.connect)
+
+
+def test_a_node_name_proxmox_would_refuse_stops_discovery_before_any_use() -> None:
+    """Issue 35: a member named `pve2\\nhosts: {}` wrote YAML lines into the inventory's
+    comments (exit 0); now pvesh's reply is refused, naming it, and nothing is logged in to."""
+    hostile = recorded("cluster-status.json").replace('"kpro5"', '"kpro5\\nhosts: {}"')
+    assert hostile != recorded("cluster-status.json")
+    cluster = ScriptedCluster(
+        {"192.0.2.20": ScriptedNode(recorded("cluster-resources.json"), hostile)}
+    )
+
+    with pytest.raises(NeedsAttention, match=r"'kpro5\\nhosts: \{\}' is not a Proxmox node name"):
+        discover("192.0.2.20", ROOT, cluster.connect)
+
+    assert [name for name, _, _ in cluster.logins] == ["192.0.2.20"]

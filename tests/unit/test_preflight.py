@@ -227,6 +227,22 @@ def test_gpu_memory_held_by_our_own_server_counts_as_available(
     assert fields(judge(stale, plan, TP, SPEC_TOKENS)) == ["gpu[0].memory"]
 
 
+def test_memory_a_dead_servers_workers_hold_is_named_and_ended_first(
+    facts: Facts, plan: TargetPlan
+) -> None:
+    """Issue 35: the server died, its workers (its process group) hold the memory: the
+    deploy is not refused for it; the switch's stop ends them and waits for the memory."""
+    leftover = busy(
+        facts, [GpuApp(4243, 48140, "GPU-0")], ServerState("stopped", 4242, leftover=True)
+    )
+
+    [finding] = judge(leftover, plan, TP, SPEC_TOKENS)
+
+    assert finding.severity == Severity.WARNING
+    assert "used by PID 4243" in finding.message
+    assert "the server that died (PID 4242) left its processes holding it" in finding.message
+
+
 def test_only_other_processes_are_named_and_only_ours_is_freed(
     facts: Facts, plan: TargetPlan
 ) -> None:

@@ -13,8 +13,8 @@ import time
 
 import pytest
 from clocks import FakeClock
-from scripted import metrics, serving
-from transactions import BUCKETS, CAUSES, FAST_GATE, Container, setup, target_run
+from scripted import ScriptedGate, metrics, serving
+from transactions import BUCKETS, CAUSES, FAST_GATE, Container, DiskFillsAt, setup, target_run
 
 from orchestrator.cancel import Cancel
 from orchestrator.container.gpu import wait_free
@@ -259,3 +259,29 @@ def test_a_stop_cut_short_is_finished_by_the_next_run() -> None:
         ("recover", "stopped"),
         ("stop", "unchanged"),
     ]
+
+
+def test_a_disk_that_fills_during_the_switch_ends_on_the_previous_release() -> None:
+    """Issue 35 cause 4: every step wrote the journal first, the way back's too, so once
+    the old server was stopped a full disk failed the rollback at once: no server. The
+    way back now goes on without its journal, and says so."""
+    playbook, plan, container = setup(served_name="old-name")
+    container.gated_release("aaaaaaaaaaaa", "old-name")
+    container.gated_release("bbbbbbbbbbbb", "old-name")
+    container.links[container.layout.current] = "releases/aaaaaaaaaaaa"
+    serving(container.transport, "old-name")
+    disk = DiskFillsAt(container, "switch current")
+    gate = ScriptedGate(container)
+
+    outcome = target_run(playbook, plan, container, gate=gate).rollback("bbbbbbbbbbbb")
+
+    assert disk.full
+    assert outcome.current == "aaaaaaaaaaaa"
+    assert container.links[container.layout.current] == "releases/aaaaaaaaaaaa"
+    assert container.server is not None  # the previous release serves again
+    assert [asked[0] for asked in gate.asked] == ["aaaaaaaaaaaa"]  # gated on the way back
+    assert (outcome.result, outcome.exit_code) == ("failed", 1), outcome.error  # a rollback
+    lost = "the journal could not be written at 'rollback stop server'"
+    assert any(lost in note for note in outcome.notes)
+    assert container.layout.journal not in container.files  # settled: nothing to recover
+    assert container.events[-2:] == ["journal cleared", "unlock"]
