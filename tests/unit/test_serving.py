@@ -348,7 +348,7 @@ def test_auto_takes_per_request_figures_where_the_release_has_the_flag(
     if not per_request:
         assert choice.why == (
             f"gate.acceptance_source: auto: vLLM {version} has no "
-            "--per-request-spec-decode-metrics (vllm/config/observability.py (absent) in "
+            "--per-request-spec-decode-metrics (vllm/config/observability.py (no such setting) in "
             f"{version[:4]}.0; first in 0.29.0), so the launch goes without it and the gate "
             "reads /metrics counter deltas; /metrics counters count every request the server "
             "handles: other clients' drafts enter the figures"
