@@ -47,7 +47,7 @@ def section(vllm: str, path: str) -> str:
         + '  [ -f "$r" ] && stat -L -c \'%n %s %Y\' "$r" "$v" "$py" >> "$tmp" 2>/dev/null\n'
         + "done\n"
         + f'frame {INSTALL} "$tmp"\n'
-        + f"[ -f {q(path)} ] && frame {VERDICT} {q(path)}\n"
+        + f"if [ -f {q(path)} ]; then frame {VERDICT} {q(path)}; fi\n"
     )
 
 
