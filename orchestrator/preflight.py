@@ -18,7 +18,7 @@ from typing import TypeVar
 from orchestrator.container import probe, validator, verdict
 from orchestrator.container.gpu import Gpu, GpuApp, parse_gpu_apps, parse_gpus
 from orchestrator.container.server import ServerState, parse_server_state
-from orchestrator.container.shell import parse_frames, parse_listing, run_step
+from orchestrator.container.shell import DEFAULT_TIMEOUT, parse_frames, parse_listing, run_step
 from orchestrator.container.store import release_id_of
 from orchestrator.drafters.findings import Finding
 from orchestrator.drafters.kinds import CheckInputs
@@ -131,9 +131,10 @@ def gather(
 ) -> Facts:
     """One round trip for every read-only fact (probe.preflight_facts), then, unless a
     kept verdict of this launch on this install is reused (never with `recheck`), the
-    server's own dry run, which imports vLLM (15-35 s on a CPU) and says its version;
-    beside it, when no server of ours runs, one probe of the port. `progress` hears
-    each part as it begins."""
+    server's own dry run, which imports vLLM (15-35 s on a CPU) and says its version
+    (a launch that runs no `vllm serve` gets `vllm --version` alone); beside it, when
+    no server of ours runs, one probe of the port. `progress` hears each part as it
+    begins."""
     launch = read_launch(plan.files[LAUNCH_SCRIPT].decode("utf-8", "replace"), plan.release_id)
     progress("read facts")
     frames = parse_frames(
@@ -171,10 +172,17 @@ def gather(
         },
     )
     kept = None if recheck else verdict.reusable(frames.get(verdict.VERDICT), key)
-    server_said, vllm = None, launch.executable
-    if kept is None and vllm:
+    vllm = launch.executable
+    said: Future[validator.ServerCheck] = Future()
+    if kept is not None:
+        said.set_result(
+            validator.ServerCheck(kept.reply, reused=f"{kept.time} (run {kept.run_id})")
+        )
+    elif vllm:
         progress(f"server check ({vllm})")
-        server_said = started(lambda: validator.check(transport, vllm, payload))
+        said = started(lambda: validator.check(transport, vllm, payload))
+    else:  # a template that runs no `vllm serve`: its version alone
+        said = started(lambda: version_alone(transport, plan.vllm))
     server = parse_server_state(frames["server"].decode())
     port_taken = False
     if not server.running:
@@ -183,13 +191,7 @@ def gather(
             port_taken = True
         except ServiceUnavailable:
             port_taken = False
-    checked = (
-        validator.ServerCheck(kept.reply, reused=f"{kept.time} (run {kept.run_id})")
-        if kept
-        else server_said.result()
-        if server_said
-        else None
-    )
+    checked = said.result()
     version, version_error = server_version(checked)
     gpus_ok, apps_ok = frames["gpus.rc"] == b"0", frames["apps.rc"] == b"0"
     return Facts(
@@ -204,17 +206,26 @@ def gather(
         gpu_error="" if gpus_ok else frames["gpus"].decode("utf-8", "replace")[:300],
         server_version=version,
         server_version_error=version_error,
-        server_check=checked,
+        server_check=checked if vllm else None,
         siblings=probe.parse_siblings(frames),
         verdict_key=key,
     )
 
 
-def server_version(found: validator.ServerCheck | None) -> tuple[str | None, str]:
+def version_alone(transport: Transport, vllm: str) -> validator.ServerCheck:
+    """No check, only what `vllm --version` prints (as the check says it without Python)."""
+    result = transport.run(probe.read_vllm_version(vllm), timeout=DEFAULT_TIMEOUT)
+    said = result.stdout.decode("utf-8", "replace")
+    return validator.ServerCheck(
+        unavailable=f"'vllm --version' gave no version (exit {result.exit_code}: "
+        f"{(said.strip().splitlines() or ['no output'])[-1][:200]})",
+        version_said=said if result.ok else None,
+    )
+
+
+def server_version(found: validator.ServerCheck) -> tuple[str | None, str]:
     """The version the server check's vLLM reported (its dry run, else the `vllm
     --version` run in its place), or why it is unknown."""
-    if found is None:
-        return None, "the launch script runs no `vllm serve` to ask for its version"
     if found.reply is not None:
         said = found.reply.version
         if probe.is_version(said):
@@ -222,7 +233,7 @@ def server_version(found: validator.ServerCheck | None) -> tuple[str | None, str
         return None, f"the server check's vLLM gave no version ({said[:200]})"
     if found.version_said is not None:
         return probe.parse_vllm_version(found.version_said, 0)
-    return None, f"the server check gave no version: {found.unavailable}"
+    return None, f"no version of the server's vLLM: {found.unavailable}"
 
 
 def verdict_to_keep(facts: Facts, run_id: str, time: str) -> verdict.Verdict | None:
