@@ -37,13 +37,15 @@ def section(vllm: str, path: str) -> str:
     """sh (inside a framed script) printing frames INSTALL (`PATH SIZE MTIME` of the
     dist-info RECORD, `vllm` and its Python; empty when no RECORD is found) and VERDICT
     (the record at `path`, when there is one). The dist-info is looked for where pip puts
-    it for that Python: its prefix's site-packages or dist-packages."""
+    it for that Python: its prefix's site-packages or dist-packages (a venv, a system
+    Python), or /usr/local's dist-packages for /usr's Python (Debian's pip)."""
     return (
         PYTHON_OF
         + f'v={q(vllm)}; py=$(python_of "$v"); pre=${{py%/bin/*}}\n'
         + ': > "$tmp"\n'
         + 'for r in "$pre"/lib/python3*/site-packages/vllm-*.dist-info/RECORD '
-        + '"$pre"/lib/python3*/dist-packages/vllm-*.dist-info/RECORD; do\n'
+        + '"$pre"/lib/python3*/dist-packages/vllm-*.dist-info/RECORD '
+        + '"$pre"/local/lib/python3*/dist-packages/vllm-*.dist-info/RECORD; do\n'
         + '  [ -f "$r" ] && stat -L -c \'%n %s %Y\' "$r" "$v" "$py" >> "$tmp" 2>/dev/null\n'
         + "done\n"
         + f'frame {INSTALL} "$tmp"\n'
