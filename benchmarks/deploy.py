@@ -13,6 +13,14 @@ drafts each gate needed to decide, each gate phase (context bucket and
 endpoint) with the seconds to its verdict, and the SSH connections each sshd
 accepted (its log's `Accepted publickey` lines) during each deploy.
 Peer: the median round trip of a plain `ssh ... true` to the same sshd.
+
+With `--server vllm` (the real vLLM for CPUs, scripts/setup-vllm.sh, one pct
+container): `lab-draft-model` deployed, then the same launch again (the server
+check's kept verdict reused), again with `--recheck` (checked, nothing else
+changes) and a changed launch as a dry run (checked again). Prints per run the
+wall time, preflight's seconds, orch's own share (the wall time but the server's
+start-up and the gate's probing: `wait ready`, `gate`, `settle`) and the server
+check's share (preflight with the check less preflight with the kept verdict).
 The lab is stopped by PID (`Lab.down()`) whatever happens.
 """
 
@@ -46,10 +54,12 @@ def accepted_per_sshd(nodes: list[Node]) -> dict[str, int]:
     }
 
 
-def deploy(lab: Lab, env: dict[str, str], *args: str) -> tuple[float, dict, dict[str, int]]:
+def deploy(
+    lab: Lab, env: dict[str, str], *args: str, playbook: str = PLAYBOOK
+) -> tuple[float, dict, dict[str, int]]:
     """Wall seconds, the JSON document, and SSH connections accepted per sshd meanwhile."""
     before = accepted_per_sshd(lab.nodes())
-    argv = [sys.executable, "-m", "orchestrator", "deploy", PLAYBOOK]
+    argv = [sys.executable, "-m", "orchestrator", "deploy", playbook]
     argv += ["-i", str(lab.inventory), "--json", *args]
     started = time.perf_counter()
     done = subprocess.run(argv, capture_output=True, text=True, env=env)
@@ -70,6 +80,48 @@ def ssh_round_trip(lab: Lab, node: Node) -> float:
 
 
 GATE_STEPS = ("gate", "rollback gate")
+SERVER_STEPS = ("wait ready", "gate", "settle", "rollback wait ready", "rollback gate")
+"""The server's start-up and the gate's probing: what is not orch's own."""
+REAL_PLAYBOOK = "lab-draft-model"
+REAL_RUNS = (
+    ("first deploy (checked)", ()),
+    ("same launch (kept verdict)", ()),
+    ("same launch, --recheck", ("--recheck",)),
+    ("changed launch, --dry-run", ("--dry-run", "--set", "server.max_model_len=1024")),
+)
+
+
+def real_server(network: str) -> None:
+    """The real-server lab's runs (see the module's docstring)."""
+    require_free(network, 1, 1)
+    with tempfile.TemporaryDirectory() as tmp:
+        lab = Lab(Path(tmp) / "lab")
+        env = {**os.environ, "ORCH_STATE_DIR": str(Path(tmp) / "state"), "NO_COLOR": "1"}
+        try:
+            started = time.perf_counter()
+            lab.up(LabSpec(server="vllm", containers_per_host=1, network=network))
+            up = time.perf_counter() - started
+            runs = [
+                (label, deploy(lab, env, *args, playbook=REAL_PLAYBOOK))
+                for label, args in REAL_RUNS
+            ]
+        finally:
+            lab.down()
+    print(f"orch deploy {REAL_PLAYBOOK} on the real-server lab (vLLM for CPUs, lab up {up:.0f} s)")
+    header = ("run", "result", "wall s", "preflight", "orch own", "own share", "check")
+    print("  {:<28} {:<9} {:>7} {:>9} {:>8} {:>9} {:>6}".format(*header))
+    kept = runs[1][1][1]["targets"][0]["steps"]["preflight"]
+    for label, (wall, document, _) in runs:
+        [target] = document["targets"]
+        steps = target["steps"]
+        own = wall - sum(steps.get(name, 0.0) for name in SERVER_STEPS)
+        check = steps["preflight"] - kept
+        print(
+            f"  {label:<28} {target['result']:<9} {wall:7.1f} {steps['preflight']:9.2f}"
+            f" {own:8.1f} {own / wall:9.0%} {check:6.1f}"
+        )
+        for note in target["notes"]:
+            print(f"    {note}")
 
 
 def print_steps(label: str, wall: float, document: dict) -> None:
@@ -110,7 +162,12 @@ def main() -> None:
         default=DEFAULT_TOKENS_PER_SECOND,
         help="the stand-ins' decode speed per stream (30: field speed)",
     )
+    parser.add_argument(
+        "--server", choices=("standin", "vllm"), default="standin", help="vllm: the real one"
+    )
     args = parser.parse_args()
+    if args.server == "vllm":
+        return real_server(args.network)
     require_free(args.network, 1, 2)
     with tempfile.TemporaryDirectory() as tmp:
         lab = Lab(Path(tmp) / "lab")

@@ -10,11 +10,13 @@ ORCH_STATE_DIR in a temporary directory. Prints per size: exit code and
 results, wall seconds, the orch process's own CPU seconds (its rusage from
 wait4: orch starts no children, so this is orch alone) per container, the
 lab's CPU seconds (every lab sshd's reaped descendants: login shells, pct,
-the commands; plus the vLLM stand-ins), SSH connections accepted per sshd
-(`Accepted publickey` lines), and the peak session channels orch held on
-each host's connection with the commands that queued for one. Then the
-wall(64)/wall(4) ratio, and what one `pct exec` costs the lab: the sh hot
-path against the Python stand-in it replaced (median of 30).
+the commands, the stand-in's answers to the server check; plus the vLLM
+stand-ins), SSH connections accepted per sshd (`Accepted publickey` lines),
+and the peak session channels orch held on each host's connection with the
+commands that queued for one. Then each size's wall time over the smallest's,
+the seconds of the canary and of each wave, each step's median (and max) per
+container, and what one `pct exec` costs the lab: the sh hot path against the
+Python stand-in it replaced (median of 30).
 Every lab is stopped by PID (`Lab.down()`); only loopback addresses are used.
 """
 
@@ -177,8 +179,10 @@ def main() -> None:
             f" {run['orch_cpu'] / size:7.3f} {lab['sshd'] / size:9.2f} {lab['servers'] / size:9.2f}"
             f"  {results_text(run['document'])}"
         )
-    if 4 in runs and 64 in runs:
-        print(f"  wall(64)/wall(4) = {runs[64]['wall'] / runs[4]['wall']:.2f}")
+    first = min(runs)
+    for size in sorted(runs)[1:]:
+        ratio = runs[size]["wall"] / runs[first]["wall"]
+        print(f"  wall({size})/wall({first}) = {ratio:.2f}")
     print("\nSSH per deploy: connections accepted per sshd (hosts; containers' own sshds summed),")
     print("and on each host's connection the peak session channels and commands that queued")
     for size, run in runs.items():
@@ -193,10 +197,10 @@ def main() -> None:
             if c["endpoint"].startswith("pve")
         )
         print(f"  {size:3d} containers: {hosts}; containers' sshds {own}; {sessions}")
-    print("\nwaves (seconds) per size")
+    print("\nstages (seconds) per size: the canary, then each wave")
     for size, run in runs.items():
         waves = run["document"].get("rollout", {}).get("waves", [])
-        print(f"  {size:3d}: " + " ".join(f"{w['seconds']:.1f}" for w in waves))
+        print(f"  {size:3d}: " + " ".join(f"{w['kind']} {w['seconds']:.1f}" for w in waves))
     print("\nwhere a container's time goes: median seconds per step (max in brackets)")
     steps = list(
         dict.fromkeys(

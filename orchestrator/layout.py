@@ -12,6 +12,9 @@
   server.log         link to the started release's server.log (a deployment from
                      before per-release logs has a file here: it is kept as
                      server.log.old at the next start)
+  server-check.json  the last passing verdict of the target's vLLM on a launch,
+                     reused while the launch and the install are unchanged
+                     (orchestrator/container/verdict.py)
   baseline.json      the target's speed served without speculation, with the
                      fingerprint of what it depends on (orchestrator/baseline.py)
   audit.log          one JSON line per run's decision: the release it left
@@ -103,6 +106,11 @@ class Layout:
     def baseline(self) -> str:
         """The baseline record: kept across releases, read before every gate."""
         return f"{self.root}/baseline.json"
+
+    @property
+    def server_check(self) -> str:
+        """The server check's kept verdict: reused across releases while it holds."""
+        return f"{self.root}/server-check.json"
 
     @property
     def audit_log(self) -> str:

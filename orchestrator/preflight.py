@@ -1,6 +1,7 @@
 """Preflight: read-only facts about a target, and the findings they lead to.
 
-`gather` only reads (a few round trips); `judge` is pure. Nothing here changes
+`gather` only reads (one round trip, and the server's check unless a kept verdict
+holds); `judge` is pure. Nothing here changes
 the target, so a failed preflight leaves it exactly as it was.
 """
 
@@ -15,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from orchestrator import remotejson
-from orchestrator.container import probe, validator
+from orchestrator.container import probe, validator, verdict
 from orchestrator.container.gpu import Gpu, GpuApp, parse_gpu_apps, parse_gpus
 from orchestrator.container.server import ServerState, parse_server_state
 from orchestrator.container.shell import DEFAULT_TIMEOUT, parse_frames, parse_listing, run_step
@@ -78,19 +79,34 @@ class Facts:
     server_check: validator.ServerCheck | None = None
     siblings: list[probe.Sibling] = field(default_factory=list)
     """Other playbooks' deployments on the container whose servers run."""
+    verdict_key: str | None = None
+    """What a passing server check of this launch on this install is kept under
+    (container/verdict.py); None: the install has no identity, nothing is kept."""
+
+
+MODEL_FILES = [CONFIG_FILE, TOKENIZER_CONFIG_FILE, INDEX_FILE, GENERATION_CONFIG_FILE]
+"""The files preflight reads whole from each model dir (the weights' headers besides)."""
 
 
 def read_model_dir(transport: Transport, path: str) -> ModelDir:
-    names = [CONFIG_FILE, TOKENIZER_CONFIG_FILE, INDEX_FILE, GENERATION_CONFIG_FILE]
-    result = transport.run(probe.read_model_dir(path, names, SAFETENSORS_HEADER_LIMIT), timeout=120)
+    result = transport.run(
+        probe.read_model_dir(path, MODEL_FILES, SAFETENSORS_HEADER_LIMIT), timeout=120
+    )
     if result.exit_code == 3:
-        return ModelDir(path, False, None, {}, {})
+        return model_dir_of(path, None)
     if not result.ok:
         raise StepFailed(
             f"read {path}: exit {result.exit_code}: {result.error_text[-500:]}",
             subject=transport.label,
         )
-    frames = parse_frames(result.stdout)
+    return model_dir_of(path, parse_frames(result.stdout))
+
+
+def model_dir_of(path: str, frames: dict[str, bytes] | None) -> ModelDir:
+    """A model dir as its frames say (None: it does not exist)."""
+    if frames is None:
+        return ModelDir(path, False, None, {}, {})
+    frames = dict(frames)
     sizes = parse_listing(frames.pop(".listing", b"").decode())
     return ModelDir(path, True, model_files_from_bytes(path, frames), sizes, frames)
 
@@ -114,25 +130,65 @@ def gather(
     transport: Transport,
     plan: TargetPlan,
     nvidia_smi: str,
-    waiting: Callable[[str], None] = lambda _: None,
+    recheck: bool = False,
+    progress: Callable[[str], None] = lambda _: None,
 ) -> Facts:
-    """Three commands (the two model dirs, then the small facts together), when no
-    server of ours runs one probe of the port, and beside them all the server's own dry
-    run, which imports vLLM (15-35 s on a CPU) and says its version; `vllm --version`
-    runs after it only when the dry run could not run or find a version. While the
-    dry run is all that is left, `waiting` hears what is waited for, each
+    """One round trip for every read-only fact (probe.preflight_facts), then, unless a
+    kept verdict of this launch on this install is reused (never with `recheck`), the
+    server's own dry run, which imports vLLM (15-35 s on a CPU) and says its version
+    (a launch that runs no `vllm serve` gets `vllm --version` alone); beside it, when
+    no server of ours runs, one probe of the port. `progress` hears each part as it
+    begins, and while the dry run is all that is left, what is waited for each
     WAITING_SAY_SECONDS (the step view's heartbeat shows it, in a pipe too)."""
     launch = read_launch(plan.files[LAUNCH_SCRIPT].decode("utf-8", "replace"), plan.release_id)
-    server_said = started(
-        lambda: ask_server(transport, plan, launch) if launch.executable else None
+    progress("read facts")
+    frames = parse_frames(
+        run_step(
+            transport,
+            probe.preflight_facts(
+                plan.layout,
+                nvidia_smi,
+                plan.target_dir,
+                plan.drafter_weights,
+                MODEL_FILES,
+                SAFETENSORS_HEADER_LIMIT,
+                launch.executable,
+            ),
+            "read target facts",
+            timeout=120,
+        ).stdout
     )
-    target = read_model_dir(transport, plan.target_dir)
-    drafter = read_model_dir(transport, plan.drafter_weights) if plan.drafter_weights else None
-    small = parse_frames(
-        run_step(transport, probe.target_facts(plan.layout, nvidia_smi), "read target facts").stdout
+    target = model_dir_of(plan.target_dir, probe.prefixed(frames, probe.TARGET))
+    drafter = (
+        model_dir_of(plan.drafter_weights, probe.prefixed(frames, probe.DRAFTER))
+        if plan.drafter_weights
+        else None
     )
-    gpus_ok, apps_ok = small["gpus.rc"] == b"0", small["apps.rc"] == b"0"
-    server = parse_server_state(small["server"].decode())
+    payload = server_request(plan, launch)
+    key = verdict.key_of(
+        payload,
+        frames.get(verdict.INSTALL, b"").decode("utf-8", "replace"),
+        {
+            f"{role}{name}": data
+            for role, model in ((probe.TARGET, target), (probe.DRAFTER, drafter))
+            if model is not None
+            for name, data in model.frames.items()
+            if name in MODEL_FILES
+        },
+    )
+    kept = None if recheck else verdict.reusable(frames.get(verdict.VERDICT), key)
+    vllm = launch.executable
+    said: Future[validator.ServerCheck] = Future()
+    if kept is not None:
+        said.set_result(
+            validator.ServerCheck(kept.reply, reused=f"{kept.time} (run {kept.run_id})")
+        )
+    elif vllm:
+        progress(f"server check ({vllm})")
+        said = started(lambda: validator.check(transport, vllm, payload))
+    else:  # a template that runs no `vllm serve`: its version alone
+        said = started(lambda: version_alone(transport, plan.vllm))
+    server = parse_server_state(frames["server"].decode())
     port_taken = False
     if not server.running:
         try:
@@ -140,25 +196,27 @@ def gather(
             port_taken = True
         except ServiceUnavailable:
             port_taken = False
-    while not server_said.done():
-        waiting(f"waiting for {plan.vllm}'s own check of the launch (it imports vLLM)")
-        wait([server_said], timeout=WAITING_SAY_SECONDS)
-    server_check = server_said.result()
-    version, version_error = _server_version(transport, plan, server_check)
+    while not said.done():
+        progress(f"waiting for {plan.vllm}'s own check of the launch (it imports vLLM)")
+        wait([said], timeout=WAITING_SAY_SECONDS)
+    checked = said.result()
+    version, version_error = server_version(checked)
+    gpus_ok, apps_ok = frames["gpus.rc"] == b"0", frames["apps.rc"] == b"0"
     return Facts(
         target=target,
         drafter=drafter,
-        gpus=parse_gpus(small["gpus"].decode()) if gpus_ok else None,
-        gpu_apps=parse_gpu_apps(small["apps"].decode()) if apps_ok else [],
-        free_disk_kib=int(small["disk"].strip() or 0),
+        gpus=parse_gpus(frames["gpus"].decode()) if gpus_ok else None,
+        gpu_apps=parse_gpu_apps(frames["apps"].decode()) if apps_ok else [],
+        free_disk_kib=int(frames["disk"].strip() or 0),
         server=server,
         port_taken=port_taken,
-        current_release=release_id_of(small["current"].decode()),
-        gpu_error="" if gpus_ok else small["gpus"].decode("utf-8", "replace")[:300],
+        current_release=release_id_of(frames["current"].decode()),
+        gpu_error="" if gpus_ok else frames["gpus"].decode("utf-8", "replace")[:300],
         server_version=version,
         server_version_error=version_error,
-        server_check=server_check,
-        siblings=probe.parse_siblings(small),
+        server_check=checked if vllm else None,
+        siblings=probe.parse_siblings(frames),
+        verdict_key=key,
     )
 
 
@@ -177,30 +235,55 @@ def gather_for_server(
     transport: Transport,
     plan: TargetPlan,
     nvidia_smi: str,
-    waiting: Callable[[str], None] = lambda _: None,
+    recheck: bool = False,
+    progress: Callable[[str], None] = lambda _: None,
 ) -> Served:
     """`gather`, for the launch that will run. With `gate.acceptance_source: auto` the
     plan asks for per-request figures; on a vLLM the facts show without them it is the
     plan without the flag (`counters_plan`), gathered again: its dry run checks the
     launch as it will run."""
-    facts = gather(transport, plan, nvidia_smi, waiting)
+    facts = gather(transport, plan, nvidia_smi, recheck, progress)
     if plan.counters_plan is None:
         return Served(plan, facts, None)
     choice = auto_source(facts.server_version)
     if choice.per_request:
         return Served(plan, facts, choice)
     chosen = plan.counters_plan
-    return Served(chosen, gather(transport, chosen, nvidia_smi, waiting), choice)
+    return Served(chosen, gather(transport, chosen, nvidia_smi, recheck, progress), choice)
 
 
-def _server_version(
-    transport: Transport, plan: TargetPlan, server_check: validator.ServerCheck | None
-) -> tuple[str | None, str]:
-    """The version the dry run's vLLM reported, else what `vllm --version` says."""
-    if server_check and server_check.reply and probe.is_version(server_check.reply.version):
-        return server_check.reply.version, ""
-    result = transport.run(probe.read_vllm_version(plan.vllm), timeout=DEFAULT_TIMEOUT)
-    return probe.parse_vllm_version(result.stdout.decode("utf-8", "replace"), result.exit_code)
+def version_alone(transport: Transport, vllm: str) -> validator.ServerCheck:
+    """No check, only what `vllm --version` prints (as the check says it without Python)."""
+    result = transport.run(probe.read_vllm_version(vllm), timeout=DEFAULT_TIMEOUT)
+    said = result.stdout.decode("utf-8", "replace")
+    return validator.ServerCheck(
+        unavailable=f"'vllm --version' gave no version (exit {result.exit_code}: "
+        f"{(said.strip().splitlines() or ['no output'])[-1][:200]})",
+        version_said=said if result.ok else None,
+    )
+
+
+def server_version(found: validator.ServerCheck) -> tuple[str | None, str]:
+    """The version the server check's vLLM reported (its dry run, else the `vllm
+    --version` run in its place), or why it is unknown."""
+    if found.reply is not None:
+        said = found.reply.version
+        if probe.is_version(said):
+            return said, ""
+        return None, f"the server check's vLLM gave no version ({said[:200]})"
+    if found.version_said is not None:
+        return probe.parse_vllm_version(found.version_said, 0)
+    return None, f"no version of the server's vLLM: {found.unavailable}"
+
+
+def verdict_to_keep(facts: Facts, run_id: str, time: str) -> verdict.Verdict | None:
+    """The verdict a deploy keeps: a check run now (not reused) that passed, of an
+    install with an identity."""
+    found = facts.server_check
+    if found is None or found.reused or not found.passed or facts.verdict_key is None:
+        return None
+    assert found.reply is not None
+    return verdict.Verdict(key=facts.verdict_key, time=time, run_id=run_id, reply=found.reply)
 
 
 def server_check_of_release(
@@ -215,15 +298,18 @@ def server_check_of_release(
     return server_check.findings(found, launch)
 
 
-def ask_server(transport: Transport, plan: TargetPlan, launch: Launch) -> validator.ServerCheck:
-    """The target's own vLLM over the exact launch; the release's rendered drafter
+def server_request(plan: TargetPlan, launch: Launch) -> dict:
+    """The server check's request for the exact launch; the release's rendered drafter
     config is staged where the launch names it (the release is not written yet)."""
     stage = {}
     if plan.drafter_config is not None and plan.drafter_dir == plan.drafter_view:
         stage[plan.drafter_view] = {CONFIG_FILE: plan.files[DRAFTER_CONFIG].decode()}
-    return validator.check(
-        transport, launch.executable or plan.vllm, validator.request(launch.argv, launch.env, stage)
-    )
+    return validator.request(launch.argv, launch.env, stage)
+
+
+def ask_server(transport: Transport, plan: TargetPlan, launch: Launch) -> validator.ServerCheck:
+    """The target's own vLLM over the exact launch (see server_request)."""
+    return validator.check(transport, launch.executable or plan.vllm, server_request(plan, launch))
 
 
 def judge(

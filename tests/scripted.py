@@ -11,8 +11,10 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
+from orchestrator.container import verdict
 from orchestrator.container.audit import STATUS_TAIL
-from orchestrator.container.shell import Command
+from orchestrator.container.probe import DRAFTER, MISSING, TARGET
+from orchestrator.container.shell import Command, parse_frames
 from orchestrator.deadline import SYSTEM_CLOCK, Clock
 from orchestrator.errors import ServiceUnavailable, TransportError
 from orchestrator.gate import GateReport
@@ -137,6 +139,7 @@ class ScriptedContainer:
         )
         """What nvidia-smi's GPU query prints (two idle 48 GiB GPUs)."""
         self.vllm_version = "0.32.0"
+        self.install = b""
         self.transport = ContainerTransport(name, self)
         self.server_log: list[str] | None = None
         """The current server log's lines; None: no server was ever started here."""
@@ -216,10 +219,12 @@ class ScriptedContainer:
                 [("server", f"{self._server_state()}\n".encode()), ("tail", b"")]
             ),
             "gpu_query": lambda nvidia_smi: (9, "no GPU here"),
-            # No vLLM to ask here: the server's own dry run finds no Python to run it with.
-            "validate_launch": lambda vllm, payload, stdin: (127, f"{vllm}: python: not found"),
+            # No vLLM to ask here: the server's own dry run finds no Python to run it with,
+            # and says the version `vllm --version` gives instead.
+            "validate_launch": lambda vllm, payload, stdin: (127, f"{self.vllm_version}\n"),
             "status_report": self._status_report,
             "target_facts": self._target_facts,
+            "preflight_facts": self._preflight_facts,
             "read_vllm_version": lambda vllm: self.vllm_version,
             "read_log": self._read_log,
             "read_model_dir": self._read_model_dir,
@@ -380,6 +385,29 @@ class ScriptedContainer:
                 ("current", self._readlink(layout.current)),
             ]
         )
+
+    def _preflight_facts(
+        self,
+        layout: Layout,
+        nvidia_smi: str,
+        target_dir: str,
+        drafter_dir: str | None,
+        names: Sequence[str],
+        header_limit: int,
+        vllm: str | None,
+    ) -> bytes:
+        """As probe.preflight_facts prints it; the install's identity is `install` (empty
+        by default: no verdict is kept or reused)."""
+        dirs = [(TARGET, target_dir)] + ([(DRAFTER, drafter_dir)] if drafter_dir else [])
+        models = []
+        for prefix, directory in dirs:
+            code, data = self._read_model_dir(directory, names, header_limit)
+            found = parse_frames(data).items() if code == 0 else [(MISSING, b"")]
+            models += [(prefix + name, body) for name, body in found]
+        kept = self.files.get(layout.server_check)
+        install = [(verdict.INSTALL, self.install)] if vllm else []
+        install += [(verdict.VERDICT, kept)] if vllm and kept is not None else []
+        return self._target_facts(layout, nvidia_smi) + frames([*models, *install])
 
     def _status_report(self, layout: Layout) -> str:
         audit = self.files.get(layout.audit_log, b"").decode().splitlines()

@@ -21,6 +21,7 @@ from orchestrator.cli.options import (
     json_choice,
     json_option,
     limit_option,
+    recheck_option,
     set_option,
 )
 from orchestrator.errors import InputError
@@ -377,6 +378,7 @@ def watch(
 @inventory_option
 @limit_option
 @set_option
+@recheck_option
 @accept_keys_option
 @json_option
 def doctor(
@@ -384,6 +386,7 @@ def doctor(
     inventory_path: Path,
     limit: tuple[str, ...],
     assignments: tuple[str, ...],
+    recheck: bool,
     accept_new_host_keys: bool,
     as_json: bool,
 ) -> None:
@@ -394,7 +397,12 @@ def doctor(
     from orchestrator.report import screen, tables
 
     document, code = check(
-        inventory_path, playbook, list(limit), list(assignments), ssh(accept_new_host_keys)
+        inventory_path,
+        playbook,
+        list(limit),
+        list(assignments),
+        ssh(accept_new_host_keys),
+        recheck,
     )
     screen.print_json(document) if as_json else tables.print_doctor(document)
     sys.exit(code)

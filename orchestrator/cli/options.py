@@ -117,6 +117,13 @@ accept_keys_option = click.option(
     help="Trust and record host keys never seen before (changed keys are still refused).",
 )
 
+recheck_option = click.option(
+    "--recheck",
+    is_flag=True,
+    help="Run the target's vLLM over the launch even where its passing verdict on this "
+    "launch and this install is kept.",
+)
+
 
 def fleet_read_options(command: Callable[..., None]) -> Callable[..., None]:
     """PLAYBOOK -i INVENTORY [--limit] [--accept-new-host-keys] [--json]."""

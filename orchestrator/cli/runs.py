@@ -17,6 +17,7 @@ from orchestrator.cli.options import (
     inventory_option,
     json_option,
     limit_option,
+    recheck_option,
     server_action_options,
     set_option,
 )
@@ -52,6 +53,7 @@ if TYPE_CHECKING:
     help="Stop this other playbook's server on each container as part of the transaction "
     "(it frees the port and GPUs), and start it again if the new release fails its gate.",
 )
+@recheck_option
 @accept_keys_option
 @json_option
 def deploy(
@@ -63,6 +65,7 @@ def deploy(
     diff: bool,
     force: bool,
     replace: str | None,
+    recheck: bool,
     accept_new_host_keys: bool,
     as_json: bool,
 ) -> None:
@@ -78,7 +81,12 @@ def deploy(
     if replace is not None:
         check_replace(inputs, replace)
     options = new_options(
-        force=force, dry_run=dry_run, diff=diff, replace=replace, inventory=str(inventory_path)
+        force=force,
+        dry_run=dry_run,
+        diff=diff,
+        replace=replace,
+        recheck=recheck,
+        inventory=str(inventory_path),
     )
     hooks = None if dry_run else Hooks.for_run("deploy", inputs, options, _say)
     if hooks:
@@ -221,11 +229,13 @@ def baseline(
 
 @click.command("diff")
 @server_action_options
+@recheck_option
 def diff_command(
     playbook: str,
     inventory_path: Path,
     limit: tuple[str, ...],
     assignments: tuple[str, ...],
+    recheck: bool,
     accept_new_host_keys: bool,
     as_json: bool,
 ) -> None:
@@ -240,7 +250,7 @@ def diff_command(
     from orchestrator.report import screen
 
     inputs = load(playbook, inventory_path, list(limit), list(assignments), True)
-    options = new_options(dry_run=True, diff=True, inventory=str(inventory_path))
+    options = new_options(dry_run=True, diff=True, recheck=recheck, inventory=str(inventory_path))
     document, code = as_diff(*_run_deploy(inputs, options, accept_new_host_keys, as_json))
     if as_json:
         screen.print_json(document)

@@ -1,6 +1,7 @@
-"""Preflight's read-only probes of a container: a model directory in one round trip,
-the small facts (GPUs, GPU processes, free disk, the recorded server, the current
-release) in another, and the vLLM version where the server's dry run did not say it."""
+"""Preflight's read-only probes of a container: everything it reads in one round trip
+(both model dirs, the small facts: GPUs, GPU processes, free disk, the recorded server,
+the current release, other deployments' servers; the server check's kept verdict), and
+the pieces others read alone (a model dir, the small facts, the vLLM version)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from orchestrator import remotejson
+from orchestrator.container import verdict
 from orchestrator.container.gpu import GPU_APPS_QUERY, GPU_QUERY
 from orchestrator.container.shell import (
     FRAME_FUNCTIONS,
@@ -29,24 +31,34 @@ vllm_version() { "$1" --version 2>/dev/null || "${1%/*}/python" -c \
 """
 
 
-@builder
-def read_model_dir(directory: str, names: Sequence[str], header_limit: int) -> list[str]:
-    """One round trip for a model directory, as frames `NAME LENGTH\\n` + bytes:
-    the listing (`.listing`: `SIZE NAME` lines), each of `names` that exists, and
-    the header prefix (8 + N bytes) of every *.safetensors file. Exit 3: no such dir."""
+def _model_dir(directory: str, names: Sequence[str], header_limit: int, prefix: str) -> str:
+    """sh framing a model directory, each frame's name after `prefix`: the listing
+    (`.listing`: `SIZE NAME` lines), each of `names` that exists, and the header prefix
+    (8 + N bytes) of every *.safetensors file. In a subshell that exits 3: no such dir."""
     wanted = " ".join(q(n) for n in names)
-    return script(
-        f"cd {q(directory)} || exit 3\n"
-        + FRAME_FUNCTIONS
-        + "find -L . -maxdepth 1 -type f -printf '%s %P\\n' | sort -k2 > \"$tmp\"; "
-        'frame .listing "$tmp"\n'
-        f'for n in {wanted}; do [ -f "$n" ] && frame "$n" "$n"; done\n'
+    p = q(prefix)
+    return (
+        f"( cd {q(directory)} || exit 3\n"
+        "find -L . -maxdepth 1 -type f -printf '%s %P\\n' | sort -k2 > \"$tmp\"; "
+        f'frame {p}.listing "$tmp"\n'
+        f'for n in {wanted}; do [ -f "$n" ] && frame {p}"$n" "$n"; done\n'
         'for f in *.safetensors; do [ -f "$f" ] || continue\n'
         "  n=$(head -c 8 \"$f\" | od -An -tu8 | tr -d ' ')\n"
         f'  [ -n "$n" ] && [ "$n" -le {int(header_limit)} ] || n=0\n'
-        '  head -c $((8 + n)) "$f" > "$tmp"; frame "$f" "$tmp"\n'
-        "done\n"
+        f'  head -c $((8 + n)) "$f" > "$tmp"; frame {p}"$f" "$tmp"\n'
+        "done\n)"
     )
+
+
+@builder
+def read_model_dir(directory: str, names: Sequence[str], header_limit: int) -> list[str]:
+    """One round trip for a model directory, as frames `NAME LENGTH\\n` + bytes (see
+    _model_dir). Exit 3: no such dir."""
+    return script(FRAME_FUNCTIONS + _model_dir(directory, names, header_limit, "") + "\n")
+
+
+MISSING = ".missing"
+"""The frame (after a model dir's prefix) that says the directory does not exist."""
 
 
 def _siblings(layout: Layout) -> str:
@@ -94,19 +106,16 @@ def _manifest_port(raw: bytes | None) -> int | None:
 @builder
 def read_vllm_version(vllm: str) -> list[str]:
     """The version `vllm` reports, else its package metadata's (see _VERSION_FUNCTION):
-    each imports vLLM, seconds of CPU, so preflight asks only when the dry run did not say."""
+    each imports vLLM, seconds of CPU."""
     return script(_VERSION_FUNCTION + f"vllm_version {q(vllm)} 2>&1\n")
 
 
-@builder
-def target_facts(layout: Layout, nvidia_smi: str) -> list[str]:
-    """Preflight's small facts in one round trip, as frames: `gpus` and `apps` with
-    their `.rc`, `disk` (free KiB where the deployment goes), `server`, `current`, and
-    the running servers of other deployments beside this one (see _siblings)."""
-    return script(
-        PROCESS_FUNCTIONS
-        + FRAME_FUNCTIONS
-        + f"capture gpus {shlex.join([nvidia_smi, *GPU_QUERY])}\n"
+def _small_facts(layout: Layout, nvidia_smi: str) -> str:
+    """sh framing `gpus` and `apps` with their `.rc`, `disk` (free KiB where the
+    deployment goes), `server`, `current`, and the running servers of other
+    deployments beside this one (see _siblings)."""
+    return (
+        f"capture gpus {shlex.join([nvidia_smi, *GPU_QUERY])}\n"
         + f"capture apps {shlex.join([nvidia_smi, *GPU_APPS_QUERY])}\n"
         + f'p={q(layout.root)}; while [ ! -e "$p" ]; do p=${{p%/*}}; [ -n "$p" ] || p=/; done\n'
         + 'df -Pk "$p" | awk \'NR==2 {print $4}\' > "$tmp"; frame disk "$tmp"\n'
@@ -114,6 +123,52 @@ def target_facts(layout: Layout, nvidia_smi: str) -> list[str]:
         + f'readlink {q(layout.current)} > "$tmp" 2>/dev/null; frame current "$tmp"\n'
         + _siblings(layout)
     )
+
+
+@builder
+def target_facts(layout: Layout, nvidia_smi: str) -> list[str]:
+    """The small facts in one round trip, as frames (see _small_facts)."""
+    return script(PROCESS_FUNCTIONS + FRAME_FUNCTIONS + _small_facts(layout, nvidia_smi))
+
+
+TARGET, DRAFTER = "target/", "drafter/"
+"""The prefixes of the two model dirs' frames in preflight_facts."""
+
+
+@builder
+def preflight_facts(
+    layout: Layout,
+    nvidia_smi: str,
+    target_dir: str,
+    drafter_dir: str | None,
+    names: Sequence[str],
+    header_limit: int,
+    vllm: str | None,
+) -> list[str]:
+    """Everything preflight reads, in one round trip: the small facts (_small_facts),
+    the target's and the drafter's model dirs (frames named after TARGET and DRAFTER,
+    `PREFIX.missing` for a dir that does not exist), and, given the launch's `vllm`, the
+    server check's kept verdict with the identity of the install it judged (verdict.py)."""
+    dirs = [(TARGET, target_dir)] + ([(DRAFTER, drafter_dir)] if drafter_dir else [])
+    models = "".join(
+        _model_dir(directory, names, header_limit, prefix)
+        + f'; [ $? -ne 3 ] || {{ : > "$tmp"; frame {q(prefix + MISSING)} "$tmp"; }}\n'
+        for prefix, directory in dirs
+    )
+    return script(
+        PROCESS_FUNCTIONS
+        + FRAME_FUNCTIONS
+        + _small_facts(layout, nvidia_smi)
+        + models
+        + (verdict.section(vllm, layout.server_check) if vllm else "")
+    )
+
+
+def prefixed(frames: dict[str, bytes], prefix: str) -> dict[str, bytes] | None:
+    """The frames named after `prefix`, without it; None when they say the dir is missing."""
+    if prefix + MISSING in frames:
+        return None
+    return {k[len(prefix) :]: v for k, v in frames.items() if k.startswith(prefix)}
 
 
 _VERSION_LINE = re.compile(r"v?(\d+(?:\.\d+)+\S*)")

@@ -5,8 +5,9 @@ interpreter of its `vllm`, vLLM's own start-up checks over one launch. Here:
 `request` (its input), `command` (the argv that finds the interpreter and runs
 the program from stdin), `parse` (its reply, read strictly: one JSON document of
 a fixed shape, text only, so a hostile reply can neither run code nor carry
-markup) and `check`, which runs it. Nothing is cached: every check asks the vLLM
-installed now.
+markup) and `check`, which runs it. The reply says vLLM's version too: one process
+per check, whether it can run or not. A passing verdict is kept on the container
+and reused while the launch and the install are unchanged (`container/verdict.py`).
 """
 
 from __future__ import annotations
@@ -68,10 +69,20 @@ class Failed(_Strict):
 
 @dataclass(frozen=True)
 class ServerCheck:
-    """What the target's vLLM said (`reply`), or why it could not be asked (`unavailable`)."""
+    """What the target's vLLM said (`reply`), or why it could not be asked (`unavailable`)
+    and what its `vllm --version` printed then (`version_said`, when no Python was found).
+    `reused`: when and by which run a passing verdict was reached, when this one is
+    that verdict read back instead of a new check (empty: checked now)."""
 
     reply: Reply | None = None
     unavailable: str = ""
+    version_said: str | None = None
+    reused: str = ""
+
+    @property
+    def passed(self) -> bool:
+        """vLLM ran every stage it has without refusing the launch."""
+        return self.reply is not None and all(s.status != "error" for s in self.reply.stages)
 
 
 def program() -> bytes:
@@ -79,17 +90,31 @@ def program() -> bytes:
     return (resources.files(__package__) / PROGRAM_FILE).read_bytes()
 
 
-FIND_PYTHON = """\
-vllm=$1; shift
-read -r first < "$vllm" 2>/dev/null || first=
-case $first in
-  '#!/'*python*) python=${first#??}; python=${python%% *} ;;
-  *) python=${vllm%/*}/python ;;
-esac
-exec "$python" - "$@"
+PYTHON_OF = """\
+python_of() {
+  read -r _first < "$1" 2>/dev/null || _first=
+  case $_first in
+    '#!/'*python*) _python=${_first#??}; echo "${_python%% *}" ;;
+    *) echo "${1%/*}/python" ;;
+  esac
+}
 """
-"""The interpreter `vllm` runs on: its shebang's Python when it is a console script,
-else the `python` beside it (a venv)."""
+"""sh: the interpreter the `vllm` at $1 runs on: its shebang's Python when it is a console
+script, else the `python` beside it (a venv)."""
+FIND_PYTHON = (
+    PYTHON_OF
+    + """\
+vllm=$1; shift
+python=$(python_of "$vllm")
+[ -x "$python" ] && exec "$python" - "$@"
+echo "$python: python: not found" >&2
+"$vllm" --version < /dev/null 2>/dev/null
+exit 127
+"""
+)
+"""Runs the program with the Python of `vllm`. Without one the check cannot run, and the
+same process asks `vllm --version` for the version to judge by (stdout, exit 127)."""
+NO_PYTHON = 127
 
 
 def request(argv: Sequence[str], env: dict[str, str], stage: dict[str, dict[str, str]]) -> dict:
@@ -130,7 +155,12 @@ def check(transport: Transport, vllm: str, payload: dict, timeout: float = TIMEO
         return ServerCheck(unavailable=str(exc)[:300])
     if not result.ok:
         detail = (result.error_text or result.text).strip()[-300:]
-        return ServerCheck(unavailable=f"the Python of {vllm}: exit {result.exit_code}: {detail}")
+        return ServerCheck(
+            unavailable=f"the Python of {vllm}: exit {result.exit_code}: {detail}",
+            version_said=result.stdout.decode("utf-8", "replace")
+            if result.exit_code == NO_PYTHON
+            else None,
+        )
     try:
         return ServerCheck(parse(result.stdout))
     except ValueError as exc:

@@ -66,8 +66,11 @@ class Doctor:
         playbook: Playbook | None = None,
         plans: dict[str, TargetPlan] | None = None,
         plan_errors: dict[str, InputError] | None = None,
+        recheck: bool = False,
     ) -> None:
         self.inventory = inventory
+        self.recheck = recheck
+        """The server check runs even where a kept verdict holds."""
         self.connections = connections
         self.playbook = playbook
         self.plans = plans or {}
@@ -200,7 +203,7 @@ class Doctor:
         if plan is None or self.playbook is None:
             return checks
         try:
-            served = preflight.gather_for_server(transport, plan, nvidia_smi)
+            served = preflight.gather_for_server(transport, plan, nvidia_smi, self.recheck)
         except OrchError as exc:
             return [*checks, _failed(name, "preflight", exc)]
         plan, facts = served.plan, served.facts
@@ -271,11 +274,12 @@ def run_doctor(
     playbook: Playbook | None = None,
     plans: list[TargetPlan] | None = None,
     plan_errors: dict[str, InputError] | None = None,
+    recheck: bool = False,
 ) -> list[Check]:
     by_name = {plan.container: plan for plan in plans or []}
     checks = secret_checks(playbook) if playbook else []
     with connect(inventory, None) as connections:
-        doctor = Doctor(inventory, connections, playbook, by_name, plan_errors)
+        doctor = Doctor(inventory, connections, playbook, by_name, plan_errors, recheck)
         return checks + [check for name in names for check in doctor.container(name)]
 
 
@@ -319,9 +323,11 @@ def doctor(
     limit: list[str],
     assignments: list[str],
     connect: Connect = SSH,
+    recheck: bool = False,
 ) -> tuple[fleet_documents.Doctor, int]:
     """`orch doctor [PLAYBOOK]`: every check, grouped per host and container. With a
-    playbook, its targets (within `limit`), their plans' checks included."""
+    playbook, its targets (within `limit`), their plans' checks included; `recheck`:
+    the server check runs even where a kept verdict holds."""
     if playbook:
         book = load_playbook(find_playbook(playbook), assignments)
         inventory = load_inventory(inventory_path)
@@ -329,7 +335,7 @@ def doctor(
         planned = {p.container for p in plans} | set(errors)
         targets = inventory.select(book.targets, "the playbook's targets")
         names = [n for n in targets if n in planned]
-        checks = run_doctor(inventory, names, connect, book, plans, errors)
+        checks = run_doctor(inventory, names, connect, book, plans, errors, recheck)
     else:
         inventory = load_inventory(inventory_path)
         checks = run_doctor(inventory, inventory.select(limit, "--limit"), connect)

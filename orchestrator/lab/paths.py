@@ -20,11 +20,15 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 VLLM_MODULE = "orchestrator.lab.vllm_standin"
+DRY_RUN_MODULE = "orchestrator.lab.vllm_dry_run"
+SHEBANG_LIMIT = 256
+"""Linux reads this much of a `#!` line, newline included (BINPRM_BUF_SIZE since 5.1)."""
 NVIDIA_SMI_MODULE = "orchestrator.lab.nvidia_smi"
 PCT_MODULE = "orchestrator.lab.pct_standin"
 PVESH_MODULE = "orchestrator.lab.pvesh_standin"
@@ -63,6 +67,16 @@ class ContainerPaths:
     @property
     def vllm(self) -> Path:
         return self.rootfs / "usr/local/bin/vllm"
+
+    @property
+    def vllm_python(self) -> Path:
+        """The interpreter the lab's `vllm` console script names, as a venv's would be."""
+        return self.rootfs / "opt/vllm/bin/python"
+
+    def vllm_record(self, version: str) -> Path:
+        """The install's dist-info RECORD, where pip puts it for that interpreter."""
+        site = self.rootfs / "opt/vllm/lib/python3/site-packages"
+        return site / f"vllm-{version}.dist-info/RECORD"
 
     @property
     def nvidia_smi(self) -> Path:
@@ -286,10 +300,35 @@ def write_host_launchers(host: HostPaths, python: str) -> None:
 def write_container_launchers(
     container: ContainerPaths, python: str, vllm_env: Mapping[str, str] | None = None
 ) -> None:
-    """The container's `vllm` and `nvidia-smi`, bound to that container's directory."""
-    env = {CONTAINER_ENV: str(container.root)}
-    write_launcher(container.vllm, VLLM_MODULE, {**env, **(vllm_env or {})}, python)
-    write_launcher(container.nvidia_smi, NVIDIA_SMI_MODULE, env, python)
+    """The container's `vllm` and `nvidia-smi`, bound to that container's directory.
+
+    `vllm` is installed as pip installs a console script: `#!` its interpreter (the
+    lab's, which runs the stand-in), with a dist-info RECORD written anew at each
+    install. Run as `PYTHON - REQUEST`, as orch's server check runs a venv's Python,
+    the interpreter answers the check (vllm_dry_run.py)."""
+    env = {CONTAINER_ENV: str(container.root), **(vllm_env or {})}
+    dry_run = shlex.join([python, "-m", DRY_RUN_MODULE])
+    write_launcher(
+        container.vllm_python,
+        VLLM_MODULE,
+        env,
+        python,
+        prelude=[f'if [ "$1" = - ]; then exec {dry_run} "$@"; fi', "shift  # the script's path"],
+    )
+    shebang = f"#!{container.vllm_python}\n"
+    if len(shebang.encode()) > SHEBANG_LIMIT:
+        raise ValueError(f"the lab directory is too deep for a #! line: {container.vllm_python}")
+    container.vllm.parent.mkdir(parents=True, exist_ok=True)
+    container.vllm.write_text(f"{shebang}# the lab's vLLM ({VLLM_MODULE})\n")
+    container.vllm.chmod(0o755)
+    for old in container.vllm_record("x").parent.parent.glob("vllm-*.dist-info"):
+        shutil.rmtree(old)
+    record = container.vllm_record(env.get(VLLM_VERSION_ENV) or "lab")
+    record.parent.mkdir(parents=True)
+    record.write_text(f"{VLLM_MODULE.replace('.', '/')}.py,,\n")
+    write_launcher(
+        container.nvidia_smi, NVIDIA_SMI_MODULE, {CONTAINER_ENV: str(container.root)}, python
+    )
 
 
 def write_json_atomic(path: Path, data: object) -> None:

@@ -140,6 +140,9 @@ def python_launcher_text(container: ContainerPaths, venv: Path) -> str:
 
 
 def write_launcher(container: ContainerPaths, venv: Path) -> None:
+    """`vllm` and `python` in the container's /usr/local/bin, and vLLM's dist-info where
+    pip installs it for that prefix (a link to the venv's): orch's server check reads
+    the install's identity there, as on a container where vLLM is installed."""
     container.vllm.parent.mkdir(parents=True, exist_ok=True)
     for path, text in (
         (container.vllm, launcher_text(container, venv)),
@@ -147,6 +150,12 @@ def write_launcher(container: ContainerPaths, venv: Path) -> None:
     ):
         path.write_text(text)
         path.chmod(0o755)
+    site = container.rootfs / "usr/local/lib/python3/site-packages"
+    site.mkdir(parents=True, exist_ok=True)
+    for installed in (venv / "lib").glob("python3*/site-packages/vllm-*.dist-info"):
+        link = site / installed.name
+        link.unlink(missing_ok=True)
+        link.symlink_to(installed)
 
 
 def server_version(venv: Path) -> str:

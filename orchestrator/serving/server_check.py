@@ -74,6 +74,8 @@ def summary(found: ServerCheck) -> str:
         return f"not checked by the server: {found.unavailable}"
     reply = found.reply
     stages = ", ".join(f"{s.name} {s.status}" for s in reply.stages)
+    if found.reused:
+        return f"vLLM {reply.version}'s passing verdict on this launch, kept from {found.reused}"
     return f"vLLM {reply.version} checked the launch in {reply.seconds:.1f} s: {stages}"
 
 

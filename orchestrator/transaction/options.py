@@ -17,5 +17,7 @@ class Options:
     replace: str | None = None
     """`deploy --replace`: the other playbook whose server on each container this deploy
     stops in its transaction, and starts again if the new release does not pass."""
+    recheck: bool = False
+    """The server check runs even where a kept verdict of the launch holds."""
     inventory: str = "INVENTORY"
     """The inventory as the user named it, for the commands messages suggest."""

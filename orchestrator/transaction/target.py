@@ -8,9 +8,11 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from orchestrator import preflight, release
-from orchestrator.container import store
+from orchestrator.container import store, verdict
 from orchestrator.container.journal import GATE_PASSED
+from orchestrator.deadline import now
 from orchestrator.drafters.findings import Finding, Severity
+from orchestrator.errors import OrchError
 from orchestrator.playbook import command_name
 from orchestrator.release import GateTarget
 from orchestrator.secrets import plain_findings
@@ -64,6 +66,7 @@ class TargetRun:
             )
             self.was_serving = facts.server.running
             forced = self._blocking_errors()
+            self._keep_verdict(facts)
             previous = facts.current_release
             if previous == plan.release_id and facts.server.running and self._unchanged():
                 d.outcome.current = previous
@@ -252,12 +255,21 @@ class TargetRun:
         d, out = self.d, self.d.outcome
         with d.step("preflight"):
             served = preflight.gather_for_server(
-                d.transport, d.plan, d.nvidia_smi, d.tick("preflight")
+                d.transport,
+                d.plan,
+                d.nvidia_smi,
+                d.options.recheck,
+                lambda part: d.progress(d.name, "preflight", part),
             )
         if served.source and served.plan is not d.plan:
             d.serve(served.plan)
             out.notes.append(served.source.why)
         facts = served.facts
+        if facts.server_check and facts.server_check.reused:
+            out.notes.append(
+                f"the server check reused vLLM {facts.server_version}'s passing verdict on "
+                f"this launch from {facts.server_check.reused} (--recheck checks again)"
+            )
         server = d.playbook.server
         out.findings = preflight.judge(
             facts,
@@ -274,6 +286,18 @@ class TargetRun:
         out.previous_release = out.current = facts.current_release
         out.server_version = facts.server_version
         return facts
+
+    def _keep_verdict(self, facts: preflight.Facts) -> None:
+        """A server check that ran now and passed is kept for the next run; one that
+        cannot be kept costs that run a check, never this one its deploy."""
+        d = self.d
+        kept = preflight.verdict_to_keep(facts, d.options.run_id, now())
+        if kept is None:
+            return
+        try:
+            verdict.keep(d.transport, d.layout.server_check, kept)
+        except OrchError as exc:
+            d.outcome.notes.append(f"the server check's verdict was not kept: {exc}")
 
     def _blocking_errors(self) -> list[Finding]:
         """Preflight errors; they stop the deploy unless forced (then they are recorded)."""

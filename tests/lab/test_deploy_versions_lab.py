@@ -23,8 +23,8 @@ COUNTERS = ("--set", "gate.acceptance_source=counters")
 PER_REQUEST = ("--set", "gate.acceptance_source=per_request")
 AUTO_ON_0_27 = (
     "gate.acceptance_source: auto: vLLM 0.27.1 has no --per-request-spec-decode-metrics "
-    "(vllm/config/observability.py (no such setting) in 0.27.0; first in 0.29.0), so the launch goes "
-    "without it and the gate reads /metrics counter deltas"
+    "(vllm/config/observability.py (no such setting) in 0.27.0; first in 0.29.0), so the "
+    "launch goes without it and the gate reads /metrics counter deltas"
 )
 
 

@@ -1,10 +1,12 @@
-"""Preflight's probes: a model dir and the small facts, run under /bin/sh."""
+"""Preflight's probes: everything it reads at once, a model dir, the small facts, run under
+/bin/sh."""
 
 from __future__ import annotations
 
 import json
 import os
 import struct
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,7 +14,16 @@ from shelltools import (
     run,
 )
 
-from orchestrator.container.probe import parse_vllm_version, read_vllm_version, target_facts
+from orchestrator.container import verdict
+from orchestrator.container.probe import (
+    DRAFTER,
+    TARGET,
+    parse_vllm_version,
+    prefixed,
+    preflight_facts,
+    read_vllm_version,
+    target_facts,
+)
 from orchestrator.container.probe import read_model_dir as read_model_dir_script
 from orchestrator.container.shell import (
     parse_frames,
@@ -166,3 +177,49 @@ def test_the_vllm_version_or_its_package_metadata_is_read(tmp_path: Path) -> Non
     python.unlink()
     version, why = version_frames(vllm)
     assert version is None and "exit 127" in why
+
+
+def test_preflight_facts_read_everything_in_one_script(model_dir: Path, tmp_path: Path) -> None:
+    """Both model dirs (a missing one said so), the small facts, the install's identity
+    (its dist-info RECORD, the console script and its Python) and the kept verdict."""
+    venv = tmp_path / "venv"  # a #! line ends at its first space
+    record = venv / "lib/python3.12/site-packages/vllm-0.32.0.dist-info/RECORD"
+    record.parent.mkdir(parents=True)
+    record.write_text("vllm/__init__.py,,\n")
+    (venv / "bin").mkdir()
+    (venv / "bin/python").symlink_to(sys.executable)
+    vllm = venv / "bin/vllm"
+    vllm.write_text(f"#!{venv}/bin/python\nimport vllm\n")
+    layout = Layout(str(tmp_path / "state" / "qwen"))
+    names = [CONFIG_FILE, INDEX_FILE]
+    argv = preflight_facts(
+        layout, "/nonexistent", str(model_dir), str(tmp_path / "gone"), names, 100, str(vllm)
+    )
+    done = run(argv)
+    assert done.returncode == 0, done.stderr
+    frames = parse_frames(done.stdout)
+    target = prefixed(frames, TARGET)
+    assert target is not None and target[CONFIG_FILE] == (model_dir / CONFIG_FILE).read_bytes()
+    assert "linked.safetensors" in parse_listing(target[".listing"].decode())
+    assert prefixed(frames, DRAFTER) is None
+    assert (frames["gpus.rc"], frames["server"]) == (b"127", b"none\n")
+    install = frames[verdict.INSTALL].decode().splitlines()
+    assert [line.rsplit(" ", 2)[0] for line in install] == [
+        str(record),
+        str(vllm),
+        f"{venv}/bin/python",
+    ]
+    assert install[0].split()[-2] == str(record.stat().st_size)
+    assert verdict.VERDICT not in frames
+
+    Path(layout.root).mkdir(parents=True)
+    Path(layout.server_check).write_text('{"kept": 1}')
+    frames = parse_frames(run(argv).stdout)
+    assert frames[verdict.VERDICT] == b'{"kept": 1}'
+
+
+def test_an_install_without_a_record_has_no_identity(tmp_path: Path) -> None:
+    vllm = tmp_path / "vllm"
+    vllm.write_text("#!/bin/sh\n")
+    argv = preflight_facts(Layout(str(tmp_path / "d")), "/x", str(tmp_path), None, [], 1, str(vllm))
+    assert parse_frames(run(argv).stdout)[verdict.INSTALL] == b""

@@ -14,6 +14,7 @@ from orchestrator.container import validator
 from orchestrator.drafters.findings import Severity
 from orchestrator.serving import server_check
 from orchestrator.serving.judge import read_launch
+from orchestrator.transport.base import Result
 from orchestrator.transport.memory import MemoryTransport, reply
 
 LAUNCH = read_launch(
@@ -60,11 +61,37 @@ def test_the_python_is_the_console_scripts_shebang_else_the_one_beside_it(
     vllm = tmp_path / "vllm"
     vllm.write_text(first_line + "\n")
     argv = validator.validate_launch(str(vllm), {"argv": ["serve"]})
-    script = argv[2].replace('exec "$python" - "$@"', 'printf "%s\\n" "$python"')
+    script = argv[2].replace(
+        '[ -x "$python" ] && exec "$python" - "$@"', 'printf "%s\\n" "$python"; exit 0'
+    )
     done = subprocess.run(
         [argv[0], "-c", script, *argv[3:]], capture_output=True, text=True, check=True
     )
     assert done.stdout.splitlines() == [expected.format(dir=tmp_path)]
+
+
+def test_without_its_python_the_same_process_says_the_version_vllm_gives(
+    tmp_path: Path,
+) -> None:
+    """A `vllm` with no Python beside it (a wrapper script): one command, exit 127, the
+    version on stdout; the check is unavailable and carries what `--version` printed."""
+    vllm = tmp_path / "vllm"
+    vllm.write_text("#!/bin/sh\necho 'INFO starting'\necho 0.32.0\n")
+    vllm.chmod(0o755)
+
+    def run(argv: list[str], stdin: bytes | None) -> Result:
+        done = subprocess.run(argv, input=stdin, capture_output=True, check=False)
+        return Result(tuple(argv), done.returncode, done.stdout, done.stderr)
+
+    transport = MemoryTransport().on("validate_launch", run)
+    found = validator.check(transport, str(vllm), {"argv": ["serve"]})
+    assert found.reply is None and "exit 127" in found.unavailable
+    assert found.version_said is not None and found.version_said.split() == [
+        "INFO",
+        "starting",
+        "0.32.0",
+    ]
+    assert len(transport.calls) == 1
 
 
 def test_a_missing_vllm_means_the_python_beside_it(tmp_path: Path) -> None:

@@ -432,8 +432,8 @@ def test_a_printed_command_names_a_shipped_playbook_by_name_and_another_by_path(
 
 
 def test_preflight_says_what_it_waits_for_while_the_servers_own_check_runs() -> None:
-    """The other facts read, the server's dry run still running: `waiting` hears it,
-    until the check answers (here: once asked, it answers)."""
+    """The other facts read, the server's dry run still running: `progress` hears what
+    is waited for, until the check answers (here: once that is heard, it answers)."""
     fleet = Fleet()
     container, plan = fleet.containers["ct200"], fleet.plans["ct200"]
     asked, answered = threading.Event(), threading.Event()
@@ -446,12 +446,19 @@ def test_preflight_says_what_it_waits_for_while_the_servers_own_check_runs() -> 
 
     container.transport.on("validate_launch", slow_check)
 
-    def waiting(what: str) -> None:
+    waited = f"waiting for {plan.vllm}'s own check of the launch (it imports vLLM)"
+
+    def progress(what: str) -> None:
         heard.append(what)
-        answered.set()
+        if what == waited:
+            answered.set()
 
-    facts = gather(container.transport, plan, "nvidia-smi", waiting)
+    facts = gather(container.transport, plan, "nvidia-smi", progress=progress)
 
-    assert asked.is_set() and heard
-    assert heard[0] == f"waiting for {plan.vllm}'s own check of the launch (it imports vLLM)"
+    assert asked.is_set()
+    assert heard[: heard.index(waited) + 1] == [
+        "read facts",
+        f"server check ({plan.vllm})",
+        waited,
+    ]
     assert facts.server_check is not None and facts.server_check.unavailable

@@ -19,6 +19,7 @@ from scripted import ScriptedContainer, ScriptedGate, frames
 
 from orchestrator.cancel import Cancel
 from orchestrator.container.lock import Owner
+from orchestrator.container.validator import FIND_PYTHON
 from orchestrator.contract import jsonable
 from orchestrator.inventory import load_inventory
 from orchestrator.lab.models import published_drafter_config, write_dflash_dir, write_target_dir
@@ -1120,3 +1121,50 @@ def test_the_settle_watches_for_settle_seconds_then_probes_once(models: dict[str
     assert site.clock.slept >= 7
     probes = [r for r in site.container.transport.requests if r == ("POST", "/v1/completions")]
     assert len(probes) == 1
+
+
+PASSED_CHECK = json.dumps(
+    {
+        "version": "0.32.0",
+        "stages": [{"name": "parser", "status": "ok", "detail": "", "seconds": 9.0}],
+        "seconds": 9.0,
+    }
+).encode()
+
+
+def checks(site: Site) -> int:
+    """How many times the deploys asked the target's vLLM (the check's script runs it)."""
+    return sum(FIND_PYTHON in call.argv for call in site.container.transport.calls)
+
+
+def test_a_passing_check_is_kept_and_the_next_deploy_reuses_it_and_says_from_when(
+    models: dict[str, Path],
+) -> None:
+    site = Site(models)
+    site.container.install = b"/opt/vllm/lib/python3/site-packages/vllm-0.32.0.dist-info/RECORD\n"
+    site.container.transport.on("validate_launch", lambda argv, _: Result((), 0, PASSED_CHECK, b""))
+    site.on(OLD)
+
+    first = site.deploy()
+    assert first.result == "deployed" and checks(site) == 1
+    kept = json.loads(site.container.files[site.container.layout.server_check])
+    assert (kept["run_id"], kept["reply"]["version"]) == ("run-now", "0.32.0")
+    assert not [n for n in first.notes if "reused" in n]
+
+    again = site.deploy()
+    assert again.result == "unchanged" and checks(site) == 1
+    assert [n for n in again.notes if "reused" in n] == [
+        f"the server check reused vLLM 0.32.0's passing verdict on this launch from "
+        f"{kept['time']} (run run-now) (--recheck checks again)"
+    ]
+    site.deploy(recheck=True)
+    assert checks(site) == 2
+
+
+def test_a_dry_run_keeps_no_verdict(models: dict[str, Path]) -> None:
+    site = Site(models)
+    site.container.install = b"/opt/vllm/lib/python3/site-packages/vllm-0.32.0.dist-info/RECORD\n"
+    site.container.transport.on("validate_launch", lambda argv, _: Result((), 0, PASSED_CHECK, b""))
+    site.on(OLD)
+    assert site.deploy(dry_run=True).result == "dry_run"
+    assert site.container.layout.server_check not in site.container.files
