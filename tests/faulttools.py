@@ -1,4 +1,5 @@
-"""The fault matrix's tools: `orch` as a watched process, the playbook and settings its
+"""The fault matrix's tools: `orch` as a watched process (its lines timed, its stop
+latency measured), the lab's hold on a container command, the playbook and settings its
 cases deploy with, the stand-in servers found in the real process table."""
 
 from __future__ import annotations
@@ -8,17 +9,26 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
 
 from labtools import LabHandle
 from orchrun import ROOT
 
+from orchestrator.deadline import MIN_CALL_SECONDS
+from orchestrator.lab import hold
+from orchestrator.lab.paths import ContainerPaths
+
 NAME = "ct201"
+RecordProperty = Callable[[str, object], None]
+"""pytest's `record_property`: a case's figures into the matrix's JUnit XML."""
+SCRAPE_INTERVAL = 0.5
+"""The matrix's gate scrape interval: how long the gate's loop sleeps between looks."""
 FAST = [
     "--set",
-    "gate.probe.scrape_interval=0.5",
+    f"gate.probe.scrape_interval={SCRAPE_INTERVAL}",
     "--set",
     "gate.ready_timeout=60",
     "--set",
@@ -36,6 +46,16 @@ SLOW_LOAD = lab_faults({"load_seconds": 6})
 NEW_RELEASE = ["--set", "server.max_model_len=16384"]
 SLOW_GATE = [*NEW_RELEASE, "--set", "gate.min_drafts=100000", "--set", "gate.time_budget=60"]
 
+STOP_SECONDS = SCRAPE_INTERVAL + MIN_CALL_SECONDS
+"""From a stop signal to the first step of the way back (or to the exit of a run that
+changed nothing): a poll interval (every wait of orch's sleeps on the stop event, the
+gate's loop looks again after `SCRAPE_INTERVAL`), plus the work of the one safe step
+orch finishes first, which is one remote command on a busy host: `MIN_CALL_SECONDS`,
+the time orch's deadlines give the last look at a busy host (deadline.py)."""
+WAY_BACK = ("roll back to ", "rollback ", "stop failed server", "restore ")
+"""orch's progress lines that begin the way back (`ct201: roll back to X`, a replace's
+`restore qwen-dflash X`): the first of them after the signal ends the stop latency."""
+
 
 class Orch:
     """`orch deploy --json` (or the command `argv`) as a real process: its progress lines
@@ -43,7 +63,10 @@ class Orch:
 
     def __init__(self, lab: LabHandle, *args: str, argv: list[str] | None = None) -> None:
         self.lines: list[str] = []
+        self.heard: list[float] = []
+        """When each of `lines` was read (time.monotonic)."""
         self.stdout: list[str] = []
+        self.signalled = 0.0
         self.process = subprocess.Popen(
             [sys.executable, "-m", "orchestrator", *(argv or deploy_args(lab, "--json", *args))],
             stdout=subprocess.PIPE,
@@ -62,10 +85,11 @@ class Orch:
         for reader in self.readers:
             reader.start()
 
-    @staticmethod
-    def _read(pipe: IO[str] | None, into: list[str]) -> None:
+    def _read(self, pipe: IO[str] | None, into: list[str]) -> None:
         assert pipe
         for line in pipe:
+            if into is self.lines:
+                self.heard.append(time.monotonic())
             into.append(line)
 
     def wait_for_step(self, step: str, timeout: float = 180) -> None:
@@ -80,16 +104,49 @@ class Orch:
             assert time.monotonic() < deadline, f"never saw {what!r}:\n{self.output}"
             time.sleep(0.05)
 
+    def wait_held(self, lab_dir: Path, timeout: float = 180) -> tuple[int, str]:
+        """The container command the lab's hold caught (its PID and text), once caught."""
+        deadline = time.monotonic() + timeout
+        while (caught := hold.held(lab_dir)) is None:
+            assert self.process.poll() is None, self.output
+            assert time.monotonic() < deadline, f"the hold caught nothing:\n{self.output}"
+            time.sleep(hold.WAIT_SECONDS)
+        return caught
+
+    def step_now(self) -> str:
+        """The step of the way forward orch last said it is in."""
+        steps = [line.rstrip().split(f"{NAME}: ", 1)[-1] for line in list(self.lines)]
+        return next(s for s in reversed(steps) if s in FORWARD_STEPS)
+
     def signal(self, number: int) -> None:
         self.signalled = time.monotonic()
         self.process.send_signal(number)
 
     def finish(self, timeout: float = 180) -> int:
         code = self.process.wait(timeout=timeout)
-        self.seconds_after_signal = time.monotonic() - getattr(self, "signalled", 0.0)
+        self.exited = time.monotonic()
+        self.seconds_after_signal = self.exited - self.signalled
         for reader in self.readers:
             reader.join(timeout=10)
         return code
+
+    @property
+    def seconds_to_way_back(self) -> float:
+        """From the signal to orch's first line of the way back; to its exit when it
+        had nothing to undo (stopped before the old server stopped)."""
+        back = (
+            at
+            for at, line in zip(self.heard, self.lines, strict=False)
+            if at >= self.signalled and any(f"{NAME}: {w}" in line for w in WAY_BACK)
+        )
+        return next(back, self.exited) - self.signalled
+
+    def stop_latency(self) -> dict[str, float]:
+        """What the matrix's table shows of a stop: seconds to the way back and to the exit."""
+        return {
+            "stop_to_way_back_seconds": round(self.seconds_to_way_back, 2),
+            "stop_to_exit_seconds": round(self.seconds_after_signal, 2),
+        }
 
     @property
     def document(self) -> dict:
@@ -100,8 +157,38 @@ class Orch:
         return "".join(self.lines + self.stdout)
 
 
+FORWARD_STEPS = (
+    "preflight",
+    "write release",
+    "cat-verify",
+    "stop server",
+    "switch current",
+    "start server",
+    "wait ready",
+    "gate",
+    "settle",
+)
+
+
 def deployment(lab: LabHandle) -> Path:
     return lab.deployment_dir(NAME)
+
+
+def lab_dir(lab: LabHandle) -> Path:
+    """The container's `lab/` directory: its knobs, the hold among them."""
+    return ContainerPaths(deployment(lab).parents[4]).lab
+
+
+@contextmanager
+def holding(lab: LabHandle, piece: str, cut_after: int | None = None) -> Iterator[Path]:
+    """The container's commands whose text holds `piece` held (or their stdin cut after
+    `cut_after` bytes) until released (`hold.release`), at the latest on the way out."""
+    where = lab_dir(lab)
+    hold.hold(where, piece, cut_after)
+    try:
+        yield where
+    finally:
+        hold.release(where)
 
 
 def server_processes(lab: LabHandle) -> list[int]:

@@ -27,7 +27,7 @@ import yaml
 
 from orchestrator.documents.lab import LabDown, LabStatus, LabTarget, LabUp
 from orchestrator.errors import InputError
-from orchestrator.lab import pveconf, realserver, sshd, tiny_cache
+from orchestrator.lab import hold, pveconf, realserver, sshd, tiny_cache
 from orchestrator.lab.models import install_models
 from orchestrator.lab.paths import (
     DEFAULT_TOKENS_PER_SECOND,
@@ -179,6 +179,7 @@ class Lab:
             sshd.keygen(host_key, node.name)
             is_host = node in hosts
             path = f"{self.paths.host(node.name).bin}:{STANDARD_PATH}" if is_host else None
+            command = None if is_host else container_command(node_dir)
             Path(node.config).write_text(
                 sshd.sshd_config(
                     node.address,
@@ -188,6 +189,7 @@ class Lab:
                     node_dir / "sshd.pid",
                     path,
                     sshd.SessionLimits(spec.max_sessions, spec.max_startups),
+                    command,
                 )
             )
             pid = sshd.start(Path(node.config), Path(node.log))
@@ -434,6 +436,15 @@ class Lab:
             }
             inventory["containers"][c.name] = entry
         return inventory
+
+
+def container_command(node_dir: Path) -> Path:
+    """The container sshd's ForceCommand (in its `sshd/` directory): every command
+    through the lab's hold."""
+    script = node_dir / "command"
+    script.write_text(hold.sshd_command(node_dir.parent))
+    script.chmod(0o755)
+    return script
 
 
 def conf_text(name: str, address: str, gpu_minors: list[int], device_keys: bool) -> str:

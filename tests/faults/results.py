@@ -16,11 +16,26 @@ from pathlib import Path
 OUTCOMES = ("failure", "error", "skipped")
 
 
+STOP_TO_WAY_BACK = "stop_to_way_back_seconds"
+STOP_TO_EXIT = "stop_to_exit_seconds"
+"""The properties a signal case records (pytest's `record_property`): seconds from the
+signal to the first step of the way back, and to the exit."""
+
+
 @dataclass(frozen=True)
 class CaseResult:
     case: str
     outcome: str
     seconds: float
+    stop_to_way_back: float | None = None
+    stop_to_exit: float | None = None
+
+    @property
+    def stop_latency(self) -> str:
+        """`way back / exit` in seconds, blank for a case that sends no stop."""
+        if self.stop_to_way_back is None or self.stop_to_exit is None:
+            return ""
+        return f"{self.stop_to_way_back:.2f} / {self.stop_to_exit:.1f}"
 
 
 def case_results(junit_xml: str) -> list[CaseResult]:
@@ -29,8 +44,15 @@ def case_results(junit_xml: str) -> list[CaseResult]:
     results = []
     for testcase in root.iter("testcase"):
         outcome = next((o for o in OUTCOMES if testcase.find(o) is not None), "pass")
+        recorded = {p.get("name"): float(p.get("value", "nan")) for p in testcase.iter("property")}
         results.append(
-            CaseResult(testcase.get("name", "?"), outcome, float(testcase.get("time", 0)))
+            CaseResult(
+                testcase.get("name", "?"),
+                outcome,
+                float(testcase.get("time", 0)),
+                recorded.get(STOP_TO_WAY_BACK),
+                recorded.get(STOP_TO_EXIT),
+            )
         )
     return results
 
@@ -38,9 +60,9 @@ def case_results(junit_xml: str) -> list[CaseResult]:
 def markdown_table(results: list[CaseResult]) -> str:
     passed = sum(r.outcome == "pass" for r in results)
     lines = [
-        "| case | result | seconds |",
-        "|---|---|---|",
-        *(f"| `{r.case}` | {r.outcome} | {r.seconds:.0f} |" for r in results),
+        "| case | result | seconds | stop latency (s): way back / exit |",
+        "|---|---|---|---|",
+        *(f"| `{r.case}` | {r.outcome} | {r.seconds:.0f} | {r.stop_latency} |" for r in results),
         "",
         f"{passed} of {len(results)} cases pass.",
     ]

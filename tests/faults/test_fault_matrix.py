@@ -23,8 +23,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 
 import pytest
 from faulttools import (
@@ -33,15 +32,20 @@ from faulttools import (
     NEW_RELEASE,
     SLOW_GATE,
     SLOW_LOAD,
+    STOP_SECONDS,
     Orch,
+    RecordProperty,
     deploy_args,
     deployment,
+    holding,
+    lab_dir,
     lab_faults,
     server_processes,
 )
 from labtools import LabHandle
 
-from orchestrator.lab.paths import ContainerPaths, server_records, write_json_atomic
+from orchestrator.lab import hold
+from orchestrator.lab.paths import ContainerPaths, server_records
 
 pytestmark = [pytest.mark.lab, pytest.mark.faults]
 LONG_GATE = [*NEW_RELEASE, "--set", "gate.min_drafts=8000"]  # passes, after several seconds
@@ -103,23 +107,15 @@ def assert_plain_deploy_succeeds(lab: LabHandle) -> None:
 # -- orch interrupted ----------------------------------------------------------------------------
 
 
-@contextmanager
-def slow_host(lab: LabHandle) -> Iterator[Callable[[], None]]:
-    """Every `pct exec` on the container waits a second (the lab's `pct_exec_seconds`):
-    a step stays in its first command long enough for a signal to land in it. Yields
-    the call that makes the host fast again (also made on the way out)."""
-    live = ContainerPaths(deployment(lab).parents[4]).live
-    write_json_atomic(live, {"pct_exec_seconds": 1.0})
-
-    def fast() -> None:
-        live.unlink(missing_ok=True)
-
-    try:
-        yield fast
-    finally:
-        fast()
-
-
+HELD_BY = {
+    "preflight": "vllm_version()",
+    "write release": "/.config.json.XXXXXX",
+    "stop server": "kill -s TERM",
+    "start server": "setsid ",
+}
+"""The piece of text of a step's container command the lab's hold catches (lab/hold.py):
+the step cannot end until the test releases it. The ready wait and the gate are held by
+the new server itself (a 6 s load; a gate that needs more drafts than its budget sees)."""
 REACHED = {
     "preflight": {"preflight"},
     "write release": {"write release", "cat-verify"},
@@ -130,34 +126,44 @@ REACHED = {
 }
 """The last step of the way forward a run stops after, by the step its signal landed in:
 the step itself, or the next one where no safe point lies between them."""
-SIGNAL_TO_EXIT_SECONDS = 60.0
-"""A stopped run goes back to the previous release (made ready and gated) and exits within
-this, on the lab under a busy machine."""
+UNDO_SECONDS = 60.0
+"""From the first step of the way back to the exit: the previous release stopped,
+started, made ready and gated again on the lab under a busy machine."""
 
 
-@pytest.mark.parametrize(
-    ("step", "slowed"),
-    [
-        ("preflight", "host"),
-        ("write release", "host"),
-        ("stop server", "host"),
-        ("start server", "host"),
-        ("wait ready", "load"),
-        ("gate", "gate"),
-    ],
-)
+def stop_in_step(lab: LabHandle, run: Orch, step: str, number: int) -> None:
+    """`number` sent while `run` is in `step`, held there by the lab's hold (or by its
+    server), checked to be there; its stop latency measured and recorded."""
+    if step in HELD_BY:
+        _, text = run.wait_held(lab_dir(lab))
+        assert HELD_BY[step] in text
+    run.wait_for_step(step)
+    assert run.step_now() == step, run.output
+    run.signal(number)
+    hold.release(lab_dir(lab))
+
+
+def assert_stopped_at_once(run: Orch, record_property: RecordProperty) -> None:
+    """The stop was acted on within a poll interval and one safe step, the way back
+    then finished within its own bound; both recorded for the matrix's table."""
+    for name, seconds in run.stop_latency().items():
+        record_property(name, seconds)
+    assert run.seconds_to_way_back < STOP_SECONDS, run.output
+    assert run.seconds_after_signal < run.seconds_to_way_back + UNDO_SECONDS, run.output
+
+
+@pytest.mark.parametrize("step", list(REACHED))
 def test_sigint_at_each_step_goes_back_and_exits_130(
-    lab: LabHandle, step: str, slowed: str
+    lab: LabHandle, step: str, record_property: RecordProperty
 ) -> None:
     good, files = good_release(lab)
     before = serving_pid(lab)
-    with slow_host(lab) if slowed == "host" else nullcontext(lambda: None) as fast:
-        run = Orch(lab, *NEW_RELEASE, *(SLOW_GATE if slowed == "gate" else SLOW_LOAD))
-        run.wait_for_step(step)
-        run.signal(signal.SIGINT)
-        fast()
+    with holding(lab, HELD_BY[step]) if step in HELD_BY else nullcontext():
+        knobs = SLOW_GATE if step == "gate" else SLOW_LOAD
+        run = Orch(lab, *NEW_RELEASE, *knobs)
+        stop_in_step(lab, run, step, signal.SIGINT)
         assert run.finish() == 130, run.output
-    assert run.seconds_after_signal < SIGNAL_TO_EXIT_SECONDS, run.output
+    assert_stopped_at_once(run, record_property)
     [target] = run.document["targets"]
     forward = [name for name in target["steps"] if not name.startswith("rollback ")]
     assert forward[-1] in REACHED[step], forward
@@ -172,31 +178,41 @@ def test_sigint_at_each_step_goes_back_and_exits_130(
     assert_plain_deploy_succeeds(lab)
 
 
-def test_sigterm_at_the_switch_exits_143_on_the_previous_release(lab: LabHandle) -> None:
+def test_sigterm_at_the_switch_exits_143_on_the_previous_release(
+    lab: LabHandle, record_property: RecordProperty
+) -> None:
     good, files = good_release(lab)
     run = Orch(lab, *SLOW_LOAD)
-    run.wait_for_step("wait ready")
-    run.signal(signal.SIGTERM)
+    stop_in_step(lab, run, "wait ready", signal.SIGTERM)
     assert run.finish() == 143, run.output
+    assert_stopped_at_once(run, record_property)
     assert "SIGTERM: stopping at the next safe point" in run.output, run.output
+    [target] = run.document["targets"]
+    forward = [name for name in target["steps"] if not name.startswith("rollback ")]
+    assert forward[-1] == "wait ready", forward
     assert last_run(lab)["result"] == "interrupted"
     assert_invariants(lab, good, files)
     assert_plain_deploy_succeeds(lab)
 
 
-def test_a_second_sigint_during_the_undo_does_not_abandon_it(lab: LabHandle) -> None:
+def test_a_second_sigint_during_the_undo_does_not_abandon_it(
+    lab: LabHandle, record_property: RecordProperty
+) -> None:
     good, files = good_release(lab)
     run = Orch(lab, *SLOW_GATE)
-    run.wait_for_step("gate")
-    run.signal(signal.SIGINT)
+    stop_in_step(lab, run, "gate", signal.SIGINT)
     # A second Ctrl-C as a person gives it: after the first was taken (two signals before
     # the handler runs are one), during the undo.
     first_taken = "SIGINT: stopping at the next safe point"
     run.wait_for_line(lambda line: line.startswith(first_taken), first_taken)
     run.wait_for_step(f"roll back to {good}")
-    run.signal(signal.SIGINT)
+    run.process.send_signal(signal.SIGINT)  # the stop latency counts from the first
     assert run.finish() == 130, run.output
+    assert_stopped_at_once(run, record_property)
     assert "SIGINT again: still finishing" in run.output, run.output
+    [target] = run.document["targets"]
+    forward = [name for name in target["steps"] if not name.startswith("rollback ")]
+    assert forward[-1] == "gate", forward
     assert_invariants(lab, good, files)
 
 
@@ -471,14 +487,16 @@ def assert_no_baseline_left(lab: LabHandle) -> None:
     ],
 )
 def test_baseline_stopped_at_a_step_ends_on_the_gated_release(
-    lab: LabHandle, number: int, code: int, step: str
+    lab: LabHandle, number: int, code: int, step: str, record_property: RecordProperty
 ) -> None:
     good, files = good_release(lab)
     run = Orch(lab, argv=baseline_args(lab, "--json", *SLOW_LOAD))
     run.wait_for_step(step)
     run.signal(number)
     assert run.finish() == code, run.output
-    assert run.seconds_after_signal < SIGNAL_TO_EXIT_SECONDS, run.output
+    for name, seconds in run.stop_latency().items():
+        record_property(name, seconds)
+    assert run.seconds_after_signal < STOP_SECONDS + UNDO_SECONDS, run.output
     [target] = run.document["targets"]
     assert (target["result"], target["current"]) == ("interrupted", good)
     recorded = last_run(lab)

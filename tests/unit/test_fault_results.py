@@ -7,7 +7,8 @@ from faults.results import case_results, main, markdown_table
 JUNIT = """<?xml version="1.0" encoding="utf-8"?>
 <testsuites><testsuite name="pytest" errors="1" failures="1" skipped="0" tests="3">
 <testcase classname="tests.faults.test_fault_matrix" name="test_sigint_at_each_step[gate]"
- time="61.2"/>
+ time="61.2"><properties><property name="stop_to_way_back_seconds" value="0.61"/>
+<property name="stop_to_exit_seconds" value="17.43"/></properties></testcase>
 <testcase classname="tests.faults.test_fault_matrix" name="test_concurrent_deploys"
  time="40.6"><failure message="assert 3 == 0">...</failure></testcase>
 <testcase classname="tests.faults.test_fault_matrix" name="test_garbage_metrics"
@@ -23,8 +24,10 @@ def test_each_case_gets_its_outcome_and_time() -> None:
         ("test_concurrent_deploys", "failure", 40.6),
         ("test_garbage_metrics", "error", 0.4),
     ]
+    assert (results[0].stop_to_way_back, results[0].stop_to_exit) == (0.61, 17.43)
     table = markdown_table(results)
-    assert "| `test_concurrent_deploys` | failure | 41 |" in table.splitlines()
+    assert "| `test_sigint_at_each_step[gate]` | pass | 61 | 0.61 / 17.4 |" in table.splitlines()
+    assert "| `test_concurrent_deploys` | failure | 41 |  |" in table.splitlines()
     assert table.endswith("1 of 3 cases pass.")
 
 
