@@ -52,6 +52,15 @@ changed nothing): a poll interval (every wait of orch's sleeps on the stop event
 gate's loop looks again after `SCRAPE_INTERVAL`), plus the work of the one safe step
 orch finishes first, which is one remote command on a busy host: `MIN_CALL_SECONDS`,
 the time orch's deadlines give the last look at a busy host (deadline.py)."""
+HELD_BY = {
+    "preflight": "vllm_version()",
+    "write release": "/.config.json.XXXXXX",
+    "stop server": "kill -s TERM",
+    "start server": "setsid ",
+}
+"""The piece of text of a step's container command the lab's hold catches (lab/hold.py):
+the step cannot end until the test releases it. The ready wait and the gate are held by
+the new server itself (a 6 s load; a gate that needs more drafts than its budget sees)."""
 WAY_BACK = ("roll back to ", "rollback ", "stop failed server", "restore ")
 """orch's progress lines that begin the way back (`ct201: roll back to X`, a replace's
 `restore qwen-dflash X`): the first of them after the signal ends the stop latency."""
@@ -113,10 +122,10 @@ class Orch:
             time.sleep(hold.WAIT_SECONDS)
         return caught
 
-    def step_now(self) -> str:
-        """The step of the way forward orch last said it is in."""
+    def step_now(self, *others: str) -> str:
+        """The step of the way forward (or one of `others`) orch last said it is in."""
         steps = [line.rstrip().split(f"{NAME}: ", 1)[-1] for line in list(self.lines)]
-        return next(s for s in reversed(steps) if s in FORWARD_STEPS)
+        return next(s for s in reversed(steps) if s in FORWARD_STEPS or s in others)
 
     def signal(self, number: int) -> None:
         self.signalled = time.monotonic()
@@ -216,3 +225,32 @@ def server_processes(lab: LabHandle) -> list[int]:
 
 def deploy_args(lab: LabHandle, *args: str) -> list[str]:
     return ["deploy", "qwen-dflash", "-i", str(lab.inventory), "--limit", NAME, *FAST, *args]
+
+
+UNDO_SECONDS = 60.0
+"""From the first step of the way back to the exit: the previous release stopped,
+started, made ready and gated again on the lab under a busy machine."""
+
+
+def stop_in_step(
+    lab: LabHandle, run: Orch, step: str, number: int, held_by: str | None = None
+) -> None:
+    """`number` sent while `run` is in `step`, held there by the lab's hold (or by its
+    server; a step not in HELD_BY by the command holding `held_by`), checked to be there."""
+    held_by = held_by or HELD_BY.get(step)
+    if held_by:
+        _, text = run.wait_held(lab_dir(lab))
+        assert held_by in text
+    run.wait_for_step(step)
+    assert run.step_now(step) == step, run.output
+    run.signal(number)
+    hold.release(lab_dir(lab))
+
+
+def assert_stopped_at_once(run: Orch, record_property: RecordProperty) -> None:
+    """The stop was acted on within a poll interval and one safe step, the way back
+    then finished within its own bound; both recorded for the matrix's table."""
+    for name, seconds in run.stop_latency().items():
+        record_property(name, seconds)
+    assert run.seconds_to_way_back < STOP_SECONDS, run.output
+    assert run.seconds_after_signal < run.seconds_to_way_back + UNDO_SECONDS, run.output

@@ -28,23 +28,25 @@ from contextlib import nullcontext
 import pytest
 from faulttools import (
     FAST,
+    HELD_BY,
     NAME,
     NEW_RELEASE,
     SLOW_GATE,
     SLOW_LOAD,
     STOP_SECONDS,
+    UNDO_SECONDS,
     Orch,
     RecordProperty,
+    assert_stopped_at_once,
     deploy_args,
     deployment,
     holding,
-    lab_dir,
     lab_faults,
     server_processes,
+    stop_in_step,
 )
 from labtools import LabHandle
 
-from orchestrator.lab import hold
 from orchestrator.lab.paths import ContainerPaths, server_records
 
 pytestmark = [pytest.mark.lab, pytest.mark.faults]
@@ -107,15 +109,6 @@ def assert_plain_deploy_succeeds(lab: LabHandle) -> None:
 # -- orch interrupted ----------------------------------------------------------------------------
 
 
-HELD_BY = {
-    "preflight": "vllm_version()",
-    "write release": "/.config.json.XXXXXX",
-    "stop server": "kill -s TERM",
-    "start server": "setsid ",
-}
-"""The piece of text of a step's container command the lab's hold catches (lab/hold.py):
-the step cannot end until the test releases it. The ready wait and the gate are held by
-the new server itself (a 6 s load; a gate that needs more drafts than its budget sees)."""
 REACHED = {
     "preflight": {"preflight"},
     "write release": {"write release", "cat-verify"},
@@ -126,30 +119,6 @@ REACHED = {
 }
 """The last step of the way forward a run stops after, by the step its signal landed in:
 the step itself, or the next one where no safe point lies between them."""
-UNDO_SECONDS = 60.0
-"""From the first step of the way back to the exit: the previous release stopped,
-started, made ready and gated again on the lab under a busy machine."""
-
-
-def stop_in_step(lab: LabHandle, run: Orch, step: str, number: int) -> None:
-    """`number` sent while `run` is in `step`, held there by the lab's hold (or by its
-    server), checked to be there; its stop latency measured and recorded."""
-    if step in HELD_BY:
-        _, text = run.wait_held(lab_dir(lab))
-        assert HELD_BY[step] in text
-    run.wait_for_step(step)
-    assert run.step_now() == step, run.output
-    run.signal(number)
-    hold.release(lab_dir(lab))
-
-
-def assert_stopped_at_once(run: Orch, record_property: RecordProperty) -> None:
-    """The stop was acted on within a poll interval and one safe step, the way back
-    then finished within its own bound; both recorded for the matrix's table."""
-    for name, seconds in run.stop_latency().items():
-        record_property(name, seconds)
-    assert run.seconds_to_way_back < STOP_SECONDS, run.output
-    assert run.seconds_after_signal < run.seconds_to_way_back + UNDO_SECONDS, run.output
 
 
 @pytest.mark.parametrize("step", list(REACHED))
