@@ -41,13 +41,15 @@ from faulttools import (
     deploy_args,
     deployment,
     holding,
+    lab_dir,
     lab_faults,
     server_processes,
     stop_in_step,
 )
 from labtools import LabHandle
 
-from orchestrator.lab.paths import ContainerPaths, server_records
+from orchestrator.lab import hold
+from orchestrator.lab.paths import ContainerPaths, pid_alive, server_records
 
 pytestmark = [pytest.mark.lab, pytest.mark.faults]
 LONG_GATE = [*NEW_RELEASE, "--set", "gate.min_drafts=8000"]  # passes, after several seconds
@@ -220,6 +222,138 @@ def test_sigkill_then_a_plain_deploy_recovers_by_itself(
     [killed] = [r for r in runs if r["run_id"] == journal["run_id"]]  # recorded after all
     assert killed["result"] == "interrupted" and killed["recovered_by"] == last_run(lab)["run_id"]
     assert (killed["targets"][0]["step"], killed["targets"][0]["current"]) == (step, good)
+
+
+# -- writes cut: orch killed while a container write streams ------------------------------------
+
+
+CUT_TEMP_LEFT = True
+"""A write cut with its connection leaves its temp file (`.journal.json.XXXXXX`): the
+writer reports the cut on a stderr nobody reads any more, dies of SIGPIPE, and dash
+runs no EXIT trap for a death by signal. Litter, never read as the file (the file keeps
+its old bytes); write_file's trap covering SIGPIPE would remove it."""
+
+
+def killed_while_held(lab: LabHandle, run: Orch, piece: str) -> str:
+    """orch SIGKILLed (its connection gone) while the lab's hold has the container
+    command holding `piece`; the command then let go and waited for. Its text."""
+    pid, text = run.wait_held(lab_dir(lab))
+    assert piece in text, text
+    run.signal(signal.SIGKILL)
+    assert run.finish() == -signal.SIGKILL
+    hold.release(lab_dir(lab))
+    deadline = time.monotonic() + 30
+    while pid_alive(pid):  # the writer ends: a cut stdin, or its command run unheard
+        assert time.monotonic() < deadline, text
+        time.sleep(0.05)
+    return text
+
+
+def assert_next_run_recovers(lab: LabHandle, run_id: str, *args: str) -> tuple[str, str]:
+    """The same deploy again, no manual step: it takes the dead run's lock over, recovers
+    whatever the dead run left, and deploys. Its output and the release it deployed."""
+    code, output = plain_deploy(lab, *args)
+    assert code == 0, output
+    assert f"took over the deploy lock of run {run_id}" in output, output
+    assert not (deployment(lab) / "lock").exists()
+    assert not (deployment(lab) / "journal.json").exists()
+    for left in deployment(lab).rglob(".*"):  # see CUT_TEMP_LEFT
+        assert re.fullmatch(r"\.(journal|manifest|config)\.json\.\w{6}", left.name), left
+    assert server_processes(lab) == [serving_pid(lab)]
+    return output, current(lab)
+
+
+def test_a_journal_write_cut_mid_stream_keeps_the_last_whole_journal(lab: LabHandle) -> None:
+    """The journal's `switch current` write cut after 40 bytes, orch killed: the
+    container keeps the `stop server` journal whole and the next run recovers by it."""
+    good, files = good_release(lab)
+    with holding(lab, "kill -s TERM"):
+        run = Orch(lab, *NEW_RELEASE)
+        run.wait_held(lab_dir(lab))
+        assert run.step_now() == "stop server", run.output
+        hold.hold(lab_dir(lab), "/.journal.json.XXXXXX", cut_after=40)  # lets the stop go
+        killed_while_held(lab, run, "/.journal.json.XXXXXX")
+    journal = json.loads((deployment(lab) / "journal.json").read_text())
+    assert (journal["step"], journal["from_release"]) == ("stop server", good)
+
+    output, deployed = assert_next_run_recovers(lab, journal["run_id"], *NEW_RELEASE)
+
+    assert f"recovered interrupted run {journal['run_id']} (stopped at 'stop server')" in output
+    [target] = last_run(lab)["targets"]
+    assert target["recovered"]["back_on"] == good
+    assert deployed != good and release_bytes(lab, good) == files
+
+
+@pytest.mark.parametrize(
+    ("what", "piece"), [("manifest", "/.manifest.json.XXXXXX"), ("config", "/.config.json.XXXXXX")]
+)
+def test_a_release_write_cut_mid_stream_is_written_whole_by_the_next_run(
+    lab: LabHandle, what: str, piece: str
+) -> None:
+    """A release file (its manifest, its config) cut after 100 bytes with orch killed:
+    the partial file never takes the file's name; the next run writes the release whole."""
+    good, files = good_release(lab)
+    with holding(lab, piece, cut_after=100):
+        run = Orch(lab, *NEW_RELEASE)
+        text = killed_while_held(lab, run, piece)
+    [release_id] = set(re.findall(r"/releases/(\w+)/", text))
+    release_dir = deployment(lab) / "releases" / release_id
+    assert not (release_dir / f"{what}.json").exists()
+    assert (current(lab), release_bytes(lab, good)) == (good, files)
+    run_id = json.loads((deployment(lab) / "lock" / "owner.json").read_text())["run_id"]
+
+    _, deployed = assert_next_run_recovers(lab, run_id, *NEW_RELEASE)
+
+    assert deployed == release_dir.name
+    assert json.loads((release_dir / f"{what}.json").read_text())
+    assert release_bytes(lab, good) == files
+
+
+def test_a_lock_taken_as_the_connection_dies_is_taken_over_by_the_next_run(
+    lab: LabHandle,
+) -> None:
+    """orch killed while its lock is being made: the lock lands with its dead owner in
+    it, and the next run takes it over."""
+    good, files = good_release(lab)
+    with holding(lab, "/.lock.XXXXXX"):
+        run = Orch(lab, *NEW_RELEASE)
+        killed_while_held(lab, run, "/.lock.XXXXXX")
+    owner = json.loads((deployment(lab) / "lock" / "owner.json").read_text())
+    assert owner["pid"] == run.process.pid
+
+    assert_next_run_recovers(lab, owner["run_id"], *NEW_RELEASE)
+    assert release_bytes(lab, good) == files
+
+
+def test_an_audit_line_whose_writer_is_killed_is_written_by_the_next_runs_recovery(
+    lab: LabHandle,
+) -> None:
+    """orch killed as it appends its audit line, the writer killed before the line lands:
+    the journal (at `gate passed`) is the record, and the next run keeps the gated
+    release and audits the dead run's recovery."""
+    good_release(lab)
+    piece = f" >> {deployment(lab) / 'audit.log'}"
+    lines = (deployment(lab) / "audit.log").read_text().splitlines()
+    with holding(lab, piece):
+        run = Orch(lab, *NEW_RELEASE)
+        pid, _ = run.wait_held(lab_dir(lab))
+        run.signal(signal.SIGKILL)
+        assert run.finish() == -signal.SIGKILL
+        os.kill(pid, signal.SIGKILL)  # the writer, before its line
+    assert (deployment(lab) / "audit.log").read_text().splitlines() == lines
+    journal = json.loads((deployment(lab) / "journal.json").read_text())
+    assert journal["step"] == "gate passed"
+
+    output, deployed = assert_next_run_recovers(lab, journal["run_id"], *NEW_RELEASE)
+
+    assert deployed == journal["to_release"]  # gated: kept
+    recorded = [
+        json.loads(line) for line in (deployment(lab) / "audit.log").read_text().splitlines()
+    ]
+    assert any(
+        r["action"] == "recover" and journal["run_id"] in json.dumps(r)
+        for r in recorded[len(lines) :]
+    ), output
 
 
 # -- faults inside a run (these passed before the journal; kept as regressions) ------------------

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from typing import Any
 
 import pytest
 from clocks import FakeClock
@@ -19,7 +20,7 @@ from transactions import BUCKETS, CAUSES, FAST_GATE, Container, setup, target_ru
 from orchestrator.cancel import Cancel
 from orchestrator.container.gpu import wait_free
 from orchestrator.container.lock import Owner
-from orchestrator.gate import run_gate
+from orchestrator.gate import GateReport, run_gate
 from orchestrator.plan import TargetPlan
 from orchestrator.playbook import Gate, Playbook, Probe
 from orchestrator.transaction.actions import ServerActionRun
@@ -127,9 +128,18 @@ def test_a_stop_request_during_the_gate_goes_back_to_the_previous_release() -> N
     cancel, clock = Cancel(), FakeClock()
     serving(container.transport, "old-name", request_seconds=1.0, clock=clock)  # traffic
     container.transport.on_http("GET", "/metrics", lambda _: (200, metrics(1)))  # undecided
-    clock.after(1.0, lambda: cancel.request(15))  # a second into the gate
+    stopped: list[float] = []
+    clock.after(1.0, lambda: (stopped.append(clock.now()), cancel.request(15)))
+    returned: list[float] = []
 
-    outcome = target_run(playbook, plan, container, cancel, clock).rollback("bbbbbbbbbbbb")
+    def timed_gate(*args: Any, **kwargs: Any) -> GateReport:
+        try:
+            return run_gate(*args, **kwargs)
+        finally:
+            returned.append(clock.now())
+
+    run = target_run(playbook, plan, container, cancel, clock, timed_gate)
+    outcome = run.rollback("bbbbbbbbbbbb")
 
     assert (outcome.result, outcome.exit_code, outcome.current) == (
         "interrupted",
@@ -140,6 +150,9 @@ def test_a_stop_request_during_the_gate_goes_back_to_the_previous_release() -> N
     assert "rollback gate" in container.journal_steps
     assert container.events[-3:] == ["audit rollback", "journal cleared", "unlock"]
     assert clock.slept >= ONE_SCRAPE_A_SECOND.time_budget  # the undo gated to its budget
+    # The interrupted gate returned within a poll interval of the stop (in memory, a
+    # step's work takes no time): the first gate, not the undo's, which is never cut short.
+    assert returned[0] - stopped[0] <= ONE_SCRAPE_A_SECOND.probe.scrape_interval, returned
 
 
 def test_a_live_owner_on_another_host_is_refused_with_its_name() -> None:
