@@ -271,8 +271,8 @@ def test_a_journal_write_cut_mid_stream_keeps_the_last_whole_journal(lab: LabHan
         run = Orch(lab, *NEW_RELEASE)
         run.wait_held(lab_dir(lab))
         assert run.step_now() == "stop server", run.output
-        hold.hold(lab_dir(lab), "/.journal.json.XXXXXX", cut_after=40)  # lets the stop go
-        killed_while_held(lab, run, "/.journal.json.XXXXXX")
+        hold.hold(lab_dir(lab), "/journal.json", cut_after=40)  # lets the stop go
+        killed_while_held(lab, run, "/journal.json")
     journal = json.loads((deployment(lab) / "journal.json").read_text())
     assert (journal["step"], journal["from_release"]) == ("stop server", good)
 
