@@ -17,7 +17,8 @@ standard directories: the container's own (under rootfs) first, then the
 host's, which stand in for the container's distribution (no chroot without root).
 A command that cannot be run exits as lxc-attach does: 127 not found, 126 not
 executable. A lab knob makes the host slow: `pct_exec_seconds` in the container's
-`lab/live.json` delays each exec (the fault matrix holds a deploy in one step with it).
+`lab/live.json` delays each exec, on this Python path only (root's exec takes the
+launcher's sh path, lab/paths.py); the fault matrix holds steps with `lab/hold` instead.
 
 `push` and `pull` keep the real quirk: a failed copy prints its error and still
 exits 0, so callers must read the file back.
