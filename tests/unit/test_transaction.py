@@ -78,12 +78,14 @@ def test_a_stop_request_ends_the_gate_undecided() -> None:
     serving(transport, "m")
     transport.on_http("GET", "/metrics", lambda _: (200, metrics(1)))  # never moves
     stop, clock = threading.Event(), FakeClock()
-    clock.after(1.0, stop.set)
+    stopped: list[float] = []
+    clock.after(1.0, lambda: (stopped.append(clock.now()), stop.set()))
     report = run_gate(
         transport, "10.0.0.5", 8000, "m", ONE_SCRAPE_A_SECOND, BUCKETS, CAUSES, stop, clock=clock
     )
     assert report.verdict.outcome == "inconclusive"
     assert "interrupted" in report.verdict.reason
+    assert clock.now() - stopped[0] <= ONE_SCRAPE_A_SECOND.probe.scrape_interval  # at once
 
 
 def test_rollback_regates_the_old_release_with_its_own_served_name() -> None:
