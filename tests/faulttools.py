@@ -1,4 +1,5 @@
-"""The fault matrix's tools: `orch` as a watched process, the playbook and settings its
+"""The fault matrix's tools: `orch` as a watched process (its lines timed, its stop
+latency measured), the lab's hold on a container command, the playbook and settings its
 cases deploy with, the stand-in servers found in the real process table."""
 
 from __future__ import annotations
@@ -8,17 +9,26 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
 
 from labtools import LabHandle
 from orchrun import ROOT
 
+from orchestrator.deadline import MIN_CALL_SECONDS
+from orchestrator.lab import hold
+from orchestrator.lab.paths import ContainerPaths
+
 NAME = "ct201"
+RecordProperty = Callable[[str, object], None]
+"""pytest's `record_property`: a case's figures into the matrix's JUnit XML."""
+SCRAPE_INTERVAL = 0.5
+"""The matrix's gate scrape interval: how long the gate's loop sleeps between looks."""
 FAST = [
     "--set",
-    "gate.probe.scrape_interval=0.5",
+    f"gate.probe.scrape_interval={SCRAPE_INTERVAL}",
     "--set",
     "gate.ready_timeout=60",
     "--set",
@@ -36,6 +46,25 @@ SLOW_LOAD = lab_faults({"load_seconds": 6})
 NEW_RELEASE = ["--set", "server.max_model_len=16384"]
 SLOW_GATE = [*NEW_RELEASE, "--set", "gate.min_drafts=100000", "--set", "gate.time_budget=60"]
 
+STOP_SECONDS = SCRAPE_INTERVAL + MIN_CALL_SECONDS
+"""From a stop signal to the first step of the way back (or to the exit of a run that
+changed nothing): a poll interval (every wait of orch's sleeps on the stop event, the
+gate's loop looks again after `SCRAPE_INTERVAL`), plus the work of the one safe step
+orch finishes first, which is one remote command on a busy host: `MIN_CALL_SECONDS`,
+the time orch's deadlines give the last look at a busy host (deadline.py)."""
+HELD_BY = {
+    "preflight": "vllm_version()",
+    "write release": "/.config.json.XXXXXX",
+    "stop server": "kill -s TERM",
+    "start server": "setsid ",
+}
+"""The piece of text of a step's container command the lab's hold catches (lab/hold.py):
+the step cannot end until the test releases it. The ready wait and the gate are held by
+the new server itself (a 6 s load; a gate that needs more drafts than its budget sees)."""
+WAY_BACK = ("roll back to ", "rollback ", "stop failed server", "restore ")
+"""orch's progress lines that begin the way back (`ct201: roll back to X`, a replace's
+`restore qwen-dflash X`): the first of them after the signal ends the stop latency."""
+
 
 class Orch:
     """`orch deploy --json` (or the command `argv`) as a real process: its progress lines
@@ -43,7 +72,10 @@ class Orch:
 
     def __init__(self, lab: LabHandle, *args: str, argv: list[str] | None = None) -> None:
         self.lines: list[str] = []
+        self.heard: list[float] = []
+        """When each of `lines` was read (time.monotonic)."""
         self.stdout: list[str] = []
+        self.signalled = 0.0
         self.process = subprocess.Popen(
             [sys.executable, "-m", "orchestrator", *(argv or deploy_args(lab, "--json", *args))],
             stdout=subprocess.PIPE,
@@ -62,10 +94,11 @@ class Orch:
         for reader in self.readers:
             reader.start()
 
-    @staticmethod
-    def _read(pipe: IO[str] | None, into: list[str]) -> None:
+    def _read(self, pipe: IO[str] | None, into: list[str]) -> None:
         assert pipe
         for line in pipe:
+            if into is self.lines:
+                self.heard.append(time.monotonic())
             into.append(line)
 
     def wait_for_step(self, step: str, timeout: float = 180) -> None:
@@ -80,16 +113,49 @@ class Orch:
             assert time.monotonic() < deadline, f"never saw {what!r}:\n{self.output}"
             time.sleep(0.05)
 
+    def wait_held(self, lab_dir: Path, timeout: float = 180) -> tuple[int, str]:
+        """The container command the lab's hold caught (its PID and text), once caught."""
+        deadline = time.monotonic() + timeout
+        while (caught := hold.held(lab_dir)) is None:
+            assert self.process.poll() is None, self.output
+            assert time.monotonic() < deadline, f"the hold caught nothing:\n{self.output}"
+            time.sleep(hold.WAIT_SECONDS)
+        return caught
+
+    def step_now(self, *others: str) -> str:
+        """The step of the way forward (or one of `others`) orch last said it is in."""
+        steps = [line.rstrip().split(f"{NAME}: ", 1)[-1] for line in list(self.lines)]
+        return next(s for s in reversed(steps) if s in FORWARD_STEPS or s in others)
+
     def signal(self, number: int) -> None:
         self.signalled = time.monotonic()
         self.process.send_signal(number)
 
     def finish(self, timeout: float = 180) -> int:
         code = self.process.wait(timeout=timeout)
-        self.seconds_after_signal = time.monotonic() - getattr(self, "signalled", 0.0)
+        self.exited = time.monotonic()
+        self.seconds_after_signal = self.exited - self.signalled
         for reader in self.readers:
             reader.join(timeout=10)
         return code
+
+    @property
+    def seconds_to_way_back(self) -> float:
+        """From the signal to orch's first line of the way back; to its exit when it
+        had nothing to undo (stopped before the old server stopped)."""
+        back = (
+            at
+            for at, line in zip(self.heard, self.lines, strict=False)
+            if at >= self.signalled and any(f"{NAME}: {w}" in line for w in WAY_BACK)
+        )
+        return next(back, self.exited) - self.signalled
+
+    def stop_latency(self) -> dict[str, float]:
+        """What the matrix's table shows of a stop: seconds to the way back and to the exit."""
+        return {
+            "stop_to_way_back_seconds": round(self.seconds_to_way_back, 2),
+            "stop_to_exit_seconds": round(self.seconds_after_signal, 2),
+        }
 
     @property
     def document(self) -> dict:
@@ -100,8 +166,38 @@ class Orch:
         return "".join(self.lines + self.stdout)
 
 
+FORWARD_STEPS = (
+    "preflight",
+    "write release",
+    "cat-verify",
+    "stop server",
+    "switch current",
+    "start server",
+    "wait ready",
+    "gate",
+    "settle",
+)
+
+
 def deployment(lab: LabHandle) -> Path:
     return lab.deployment_dir(NAME)
+
+
+def lab_dir(lab: LabHandle) -> Path:
+    """The container's `lab/` directory: its knobs, the hold among them."""
+    return ContainerPaths(deployment(lab).parents[4]).lab
+
+
+@contextmanager
+def holding(lab: LabHandle, piece: str, cut_after: int | None = None) -> Iterator[Path]:
+    """The container's commands whose text holds `piece` held (or their stdin cut after
+    `cut_after` bytes) until released (`hold.release`), at the latest on the way out."""
+    where = lab_dir(lab)
+    hold.hold(where, piece, cut_after)
+    try:
+        yield where
+    finally:
+        hold.release(where)
 
 
 def server_processes(lab: LabHandle) -> list[int]:
@@ -129,3 +225,32 @@ def server_processes(lab: LabHandle) -> list[int]:
 
 def deploy_args(lab: LabHandle, *args: str) -> list[str]:
     return ["deploy", "qwen-dflash", "-i", str(lab.inventory), "--limit", NAME, *FAST, *args]
+
+
+UNDO_SECONDS = 60.0
+"""From the first step of the way back to the exit: the previous release stopped,
+started, made ready and gated again on the lab under a busy machine."""
+
+
+def stop_in_step(
+    lab: LabHandle, run: Orch, step: str, number: int, held_by: str | None = None
+) -> None:
+    """`number` sent while `run` is in `step`, held there by the lab's hold (or by its
+    server; a step not in HELD_BY by the command holding `held_by`), checked to be there."""
+    held_by = held_by or HELD_BY.get(step)
+    if held_by:
+        _, text = run.wait_held(lab_dir(lab))
+        assert held_by in text
+    run.wait_for_step(step)
+    assert run.step_now(step) == step, run.output
+    run.signal(number)
+    hold.release(lab_dir(lab))
+
+
+def assert_stopped_at_once(run: Orch, record_property: RecordProperty) -> None:
+    """The stop was acted on within a poll interval and one safe step, the way back
+    then finished within its own bound; both recorded for the matrix's table."""
+    for name, seconds in run.stop_latency().items():
+        record_property(name, seconds)
+    assert run.seconds_to_way_back < STOP_SECONDS, run.output
+    assert run.seconds_after_signal < run.seconds_to_way_back + UNDO_SECONDS, run.output

@@ -28,7 +28,7 @@ import yaml
 
 from orchestrator.documents.lab import LabDown, LabStatus, LabTarget, LabUp
 from orchestrator.errors import InputError
-from orchestrator.lab import pveconf, realserver, sshd, tiny_cache
+from orchestrator.lab import hold, pveconf, realserver, sshd, tiny_cache
 from orchestrator.lab.container_processes import end_all, mark
 from orchestrator.lab.models import install_models
 from orchestrator.lab.paths import (
@@ -201,6 +201,7 @@ class Lab:
             path = f"{self.paths.host(node.name).bin}:{STANDARD_PATH}" if is_host else None
             # a container's sessions carry its mark, as pct exec's commands do
             marks = [] if is_host else [mark(node_dir.parent)]
+            command = None if is_host else container_command(node_dir)
             Path(node.config).write_text(
                 sshd.sshd_config(
                     node.address,
@@ -211,6 +212,7 @@ class Lab:
                     path,
                     sshd.SessionLimits(spec.max_sessions, spec.max_startups),
                     marks,
+                    command,
                 )
             )
             pid = sshd.start(Path(node.config), Path(node.log))
@@ -460,6 +462,15 @@ class Lab:
             }
             inventory["containers"][c.name] = entry
         return inventory
+
+
+def container_command(node_dir: Path) -> Path:
+    """The container sshd's ForceCommand (in its `sshd/` directory): every command
+    through the lab's hold."""
+    script = node_dir / "command"
+    script.write_text(hold.sshd_command(node_dir.parent))
+    script.chmod(0o755)
+    return script
 
 
 def conf_text(name: str, address: str, gpu_minors: list[int], device_keys: bool) -> str:

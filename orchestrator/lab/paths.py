@@ -25,6 +25,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from orchestrator.lab.hold import HOLD_FUNCTIONS
+
 VLLM_MODULE = "orchestrator.lab.vllm_standin"
 DRY_RUN_MODULE = "orchestrator.lab.vllm_dry_run"
 SHEBANG_LIMIT = 256
@@ -96,8 +98,7 @@ class ContainerPaths:
 
     @property
     def live(self) -> Path:
-        """Knobs read while running, set without a restart: a server's `acceptance_scale`,
-        pct's `pct_exec_seconds`."""
+        """Knobs read while running, set without a restart: a server's `acceptance_scale`."""
         return self.lab / "live.json"
 
     @property
@@ -224,7 +225,8 @@ def write_launcher(
 # container's directory (how `pct stop` and `lab down` find what runs in it), the
 # working directory is the rootfs, and a command that cannot be run exits as lxc-attach
 # does. Only the host's root takes this path (the effective uid read without a fork,
-# from the shell's own /proc/self/status); pct refuses anyone else.
+# from the shell's own /proc/self/status); pct refuses anyone else. The command goes
+# through the lab's hold (lab/hold.py), as the container sshd's commands do.
 _PCT_EXEC = """\
 euid=; lab_root=
 if [ "$1" = exec ] && [ "$3" = -- ] && [ $# -ge 4 ]; then
@@ -266,7 +268,9 @@ if [ -n "$euid" ] && [ "$euid" = "$lab_root" ]; then
       esac
       case $program in
       */*)
-        if [ -f "$program" ] && [ -x "$program" ]; then exec "$program" "$@"; fi
+        if [ -f "$program" ] && [ -x "$program" ]; then
+          lab_text="$name $*"; held_run "$program" "$@"
+        fi
         [ -e "$program" ] && { reason="Permission denied"; code=126; } ;;
       esac
       echo "lxc-attach: $vmid: ../src/lxc/attach.c: lxc_attach_run_command: 1841" \\
@@ -284,7 +288,11 @@ def write_pct_launcher(host: HostPaths, python: str) -> None:
     if not host.root_uid.exists():
         host.root_uid.parent.mkdir(parents=True, exist_ok=True)
         host.root_uid.write_text(f"{os.geteuid()}\n")
-    prelude = [f"host={shlex.quote(str(host.root))}", _PCT_EXEC.rstrip("\n")]
+    prelude = [
+        f"host={shlex.quote(str(host.root))}",
+        HOLD_FUNCTIONS.rstrip("\n"),
+        _PCT_EXEC.rstrip("\n"),
+    ]
     write_launcher(host.pct, PCT_MODULE, {}, python, ["--host-dir", str(host.root)], prelude)
 
 

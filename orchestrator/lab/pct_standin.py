@@ -18,8 +18,8 @@ and PATH limited to the standard directories: the container's own (under rootfs)
 first, then the host's, which stand in for the container's distribution (no chroot
 without root).
 A command that cannot be run exits as lxc-attach does: 127 not found, 126 not
-executable. A lab knob makes the host slow: `pct_exec_seconds` in the container's
-`lab/live.json` delays each exec (the fault matrix holds a deploy in one step with it).
+executable. The fault matrix holds a step with `lab/hold` (lab/hold.py) on root's sh
+path (lab/paths.py) and in the container's sshd, the ways orch's commands come in.
 
 `push` and `pull` keep the real quirk: a failed copy prints its error and still
 exits 0, so callers must read the file back.
@@ -32,7 +32,6 @@ import json
 import os
 import shutil
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -158,7 +157,6 @@ def pct_exec(host: HostPaths, args: list[str]) -> int:
     argv = args[2:]
     if not argv:
         raise PctError(f"missing command at {PCT_SOURCE} line 246.")
-    slow_host_pause(found)
     directories = search_path(found.rootfs)
     env = {
         **os.environ,
@@ -172,16 +170,6 @@ def pct_exec(host: HostPaths, args: list[str]) -> int:
         os.execve(resolve(argv[0], directories), argv, env)
     except OSError as error:
         return attach_failure(found.vmid, argv[0], error)
-
-
-def slow_host_pause(found: ContainerPaths) -> None:
-    """The `pct_exec_seconds` knob of the container's live.json, slept before an exec."""
-    try:
-        seconds = float(json.loads(found.live.read_text()).get("pct_exec_seconds", 0))
-    except (OSError, ValueError, TypeError, AttributeError):
-        return
-    if seconds > 0:
-        time.sleep(seconds)
 
 
 def pct_status(host: HostPaths, args: list[str]) -> int:

@@ -41,11 +41,14 @@ def sshd_config(
     path: str | None = None,
     limits: SessionLimits | None = None,
     environment: Sequence[str] = (),
+    force_command: Path | None = None,
 ) -> str:
     """OpenSSH's own MaxSessions and MaxStartups unless `limits` raises them: the lab
     must refuse what a stock Debian host refuses. `path`, when given, is the PATH of
     every session; `environment` (NAME=VALUE entries) is set in every session too.
-    sshd takes the first SetEnv line only: all variables go on one."""
+    sshd takes the first SetEnv line only: all variables go on one. `force_command`,
+    when given, runs every session's command (a container's: the lab's hold,
+    lab/hold.py)."""
     raised = []
     if limits and limits.max_sessions is not None:
         raised.append(f"MaxSessions {limits.max_sessions}")
@@ -72,6 +75,7 @@ def sshd_config(
             "PrintMotd no",
             f"SetEnv {' '.join(_quoted(setting) for setting in settings)}",
             *raised,
+            *([f"ForceCommand {force_command}"] if force_command else []),
             "LogLevel VERBOSE",
             "",
         ]

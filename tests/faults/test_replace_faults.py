@@ -8,9 +8,21 @@ from __future__ import annotations
 
 import json
 import signal
+from contextlib import nullcontext
 
 import pytest
-from faulttools import FAST, NAME, SLOW_GATE, SLOW_LOAD, Orch, server_processes
+from faulttools import (
+    FAST,
+    NAME,
+    SLOW_GATE,
+    SLOW_LOAD,
+    Orch,
+    RecordProperty,
+    assert_stopped_at_once,
+    holding,
+    server_processes,
+    stop_in_step,
+)
 from labtools import LabHandle
 
 pytestmark = [pytest.mark.lab, pytest.mark.faults]
@@ -52,22 +64,24 @@ def assert_back_on_dflash(lab: LabHandle, dflash: str) -> None:
     assert server_processes(lab) == [row["pid"]]
 
 
+STOP_REPLACED = "stop qwen-dflash's server (replaced by qwen-mtp)"
+
+
 @pytest.mark.parametrize(
     ("step", "knobs"),
-    [
-        ("stop qwen-dflash's server (replaced by qwen-mtp)", SLOW_LOAD),
-        ("wait ready", SLOW_LOAD),
-        ("gate", SLOW_GATE),
-    ],
+    [(STOP_REPLACED, SLOW_LOAD), ("wait ready", SLOW_LOAD), ("gate", SLOW_GATE)],
 )
 def test_sigint_in_a_replace_restores_the_replaced_server(
-    lab: LabHandle, step: str, knobs: list[str]
+    lab: LabHandle, step: str, knobs: list[str], record_property: RecordProperty
 ) -> None:
     dflash = serving_dflash(lab)
-    run = replace(lab, *knobs)
-    run.wait_for_step(step)
-    run.process.send_signal(signal.SIGINT)
-    assert run.finish() == 130, run.output
+    with holding(lab, "kill -s TERM") if step == STOP_REPLACED else nullcontext():
+        run = replace(lab, *knobs)
+        stop_in_step(
+            lab, run, step, signal.SIGINT, "kill -s TERM" if step == STOP_REPLACED else None
+        )
+        assert run.finish() == 130, run.output
+    assert_stopped_at_once(run, record_property)
     assert "qwen-dflash restored" in run.output
     assert_back_on_dflash(lab, dflash)
     code, output = orch(lab, *REPLACE)  # and the switch still works afterwards
@@ -121,7 +135,7 @@ def test_sigkill_in_a_replace_then_a_run_of_the_replaced_playbook_recovers_the_p
 
 @pytest.mark.parametrize("sent", [signal.SIGINT, signal.SIGTERM])
 def test_an_interrupted_replace_keeps_the_stopped_playbook_current(
-    lab: LabHandle, sent: signal.Signals
+    lab: LabHandle, sent: signal.Signals, record_property: RecordProperty
 ) -> None:
     """Issue 35 cause 12: qwen-mtp, deployed and then stopped by qwen-dflash's
     --replace, keeps its release current when its next --replace is interrupted."""
@@ -131,9 +145,9 @@ def test_an_interrupted_replace_keeps_the_stopped_playbook_current(
     mtp = status(lab, "qwen-mtp")["release"]
     dflash = serving_dflash_replacing_mtp(lab)
     run = replace(lab, *SLOW_GATE)
-    run.wait_for_step("gate")
-    run.process.send_signal(sent)
+    stop_in_step(lab, run, "gate", sent)
     assert run.finish() == 128 + sent, run.output
+    assert_stopped_at_once(run, record_property)
     assert f"back on {mtp} (stopped, as before this run)" in run.output
     assert_back_on_dflash(lab, dflash)
     assert (status(lab, "qwen-mtp")["state"], status(lab, "qwen-mtp")["release"]) == (

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from typing import Any
 
 import pytest
 from clocks import FakeClock
@@ -19,7 +20,7 @@ from transactions import BUCKETS, CAUSES, FAST_GATE, Container, DiskFillsAt, set
 from orchestrator.cancel import Cancel
 from orchestrator.container.gpu import wait_free
 from orchestrator.container.lock import Owner
-from orchestrator.gate import run_gate
+from orchestrator.gate import GateReport, run_gate
 from orchestrator.plan import TargetPlan
 from orchestrator.playbook import Gate, Playbook, Probe
 from orchestrator.transaction.actions import ServerActionRun
@@ -33,6 +34,11 @@ ONE_SCRAPE_A_SECOND = Gate(
     probe=Probe(scrape_interval=1.0, concurrency=1, max_tokens=8, endpoints=["completions"]),
 )
 """A gate for a fake clock: its whole budget in a hundred-odd looks."""
+REQUEST_SECONDS = 1.0
+"""How long a probe request takes on the fake clock where the tests give it traffic."""
+STOPPED_GATE_SECONDS = ONE_SCRAPE_A_SECOND.probe.scrape_interval + REQUEST_SECONDS
+"""A stopped gate returns within a poll interval plus the work of one safe step (the probe
+request in flight), by the fake clock: never its budget (`time_budget`, 120 s)."""
 
 
 # -- the gate ------------------------------------------------------------------------------------
@@ -77,12 +83,14 @@ def test_a_stop_request_ends_the_gate_undecided() -> None:
     serving(transport, "m")
     transport.on_http("GET", "/metrics", lambda _: (200, metrics(1)))  # never moves
     stop, clock = threading.Event(), FakeClock()
-    clock.after(1.0, stop.set)
+    stopped: list[float] = []
+    clock.after(1.0, lambda: (stopped.append(clock.now()), stop.set()))
     report = run_gate(
         transport, "10.0.0.5", 8000, "m", ONE_SCRAPE_A_SECOND, BUCKETS, CAUSES, stop, clock=clock
     )
     assert report.verdict.outcome == "inconclusive"
     assert "interrupted" in report.verdict.reason
+    assert clock.now() - stopped[0] <= STOPPED_GATE_SECONDS
 
 
 def test_rollback_regates_the_old_release_with_its_own_served_name() -> None:
@@ -125,11 +133,20 @@ def test_a_stop_request_during_the_gate_goes_back_to_the_previous_release() -> N
     container.gated_release("bbbbbbbbbbbb", "old-name", ONE_SCRAPE_A_SECOND)
     container.links[container.layout.current] = "releases/aaaaaaaaaaaa"
     cancel, clock = Cancel(), FakeClock()
-    serving(container.transport, "old-name", request_seconds=1.0, clock=clock)  # traffic
+    serving(container.transport, "old-name", request_seconds=REQUEST_SECONDS, clock=clock)
     container.transport.on_http("GET", "/metrics", lambda _: (200, metrics(1)))  # undecided
-    clock.after(1.0, lambda: cancel.request(15))  # a second into the gate
+    stopped: list[float] = []
+    clock.after(1.0, lambda: (stopped.append(clock.now()), cancel.request(15)))
+    returned: list[float] = []
 
-    outcome = target_run(playbook, plan, container, cancel, clock).rollback("bbbbbbbbbbbb")
+    def timed_gate(*args: Any, **kwargs: Any) -> GateReport:
+        try:
+            return run_gate(*args, **kwargs)
+        finally:
+            returned.append(clock.now())
+
+    run = target_run(playbook, plan, container, cancel, clock, timed_gate)
+    outcome = run.rollback("bbbbbbbbbbbb")
 
     assert (outcome.result, outcome.exit_code, outcome.current) == (
         "interrupted",
@@ -140,6 +157,8 @@ def test_a_stop_request_during_the_gate_goes_back_to_the_previous_release() -> N
     assert "rollback gate" in container.journal_steps
     assert container.events[-3:] == ["audit rollback", "journal cleared", "unlock"]
     assert clock.slept >= ONE_SCRAPE_A_SECOND.time_budget  # the undo gated to its budget
+    # The interrupted gate (the first; the undo's is never cut short) returned at once.
+    assert returned[0] - stopped[0] <= STOPPED_GATE_SECONDS, returned
 
 
 def test_a_live_owner_on_another_host_is_refused_with_its_name() -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -217,6 +217,20 @@ def cancelled_before(site: Site) -> None:
     site.cancel.request(15)
 
 
+def cancelled_in_write(site: Site) -> None:
+    """A stop request while the release is written: the last safe point before the old
+    server stops must hear it (the server is never stopped, nothing is audited)."""
+    site.on(OLD)
+    written = next(a for c, a in reversed(site.container.transport.rules) if c == "write_file")
+
+    def write_then_stop(argv: Sequence[str], stdin: bytes | None) -> Result:
+        if site.plan.release_dir in str(getattr(argv, "args", {}).get("path")):
+            site.cancel.request(15)
+        return written(argv, stdin)
+
+    site.container.transport.on("write_file", write_then_stop)
+
+
 def cancelled_in_gate(site: Site) -> None:
     site.on(OLD)
     site.gate.during = lambda: site.cancel.request(15)
@@ -347,6 +361,12 @@ DEPLOYS: dict[str, tuple[Setup, dict[str, str], dict[str, Any], Expect]] = {
     ),
     "stop request before the switch": (
         cancelled_before,
+        {},
+        {},
+        Expect("interrupted", 143, OLD, True, []),
+    ),
+    "stop request while the release is written": (
+        cancelled_in_write,
         {},
         {},
         Expect("interrupted", 143, OLD, True, []),
