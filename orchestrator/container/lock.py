@@ -36,7 +36,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from orchestrator import remotejson
-from orchestrator.container.shell import builder, q, reading, run_step, script
+from orchestrator.container.shell import builder, exit_on_signals, q, reading, run_step, script
 from orchestrator.deadline import SYSTEM_CLOCK, Clock
 from orchestrator.durations import ago
 from orchestrator.errors import LockHeld, OrchError, StepFailed
@@ -93,7 +93,7 @@ def acquire_lock(lock_dir: str, owner_json: str) -> list[str]:
     new_heartbeat = '"$new/heartbeat"'
     return script(
         f"mkdir -p {parent} && new=$(mktemp -d {parent}/.lock.XXXXXX) || exit 2\n"
-        "trap 'rm -rf \"$new\"' EXIT\n"
+        f"trap 'rm -rf \"$new\"' EXIT; {exit_on_signals(2)}\n"
         f'printf %s {q(owner_json)} > "$new/owner.json" || exit 2\n'
         f"{_beat_into(new_heartbeat)} || exit 2\n"
         f'if mv -T "$new" {lock} 2>/dev/null; then trap - EXIT; exit 0; fi\n'

@@ -95,6 +95,13 @@ tmp=$(mktemp); trap 'rm -f "$tmp"' EXIT
 """
 
 
+def exit_on_signals(code: int) -> str:
+    """A trap so that a script's EXIT trap runs when a signal ends it too: dash runs
+    none for a death by signal (a write whose connection is cut dies of SIGPIPE), but
+    runs it for an `exit`."""
+    return f"trap 'exit {int(code)}' HUP INT PIPE TERM"
+
+
 def script(text: str) -> list[str]:
     """argv that runs a POSIX sh script (needed for pipes, redirects, tests)."""
     return [SH, "-c", text]
@@ -117,7 +124,7 @@ def write_file(path: str, data: bytes, mode: str = "0644") -> list[str]:
     return script(
         f"set -e; umask 022; mkdir -p {q(directory)}; "
         f"tmp=$(mktemp {q(f'{directory}/.{name}.XXXXXX')}); "
-        f"trap 'rm -f \"$tmp\"' EXIT; "
+        f"trap 'rm -f \"$tmp\"' EXIT; {exit_on_signals(1)}; "
         f'cat > "$tmp"; n=$(wc -c < "$tmp"); h=$(sha256sum < "$tmp"); '
         f'if [ "$n" -ne {size} ] || [ "${{h%% *}}" != {digest} ]; then '
         f'echo "incomplete write: $n of {size} bytes arrived, '

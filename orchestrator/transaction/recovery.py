@@ -136,6 +136,8 @@ def recover(d: Deployment, replaced_held: Deployment | None = None) -> None:
         + (
             f"finished its {interrupted.action}"
             if finished
+            else f"kept {interrupted.to_release}, which had passed its gate"
+            if interrupted.gated
             else f"now on {interrupted.from_release}"
             if interrupted.from_release
             else f"its server stopped, back on {back_on} (as before that run)"
