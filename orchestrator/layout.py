@@ -129,14 +129,15 @@ class Layout:
     @property
     def removable(self) -> list[str]:
         """What `orch remove` deletes: the links and the server's records first, so a
-        removal cut short is "nothing deployed", then the releases. The audit log stays
-        (the record of what ran here, ending with the removal); the lock and journal go
-        with the run that holds them."""
+        removal cut short is "nothing deployed", the kept server check, then the
+        releases. The audit log stays (the record of what ran here, ending with the
+        removal); the lock and journal go with the run that holds them."""
         return [
             self.current,
             self.previous,
             self.server_pid,
             self.server_log,
             f"{self.server_log}.old",
+            self.server_check,
             self.releases,
         ]

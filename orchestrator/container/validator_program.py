@@ -55,7 +55,8 @@ def main(request):
 
 
 def staged(request, scratch):
-    """The argv with each staged directory replaced by its copy under `scratch`."""
+    """The argv with each staged directory replaced by its copy under `scratch`, also
+    where a JSON word (--speculative-config) holds it escaped (a path with `"` or `\\`)."""
     argv = list(request["argv"])
     for n, (directory, files) in enumerate(sorted(request.get("stage", {}).items())):
         copy = os.path.join(scratch, str(n))
@@ -63,7 +64,9 @@ def staged(request, scratch):
         for name, text in files.items():
             with open(os.path.join(copy, os.path.basename(name)), "w") as file:
                 file.write(text)
-        argv = [word.replace(directory, copy) for word in argv]
+        escaped = (json.dumps(directory)[1:-1], json.dumps(copy)[1:-1])
+        for named, moved in ((directory, copy), escaped):
+            argv = [word.replace(named, moved) for word in argv]
     return argv
 
 

@@ -31,6 +31,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from orchestrator.container.validator_program import staged
 from orchestrator.lab import dflash_reading
 from orchestrator.lab.releases import Release, release
 from orchestrator.lab.vllm_standin import (
@@ -120,18 +121,6 @@ STAGES: tuple[Stage, ...] = (
     speculative_config,
     drafter_layers,
 )
-
-
-def staged(request: dict, scratch: str) -> list[str]:
-    """The argv with each staged directory replaced by its copy under `scratch`."""
-    argv = list(request["argv"])
-    for n, (directory, files) in enumerate(sorted(request.get("stage", {}).items())):
-        copy = os.path.join(scratch, str(n))
-        os.mkdir(copy)
-        for name, text in files.items():
-            Path(copy, os.path.basename(name)).write_text(text)
-        argv = [word.replace(directory, copy) for word in argv]
-    return argv
 
 
 def answer(request: dict) -> dict[str, Any]:

@@ -36,7 +36,7 @@ def test_point_link_and_lock_scripts() -> None:
         "/bin/sh",
         "-c",
         "mkdir -p /var/lib/orch/q && new=$(mktemp -d /var/lib/orch/q/.lock.XXXXXX) || exit 2\n"
-        """trap 'rm -rf "$new"' EXIT\n"""
+        """trap 'rm -rf "$new"' EXIT; trap 'exit 2' HUP INT PIPE TERM\n"""
         """printf %s '{"user": "o'"'"'brien"}' > "$new/owner.json" || exit 2\n"""
         """{ cut -d" " -f1 /proc/uptime > "$new/heartbeat".$$ """
         """&& mv -f "$new/heartbeat".$$ "$new/heartbeat"; } 2>/dev/null """

@@ -49,8 +49,8 @@ def test_write_file_quotes_every_hostile_part_of_the_path() -> None:
         "-c",
         "set -e; umask 022; mkdir -p '/srv/my models'; "
         """tmp=$(mktemp '/srv/my models/.it'"'"'s $(x);`y`.json.XXXXXX'); """
-        """trap 'rm -f "$tmp"' EXIT; cat > "$tmp"; n=$(wc -c < "$tmp"); """
-        """h=$(sha256sum < "$tmp"); """
+        """trap 'rm -f "$tmp"' EXIT; trap 'exit 1' HUP INT PIPE TERM; """
+        """cat > "$tmp"; n=$(wc -c < "$tmp"); h=$(sha256sum < "$tmp"); """
         f"""if [ "$n" -ne 5 ] || [ "${{h%% *}}" != {digest} ]; then """
         """echo "incomplete write: $n of 5 bytes arrived, SHA-256 ${h%% *} """
         f"""(expected {digest}); the old file is kept" >&2; exit 1; fi; """

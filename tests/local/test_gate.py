@@ -403,9 +403,10 @@ class NoisyClient:
             thread.join()
 
 
-NOISE_TEMPERATURE = 10.0
-"""A temperature at which the tiny target's distribution is flat: drafts are almost never
-kept (mean acceptance length about 1.0)."""
+NOISE_TEMPERATURE = 2.0
+"""The highest temperature vLLM takes from 0.24.0 (sampling_params.py:529-533): the tiny
+target's top-1 probability falls to 0.24 there (lab/acceptance.py), so drafts are mostly
+rejected."""
 
 
 def test_other_traffic_flips_a_counter_gate_and_not_a_per_request_one(servers: dict) -> None:
@@ -427,7 +428,7 @@ def test_other_traffic_flips_a_counter_gate_and_not_a_per_request_one(servers: d
                 CAUSES,
             )
         assert all(thread.is_alive() for thread in noise.threads)  # and still, after them
-    assert 1 + noise.accepted / noise.steps < 1.05  # what the server accepts of the others'
+    assert 1 + noise.accepted / noise.steps < 1.5  # what the server accepts of the others'
     per_request, counters = judged["per_request"], judged["counters"]
     assert per_request.verdict.outcome == "pass", per_request.verdict.reason
     assert per_request.verdict.mean_acceptance_length > 3.5
