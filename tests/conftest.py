@@ -54,11 +54,10 @@ from pathlib import Path
 import pytest
 from conformance import VERSION
 from labtools import ALL_AT_ONCE, FAST, LabHandle, changes, cli_env, lab_state, start_lab
+from realvllm import real_lab_in
 from releasefiles import release_files
 from shelltools import Processes
 
-from orchestrator.errors import InputError
-from orchestrator.lab import realserver
 from orchestrator.lab.cluster import Lab
 from orchestrator.lab.paths import pid_alive
 
@@ -74,16 +73,8 @@ def real_lab(
     tmp_path_factory: pytest.TempPathFactory, dist_stores_before: set[str]
 ) -> Iterator[LabHandle]:
     """A lab of one pct container serving with the real vLLM, shared by the session."""
-    try:
-        realserver.require_venv()
-    except InputError as exc:
-        pytest.skip(str(exc))
-    root = tmp_path_factory.mktemp("real")
-    the_lab = start_lab(root / "lab", server="vllm", containers_per_host=1, direct_ssh=False)
-    try:
-        yield LabHandle(the_lab, cli_env(root / "state"))
-    finally:
-        stop(the_lab)
+    with real_lab_in(tmp_path_factory.mktemp("real")) as handle:
+        yield handle
 
 
 @pytest.fixture(scope="module")

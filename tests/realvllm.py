@@ -5,10 +5,17 @@ Tests that need one are skipped, saying which script makes it, when it is absent
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from labtools import LabHandle, cli_env, start_lab
+
+from orchestrator.errors import InputError
+from orchestrator.lab import realserver
+from orchestrator.lab.paths import pid_alive
 
 ROOT = Path(__file__).resolve().parents[1]
 VENV = Path(os.environ.get("ORCH_VLLM_VENV") or ROOT / ".venv-vllm")
@@ -56,3 +63,20 @@ def absent(version: str) -> str:
         f"no vLLM {version} at hand: pip download --no-deps vllm=={version} -d {WHEELS} "
         "(or set ORCH_VLLM_WHEELS)"
     )
+
+
+@contextlib.contextmanager
+def real_lab_in(root: Path) -> Iterator[LabHandle]:
+    """A lab of one pct container serving with the real vLLM, in `root`, its history in
+    `root/state`; every process it started stopped by PID at the end, and checked gone.
+    Skips, naming the command that makes the venv, when the real server is missing."""
+    try:
+        realserver.require_venv()
+    except InputError as exc:
+        pytest.skip(str(exc))
+    lab = start_lab(root / "lab", server="vllm", containers_per_host=1, direct_ssh=False)
+    try:
+        yield LabHandle(lab, cli_env(root / "state"))
+    finally:
+        stopped = lab.down()
+        assert all(not pid_alive(pid) for pid in stopped)

@@ -50,8 +50,8 @@ SPEED_LEVEL_KEYS = (
 def audit_line(run_id: str, user: str, action: str, target: Mapping[str, Any]) -> str:
     """One JSON line for the container's audit.log: `release` is the release the run
     dealt with, `current` the one it left the container on, `current_gate` the gate
-    that judged `current` in this run (the rollback gate after a rollback; None when
-    no gate ran on it)."""
+    that judged `current` in this run (the rollback gate after a rollback, a baseline's
+    gate of the release it went back to; None when no gate ran on it)."""
     gate = target.get("gate") or {}
     return json.dumps(
         {
@@ -66,20 +66,21 @@ def audit_line(run_id: str, user: str, action: str, target: Mapping[str, Any]) -
             "verdict": gate.get("verdict"),
             "mean_acceptance_length": gate.get("mean_acceptance_length"),
             "speed": speed_record(gate),
-            "current_gate": _gate_of_current(target),
+            "current_gate": _gate_of_current(action, target),
         },
         sort_keys=True,
     )
 
 
-def _gate_of_current(target: Mapping[str, Any]) -> dict[str, Any] | None:
+def _gate_of_current(action: str, target: Mapping[str, Any]) -> dict[str, Any] | None:
     current = target.get("current")
     if not current:
         return None
     if current == target.get("release"):  # also a start or restart: release == previous
         gate = target.get("gate")
     elif current == target.get("previous_release"):
-        gate = target.get("rollback_gate")
+        # A baseline serves its own release, then gates the one it goes back to.
+        gate = target.get("gate") if action == "baseline" else target.get("rollback_gate")
     else:
         gate = None
     return _gate_record(gate) if gate else None

@@ -19,6 +19,10 @@ the wall-clock speedup is the CPU-time speedup.
 `serving()` starts the real vLLM (the lab's CPU build) for one target and drafter
 through the same launcher the real-server lab writes into its containers
 (`realserver.py`), on loopback, and stops it by its recorded process group.
+
+`gate_speed()` runs the gate's own speed phase (`gate/run.py`'s `measure_levels`: the
+code a deploy's gate runs) on a server on loopback, so what a gate would measure and
+judge is shown beside these figures.
 """
 
 from __future__ import annotations
@@ -40,9 +44,16 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from orchestrator.gate.probe import Target
+from orchestrator.gate.report import SpeedReport
+from orchestrator.gate.run import measure_levels
 from orchestrator.lab import realserver
 from orchestrator.lab.paths import ContainerPaths, server_records
 from orchestrator.metrics.stats import student_t_quantile
+from orchestrator.playbook import Gate
+from orchestrator.probes import load_prompts
+from orchestrator.probes.context import ContextBucket
+from orchestrator.transport.base import Result
 
 CONFIDENCE = 0.95
 SERVED_NAME = "speed"
@@ -330,6 +341,39 @@ def serving(
             shutil.rmtree(realserver.tmp_dir(container), ignore_errors=True)
 
 
+class Loopback:
+    """The gate's transport to a server on this machine's loopback, outside any
+    container: a stream is a socket. The speed phase runs no command."""
+
+    label = "loopback"
+
+    def run(
+        self, argv: Sequence[str], stdin: bytes | None = None, timeout: float | None = None
+    ) -> Result:
+        raise RuntimeError(f"the loopback transport runs no command: {list(argv)}")
+
+    def open_stream(self, address: str, port: int, timeout: float = 10.0) -> socket.socket:
+        return socket.create_connection((address, port), timeout=timeout)
+
+
+def gate_speed(port: int, served_name: str, gate: Gate) -> SpeedReport:
+    """The gate's speed phase at `gate.speed`'s levels on the server at `port`, within
+    `gate.time_budget`, unjudged (`gate.speed.judge_speed` judges it)."""
+    target = Target(Loopback(), "127.0.0.1", port, served_name)
+    bucket = ContextBucket("short", 0, None, tuple(load_prompts(gate.probe.prompts)))
+    return measure_levels(target, gate, [bucket], None, lambda _: None)
+
+
+@dataclass(frozen=True)
+class ServerRun:
+    """One server's start seconds, its figures per level, and the gate's speed phase
+    on it (None when not asked for)."""
+
+    start_seconds: float
+    levels: list[LevelFigures]
+    gate: SpeedReport | None
+
+
 def measure_server(
     venv: Path,
     target: Path,
@@ -338,11 +382,14 @@ def measure_server(
     levels: Sequence[tuple[int, int]],
     max_tokens: int,
     log: Path,
-) -> tuple[float, list[LevelFigures]]:
-    """Start the server, measure each (streams, rounds) level, stop it: start seconds
-    and the figures."""
+    gate: Gate | None = None,
+) -> ServerRun:
+    """Start the server, measure each (streams, rounds) level, then, given a `gate`,
+    run its speed phase; stop the server."""
     with serving(venv, target, drafter, k, log) as (port, start_seconds, pgid):
-        return start_seconds, [
+        figures = [
             measure_level(port, streams, rounds, max_tokens, lambda: cpu_seconds(pgid))
             for streams, rounds in levels
         ]
+        phase = gate_speed(port, SERVED_NAME, gate) if gate is not None else None
+        return ServerRun(start_seconds, figures, phase)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from orchestrator.container.audit import audit_line
+from orchestrator.container.audit import audit_line, release_gate
 
 
 def test_audit_line_is_one_json_object_with_the_gate_figures() -> None:
@@ -28,3 +28,24 @@ def test_audit_line_is_one_json_object_with_the_gate_figures() -> None:
         1.1,
     )
     assert (entry["release"], entry["current"]) == ("a", "b")  # tried a, left b current
+
+
+def test_a_baselines_gate_of_the_release_it_went_back_to_is_that_releases_gate() -> None:
+    """`orch baseline` serves `baseline-...`, then gates the release it goes back to
+    against it: status shows that gate, with its speedups, as the release's."""
+    speed = {"verdict": "pass", "levels": [{"concurrency": 1, "speedup": {"mean": 4.0}}]}
+    target = {
+        "result": "measured",
+        "release": "baseline-3385b92cd97f",
+        "previous_release": "r1",
+        "current": "r1",
+        "gate": {"verdict": "pass", "mean_acceptance_length": 4.0, "speed": speed},
+    }
+    older = audit_line("run1", "ops", "deploy", {**target, "release": "r1", "gate": None})
+    line = audit_line("run2", "ops", "baseline", target)
+    gate = release_gate([older, line], "r1")
+    assert gate is not None
+    assert (gate["run_id"], gate["result"]) == ("run2", "pass")
+    assert gate["speed"]["levels"][0]["speedup"] == {"mean": 4.0}
+    rollback = audit_line("run3", "ops", "deploy", {**target, "release": "r2"})
+    assert json.loads(rollback)["current_gate"] is None  # a deploy's gate judged r2
