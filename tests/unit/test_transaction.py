@@ -255,8 +255,9 @@ def test_remove_stops_the_server_and_deletes_all_but_the_audit_log() -> None:
     assert (removed.result, removed.current) == ("removed", None)
     assert container.server is None and container.links == {}
     assert list(container.files) == [container.layout.audit_log]
-    assert "remove current previous server.pid server.log server.log.old releases" in (
-        container.events
+    assert (
+        "remove current previous server.pid server.log server.log.old server-check.json releases"
+        in (container.events)
     )
 
 
