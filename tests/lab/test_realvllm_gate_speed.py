@@ -27,9 +27,9 @@ release: fail, rolled back. The baseline 11.6 [7.7, 15.5] and 24.4 [23.1, 25.7];
 exact drafter against it 4.0x [2.4, 7.2] at one stream and 13.2x [11.9, 14.6] at eight:
 pass.
 
-Both verdicts stand well clear of their bounds (a factor of 2 or more), so this file
-runs beside the tier's other real-server file: servers start about six times (one to
-two minutes each on busy cores).
+Run by hand (`pytest -m by_hand`), not by scripts/test: on a quieter machine (load 2-4,
+2026-12-04 20:45) SELF passed its gate over the exact drafter, so the comparison of two
+drafters on two shared cores moves with the load; servers start about six times.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ import pytest
 from labtools import LabHandle
 from realvllm import needs_032, real_lab_in
 
-pytestmark = [pytest.mark.lab, pytest.mark.realvllm, needs_032]
+pytestmark = [pytest.mark.lab, pytest.mark.realvllm, pytest.mark.by_hand, needs_032]
 
 PLAYBOOK = "lab-deep-draft"
 K = 3
