@@ -53,7 +53,7 @@ gate's loop looks again after `SCRAPE_INTERVAL`), plus the work of the one safe 
 orch finishes first, which is one remote command on a busy host: `MIN_CALL_SECONDS`,
 the time orch's deadlines give the last look at a busy host (deadline.py)."""
 HELD_BY = {
-    "preflight": "vllm_version()",
+    "preflight": 'frame disk "$tmp"',  # preflight's one round trip (probe.preflight_facts)
     "write release": "/.config.json.XXXXXX",
     "stop server": "kill -s TERM",
     "start server": "setsid ",
