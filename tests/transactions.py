@@ -68,7 +68,7 @@ class DiskFillsAt:
             if self.full:
                 return 1, b"cat: write error: No space left on device"
             self.full = path == container.layout.journal and json.loads(stdin)["step"] == step
-            return write(path, data, mode, stdin)
+            return 0, write(path, data, mode, stdin)
 
         container.transport.on(
             "write_file", lambda argv, stdin: _answer_with(write_file, argv, stdin)

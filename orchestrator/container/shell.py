@@ -18,6 +18,7 @@ import math
 import shlex
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import ParamSpec
 
 from orchestrator.errors import NeedsAttention, StepFailed
@@ -28,14 +29,66 @@ DEFAULT_TIMEOUT = 120.0
 P = ParamSpec("P")
 
 
+@dataclass(frozen=True)
+class WholeStdin:
+    """What a write demands of its stdin before it replaces anything: all of the data,
+    by length and SHA-256. A script runs `sh` on the file stdin filled; a container held
+    in memory runs `refusal` on the bytes it was given, so both refuse the same cut
+    write with the same words."""
+
+    size: int
+    digest: str
+    file: str
+    """The sh word naming the file that stdin filled."""
+
+    @classmethod
+    def of(cls, data: bytes, file: str) -> WholeStdin:
+        return cls(len(data), hashlib.sha256(data).hexdigest(), file)
+
+    def _refused(self, size: str, digest: str) -> str:
+        return (
+            f"incomplete write: {size} of {self.size} bytes arrived, "
+            f"SHA-256 {digest} (expected {self.digest}); the old file is kept"
+        )
+
+    def sh(self) -> str:
+        return (
+            f"n=$(wc -c < {self.file}); h=$(sha256sum < {self.file}); "
+            f'if [ "$n" -ne {self.size} ] || [ "${{h%% *}}" != {self.digest} ]; then '
+            f'echo "{self._refused("$n", "${h%% *}")}" >&2; exit 1; fi'
+        )
+
+    def refusal(self, arrived: bytes) -> str | None:
+        """What the script says of `arrived` on stderr before exit 1; None: it goes on."""
+        digest = hashlib.sha256(arrived).hexdigest()
+        if (len(arrived), digest) == (self.size, self.digest):
+            return None
+        return self._refused(str(len(arrived)), digest)
+
+
 class Command(list[str]):
     """An argv that says which builder made it and from what: equal to the plain list
     (transports run it as one), and an in-memory container answers it by concern
-    (`concern`, `args`) instead of reading the script."""
+    (`concern`, `args`) instead of reading the script, after the checks of its stdin
+    the script runs (`checks`)."""
 
-    def __init__(self, argv: Sequence[str], concern: str, args: dict[str, object]) -> None:
+    def __init__(
+        self,
+        argv: Sequence[str],
+        concern: str,
+        args: dict[str, object],
+        checks: Sequence[WholeStdin] = (),
+    ) -> None:
         super().__init__(argv)
-        self.concern, self.args = concern, args
+        self.concern, self.args, self.checks = concern, args, tuple(checks)
+
+
+class Script(list[str]):
+    """An sh argv with the checks of its stdin that its text runs (see script)."""
+
+    def __init__(self, argv: Sequence[str], checks: Sequence[WholeStdin]) -> None:
+        super().__init__(argv)
+        self.checks = tuple(checks)
 
 
 def builder(build: Callable[P, list[str]]) -> Callable[P, list[str]]:
@@ -46,7 +99,9 @@ def builder(build: Callable[P, list[str]]) -> Callable[P, list[str]]:
     def named(*args: P.args, **kwargs: P.kwargs) -> list[str]:
         bound = signature.bind(*args, **kwargs)
         bound.apply_defaults()
-        return Command(build(*args, **kwargs), build.__name__, dict(bound.arguments))
+        built = build(*args, **kwargs)
+        checks = built.checks if isinstance(built, Script) else ()
+        return Command(built, build.__name__, dict(bound.arguments), checks)
 
     return named
 
@@ -102,9 +157,12 @@ def exit_on_signals(code: int) -> str:
     return f"trap 'exit {int(code)}' HUP INT PIPE TERM"
 
 
-def script(text: str) -> list[str]:
-    """argv that runs a POSIX sh script (needed for pipes, redirects, tests)."""
-    return [SH, "-c", text]
+def script(*parts: str | WholeStdin) -> list[str]:
+    """argv that runs a POSIX sh script (needed for pipes, redirects, tests): its text is
+    the parts in order, a stdin check as its `sh`, and the checks go with the argv."""
+    checks = [part for part in parts if isinstance(part, WholeStdin)]
+    text = "".join(part.sh() if isinstance(part, WholeStdin) else part for part in parts)
+    return Script([SH, "-c", text], checks) if checks else [SH, "-c", text]
 
 
 def q(value: object) -> str:
@@ -120,17 +178,14 @@ def write_file(path: str, data: bytes, mode: str = "0644") -> list[str]:
     the check is what keeps the partial file from replacing the good one (exit 1,
     the temp file removed, stderr saying what arrived)."""
     directory, name = path.rsplit("/", 1)
-    size, digest = len(data), hashlib.sha256(data).hexdigest()
     return script(
         f"set -e; umask 022; mkdir -p {q(directory)}; "
         f"tmp=$(mktemp {q(f'{directory}/.{name}.XXXXXX')}); "
         f"trap 'rm -f \"$tmp\"' EXIT; {exit_on_signals(1)}; "
-        f'cat > "$tmp"; n=$(wc -c < "$tmp"); h=$(sha256sum < "$tmp"); '
-        f'if [ "$n" -ne {size} ] || [ "${{h%% *}}" != {digest} ]; then '
-        f'echo "incomplete write: $n of {size} bytes arrived, '
-        f'SHA-256 ${{h%% *}} (expected {digest}); the old file is kept" >&2; exit 1; fi; '
-        f'sync "$tmp"; chmod {q(mode)} "$tmp"; '
-        f'mv -f "$tmp" {q(path)}; trap - EXIT; sync {q(directory)}'
+        'cat > "$tmp"; ',
+        WholeStdin.of(data, '"$tmp"'),
+        f'; sync "$tmp"; chmod {q(mode)} "$tmp"; '
+        f'mv -f "$tmp" {q(path)}; trap - EXIT; sync {q(directory)}',
     )
 
 
@@ -141,7 +196,9 @@ def bounded(argv: Sequence[str], seconds: float) -> list[str]:
     orch killed and the connection gone) never runs on: a hung `vllm --version` that
     holds a port is ended with its children. A builder's Command keeps its concern."""
     wrapped = ["timeout", "-k", str(KILL_AFTER_SECONDS), f"{max(1, math.ceil(seconds))}", *argv]
-    return Command(wrapped, argv.concern, argv.args) if isinstance(argv, Command) else wrapped
+    if isinstance(argv, Command):
+        return Command(wrapped, argv.concern, argv.args, argv.checks)
+    return wrapped
 
 
 @builder

@@ -3,9 +3,10 @@
 For fast unit tests beside the lab tests. A command is answered by concern: the
 newest rule for the name of the builder that made it (a container command says
 which, as `argv.concern`, with its arguments in `argv.args`), or for the first
-word of a plain argv, or `ANY`. A reply may be computed from the argv and stdin,
-so a test can keep a container's state in memory (tests/scripted.py does). TCP
-streams carry HTTP/1.1 to handlers keyed by method and path.
+word of a plain argv, or `ANY`; first, as the script would, the checks of its stdin the
+command carries (`argv.checks`, shell.WholeStdin) refuse what they refuse. A reply
+may be computed from the argv and stdin, so a test can keep a container's state in
+memory (tests/scripted.py does). TCP streams carry HTTP/1.1 to handlers keyed by method and path.
 """
 
 from __future__ import annotations
@@ -70,6 +71,9 @@ class MemoryTransport:
         call = Call(tuple(argv), stdin)
         with self._lock:
             self.calls.append(call)
+        for check in getattr(argv, "checks", ()):
+            if refused := check.refusal(stdin or b""):
+                return Result(tuple(argv), 1, b"", refused.encode())
         concern = concern_of(argv)
         for rule, answer in reversed(self.rules):
             if rule in (concern, ANY):
