@@ -31,7 +31,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from orchestrator.container.validator_program import staged
+from orchestrator.container import validator_program as program
 from orchestrator.lab import dflash_reading
 from orchestrator.lab.releases import Release, release
 from orchestrator.lab.vllm_standin import (
@@ -113,14 +113,9 @@ def drafter_layers(request: dict, state: dict) -> tuple[str, dict]:
     return text, {"layers": [list(layer) for layer in layers]}
 
 
-STAGES: tuple[Stage, ...] = (
-    parser,
-    environment,
-    engine_args,
-    model_config,
-    speculative_config,
-    drafter_layers,
-)
+STAGES: tuple[Stage, ...] = tuple(globals()[stage.__name__] for stage in program.STAGES)
+"""This module's stage of each name the program runs, in the program's order (a stage
+the program gains and this module lacks fails at import)."""
 
 
 def answer(request: dict) -> dict[str, Any]:
@@ -131,7 +126,7 @@ def answer(request: dict) -> dict[str, Any]:
     state: dict[str, Any] = {"release": release(claimed_version())}
     report: dict[str, Any] = {"version": claimed_version(), "stages": []}
     with tempfile.TemporaryDirectory(prefix="orch-dry-run-") as scratch:
-        request = dict(request, argv=staged(request, scratch))
+        request = dict(request, argv=program.staged(request, scratch))
         for stage in STAGES:
             started = time.monotonic()
             try:
