@@ -108,11 +108,13 @@ FC_IN_FEATURES = 5 * 5120
 # --- the acceptance model (pure) -------------------------------------------------------------
 
 
-def test_published_config_accepts_like_the_field() -> None:
-    profile = acceptance_profile(RENDERED, TRUTH, FC_IN_FEATURES)
-    assert len(profile) == 15
-    assert profile[0] == pytest.approx(0.8, abs=0.02)
-    assert 3.5 <= expected_acceptance_length(profile, 15) <= 5
+PUBLISHED = acceptance_profile(RENDERED, TRUTH, FC_IN_FEATURES)
+UNVOUCHED = acceptance_profile(RENDERED, None, FC_IN_FEATURES)
+"""No published config to vouch for the drafter: a gate must not pass on an unknown."""
+
+
+def mean_length(profile: list[float]) -> float:
+    return expected_acceptance_length(profile, 15)
 
 
 @pytest.mark.parametrize(
@@ -122,18 +124,19 @@ def test_published_config_accepts_like_the_field() -> None:
         (WRONG_MASK, TRUTH, FC_IN_FEATURES),
         (FOUR_IDS, TRUTH, FC_IN_FEATURES),
         (FOUR_IDS, FOUR_IDS, FC_IN_FEATURES),  # config as published, weights have 5 layers
-        (RENDERED, None, FC_IN_FEATURES),  # no published config to vouch for it
+        (with_changes(RENDERED, is_neox_style=12345), TRUTH, None),
+        (with_changes(RENDERED, rope_theta=12345), TRUTH, None),
+        (with_changes(RENDERED, eagle_aux_hidden_state_layer_ids=12345), TRUTH, None),
     ],
-    ids=["layer-ids", "mask-token", "four-of-five-ids", "ids-vs-weights", "unknown-drafter"],
+    ids=["layer-ids", "mask-token", "four-of-five-ids", "ids-vs-weights", "neox", "rope", "aux"],
 )
-def test_misaligned_drafter_accepts_almost_nothing(
-    deployed: dict, truth: dict | None, fc_in_features: int
+def test_a_drafter_reading_the_wrong_states_accepts_as_an_unvouched_one(
+    deployed: dict, truth: dict | None, fc_in_features: int | None
 ) -> None:
-    profile = acceptance_profile(deployed, truth, fc_in_features)
-    assert profile[0] == pytest.approx(0.08, abs=0.01)
-    assert profile[0] * profile[1] == pytest.approx(0.03, abs=0.005)
-    assert not any(profile[2:])
-    assert expected_acceptance_length(profile, 15) == pytest.approx(1.1, abs=0.05)
+    """A key vLLM reads for the model or its layers, or a layer count the weights
+    contradict: the drafter is served as one nobody vouches for, far below as published."""
+    assert acceptance_profile(deployed, truth, fc_in_features) == UNVOUCHED
+    assert mean_length(UNVOUCHED) < mean_length(PUBLISHED) / 2
 
 
 WINDOW_UNSEEN = TRUTH  # deployed as published: vLLM keeps no window for the sliding layers
@@ -144,16 +147,14 @@ WINDOW_UNSEEN = TRUTH  # deployed as published: vLLM keeps no window for the sli
     [ALL_FULL, WRONG_WINDOW, WINDOW_UNSEEN, with_changes(RENDERED, is_causal=True)],
     ids=["layer-types", "sliding-window", "window-the-server-does-not-see", "causality"],
 )
-def test_attention_mistakes_halve_acceptance(deployed: dict) -> None:
-    published = expected_acceptance_length(acceptance_profile(RENDERED, TRUTH, None), 15)
-    wrong = expected_acceptance_length(acceptance_profile(deployed, TRUTH, None), 15)
-    assert 0.4 <= wrong / published <= 0.6
-
-
-@pytest.mark.parametrize("key", ["is_neox_style", "rope_theta", "eagle_aux_hidden_state_layer_ids"])
-def test_keys_vllm_reads_for_the_model_or_its_layers_misalign_it(key: str) -> None:
-    profile = acceptance_profile(with_changes(RENDERED, **{key: 12345}), TRUTH, None)
-    assert profile[0] == pytest.approx(0.08, abs=0.01)
+def test_attention_mistakes_accept_less_than_published_more_than_unaligned(
+    deployed: dict,
+) -> None:
+    """Each attention mistake costs the same: the drafter's states still align."""
+    wrong = acceptance_profile(deployed, TRUTH, None)
+    assert wrong == acceptance_profile(ALL_FULL, TRUTH, None)
+    assert mean_length(UNVOUCHED) < mean_length(wrong) < mean_length(PUBLISHED)
+    assert all(w < p for w, p in zip(wrong, PUBLISHED, strict=True))
 
 
 @pytest.mark.parametrize(
