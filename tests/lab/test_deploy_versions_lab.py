@@ -10,12 +10,13 @@ import pytest
 from labdeploy import deploy, serving_pid, target
 from labtools import FAST, LabHandle
 
+from orchestrator.lab.releases import release
+
 pytestmark = pytest.mark.lab
 
-V2_ERROR = (
-    "NotImplementedError: DFlash drafters with mixed sliding/full attention require the V2 "
-    "model runner; relaunch with VLLM_USE_V2_MODEL_RUNNER=1."
-)
+V2_ERROR = release("0.27.1").fact("mixed_dflash_drafter").error
+"""The claimed release's words for a mixed drafter on V1, from the lab's data (read back
+from the wheel at hand by tests/local/test_wheelfacts.py)."""
 RUNNER_OFF = 'server.env={VLLM_USE_V2_MODEL_RUNNER: "0"}'
 """V1 forced: 0.26 - 0.28 refuse a mixed drafter there (unset, they pick V2 themselves)."""
 COUNTERS = ("--set", "gate.acceptance_source=counters")
@@ -101,7 +102,7 @@ def test_on_vllm_0_27_the_runner_variable_is_checked_before_the_restart(lab: Lab
     )
     assert forced.code == 1, forced.stdout + forced.stderr
     assert "did not become ready" in forced.stdout
-    assert V2_ERROR in " ".join(forced.stdout.split())
+    assert V2_ERROR and V2_ERROR in " ".join(forced.stdout.split())
     found = forced.stdout.split("Preflight had found: ", 1)[1].split("\n", 1)[0]
     assert "server.env.VLLM_USE_V2_MODEL_RUNNER '0' (expected 'unset')" in found  # orch's
     assert "drafter.config.layer_types 'NotImplementedError" in found  # the host's own check

@@ -16,6 +16,7 @@ import pytest
 from realvllm import VENV, absent, needs_032, release_trees
 
 from orchestrator.lab.releases import _facts as lab_facts
+from orchestrator.lab.releases import known_releases, release
 from orchestrator.serving.capabilities import FACT_FIELDS, capabilities_for, load_table
 from orchestrator.serving.wheelfacts import Release, facts, rows
 
@@ -136,6 +137,16 @@ def test_the_labs_quoted_lines_read_back_from_their_wheels(
         pytest.skip(absent(version))
     path, line = where.split(":")
     assert text_of(version, path)[int(line) - 1].strip() == quote
+
+
+@pytest.mark.parametrize("version", known_releases())
+def test_the_labs_mixed_drafter_error_is_the_wheels(version: str) -> None:
+    """The words the lab's stand-in dies with for a mixed drafter are the ones the
+    release's own code raises, as the tool reads them from its wheel."""
+    if version not in TREES:
+        pytest.skip(absent(version))
+    read = {fact.name: fact.value for fact in facts(Release(TREES[version]))}
+    assert release(version).fact("mixed_dflash_drafter").error == read.get("error")
 
 
 def test_a_release_tree_is_read_as_text_and_grouped_into_rows(tmp_path: Path) -> None:

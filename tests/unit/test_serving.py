@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 from pathlib import Path
 
@@ -18,10 +17,6 @@ from orchestrator.plan import LAUNCH_SCRIPT, plan_deploy
 from orchestrator.playbook import load_playbook
 from orchestrator.serving.acceptance_source import auto_source
 from orchestrator.serving.capabilities import (
-    FULL_ATTENTION,
-    REFUSED,
-    SERVED,
-    V2_DEFAULT,
     V2_SELECTED,
     UnknownVersion,
     capabilities_for,
@@ -47,51 +42,16 @@ def launch_with(**env: str) -> Launch:
 
 
 @pytest.mark.parametrize(
-    ("version", "mixed", "lm_head_bug", "runner_values", "per_request"),
-    [
-        ("0.11.0", None, False, "integer", False),
-        ("0.19.1", None, False, "integer", False),
-        ("0.20.0", FULL_ATTENTION, False, "integer", False),
-        ("0.22.1", FULL_ATTENTION, False, "integer", False),
-        ("0.24.0", FULL_ATTENTION, True, "integer", False),
-        ("0.25.1", REFUSED, True, "integer", False),
-        ("0.26.0", V2_SELECTED, False, "integer", False),
-        ("0.26.0rc1", V2_SELECTED, False, "integer", False),  # judged by its release
-        ("v0.27.1+cu129", V2_SELECTED, False, "integer", False),
-        ("0.28.0", V2_SELECTED, False, "integer", False),
-        ("0.29.0", V2_DEFAULT, False, "integer", True),
-        ("0.33.0", V2_DEFAULT, False, "integer", True),
-        ("0.34.0", SERVED, False, "only_1", True),
-    ],
+    ("version", "release"), [("0.26.0rc1", "0.26.0"), ("v0.27.1+cu129", "0.27.1")]
 )
-def test_rows_by_version(
-    version: str, mixed: str | None, lm_head_bug: bool, runner_values: str | None, per_request: bool
+def test_a_pre_release_or_a_local_build_is_judged_by_its_release(
+    version: str, release: str
 ) -> None:
-    """The rows as read from each release's files (python -m orchestrator.serving.wheelfacts)."""
-    row = capabilities_for(version).row
-    assert not capabilities_for(version).assumed
-    assert row.mixed_attention_drafters == mixed
-    assert row.lm_head_zero_for_conditional_generation is lm_head_bug
-    assert row.runner_values == runner_values
-    assert row.per_request_spec_decode_metrics is per_request
-    assert row.serves("dflash") is (mixed is not None)
-    assert not row.attention_backend_env_read and not row.health_503_while_warming
-    assert set(row.sources) >= {"methods", "mixed_attention_drafters", "runner_values"}
-
-
-def test_methods_are_every_one_the_release_accepts() -> None:
-    newest = capabilities_for("0.34.0").row
-    for method in (
-        "ngram", "draft_model", "suffix", "eagle", "eagle3", "extract_hidden_states", "mtp",
-        "qwen3_5_mtp", "dflash", "ngram_gpu", "dspark",
-    ):  # fmt: skip
-        assert newest.serves(method), method
-    assert not newest.serves("dflash2")  # an architecture served under method dflash
-    assert not newest.serves("custom_class") and capabilities_for("0.33.0").row.serves(
-        "custom_class"
-    )
-    assert not capabilities_for("0.33.0").row.serves("medusa")
-    assert capabilities_for("0.32.0").row.serves("medusa")
+    """The rows' facts are checked against the wheels (tests/local/test_wheelfacts.py);
+    here, which row a version string finds."""
+    found = capabilities_for(version)
+    assert found.row == capabilities_for(release).row and release in found.row.releases
+    assert not found.assumed
 
 
 def test_rows_do_not_overlap_and_ascend() -> None:
@@ -129,8 +89,13 @@ def test_bad_version_strings_raise_unknown_version(text: str) -> None:
 
 @given(st.text(max_size=40))
 def test_no_version_string_is_a_traceback(text: str) -> None:
-    with contextlib.suppress(UnknownVersion):
-        capabilities_for(text)
+    """Any text finds a row of the table or is refused saying it is not a version."""
+    try:
+        found = capabilities_for(text)
+    except UnknownVersion as refused:
+        assert str(refused).endswith("is not a version"), refused
+    else:
+        assert found.row in load_table().rows
 
 
 ROW = """\
@@ -320,10 +285,18 @@ def test_unknown_and_newer_versions_are_warnings_that_say_what_was_assumed() -> 
     assert "assumed it behaves like" in newer.message
 
 
-@pytest.mark.parametrize("drafter", [{}, {"layer_types": "sliding"}, {"dflash_config": 3}])
-def test_odd_configs_are_judged_without_a_traceback(drafter: dict) -> None:
-    judge_server("0.19.1", PLAYBOOK_LAUNCH, drafter, {"architectures": "x"})
-    judge_server("0.19.1", PLAYBOOK_LAUNCH, None, None)
+@pytest.mark.parametrize("drafter", [{}, {"layer_types": "sliding"}, {"dflash_config": 3}, None])
+def test_odd_configs_are_judged_as_configs_without_sliding_layers(drafter: dict | None) -> None:
+    """Where the method is missing, that alone is said; where layer types are judged, an
+    odd config has no sliding layer to judge."""
+    [missing] = judge_server("0.19.1", PLAYBOOK_LAUNCH, drafter, {"architectures": "x"})
+    assert (missing.severity, missing.field, missing.expected) == (
+        Severity.ERROR,
+        "server.version",
+        ">= 0.20.0",  # the method's first release: no mixed drafter to wait for 0.26.0
+    )
+    assert judge_server("0.24.0", PLAYBOOK_LAUNCH, drafter, {"architectures": "x"}) == []
+    assert judge_server("0.24.0", PLAYBOOK_LAUNCH, drafter, None) == []
 
 
 @pytest.mark.parametrize(
