@@ -13,7 +13,7 @@ from pathlib import Path
 
 from orchestrator.container import verdict
 from orchestrator.container.audit import STATUS_TAIL
-from orchestrator.container.probe import DRAFTER, MISSING, TARGET
+from orchestrator.container.probe import MISSING, model_dirs
 from orchestrator.container.shell import Command, parse_frames
 from orchestrator.deadline import SYSTEM_CLOCK, Clock
 from orchestrator.errors import ServiceUnavailable, TransportError
@@ -395,11 +395,11 @@ class ScriptedContainer:
         header_limit: int,
         vllm: str | None,
     ) -> bytes:
-        """As probe.preflight_facts prints it; the install's identity is `install` (empty
-        by default: no verdict is kept or reused)."""
-        dirs = [(TARGET, target_dir)] + ([(DRAFTER, drafter_dir)] if drafter_dir else [])
+        """As probe.preflight_facts prints it: the small facts, then each of its model
+        dirs (probe.model_dirs) as read_model_dir answers, under its prefix; the install's
+        identity is `install` (empty by default: no verdict is kept or reused)."""
         models = []
-        for prefix, directory in dirs:
+        for prefix, directory in model_dirs(target_dir, drafter_dir):
             code, data = self._read_model_dir(directory, names, header_limit)
             found = parse_frames(data).items() if code == 0 else [(MISSING, b"")]
             models += [(prefix + name, body) for name, body in found]

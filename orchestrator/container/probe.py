@@ -135,6 +135,11 @@ TARGET, DRAFTER = "target/", "drafter/"
 """The prefixes of the two model dirs' frames in preflight_facts."""
 
 
+def model_dirs(target_dir: str, drafter_dir: str | None) -> list[tuple[str, str]]:
+    """The model dirs preflight_facts frames, in order, each with its frames' prefix."""
+    return [(TARGET, target_dir)] + ([(DRAFTER, drafter_dir)] if drafter_dir else [])
+
+
 @builder
 def preflight_facts(
     layout: Layout,
@@ -149,11 +154,10 @@ def preflight_facts(
     the target's and the drafter's model dirs (frames named after TARGET and DRAFTER,
     `PREFIX.missing` for a dir that does not exist), and, given the launch's `vllm`, the
     server check's kept verdict with the identity of the install it judged (verdict.py)."""
-    dirs = [(TARGET, target_dir)] + ([(DRAFTER, drafter_dir)] if drafter_dir else [])
     models = "".join(
         _model_dir(directory, names, header_limit, prefix)
         + f'; [ $? -ne 3 ] || {{ : > "$tmp"; frame {q(prefix + MISSING)} "$tmp"; }}\n'
-        for prefix, directory in dirs
+        for prefix, directory in model_dirs(target_dir, drafter_dir)
     )
     return script(
         PROCESS_FUNCTIONS
