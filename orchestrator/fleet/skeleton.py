@@ -9,13 +9,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Generic, TypedDict, TypeVar
+from typing import Any, Generic, TypeVar
 
 from orchestrator import runlog
 from orchestrator.cancel import Cancel
 from orchestrator.connections import Connect, Pool
 from orchestrator.container.journal import UNKNOWN_RUN
-from orchestrator.contract import RunResult, run_result
+from orchestrator.contract import run_result
 from orchestrator.deadline import now
 from orchestrator.documents.runs import (
     InterruptedRun,
@@ -73,38 +73,24 @@ def exit_code(outcomes: list[Outcome], cancel: Cancel) -> int:
     return cancel.exit_code if cancel.requested else max((o.exit_code for o in outcomes), default=0)
 
 
-class RunFields(TypedDict):
-    """RunDocument's own fields: the run and its inputs, each container's outcome."""
-
-    playbook: str
-    run_id: str
-    started: str
-    method: str
-    drafter: str | None
-    model: str
-    inventory: str
-    assignments: list[str]
-    result: RunResult
-    targets: list[Outcome]
-
-
 def _run_fields(
     inputs: Inputs, run_id: str, started: str, outcomes: list[Outcome], code: int
-) -> RunFields:
-    """What every run's document says of the run and its inputs (RunDocument's fields)."""
+) -> dict[str, Any]:
+    """What every run's document says of the run and its inputs: RunDocument's own
+    fields, by name (the document checks them as it is made)."""
     drafter = inputs.playbook.drafter
-    return RunFields(
-        playbook=inputs.playbook.name,
-        run_id=run_id,
-        started=started,
-        method=drafter.kind,
-        drafter=drafter.profile or drafter.weights,
-        model=inputs.playbook.target.served_name,
-        inventory=str(inputs.inventory_path.resolve()),
-        assignments=list(inputs.playbook.assignments),
-        result=run_result(code),
-        targets=outcomes,
-    )
+    return {
+        "playbook": inputs.playbook.name,
+        "run_id": run_id,
+        "started": started,
+        "method": drafter.kind,
+        "drafter": drafter.profile or drafter.weights,
+        "model": inputs.playbook.target.served_name,
+        "inventory": str(inputs.inventory_path.resolve()),
+        "assignments": list(inputs.playbook.assignments),
+        "result": run_result(code),
+        "targets": outcomes,
+    }
 
 
 RECORD_ATTEMPTS = 3
