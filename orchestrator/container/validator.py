@@ -21,6 +21,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from orchestrator import remotejson
+from orchestrator.container import validator_program
 from orchestrator.container.shell import builder
 from orchestrator.errors import OrchError
 from orchestrator.transport.base import Transport
@@ -30,14 +31,8 @@ TIMEOUT = 300.0
 """vLLM's import alone takes seconds (10 - 20 s on a busy 2-core machine), and
 building the model configs inspects each architecture in a subprocess."""
 MAX_REPLY = 256 * 1024
-STAGES = (
-    "parser",
-    "environment",
-    "engine_args",
-    "model_config",
-    "speculative_config",
-    "drafter_layers",
-)
+STAGES = tuple(stage.__name__ for stage in validator_program.STAGES)
+"""The names of the program's stages, in its order: the only names a reply may give."""
 Text = Annotated[str, Field(max_length=4000)]
 
 

@@ -10,43 +10,22 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
 from realvllm import ROOT, VENV, VENV_034, needs_032, needs_034, own_cache
+from servercheck import CPU, check_launch, one_container
 
 from orchestrator.container import validator
 from orchestrator.drafters.findings import Severity
 from orchestrator.drafters.profiles import get_profile
-from orchestrator.inventory import load_inventory
 from orchestrator.lab.models import published_drafter_config
-from orchestrator.plan import LAUNCH_SCRIPT, TargetPlan, plan_deploy
+from orchestrator.plan import TargetPlan
 from orchestrator.playbook import load_playbook
-from orchestrator.preflight import ask_server
-from orchestrator.serving import server_check
-from orchestrator.serving.judge import Launch, judge_server, read_launch
-from orchestrator.transport.base import Result
-from orchestrator.transport.memory import MemoryTransport
+from orchestrator.serving.judge import Launch, judge_server
 
 TARGETS = ROOT / "orchestrator" / "drafters" / "targets"
 SHIPPED = sorted(p.stem for p in (ROOT / "playbooks").glob("*.yaml") if p.stem.startswith("qwen"))
-CPU = "server.env.VLLM_TARGET_DEVICE=cpu"
-"""A venv whose `vllm` dist is not named `+cpu` finds vLLM's CPU platform only from this
-variable (vllm/platforms/__init__.py cpu_platform_plugin)."""
-
-
-def local(venv: Path) -> Callable[[Sequence[str], bytes | None], Result]:
-    """Commands run here, as `venv`'s processes (with its own vLLM cache)."""
-    env = {**os.environ, **own_cache(venv)}
-
-    def run(argv: Sequence[str], stdin: bytes | None) -> Result:
-        done = subprocess.run(
-            list(argv), input=stdin, capture_output=True, timeout=900, check=False, env=env
-        )
-        return Result(tuple(argv), done.returncode, done.stdout, done.stderr)
-
-    return run
 
 
 def ask(
@@ -67,34 +46,13 @@ def ask(
         if playbook.drafter.config == "shipped" and profile is not None:
             config = published_drafter_config(profile.name)
             (drafter_dir / "config.json").write_text(json.dumps(config))
-    inventory = tmp_path / "inventory.yaml"
-    inventory.write_text(
-        json.dumps(
-            {
-                "hosts": {"h": {"address": "127.0.0.1"}},
-                "containers": {
-                    "ct1": {
-                        "vmid": 101,
-                        "host": "h",
-                        "address": "127.0.0.1",
-                        "access": "pct",
-                        "vars": {
-                            "models_dir": str(models),
-                            "vllm": str(venv / "bin" / "vllm"),
-                            "state_dir": str(tmp_path / "state"),
-                        },
-                    }
-                },
-                "groups": {"gpu": ["ct1"]},
-            }
-        )
+    inventory = one_container(tmp_path, models, str(venv / "bin" / "vllm"))
+    found, findings, launch, plan = check_launch(
+        playbook, inventory, {**os.environ, **own_cache(venv)}
     )
-    [plan] = plan_deploy(playbook, load_inventory(inventory))
-    launch = read_launch(plan.files[LAUNCH_SCRIPT].decode(), plan.release_id)
-    found = ask_server(MemoryTransport().on("validate_launch", local(venv)), plan, launch)
     assert found.reply is not None, found.unavailable
     assert not list((tmp_path / "state").glob("**/*")), "the check wrote into the deployment"
-    return found, server_check.findings(found, launch), launch, plan
+    return found, findings, launch, plan
 
 
 def statuses(found: validator.ServerCheck) -> dict[str, str]:

@@ -7,32 +7,20 @@ real-server lab shows the same refusals end to end: tests/lab/test_realvllm_lab.
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
 import sys
-from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 from realvllm import ROOT, VENV, needs_032, own_cache
+from servercheck import CPU, check_launch, one_container
 
 from orchestrator.container import validator
 from orchestrator.drafters.findings import Finding, Severity
-from orchestrator.inventory import load_inventory
 from orchestrator.lab import tiny_cache
 from orchestrator.lab.paths import VLLM_VERSION_ENV, ContainerPaths, write_container_launchers
-from orchestrator.plan import LAUNCH_SCRIPT, plan_deploy
 from orchestrator.playbook import load_playbook
-from orchestrator.preflight import ask_server
-from orchestrator.serving import server_check
-from orchestrator.serving.judge import read_launch
-from orchestrator.transport.base import Result
-from orchestrator.transport.memory import MemoryTransport
 
-CPU = "server.env.VLLM_TARGET_DEVICE=cpu"
-"""The real venv's vLLM finds its CPU platform only from this variable (see
-tests/local/test_server_check_real.py); the stand-in reads it as any other export."""
 CASES = {
     "dflash": ("lab-dflash",),
     "draft model": ("lab-draft-model",),
@@ -60,37 +48,11 @@ def ask(
     tmp_path: Path, vllm: str, name: str, *assignments: str, env: dict[str, str] | None = None
 ) -> tuple[validator.ServerCheck, list[Finding]]:
     """The lab playbook `name` rendered for a container whose vllm is `vllm`, checked by it."""
-    inventory = tmp_path / "inventory.yaml"
-    container = {"models_dir": str(tmp_path / "models"), "vllm": vllm}
-    inventory.write_text(
-        json.dumps(
-            {
-                "hosts": {"h": {"address": "127.0.0.1"}},
-                "containers": {
-                    "ct1": {
-                        "vmid": 101,
-                        "host": "h",
-                        "address": "127.0.0.1",
-                        "access": "pct",
-                        "vars": {**container, "state_dir": str(tmp_path / "state")},
-                    }
-                },
-                "groups": {"gpu": ["ct1"]},
-            }
-        )
-    )
     playbook = load_playbook(ROOT / "playbooks" / f"{name}.yaml", [CPU, *assignments])
-    [plan] = plan_deploy(playbook, load_inventory(inventory))
-    launch = read_launch(plan.files[LAUNCH_SCRIPT].decode(), plan.release_id)
-
-    def run(argv: Sequence[str], stdin: bytes | None) -> Result:
-        done = subprocess.run(
-            list(argv), input=stdin, capture_output=True, timeout=900, check=False, env=env
-        )
-        return Result(tuple(argv), done.returncode, done.stdout, done.stderr)
-
-    found = ask_server(MemoryTransport().on("validate_launch", run), plan, launch)
-    return found, server_check.findings(found, launch)
+    found, findings, _, _ = check_launch(
+        playbook, one_container(tmp_path, tmp_path / "models", vllm), env
+    )
+    return found, findings
 
 
 def verdict(found: validator.ServerCheck, findings: list[Finding]) -> dict:
