@@ -140,12 +140,14 @@ def test_the_labs_quoted_lines_read_back_from_their_wheels(
 
 
 @pytest.mark.parametrize("version", known_releases())
-def test_the_labs_mixed_drafter_error_is_the_wheels(version: str) -> None:
-    """The words the lab's stand-in dies with for a mixed drafter are the ones the
-    release's own code raises, as the tool reads them from its wheel."""
+def test_the_labs_methods_and_mixed_drafter_error_are_the_wheels(version: str) -> None:
+    """The methods the lab's stand-in accepts, and the words it dies with for a mixed
+    drafter, are the ones the release's own code has, as the tool reads them from its
+    wheel."""
     if version not in TREES:
         pytest.skip(absent(version))
     read = {fact.name: fact.value for fact in facts(Release(TREES[version]))}
+    assert release(version).methods == read["methods"]
     assert release(version).fact("mixed_dflash_drafter").error == read.get("error")
 
 
