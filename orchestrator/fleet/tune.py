@@ -46,6 +46,8 @@ class TuneAsk:
     assignments: list[str]
     values: list[int]
     restore: bool = False
+    recheck: bool = False
+    """Every deploy of the tune checks its launch again, kept verdict or not."""
 
 
 def check(ask: TuneAsk) -> Inputs:
@@ -172,7 +174,7 @@ def _inputs(ask: TuneAsk, value: int) -> Inputs:
 
 
 def _options(ask: TuneAsk) -> Options:
-    return new_options(inventory=str(ask.inventory_path))
+    return new_options(inventory=str(ask.inventory_path), recheck=ask.recheck)
 
 
 def _target(document: DeployRun | RollbackRun) -> Outcome:
