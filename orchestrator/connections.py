@@ -1,5 +1,6 @@
-"""The connections of one run: one SSH connection per Proxmox host (or per directly
-reached container), shared by every step and every container of the run, with each
+"""The connections of one run: one SSH endpoint per Proxmox host (or per directly
+reached container), shared by every step and every container of the run (one connection,
+more while commands queue on it: transport/endpoint.py), with each
 container's transport (pct over its host's SSH, or its own SSH) wrapped so that every
 command it runs is bounded on the container too (BoundedTransport) and reaches the
 run's log."""
@@ -21,16 +22,16 @@ from orchestrator.runlog import RunLog
 from orchestrator.secrets import output_hidden
 from orchestrator.transport.base import Result, Stream, Transport
 from orchestrator.transport.pct import PctTransport
-from orchestrator.transport.sessions import SessionUse
 
 if TYPE_CHECKING:
-    from orchestrator.transport.ssh import SshTransport
+    from orchestrator.transport.endpoint import SshEndpoint
 
 
 @pydantic.dataclasses.dataclass(frozen=True)
 class ConnectionUsage:
-    """One SSH connection's use in a run, as its document lists it: `waited` commands
-    queued for a session slot, `refused` opens sshd refused and that were tried again."""
+    """One SSH endpoint's use in a run, as its document lists it: the `connections` it
+    had, the sessions taken at once at the `peak` (over all of them), `waited` commands
+    queued for a session, `refused` opens sshd refused and that were tried again."""
 
     endpoint: str
     address: str
@@ -41,8 +42,17 @@ class ConnectionUsage:
     refused: int
 
     @classmethod
-    def of(cls, endpoint: str, address: str, use: SessionUse) -> ConnectionUsage:
-        return cls(endpoint, address, 1, use.limit, use.peak, use.waited, use.refused)
+    def of(cls, endpoint: SshEndpoint) -> ConnectionUsage:
+        use = endpoint.use()
+        return cls(
+            endpoint.label,
+            endpoint.address,
+            endpoint.connections,
+            use.limit,
+            use.peak,
+            use.waited,
+            use.refused,
+        )
 
 
 class Pool(Protocol):
@@ -97,7 +107,8 @@ class Given:
 
 
 class Connections:
-    """One SSH connection per endpoint, opened on first use and closed at the end."""
+    """One SSH endpoint per place orch logs in to, its first connection opened on first
+    use, all closed at the end."""
 
     def __init__(
         self,
@@ -110,18 +121,18 @@ class Connections:
         self.inventory = inventory
         self.accept_new_host_keys = accept_new_host_keys
         self.run_log = run_log
-        self._ssh: dict[tuple[str, SshSettings], SshTransport] = {}
+        self._ssh: dict[tuple[str, SshSettings], SshEndpoint] = {}
         self._lock = threading.Lock()
 
-    def _endpoint(self, label: str, address: str, settings: SshSettings) -> SshTransport:
+    def _endpoint(self, label: str, address: str, settings: SshSettings) -> SshEndpoint:
         """Keyed by where and how it logs in (user, port, jump host, become...), so
         distinct endpoints never share a connection."""
-        from orchestrator.transport.ssh import SshTransport  # fabric loads when a run connects
+        from orchestrator.transport.endpoint import SshEndpoint  # fabric loads on connecting
 
         key = (address, settings)
         with self._lock:
             if key not in self._ssh:
-                self._ssh[key] = SshTransport(label, address, settings, self.accept_new_host_keys)
+                self._ssh[key] = SshEndpoint(label, address, settings, self.accept_new_host_keys)
             return self._ssh[key]
 
     def container(self, name: str) -> Transport:
@@ -139,11 +150,11 @@ class Connections:
         return RecordedTransport(transport, name, self.run_log) if self.run_log else transport
 
     def usage(self) -> list[ConnectionUsage]:
-        """Per SSH connection: where, its session cap, the peak reached, and how many
-        commands waited for a free session (they queue; no second connection is opened)."""
+        """Per SSH endpoint: where, its connections, each one's session cap, the peak
+        reached and how many commands waited for a free session."""
         with self._lock:
-            transports = list(self._ssh.values())
-        return [ConnectionUsage.of(t.label, t.address, t.sessions.use()) for t in transports]
+            endpoints = list(self._ssh.values())
+        return [ConnectionUsage.of(endpoint) for endpoint in endpoints]
 
     def close(self) -> None:
         with self._lock:

@@ -17,6 +17,7 @@ from orchestrator import patterns as host_patterns
 from orchestrator.errors import InputError
 from orchestrator.schema import Name, Port, Schema, validate_document
 from orchestrator.transport.login import JUMP
+from orchestrator.transport.startups import STARTUPS
 from orchestrator.yamlsource import YamlDocument, load_yaml_file, places
 
 VMID_RANGE = (100, 999_999_999)
@@ -92,6 +93,12 @@ class SshSettings(Schema):
         default=None,
         description="Commands at once over one connection: the sshd's MaxSessions (default "
         "10, OpenSSH's); more wait their turn.",
+    )
+    max_startups: Annotated[str, Field(pattern=STARTUPS.pattern)] | None = Field(
+        default=None,
+        description="The sshd's MaxStartups, `start[:rate:full]` (default 10:30:100, "
+        "OpenSSH's). While commands queue on a connection, a run opens another to the "
+        "same place, one at a time, up to half of `start` connections.",
     )
     become: Literal["sudo"] | None = Field(
         default=None,

@@ -165,24 +165,12 @@ def gather(
         else None
     )
     payload = server_request(plan, launch)
-    key = verdict.key_of(
-        payload,
-        frames.get(verdict.INSTALL, b"").decode("utf-8", "replace"),
-        {
-            f"{role}{name}": data
-            for role, model in ((probe.TARGET, target), (probe.DRAFTER, drafter))
-            if model is not None
-            for name, data in model.frames.items()
-            if name in MODEL_FILES
-        },
-    )
+    key = verdict_key(payload, frames.get(verdict.INSTALL), target, drafter)
     kept = None if recheck else verdict.reusable(frames.get(verdict.VERDICT), key)
     vllm = launch.executable
     said: Future[validator.ServerCheck] = Future()
     if kept is not None:
-        said.set_result(
-            validator.ServerCheck(kept.reply, reused=f"{kept.time} (run {kept.run_id})")
-        )
+        said.set_result(kept.as_check())
     elif vllm:
         progress(f"server check ({vllm})")
         said = started(lambda: validator.check(transport, vllm, payload))
@@ -286,16 +274,22 @@ def verdict_to_keep(facts: Facts, run_id: str, time: str) -> verdict.Verdict | N
     return verdict.Verdict(key=facts.verdict_key, time=time, run_id=run_id, reply=found.reply)
 
 
-def server_check_of_release(
-    transport: Transport, plan: TargetPlan, release_id: str, script: bytes | None
-) -> list[Finding]:
-    """The target's vLLM over the launch script of a release already on the container
-    (`verify-config PLAYBOOK`): its files are where the script names them."""
-    launch = read_launch((script or b"").decode("utf-8", "replace"), release_id)
-    if not launch.executable:
-        return []
-    found = validator.check(transport, plan.vllm, validator.request(launch.argv, launch.env, {}))
-    return server_check.findings(found, launch)
+def verdict_key(
+    payload: dict, install: bytes | None, target: ModelDir, drafter: ModelDir | None
+) -> str | None:
+    """What the server check's verdict on `payload` is kept under (verdict.key_of): the
+    install's identity (its INSTALL frame) and the files read of each model dir."""
+    return verdict.key_of(
+        payload,
+        (install or b"").decode("utf-8", "replace"),
+        {
+            f"{role}{name}": data
+            for role, model in ((probe.TARGET, target), (probe.DRAFTER, drafter))
+            if model is not None
+            for name, data in model.frames.items()
+            if name in MODEL_FILES
+        },
+    )
 
 
 def server_request(plan: TargetPlan, launch: Launch) -> dict:

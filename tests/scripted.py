@@ -225,6 +225,7 @@ class ScriptedContainer:
             "status_report": self._status_report,
             "target_facts": self._target_facts,
             "preflight_facts": self._preflight_facts,
+            "launch_facts": self._launch_facts,
             "read_vllm_version": lambda vllm: self.vllm_version,
             "read_log": self._read_log,
             "read_model_dir": self._read_model_dir,
@@ -398,6 +399,19 @@ class ScriptedContainer:
         """As probe.preflight_facts prints it: the small facts, then each of its model
         dirs (probe.model_dirs) as read_model_dir answers, under its prefix; the install's
         identity is `install` (empty by default: no verdict is kept or reused)."""
+        launch = self._launch_facts(layout, target_dir, drafter_dir, names, header_limit, vllm)
+        return self._target_facts(layout, nvidia_smi) + launch
+
+    def _launch_facts(
+        self,
+        layout: Layout,
+        target_dir: str,
+        drafter_dir: str | None,
+        names: Sequence[str],
+        header_limit: int,
+        vllm: str | None,
+    ) -> bytes:
+        """As probe.launch_facts prints it (see _preflight_facts)."""
         models = []
         for prefix, directory in model_dirs(target_dir, drafter_dir):
             code, data = self._read_model_dir(directory, names, header_limit)
@@ -406,7 +420,7 @@ class ScriptedContainer:
         kept = self.files.get(layout.server_check)
         install = [(verdict.INSTALL, self.install)] if vllm else []
         install += [(verdict.VERDICT, kept)] if vllm and kept is not None else []
-        return self._target_facts(layout, nvidia_smi) + frames([*models, *install])
+        return frames([*models, *install])
 
     def _status_report(self, layout: Layout) -> str:
         audit = self.files.get(layout.audit_log, b"").decode().splitlines()

@@ -77,6 +77,7 @@ if TYPE_CHECKING:
     metavar="NAME",
     help="Offline, with --server-version: the server's --attention-backend.",
 )
+@recheck_option
 @accept_keys_option
 @json_option
 def verify_config(
@@ -92,6 +93,7 @@ def verify_config(
     server_version: str | None,
     server_env: tuple[str, ...],
     attention_backend: str | None,
+    recheck: bool,
     accept_new_host_keys: bool,
     as_json: bool,
 ) -> None:
@@ -107,7 +109,7 @@ def verify_config(
         if not inventory_path:
             raise InputError("verify-config PLAYBOOK needs -i INVENTORY")
         inputs = load(playbook, inventory_path, list(limit), list(assignments), True)
-        document, code = verify_remote(inputs, ssh(accept_new_host_keys))
+        document, code = verify_remote(inputs, ssh(accept_new_host_keys), recheck)
         if as_json:
             screen.print_json(document)
         else:

@@ -200,6 +200,7 @@ def rollback(
 
 @click.command()
 @server_action_options
+@recheck_option
 def baseline(
     playbook: str,
     inventory_path: Path,
@@ -207,6 +208,7 @@ def baseline(
     assignments: tuple[str, ...],
     accept_new_host_keys: bool,
     as_json: bool,
+    recheck: bool,
 ) -> None:
     """Serve the same target with the same launch minus the speculative config, measure
     its speed at gate.speed's levels and record it with its fingerprint (the reference a
@@ -220,7 +222,7 @@ def baseline(
     from orchestrator.report import screen
 
     inputs = load(playbook, inventory_path, list(limit), list(assignments))
-    options = new_options(inventory=str(inventory_path))
+    options = new_options(inventory=str(inventory_path), recheck=recheck)
     with _stoppable(inputs, as_json) as (view, cancel):
         document, code = measure(inputs, options, ssh(accept_new_host_keys), view, cancel)
     screen.print_json(document) if as_json else run_report.print_run(document)
@@ -349,6 +351,7 @@ def remove(yes: bool, **options: Any) -> None:
     is_flag=True,
     help="End on the release serving before the tune, not on the best depth.",
 )
+@recheck_option
 @accept_keys_option
 @json_option
 def tune(
@@ -358,6 +361,7 @@ def tune(
     assignments: tuple[str, ...],
     values: str,
     restore: bool,
+    recheck: bool,
     accept_new_host_keys: bool,
     as_json: bool,
 ) -> None:
@@ -373,7 +377,13 @@ def tune(
     from orchestrator.tuning import parse_values
 
     ask = tuning.TuneAsk(
-        playbook, inventory_path, container, list(assignments), parse_values(values), restore
+        playbook,
+        inventory_path,
+        container,
+        list(assignments),
+        parse_values(values),
+        restore,
+        recheck,
     )
     inputs = tuning.check(ask)
     with _stoppable(inputs, as_json) as (view, cancel):

@@ -154,17 +154,43 @@ def preflight_facts(
     the target's and the drafter's model dirs (frames named after TARGET and DRAFTER,
     `PREFIX.missing` for a dir that does not exist), and, given the launch's `vllm`, the
     server check's kept verdict with the identity of the install it judged (verdict.py)."""
-    models = "".join(
-        _model_dir(directory, names, header_limit, prefix)
-        + f'; [ $? -ne 3 ] || {{ : > "$tmp"; frame {q(prefix + MISSING)} "$tmp"; }}\n'
-        for prefix, directory in model_dirs(target_dir, drafter_dir)
-    )
     return script(
         PROCESS_FUNCTIONS
         + FRAME_FUNCTIONS
         + _small_facts(layout, nvidia_smi)
-        + models
+        + _model_dirs(target_dir, drafter_dir, names, header_limit)
         + (verdict.section(vllm, layout.server_check) if vllm else "")
+    )
+
+
+@builder
+def launch_facts(
+    layout: Layout,
+    target_dir: str,
+    drafter_dir: str | None,
+    names: Sequence[str],
+    header_limit: int,
+    vllm: str | None,
+) -> list[str]:
+    """What the checks of a release already on the container read, in one round trip:
+    both model dirs (as preflight_facts frames them) and, given the launch's `vllm`, the
+    kept verdict with the identity of the install it judged (verdict.py)."""
+    return script(
+        FRAME_FUNCTIONS
+        + _model_dirs(target_dir, drafter_dir, names, header_limit)
+        + (verdict.section(vllm, layout.server_check) if vllm else "")
+    )
+
+
+def _model_dirs(
+    target_dir: str, drafter_dir: str | None, names: Sequence[str], header_limit: int
+) -> str:
+    """sh framing the target's and the drafter's model dirs (frames named after TARGET
+    and DRAFTER, `PREFIX.missing` for a dir that does not exist)."""
+    return "".join(
+        _model_dir(directory, names, header_limit, prefix)
+        + f'; [ $? -ne 3 ] || {{ : > "$tmp"; frame {q(prefix + MISSING)} "$tmp"; }}\n'
+        for prefix, directory in model_dirs(target_dir, drafter_dir)
     )
 
 

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from orchestrator.container.shell import q, read_whole, run_step, write_file
-from orchestrator.container.validator import PYTHON_OF, Reply
+from orchestrator.container.validator import PYTHON_OF, Reply, ServerCheck
 from orchestrator.errors import NeedsAttention
 from orchestrator.transport.base import Transport
 
@@ -62,6 +62,10 @@ class Verdict(BaseModel):
     time: str
     run_id: str
     reply: Reply
+
+    def as_check(self) -> ServerCheck:
+        """The check it stands for, said to be reused, and from when."""
+        return ServerCheck(self.reply, reused=f"{self.time} (run {self.run_id})")
 
 
 def key_of(payload: dict, install: str, model_files: Mapping[str, bytes]) -> str | None:

@@ -236,6 +236,9 @@ class Verified(VerifyTarget):
     result: Literal["ok", "drift"]
     apply_with: Annotated[str | None, OnlyWhenSet] = None
     """The deploy that applies what the playbook now renders differently."""
+    server_check_reused: Annotated[str | None, OnlyWhenSet] = None
+    """When and by which run the passing verdict of the server check was reached, when
+    it was reused instead of checking the launch again (`--recheck` checks again)."""
 
 
 class Verify(FleetDocument):

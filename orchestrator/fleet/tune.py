@@ -13,7 +13,7 @@ from pathlib import Path
 from orchestrator.cancel import Cancel
 from orchestrator.connections import Connect
 from orchestrator.contract import run_result
-from orchestrator.deadline import now
+from orchestrator.deadline import SYSTEM_CLOCK, Clock, now
 from orchestrator.documents.runs import DeployRun, RollbackRun
 from orchestrator.documents.tune import Ending, Tune
 from orchestrator.errors import InputError, NeedsAttention
@@ -46,6 +46,8 @@ class TuneAsk:
     assignments: list[str]
     values: list[int]
     restore: bool = False
+    recheck: bool = False
+    """Every deploy of the tune checks its launch again, kept verdict or not."""
 
 
 def check(ask: TuneAsk) -> Inputs:
@@ -61,10 +63,17 @@ def check(ask: TuneAsk) -> Inputs:
     return inputs
 
 
-def tune(ask: TuneAsk, connect: Connect, progress: Progress, cancel: Cancel) -> tuple[Tune, int]:
+def tune(
+    ask: TuneAsk,
+    connect: Connect,
+    progress: Progress,
+    cancel: Cancel,
+    clock: Clock = SYSTEM_CLOCK,
+) -> tuple[Tune, int]:
     """Every depth in turn, then the ending; each deploy checks its own inputs. A deploy
     ending in bad input or needing attention ends the tune there, on what it left.
-    `restore` on a container that served nothing before ends as without it."""
+    `restore` on a container that served nothing before ends as without it. `clock`
+    times the gates' waits."""
     inputs = check(ask)
     own, started = _options(ask), now()
     container = inputs.plans[0].container
@@ -75,7 +84,9 @@ def tune(ask: TuneAsk, connect: Connect, progress: Progress, cancel: Cancel) -> 
     for value in ask.values:
         if cancel.requested:
             break
-        deployed, code = runs.deploy(_inputs(ask, value), _options(ask), connect, progress, cancel)
+        deployed, code = runs.deploy(
+            _inputs(ask, value), _options(ask), connect, progress, cancel, clock=clock
+        )
         last = _target(deployed)
         if not steps:
             started_on = last.previous_release
@@ -95,7 +106,13 @@ def tune(ask: TuneAsk, connect: Connect, progress: Progress, cancel: Cancel) -> 
         ended = "restored"  # every depth failed and rolled back to it already
     elif ask.restore and started_on is not None:
         final, code = runs.rollback(
-            _inputs(ask, ask.values[0]), _options(ask), started_on, connect, progress, cancel
+            _inputs(ask, ask.values[0]),
+            _options(ask),
+            started_on,
+            connect,
+            progress,
+            cancel,
+            clock=clock,
         )
         final_run_id, last = final.run_id, _target(final)
         codes.append(code)
@@ -105,7 +122,9 @@ def tune(ask: TuneAsk, connect: Connect, progress: Progress, cancel: Cancel) -> 
     elif steps[-1].value == chosen:
         ended = "best"
     else:
-        again, code = runs.deploy(_inputs(ask, chosen), _options(ask), connect, progress, cancel)
+        again, code = runs.deploy(
+            _inputs(ask, chosen), _options(ask), connect, progress, cancel, clock=clock
+        )
         final_run_id, last = again.run_id, _target(again)
         codes.append(code)
         ended = "best" if code == 0 else "last"
@@ -172,7 +191,7 @@ def _inputs(ask: TuneAsk, value: int) -> Inputs:
 
 
 def _options(ask: TuneAsk) -> Options:
-    return new_options(inventory=str(ask.inventory_path))
+    return new_options(inventory=str(ask.inventory_path), recheck=ask.recheck)
 
 
 def _target(document: DeployRun | RollbackRun) -> Outcome:

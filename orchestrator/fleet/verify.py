@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from orchestrator import preflight, release
+from orchestrator import preflight, release, release_check
 from orchestrator.connections import SSH, Connect
 from orchestrator.container import store
 from orchestrator.container.journal import Journal
@@ -28,6 +28,7 @@ from orchestrator.layout import DRAFTER_CONFIG, LAUNCH_SCRIPT, SECRETS_FILE, VIE
 from orchestrator.plan import TargetPlan
 from orchestrator.playbook import Playbook
 from orchestrator.secrets import digest, parse_exports
+from orchestrator.serving import server_check
 from orchestrator.serving.judge import Launch
 from orchestrator.transaction import releases as release_files
 from orchestrator.transport.base import Transport
@@ -52,14 +53,17 @@ def verify_files(
     return checked, 1 if checked.result == "not_applied" else 0
 
 
-def verify_remote(inputs: Inputs, connect: Connect = SSH) -> tuple[Verify, int]:
+def verify_remote(
+    inputs: Inputs, connect: Connect = SSH, recheck: bool = False
+) -> tuple[Verify, int]:
     """Each container's current release against its own manifest (a hand edit:
     `changed_on_target`, exit 1), then the manifest against a fresh render of the
     playbook as it is now (`playbook_differs`: informational), plus the drafter
-    checks on the files as they are on the container."""
+    checks on the files as they are on the container and the server check of its
+    launch (its kept passing verdict reused, as a deploy reuses it, unless `recheck`)."""
 
     def one(transport: Transport, plan: TargetPlan) -> tuple[Verified | NothingToVerify, int]:
-        entry, code = _verify_one(transport, plan, inputs.playbook)
+        entry, code = _verify_one(transport, plan, inputs.playbook, recheck)
         if isinstance(entry, Verified) and entry.playbook_differs:
             entry.apply_with = inputs.deploy_command(plan.container)
         return entry, code
@@ -78,7 +82,7 @@ VERIFIED_NAMES = [release.MANIFEST, DRAFTER_CONFIG, LAUNCH_SCRIPT, VIEW_CONFIG]
 
 
 def _verify_one(
-    transport: Transport, plan: TargetPlan, playbook: Playbook
+    transport: Transport, plan: TargetPlan, playbook: Playbook, recheck: bool
 ) -> tuple[Verified | NothingToVerify, int]:
     journal = Journal(transport, plan.layout).read()
     interrupted = journal.describe() if journal else None
@@ -95,10 +99,14 @@ def _verify_one(
     if applied is not None:
         on_target = release_files.read_secrets(transport, plan.layout.release(current))
         changed += _secrets_changed(plan, applied, on_target)
-    findings = _remote_findings(transport, plan, playbook, actual.get(DRAFTER_CONFIG))
-    findings += preflight.server_check_of_release(
-        transport, plan, current, actual.get(LAUNCH_SCRIPT)
+    facts = release_check.read(
+        transport, plan, current, actual.get(LAUNCH_SCRIPT), actual.get(DRAFTER_CONFIG), recheck
     )
+    findings = _remote_findings(
+        plan, playbook, actual.get(DRAFTER_CONFIG), facts.target, facts.drafter
+    )
+    checked = release_check.check(transport, plan, facts) if facts.launch.executable else None
+    findings += server_check.findings(checked, facts.launch) if checked else []
     bad = changed or any(f.severity == Severity.ERROR for f in findings)
     verified = Verified(
         name=plan.container,
@@ -110,6 +118,7 @@ def _verify_one(
         playbook_differs=found.playbook_differs,
         findings=findings,
         result="drift" if bad else "ok",
+        server_check_reused=checked.reused if checked and checked.reused else None,
     )
     return verified, 3 if journal else (1 if bad else 0)
 
@@ -133,7 +142,11 @@ def _secrets_changed(
 
 
 def _remote_findings(
-    transport: Transport, plan: TargetPlan, playbook: Playbook, config: bytes | None
+    plan: TargetPlan,
+    playbook: Playbook,
+    config: bytes | None,
+    target: preflight.ModelDir,
+    drafter: preflight.ModelDir | None,
 ) -> list[Finding]:
     """The drafter checks on the config as deployed, against the target as it is there."""
     if DRAFTER_CONFIG in plan.files:
@@ -143,10 +156,9 @@ def _remote_findings(
         if parsed is None:
             return findings
         plan = dataclasses.replace(plan, drafter_config=parsed)
-    drafter = plan.drafter_weights
     return preflight.drafter_findings(
-        preflight.read_model_dir(transport, plan.target_dir),
-        preflight.read_model_dir(transport, drafter) if drafter else None,
+        target,
+        drafter,
         plan,
         playbook.server.num_speculative_tokens,
     )

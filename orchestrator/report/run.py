@@ -152,10 +152,11 @@ def wave_lines(rollout: RolloutRun | None) -> list[str]:
 
 
 def queue_lines(connections: list[ConnectionUsage]) -> list[str]:
-    """Hosts where more commands were due at once than one connection's sessions allow."""
+    """Hosts where more commands were due at once than their connections' sessions allow."""
     return [
-        f"{c.endpoint}: {c.waited} command(s) queued for a session on its one SSH "
-        f"connection (max_sessions {c.max_sessions}, peak {c.peak_sessions}, "
+        f"{c.endpoint}: {c.waited} command(s) queued for a session on its "
+        f"{'one SSH connection' if c.connections == 1 else f'{c.connections} SSH connections'}"
+        f" (max_sessions {c.max_sessions}, peak {c.peak_sessions}, "
         f"{c.refused} open(s) refused by sshd and tried again)"
         for c in connections
         if c.waited

@@ -158,6 +158,14 @@ def print_verify(doc: Verify, deploy_with: str | None = None) -> None:
                 out.print(text(change, "yellow"), highlight=False)
             if target.apply_with:
                 out.print(text(f"apply it with: {target.apply_with}"))
+            if target.server_check_reused:
+                out.print(
+                    text(
+                        "the server check reused its passing verdict on this launch from "
+                        f"{target.server_check_reused} (--recheck checks again)"
+                    ),
+                    highlight=False,
+                )
             if target.findings:
                 out.print(findings_table(out, target.findings), crop=False)
     for line in verify_summary(doc):

@@ -69,7 +69,7 @@ class ContainerBaseline:
             plan = baseline_plan(d.plan, launch)
             out.release = plan.release_id
             with d.step("fingerprint"):
-                fingerprint = reference.read_fingerprint(d)
+                fingerprint = reference.read_fingerprint(d, gated)
             if fingerprint is None:
                 raise Refused(
                     1, "the target's files, GPUs or vLLM version could not be read: no baseline"
@@ -150,7 +150,7 @@ class ContainerBaseline:
         """The gated release served and gated again (judged against the new baseline),
         the baseline's directory pruned, the journal cleared."""
         d, out = self.d, self.d.outcome
-        d.reference_facts = reference.read_facts(d, reference.read_fingerprint(d))
+        d.reference_facts = reference.read_facts(d, reference.read_fingerprint(d, gated))
         with d.way_back():  # a journal that cannot be written never keeps it off
             out.gate = switch(d, gated, d.gate_target(gated), phase="back")
         out.current = gated

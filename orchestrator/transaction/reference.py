@@ -4,7 +4,7 @@ audit's last lines (orchestrator/baseline.py chooses; this module only reads).""
 
 from __future__ import annotations
 
-from orchestrator import preflight
+from orchestrator import preflight, release_check
 from orchestrator.baseline import (
     Fingerprint,
     ReferenceFacts,
@@ -13,7 +13,7 @@ from orchestrator.baseline import (
     launch_without_speculation,
     parse_record,
 )
-from orchestrator.container import probe
+from orchestrator.container import probe, store
 from orchestrator.container.audit import STATUS_TAIL
 from orchestrator.container.gpu import Gpu, parse_gpus
 from orchestrator.container.shell import parse_frames, read_whole, run_step
@@ -50,24 +50,37 @@ def fingerprint(
     return fingerprint_of(files, version, launch, gpus_text(named))
 
 
-def read_fingerprint(d: Deployment) -> Fingerprint | None:
+def read_fingerprint(d: Deployment, served: str | None = None) -> Fingerprint | None:
     """The fingerprint for a run without preflight (rollback, baseline): the target's
-    files, nvidia-smi's GPUs, `vllm --version`. None when any cannot be read."""
+    files, nvidia-smi's GPUs and the vLLM version: the one the kept verdict on the launch
+    of release `served` (default: the current one) says while the install is unchanged
+    (release_check.py; never with `--recheck`), else `vllm --version`'s, which imports
+    vLLM. None when any cannot be read."""
     try:
-        target = preflight.read_model_dir(d.transport, d.plan.target_dir)
+        served = served or store.linked(d.transport, d.layout.current)
+        facts = (
+            release_check.read_release(d.transport, d.plan, served, d.options.recheck)
+            if served
+            else None
+        )
+        target = facts.target if facts else preflight.read_model_dir(d.transport, d.plan.target_dir)
         small = parse_frames(
             run_step(
                 d.transport, probe.target_facts(d.layout, d.nvidia_smi), "read target facts"
             ).stdout
         )
         gpus = parse_gpus(small["gpus"].decode()) if small.get("gpus.rc") == b"0" else None
-        said = d.transport.run(probe.read_vllm_version(d.plan.vllm), timeout=120)
-        version, _ = probe.parse_vllm_version(
-            said.stdout.decode("utf-8", "replace"), said.exit_code
-        )
+        kept = facts.kept.reply.version if facts and facts.kept else ""
+        version = kept if probe.is_version(kept) else _version_said(d)
     except (OrchError, KeyError):
         return None
     return fingerprint(d, target, version, gpus)
+
+
+def _version_said(d: Deployment) -> str | None:
+    said = d.transport.run(probe.read_vllm_version(d.plan.vllm), timeout=120)
+    version, _ = probe.parse_vllm_version(said.stdout.decode("utf-8", "replace"), said.exit_code)
+    return version
 
 
 def read_facts(d: Deployment, now: Fingerprint | None) -> ReferenceFacts:

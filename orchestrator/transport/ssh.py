@@ -190,6 +190,10 @@ class SshTransport:
         if self.gateway is not None:
             self.gateway.close()
 
+    def connect(self) -> None:
+        """Log in now, as the first command or stream would."""
+        self._transport()
+
     def _transport(self) -> paramiko.Transport:
         with self._opening:  # parallel rollout workers share this connection
             return self._open()

@@ -1,5 +1,6 @@
-"""A host's worth of containers at once on the lab's stock sshd (MaxSessions 10):
-16 pct containers of one host deployed 16 at a time over its one SSH connection."""
+"""A host's worth of containers at once on the lab's stock sshd (MaxSessions 10,
+MaxStartups 10:30:100): 16 pct containers of one host deployed 16 at a time, over more
+than one SSH connection to it when its first one has no session free."""
 
 from __future__ import annotations
 
@@ -60,8 +61,9 @@ def test_sixteen_pct_containers_of_one_host_at_parallel_16(pct_host: LabHandle) 
     (wave,) = document["rollout"]["waves"]
     assert (document["rollout"]["parallel"], wave["results"]) == (16, {"deployed": 16})
     (pve1,) = document["connections"]
-    assert (pve1["endpoint"], pve1["max_sessions"], pve1["peak_sessions"]) == ("pve1", 10, 10)
-    assert pve1["waited"] > 0
+    assert (pve1["endpoint"], pve1["max_sessions"]) == ("pve1", 10)
+    assert 2 <= pve1["connections"] <= 5  # half of MaxStartups' start, 10
+    assert pve1["peak_sessions"] > 10
     log = Path(pct_host.lab.nodes()[0].log).read_text()
-    assert log.count("Accepted publickey") == 1
+    assert log.count("Accepted publickey") == pve1["connections"]
     assert log.count("no more sessions") == pve1["refused"]  # each tried again

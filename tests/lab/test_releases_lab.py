@@ -65,8 +65,11 @@ def test_runs_name_the_fleet_and_rollback_to_a_run_restores_it(lab: LabHandle) -
         )
         assert "-  --max-model-len 8192 \\" in differs and "+  --max-model-len 32768 \\" in differs
         assert entry["apply_with"].startswith("orch deploy qwen-dflash -i ")
-    code, same = orch(lab, "verify-config", "--set", "server.max_model_len=8192")
+        # the server check the second deploy kept is reused, not asked again
+        assert entry["server_check_reused"].endswith(f"(run {second['run_id']})")
+    code, same = orch(lab, "verify-config", "--set", "server.max_model_len=8192", "--recheck")
     assert code == 0 and all(t["playbook_differs"] == [] for t in same["targets"])
+    assert all("server_check_reused" not in t for t in same["targets"])
 
     # Every container names the second run, whose releases are current.
     code, listed = orch(lab, "releases")

@@ -1,6 +1,7 @@
 """Session channels per SSH connection against the lab's real sshd, which keeps
-OpenSSH's default MaxSessions (10): commands beyond the cap queue and all succeed,
-the step timeout starts after the queue, and forwarded streams take no slot."""
+OpenSSH's default MaxSessions (10) and MaxStartups (10:30:100): commands beyond the cap
+get another connection within MaxStartups or queue, and all succeed, the step timeout
+starts after the queue, and forwarded streams take no slot."""
 
 from __future__ import annotations
 
@@ -18,24 +19,30 @@ import yaml
 from labtools import LabHandle
 
 from orchestrator.errors import TransportError
-from orchestrator.inventory import load_inventory
+from orchestrator.inventory import SshSettings, load_inventory
 from orchestrator.lab import sshd
 from orchestrator.transport import ssh
 from orchestrator.transport.base import Result
+from orchestrator.transport.endpoint import SshEndpoint
 from orchestrator.transport.pct import PctTransport
 from orchestrator.transport.ssh import SshTransport
 
 pytestmark = pytest.mark.lab
 
 
-def host_transport(lab: LabHandle, tmp_path: Path, **defaults: object) -> SshTransport:
-    """pve1's SSH transport, with inventory `defaults` added (e.g. max_sessions) in a
-    copy of the lab's inventory."""
+def pve1_login(lab: LabHandle, tmp_path: Path, **defaults: object) -> tuple[str, SshSettings, str]:
+    """How pve1 is logged in to, with inventory `defaults` added (e.g. max_sessions) in a
+    copy of the lab's inventory: (address, settings, label)."""
     data = yaml.safe_load(lab.inventory.read_text())
     data["defaults"].update(defaults)
     edited = tmp_path / "inventory.yaml"
     edited.write_text(yaml.safe_dump(data, sort_keys=False))
-    address, settings, label = load_inventory(edited).login("ct200")
+    return load_inventory(edited).login("ct200")
+
+
+def host_transport(lab: LabHandle, tmp_path: Path, **defaults: object) -> SshTransport:
+    """pve1's SSH connection (see pve1_login)."""
+    address, settings, label = pve1_login(lab, tmp_path, **defaults)
     return SshTransport(label, address, settings)
 
 
@@ -83,6 +90,33 @@ def test_commands_above_the_cap_queue_and_all_succeed(
     # sshd may refuse an open that follows a close too closely; each was tried again
     refusals = log.read_bytes()[logged_before:].count(b"no more sessions")
     assert use.refused == refusals
+
+
+@pytest.mark.parametrize(
+    ("defaults", "connections", "peak", "queued"),
+    [({}, 2, 16, 0), ({"max_startups": "3"}, 1, 10, 6)],
+    ids=["stock MaxStartups", "MaxStartups 3"],
+)
+def test_queued_commands_get_another_connection_within_maxstartups(
+    shared_lab: LabHandle,
+    tmp_path: Path,
+    defaults: dict[str, str],
+    connections: int,
+    peak: int,
+    queued: int,
+) -> None:
+    """16 commands at once on pve1 (MaxSessions 10): a second connection, logged in as
+    the first, takes the 6 the first has no session for, and none queues; a host whose
+    MaxStartups start is 3 keeps its one connection (at most half of 3), and 6 queue."""
+    log = Path(shared_lab.lab.nodes()[0].log)
+    logged_before = len(log.read_bytes())
+    address, settings, label = pve1_login(shared_lab, tmp_path, **defaults)
+    with contextlib.closing(SshEndpoint(label, address, settings)) as host:
+        outcomes = all_at_once(16, lambda: host.run(["/bin/sh", "-c", "sleep 3; echo done"]))
+        use, opened = host.use(), host.connections
+    assert [o.text if isinstance(o, Result) else repr(o) for o in outcomes] == ["done\n"] * 16
+    logins = log.read_bytes()[logged_before:].count(b"Accepted publickey")
+    assert (opened, logins, use.peak, use.waited) == (connections, connections, peak, queued)
 
 
 def test_max_sessions_from_the_inventory_caps_the_connection(

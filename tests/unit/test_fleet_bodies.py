@@ -5,6 +5,7 @@ tests read the document as `--json` prints it."""
 
 from __future__ import annotations
 
+import json
 import signal
 import threading
 from pathlib import Path
@@ -32,11 +33,13 @@ from orchestrator.fleet import runs, skeleton
 from orchestrator.fleet.doctor import doctor
 from orchestrator.fleet.logs import NO_LOG, follow_logs, logs
 from orchestrator.fleet.status import status
+from orchestrator.fleet.verify import verify_remote
 from orchestrator.fleet.watch import lines, watch_fleet
 from orchestrator.history import History
 from orchestrator.progress import no_progress
 from orchestrator.transaction.options import Options
 from orchestrator.transaction.outcome import Outcome
+from orchestrator.transport.base import Result
 from orchestrator.transport.memory import reply
 
 SERVED = "qwen3.6-27b"
@@ -446,3 +449,37 @@ def test_a_run_whose_history_record_fails_says_it_is_missing_and_exits_3(
     [warning] = document["warnings"]
     assert "could not record the run" in warning and "tried 3 times" in warning
     assert f"its log is {document['log']}" in warning
+
+
+def test_verify_config_reuses_the_verdict_a_deploy_kept_and_rechecks_when_asked(
+    ready: Fleet,
+) -> None:
+    stage = {"name": "parser", "status": "ok", "detail": "", "seconds": 9.0}
+    passed = json.dumps({"version": "0.32.0", "stages": [stage], "seconds": 9.0}).encode()
+    checks: list[str] = []
+    for name, container in ready.containers.items():
+        container.install = b"/opt/vllm/lib/python3/site-packages/vllm-0.32.0.dist-info/RECORD\n"
+        container.transport.on(
+            "validate_launch",
+            lambda argv, _, name=name: checks.append(name) or Result(tuple(argv), 0, passed, b""),
+        )
+    deployed, _ = runs.deploy(
+        ready.inputs, options(), ready.connect, no_progress, Cancel(), clock=FakeClock()
+    )
+    assert {t["result"] for t in checked(deployed, "DeployRun")["targets"]} == {"deployed"}
+    assert sorted(checks) == ["ct129", "ct200"]
+
+    printed, code = verify_remote(ready.inputs, ready.connect)
+
+    document = checked(printed, "Verify")
+    assert (code, len(checks)) == (0, 2)  # no new check
+    for target in document["targets"]:
+        kept = json.loads(
+            ready.containers[target["name"]].files[ready.plans[target["name"]].layout.server_check]
+        )
+        assert target["server_check_reused"] == f"{kept['time']} (run {kept['run_id']})"
+
+    printed, code = verify_remote(ready.inputs, ready.connect, recheck=True)
+
+    assert (code, len(checks)) == (0, 4)
+    assert all("server_check_reused" not in t for t in checked(printed, "Verify")["targets"])

@@ -199,6 +199,16 @@ def test_max_sessions_falls_back_from_host_to_defaults_and_must_be_positive(
         load_inventory(path)
 
 
+def test_max_startups_is_read_as_sshd_writes_it_and_a_bad_one_is_named(tmp_path: Path) -> None:
+    text = (ROOT / "inventories" / "example.yaml").read_text()
+    path = tmp_path / "inv.yaml"
+    path.write_text(text.replace("defaults:\n", "defaults:\n  max_startups: '4:50:20'\n", 1))
+    assert load_inventory(path).login("ct200")[1].max_startups == "4:50:20"
+    path.write_text(text.replace("defaults:\n", "defaults:\n  max_startups: '10:30'\n", 1))
+    with pytest.raises(InputError, match=r"inv.yaml:\d+:\d+: defaults.max_startups"):
+        load_inventory(path)
+
+
 @pytest.mark.parametrize(
     ("pattern", "refused"),
     [

@@ -1181,6 +1181,32 @@ def test_a_passing_check_is_kept_and_the_next_deploy_reuses_it_and_says_from_whe
     assert checks(site) == 2
 
 
+def test_a_rollback_takes_the_vllm_version_from_the_kept_verdict_unless_rechecked(
+    models: dict[str, Path],
+) -> None:
+    """A run without preflight fingerprints the speed reference with the vLLM version:
+    the kept verdict on the current release's launch says it while the install is
+    unchanged, so no `vllm --version` (a vLLM import) runs; `--recheck` asks it."""
+    site = Site(models)
+    site.container.install = b"/opt/vllm/lib/python3/site-packages/vllm-0.32.0.dist-info/RECORD\n"
+    site.container.transport.on("validate_launch", lambda argv, _: Result((), 0, PASSED_CHECK, b""))
+    asked: list[str] = []
+
+    def version(argv: Sequence[str], _stdin: bytes | None) -> Result:
+        asked.append("vllm --version")
+        return Result(tuple(argv), 0, b"0.32.0\n", b"")
+
+    site.container.transport.on("read_vllm_version", version)
+    site.on(OLD)
+    assert site.deploy().result == "deployed" and checks(site) == 1
+
+    assert site.rollback().result == "rolled_back"
+    assert asked == []
+    site.on(NEW, previous=OLD)  # back on the release whose verdict is kept
+    assert site.rollback(recheck=True).result == "rolled_back"
+    assert asked == ["vllm --version"]
+
+
 def test_a_dry_run_keeps_no_verdict(models: dict[str, Path]) -> None:
     site = Site(models)
     site.container.install = b"/opt/vllm/lib/python3/site-packages/vllm-0.32.0.dist-info/RECORD\n"

@@ -3,10 +3,14 @@ table and chart printed; and its body stopped before its first deploy."""
 
 from __future__ import annotations
 
+import json
 import signal
+from pathlib import Path
 
 import pytest
-from fleets import EXAMPLE, FAST, PLAYBOOK, Fleet, checked
+from clocks import FakeClock
+from fleets import EXAMPLE, FAST, PLAYBOOK, Fleet, checked, with_models, write_models
+from scripted import serving
 
 from orchestrator.cancel import Cancel
 from orchestrator.documents.tune import Tune
@@ -15,6 +19,7 @@ from orchestrator.fleet.tune import TuneAsk, check, tune, tune_exit_code
 from orchestrator.metrics.speed import Figure
 from orchestrator.progress import no_progress
 from orchestrator.report.tune import figure_words, print_tune, tune_rows
+from orchestrator.transport.base import Result
 from orchestrator.tuning import (
     TunedLevel,
     TuneStep,
@@ -213,3 +218,32 @@ def test_a_tune_stopped_before_its_first_deploy_touches_nothing() -> None:
     )
     assert (document["target"], document["current"], document["chosen"]) == ("ct200", None, None)
     assert {name: c.files for name, c in fleet.containers.items()} == before
+
+
+def test_a_tune_again_reuses_its_depths_kept_verdict_unless_rechecked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same depth tuned again is the same launch on the same vLLM: its deploy reuses
+    the verdict the first tune kept; `--recheck` has the target's vLLM asked again."""
+    monkeypatch.setenv("ORCH_STATE_DIR", str(tmp_path / "state"))
+    fleet = Fleet(*FAST)
+    with_models(fleet, write_models(tmp_path))
+    container = fleet.containers["ct200"]
+    serving(container.transport, "qwen3.6-27b")
+    container.install = b"/opt/vllm/lib/python3/site-packages/vllm-0.32.0.dist-info/RECORD\n"
+    stage = {"name": "parser", "status": "ok", "detail": "", "seconds": 9.0}
+    passed = json.dumps({"version": "0.32.0", "stages": [stage], "seconds": 9.0}).encode()
+    checks: list[int] = []
+    container.transport.on(
+        "validate_launch", lambda argv, _: checks.append(1) or Result(tuple(argv), 0, passed, b"")
+    )
+
+    def tuned(recheck: bool) -> list[int]:
+        """The depths the tune deployed."""
+        asked = TuneAsk(str(PLAYBOOK), EXAMPLE, "ct200", FAST, [2], recheck=recheck)
+        printed, _ = tune(asked, fleet.connect, no_progress, Cancel(), clock=FakeClock())
+        return [step["value"] for step in checked(printed, "Tune")["steps"]]
+
+    assert (tuned(False), len(checks)) == ([2], 1)
+    assert (tuned(False), len(checks)) == ([2], 1)
+    assert (tuned(True), len(checks)) == ([2], 2)
