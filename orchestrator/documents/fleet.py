@@ -13,6 +13,7 @@ from pydantic import BaseModel, Field
 
 from orchestrator import runlog
 from orchestrator.container.lock import Owner
+from orchestrator.container.pause import Choice, Decision
 from orchestrator.contract import CheckStatus, Document, OnlyWhenSet, RunResult, TargetState
 from orchestrator.drafters.findings import Finding
 from orchestrator.release import Applied
@@ -124,6 +125,10 @@ class Deploying(BaseModel):
     step: str | None
     owner: str
     elapsed: float
+    paused_since: Annotated[str | None, OnlyWhenSet] = None
+    """Only when its gate paused for a decision: since when (ISO 8601, UTC)."""
+    decide: Annotated[dict[Choice, str] | None, OnlyWhenSet] = None
+    """Only when paused: the commands that decide (promote, abort, retry), as they run."""
 
 
 class StatusTarget(FleetTarget):
@@ -251,6 +256,25 @@ class Unlocked(FleetTarget):
 class Unlock(FleetDocument):
     kind: Literal["Unlock"] = "Unlock"
     targets: list[Unlocked | Unreached]
+
+
+class DecidedTarget(FleetTarget):
+    """A paused run's container, the decision written beside its lock for that run to
+    act on at its next poll."""
+
+    result: Literal["ok"] = "ok"
+    run_id: str
+    release: str
+    """The release the paused gate judged (serving while paused)."""
+    decision: Decision
+
+
+class Decide(FleetDocument):
+    """`orch promote|abort|retry`: the decision for each selected container's paused run."""
+
+    kind: Literal["Decide"] = "Decide"
+    decision: Choice
+    targets: list[DecidedTarget | Unreached]
 
 
 class CheckedTarget(BaseModel):
