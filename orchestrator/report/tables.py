@@ -419,7 +419,11 @@ def _status_row(t: StatusTarget | UnreachedStatus) -> list[Cell]:
         text(t.release or ""),
         text(server_words(t)),
         text("" if t.health is None else ("ok" if t.health == 200 else f"{t.health}")),
-        text(gate.get("result") or never_gated),
+        text(
+            f"{gate.get('result')} (promoted)"
+            if gate.get("promoted")
+            else gate.get("result") or never_gated
+        ),
         mean_length(gate.get("mean_acceptance_length")),
         text(last_run_words(t.last_run)),
         text(locked_by(t.lock)),
