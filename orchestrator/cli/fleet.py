@@ -1,5 +1,5 @@
-"""The commands that read a fleet's containers: status, releases, unlock,
-verify-config, logs, watch and doctor."""
+"""The commands that read a fleet's containers: status, releases, unlock, promote,
+abort and retry (a decision for a paused run), verify-config, logs, watch and doctor."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """The documents of the commands that read every container of a fleet: status,
-releases, verify-config, unlock (which removes a lock, nothing else), doctor and logs;
+releases, verify-config, unlock (which removes a lock, nothing else), promote, abort and
+retry (which write a decision for a paused run, nothing else), doctor and logs;
 and a run's own log (RunLog). Each lists its containers under `targets`, name (and
 host) first; one the read did not get through to says what stopped it."""
 
