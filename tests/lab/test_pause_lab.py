@@ -21,7 +21,7 @@ pytestmark = pytest.mark.lab
 NAME = "ct200"
 INCONCLUSIVE = [
     "--set",
-    "gate.min_drafts=100000000",
+    "gate.min_drafts=1000000",
     "--set",
     "gate.time_budget=3",
     "--set",
