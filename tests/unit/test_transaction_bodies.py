@@ -257,6 +257,13 @@ def decided(choice: str, run_id: str = "run-now", after: float = 30.0) -> Setup:
     return setup
 
 
+def died_then_promoted(site: Site) -> None:
+    """The paused release's server dies, then someone promotes it."""
+    decided("promote")(site)
+    decide = site.gate.during
+    site.gate.during = lambda: (decide(), site.clock.after(10, site.container.crash))
+
+
 def cancelled_while_paused(site: Site) -> None:
     site.on(OLD, previous=OLDER)
     site.gate.during = lambda: site.clock.after(30, lambda: site.cancel.request(15))
@@ -436,6 +443,12 @@ DEPLOYS: dict[str, tuple[Setup, dict[str, str], dict[str, Any], Expect]] = {
         {NEW: "inconclusive"},
         PAUSE,
         Expect("rolled_back", 1, OLD, True, [ROLLED], OLDER),
+    ),
+    "inconclusive, pause, server died, promoted: rolled back": (
+        died_then_promoted,
+        {NEW: "inconclusive"},
+        PAUSE,
+        Expect("rolled_back", 1, OLD, True, [ROLLED]),
     ),
     "inconclusive, pause, retried: passes": (
         decided("retry"),
