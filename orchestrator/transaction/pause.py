@@ -49,10 +49,12 @@ def wait(d: Deployment, release_id: str, report: GateReport) -> Decision:
     POLL_SECONDS) until the pause ends (decision.pause_ends)."""
     gate = d.playbook.gate
     choices = pause.commands(command_name(d.playbook), d.options.inventory, d.name)
-    waiting = (
-        f"gate inconclusive ({report.verdict.reason}): paused, {release_id} serving; "
-        f"waiting up to {gate.pause_timeout:g} s for a decision: "
-        + "; ".join(f"{choice}: {command}" for choice, command in choices.items())
+    waiting = "\n".join(
+        [
+            f"paused: gate inconclusive ({report.verdict.reason}); {release_id} serving, "
+            f"waiting up to {gate.pause_timeout:g} s for a decision:",
+            *(f"  {choice}: {command}" for choice, command in choices.items()),
+        ]
     )
     d.outcome.notes.append(waiting)
     interval = min(POLL_SECONDS, d.lock.lease / RENEWALS_PER_LEASE)
