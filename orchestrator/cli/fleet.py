@@ -252,7 +252,8 @@ def _decision(choice: Choice, summary: str) -> click.Command:
 
     command.__doc__ = (
         f"{summary} A run paused on an inconclusive gate (gate.on_inconclusive: pause) "
-        "acts on it at its next poll; a container with no paused run is refused (exit 2)."
+        "acts on it at its next poll; a container with no paused run is skipped (none "
+        "anywhere: exit 2)."
     )
     return click.command(choice)(command)
 

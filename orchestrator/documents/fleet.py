@@ -270,12 +270,20 @@ class DecidedTarget(FleetTarget):
     decision: Decision
 
 
+class NothingPaused(FleetTarget):
+    """A selected container where no run is paused, while another container's run got
+    the decision: passed by, saying what is there instead."""
+
+    result: Literal["skipped"] = "skipped"
+    note: str
+
+
 class Decide(FleetDocument):
     """`orch promote|abort|retry`: the decision for each selected container's paused run."""
 
     kind: Literal["Decide"] = "Decide"
     decision: Choice
-    targets: list[DecidedTarget | Unreached]
+    targets: list[DecidedTarget | NothingPaused | Unreached]
 
 
 class CheckedTarget(BaseModel):

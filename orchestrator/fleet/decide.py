@@ -1,7 +1,7 @@
 """`orch promote|abort|retry`: the decision for a run whose gate paused (`gate.
 on_inconclusive: pause`), written beside each selected container's lock. Only a live
 run of this playbook that holds the lock there, its journal at `paused`, gets one;
-any other container is refused (exit 2) saying what holds it, and nothing is written."""
+any other container says what holds it, and nothing is written there."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from orchestrator.container.pause import PAUSED, Choice, Decision
 from orchestrator.container.shell import run_step
 from orchestrator.contract import run_result
 from orchestrator.deadline import now
-from orchestrator.documents.fleet import Decide, DecidedTarget, Unreached
-from orchestrator.errors import InputError
+from orchestrator.documents.fleet import Decide, DecidedTarget, NothingPaused, Unreached
+from orchestrator.errors import InputError, OrchError
 from orchestrator.fleet.inputs import Inputs
 from orchestrator.fleet.read import fleet_read
 from orchestrator.plan import TargetPlan
@@ -27,21 +27,32 @@ def decide(
     inputs: Inputs, choice: Choice, connect: Connect = SSH, by: str | None = None
 ) -> tuple[Decide, int]:
     """`choice` for every selected container's paused run, decided `by` (default: this
-    user at this host); each container refused says why (the worst exit code is the run's)."""
+    user at this host). Where no run is paused: `skipped` when another container's run
+    got the decision, else an error (exit 2: nothing was decided anywhere); a container
+    that cannot be reached is an error (exit 3)."""
     decider = by or f"{getpass.getuser()}@{socket.gethostname()}"
     read = fleet_read(
         inputs, connect, lambda transport, plan: _decide(transport, plan, choice, decider)
     )
-    targets: list[DecidedTarget | Unreached] = read.entries(
-        lambda _, decided: decided,
-        lambda plan, exc: Unreached(
+    failed = read.group.failed
+    passed_by = {
+        name for name, exc in failed.items() if isinstance(exc, InputError) and read.group.succeeded
+    }
+
+    def entry(plan: TargetPlan, exc: OrchError) -> NothingPaused | Unreached:
+        if plan.container in passed_by:
+            return NothingPaused(name=plan.container, host=plan.host, note=str(exc))
+        return Unreached(
             name=plan.container,
             host=plan.host,
             result="error",
             error=exc.message_for(plan.container),
-        ),
+        )
+
+    targets: list[DecidedTarget | NothingPaused | Unreached] = read.entries(
+        lambda _, decided: decided, entry
     )
-    code = max((e.exit_code for e in read.group.failed.values()), default=0)
+    code = max((e.exit_code for n, e in failed.items() if n not in passed_by), default=0)
     document = Decide(
         playbook=inputs.playbook.name, result=run_result(code), decision=choice, targets=targets
     )

@@ -16,6 +16,7 @@ from orchestrator.documents.fleet import (
     Doctor,
     ForeignLock,
     LockHolder,
+    NothingPaused,
     NothingToVerify,
     Releases,
     Status,
@@ -481,6 +482,8 @@ def print_decide(doc: Decide) -> None:
     for t in doc.targets:
         if isinstance(t, Unreached):
             line = f"error: {t.error}"
+        elif isinstance(t, NothingPaused):
+            line = f"skipped: {t.note}"
         else:
             line = (
                 f"{doc.decision} of {t.release} written for paused run {t.run_id}: it acts "

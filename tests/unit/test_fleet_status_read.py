@@ -382,3 +382,17 @@ def test_a_decision_for_a_paused_run_that_is_gone_is_refused() -> None:
     assert code == 2
     for target in checked(printed, "Decide")["targets"]:
         assert "is gone" in target["error"] and "the next deploy rolls" in target["error"]
+
+
+def test_a_decision_passes_by_the_containers_where_nothing_is_paused() -> None:
+    fleet = Fleet()
+    at_step("paused")(fleet, "ct200")
+    healthy(fleet, "ct129")
+
+    printed, code = decide(fleet.inputs, "promote", fleet.connect)
+
+    targets = {t["name"]: t for t in checked(printed, "Decide")["targets"]}
+    assert (code, targets["ct200"]["run_id"]) == (0, "run-live")
+    assert targets["ct129"]["result"] == "skipped"
+    assert "no run holds the deploy lock here" in targets["ct129"]["note"]
+    assert fleet.plans["ct129"].layout.decision not in fleet.containers["ct129"].files
