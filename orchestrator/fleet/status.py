@@ -104,7 +104,9 @@ def fleet_state(states: list[TargetState]) -> TargetState:
 def status(inputs: Inputs, connect: Connect = SSH) -> tuple[Status, int]:
     """Where each container stands. Nothing deployed yet is a state, not a problem; a run
     in progress is `deploying`, not a fault."""
-    read = fleet_read(inputs, connect, lambda transport, plan: _entry(transport, plan, inputs))
+    read = fleet_read(
+        inputs, connect, lambda transport, plan: _status_entry(transport, plan, inputs)
+    )
     targets: list[StatusTarget | UnreachedStatus] = read.entries(
         lambda _, entry: entry,
         lambda plan, exc: UnreachedStatus(
@@ -123,7 +125,7 @@ def status(inputs: Inputs, connect: Connect = SSH) -> tuple[Status, int]:
     ), code
 
 
-def _entry(transport: Transport, plan: TargetPlan, inputs: Inputs) -> StatusTarget:
+def _status_entry(transport: Transport, plan: TargetPlan, inputs: Inputs) -> StatusTarget:
     """The journal first: a transaction whose run is provably gone is the first thing to
     know; one whose run still holds the lock is that run at work."""
     journal = Journal(transport, plan.layout).read()
