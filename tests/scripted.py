@@ -240,10 +240,19 @@ class ScriptedContainer:
         return 0, b""
 
     def _write_decision(
-        self, decision_path: str, owner_path: str, run_id: str, data: bytes, stdin: bytes
+        self,
+        decision_path: str,
+        owner_path: str,
+        journal_path: str,
+        run_id: str,
+        data: bytes,
+        stdin: bytes,
     ) -> tuple[int, bytes]:
-        """As pause.write_decision: only while `run_id` holds the lock (else exit 3)."""
-        if run_id not in self.files.get(owner_path, b"").decode():
+        """As pause.write_decision: only while `run_id` holds the lock and its journal
+        is at `paused` (else exit 3)."""
+        journal = json.loads(self.files.get(journal_path, b"{}"))
+        held = run_id in self.files.get(owner_path, b"").decode()
+        if not held or (journal.get("run_id"), journal.get("step")) != (run_id, "paused"):
             return 3, b""
         return self._write_file(decision_path, data, "0644", stdin)
 

@@ -68,24 +68,29 @@ def parse(raw: bytes, path: str) -> Decision | str:
 
 
 @builder
-def write_decision(decision_path: str, owner_path: str, run_id: str, data: bytes) -> list[str]:
+def write_decision(
+    decision_path: str, owner_path: str, journal_path: str, run_id: str, data: bytes
+) -> list[str]:
     """The decision written (stdin, atomically) only while `run_id` still holds the
-    lock: exit 3 when it does not (the run ended, or the lock was broken)."""
+    lock and its journal is at `paused`: exit 3 when not (the run ended or went on, or
+    the lock was broken)."""
+    step = json.dumps({"step": PAUSED})[1:-1]  # as the journal's JSON writes it
     return script(
-        f"grep -qF {q(run_id)} {q(owner_path)} 2>/dev/null || exit 3\n"
-        + write_file(decision_path, data)[2]
+        f"grep -qF {q(run_id)} {q(owner_path)} 2>/dev/null "
+        f"&& grep -qF {q(run_id)} {q(journal_path)} 2>/dev/null "
+        f"&& grep -qF {q(step)} {q(journal_path)} || exit 3\n" + write_file(decision_path, data)[2]
     )
 
 
 def write(transport: Transport, layout: Layout, decision: Decision) -> None:
     """The decision beside the lock, for the paused run `decision.run_id`; InputError
-    (nothing written) when that run no longer holds the lock."""
+    (nothing written) when that run no longer holds the lock or is no longer paused."""
     data = json.dumps(dataclasses.asdict(decision), sort_keys=True).encode()
-    argv = write_decision(layout.decision, layout.lock_owner, decision.run_id, data)
+    argv = write_decision(layout.decision, layout.lock_owner, layout.journal, decision.run_id, data)
     result = transport.run(argv, stdin=data, timeout=60.0)
     if result.exit_code == 3:
         raise InputError(
-            f"run {decision.run_id} no longer holds the deploy lock: nothing decided",
+            f"run {decision.run_id} is no longer paused here: nothing decided",
             subject=transport.label,
         )
     if result.exit_code != 0:
