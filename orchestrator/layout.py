@@ -8,6 +8,8 @@
   lock/owner.json    who holds the deploy lock (mkdir is the lock)
   journal.json       the switch in progress, if any (beside the lock, so
                      `orch unlock` never removes the record of a transaction)
+  decision.json      the decision on a paused gate (`orch promote|abort|retry`),
+                     until the paused run acts on it (orchestrator/container/pause.py)
   server.pid         `PID STARTTIME` of the server orch started
   server.log         link to the started release's server.log (a deployment from
                      before per-release logs has a file here: it is kept as
@@ -79,6 +81,10 @@ class Layout:
     @property
     def journal(self) -> str:
         return f"{self.root}/journal.json"
+
+    @property
+    def decision(self) -> str:
+        return f"{self.root}/decision.json"
 
     @property
     def server_pid(self) -> str:

@@ -344,10 +344,20 @@ class Gate(Schema):
         "responses carry no figures is judged by counters; the report says which source "
         "was read and why.",
     )
-    on_inconclusive: Literal["rollback", "keep"] = Field(
+    on_inconclusive: Literal["rollback", "keep", "pause"] = Field(
         default="rollback",
-        description="What an inconclusive gate does: `rollback` (as a failure), or `keep` "
-        "the release when the server answered and drafts were measured.",
+        description="What an inconclusive gate does: `rollback` (as a failure), `keep` "
+        "the release when the server answered and drafts were measured, or `pause`: a "
+        "deploy whose new server answered keeps it serving, holds its lock and waits for "
+        "`orch promote` (keep it), `orch abort` (roll back) or `orch retry` (gate it "
+        "again), as Argo Rollouts pauses an inconclusive analysis. A run killed while "
+        "paused is rolled back by the next run. Elsewhere (rollback, restart, recovery) "
+        "an inconclusive gate is a failure.",
+    )
+    pause_timeout: Seconds = Field(
+        default=3600,
+        description="Seconds a paused gate waits for a decision; then it is aborted "
+        "(rolled back), and the run says the pause timed out.",
     )
     min_probe_responses: Positive = Field(
         default=4,

@@ -202,6 +202,7 @@ class ScriptedContainer:
                     and p.count("/") == state_dir.count("/") + 2
                 ]
             ),
+            "write_decision": self._write_decision,
             "acquire_lock": self._acquire_lock,
             "read_lock": self._read_lock,
             "release_lock": self._release_lock,
@@ -237,6 +238,23 @@ class ScriptedContainer:
         if path == self.layout.journal:
             self.journal_steps.append(json.loads(stdin)["step"])
         return b""
+
+    def _write_decision(
+        self,
+        decision_path: str,
+        owner_path: str,
+        journal_path: str,
+        run_id: str,
+        data: bytes,
+        stdin: bytes,
+    ) -> tuple[int, bytes]:
+        """As pause.write_decision: only while `run_id` holds the lock and its journal
+        is at `paused` (else exit 3)."""
+        journal = json.loads(self.files.get(journal_path, b"{}"))
+        held = run_id in self.files.get(owner_path, b"").decode()
+        if not held or (journal.get("run_id"), journal.get("step")) != (run_id, "paused"):
+            return 3, b""
+        return self._write_file(decision_path, data, "0644", stdin)
 
     def _remove_file(self, path: str) -> bytes:
         self.files.pop(path, None)

@@ -1,5 +1,5 @@
-"""The commands that read a fleet's containers: status, releases, unlock,
-verify-config, logs, watch and doctor."""
+"""The commands that read a fleet's containers: status, releases, unlock, promote,
+abort and retry (a decision for a paused run), verify-config, logs, watch and doctor."""
 
 from __future__ import annotations
 
@@ -27,6 +27,7 @@ from orchestrator.cli.options import (
 from orchestrator.errors import InputError
 
 if TYPE_CHECKING:
+    from orchestrator.container.pause import Choice
     from orchestrator.documents.fleet import FleetDocument, Status
     from orchestrator.documents.watch import Watch
     from orchestrator.fleet.inputs import Inputs
@@ -235,6 +236,33 @@ def unlock(force: bool, **options: Any) -> None:
         lambda doc, _: tables.print_unlock(doc),
         **options,
     )
+
+
+def _decision(choice: Choice, summary: str) -> click.Command:
+    """`orch promote|abort|retry`: one decision for the paused runs it selects."""
+
+    @fleet_read_options
+    def command(**options: Any) -> None:
+        from orchestrator.fleet.decide import decide
+        from orchestrator.report import tables
+
+        _fleet_read(
+            lambda inputs, connect: decide(inputs, choice, connect),
+            lambda doc, _: tables.print_decide(doc),
+            **options,
+        )
+
+    command.__doc__ = (
+        f"{summary} A run paused on an inconclusive gate (gate.on_inconclusive: pause) "
+        "acts on it at its next poll; a container with no paused run is skipped (none "
+        "anywhere: exit 2)."
+    )
+    return click.command(choice)(command)
+
+
+promote = _decision("promote", "Keep the paused release: it becomes current and gated.")
+abort = _decision("abort", "Roll the paused release back, as after a failed gate.")
+retry = _decision("retry", "Gate the paused release again (it may pause again).")
 
 
 @click.command()

@@ -67,6 +67,7 @@ def audit_line(run_id: str, user: str, action: str, target: Mapping[str, Any]) -
             "mean_acceptance_length": gate.get("mean_acceptance_length"),
             "speed": speed_record(gate),
             "current_gate": _gate_of_current(action, target),
+            **({"decisions": decisions} if (decisions := target.get("decisions")) else {}),
         },
         sort_keys=True,
     )
@@ -190,9 +191,10 @@ def last_run(lines: list[str]) -> dict[str, Any] | None:
 
 def release_gate(lines: list[str], release: str | None) -> dict[str, Any] | None:
     """The gate that admitted `release`: the last run that left it current after
-    gating it. None when no recorded run gated it (a switch cut short, a hand edit).
-    Lines from before `current_gate` was recorded count when the run's gate judged
-    the release it left current."""
+    gating it (`promoted`: the decision that kept it after its gate paused). None when
+    no recorded run gated it (a switch cut short, a hand edit). Lines from before
+    `current_gate` was recorded count when the run's gate judged the release it left
+    current."""
     if not release:
         return None
     for raw in reversed(_lines(lines)):
@@ -209,8 +211,16 @@ def release_gate(lines: list[str], release: str | None) -> dict[str, Any] | None
                 "result": gate.get("verdict"),
                 "mean_acceptance_length": gate.get("mean_acceptance_length"),
                 "speed": gate.get("speed"),
+                **({"promoted": promoted} if (promoted := _promotion(raw)) else {}),
             }
     return None
+
+
+def _promotion(raw: Mapping[str, Any]) -> Any:
+    """The decision that kept the run's release after its gate paused, if one did."""
+    decisions = raw.get("decisions")
+    last = decisions[-1] if isinstance(decisions, list) and decisions else None
+    return last if isinstance(last, Mapping) and last.get("choice") == "promote" else None
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,6 @@
 """The documents of the commands that read every container of a fleet: status,
-releases, verify-config, unlock (which removes a lock, nothing else), doctor and logs;
+releases, verify-config, unlock (which removes a lock, nothing else), promote, abort and
+retry (which write a decision for a paused run, nothing else), doctor and logs;
 and a run's own log (RunLog). Each lists its containers under `targets`, name (and
 host) first; one the read did not get through to says what stopped it."""
 
@@ -13,6 +14,7 @@ from pydantic import BaseModel, Field
 
 from orchestrator import runlog
 from orchestrator.container.lock import Owner
+from orchestrator.container.pause import Choice, Decision
 from orchestrator.contract import CheckStatus, Document, OnlyWhenSet, RunResult, TargetState
 from orchestrator.drafters.findings import Finding
 from orchestrator.release import Applied
@@ -124,6 +126,10 @@ class Deploying(BaseModel):
     step: str | None
     owner: str
     elapsed: float
+    paused_since: Annotated[str | None, OnlyWhenSet] = None
+    """Only when its gate paused for a decision: since when (ISO 8601, UTC)."""
+    decide: Annotated[dict[Choice, str] | None, OnlyWhenSet] = None
+    """Only when paused: the commands that decide (promote, abort, retry), as they run."""
 
 
 class StatusTarget(FleetTarget):
@@ -254,6 +260,33 @@ class Unlocked(FleetTarget):
 class Unlock(FleetDocument):
     kind: Literal["Unlock"] = "Unlock"
     targets: list[Unlocked | Unreached]
+
+
+class DecidedTarget(FleetTarget):
+    """A paused run's container, the decision written beside its lock for that run to
+    act on at its next poll."""
+
+    result: Literal["ok"] = "ok"
+    run_id: str
+    release: str
+    """The release the paused gate judged (serving while paused)."""
+    decision: Decision
+
+
+class NothingPaused(FleetTarget):
+    """A selected container where no run is paused, while another container's run got
+    the decision: passed by, saying what is there instead."""
+
+    result: Literal["skipped"] = "skipped"
+    note: str
+
+
+class Decide(FleetDocument):
+    """`orch promote|abort|retry`: the decision for each selected container's paused run."""
+
+    kind: Literal["Decide"] = "Decide"
+    decision: Choice
+    targets: list[DecidedTarget | NothingPaused | Unreached]
 
 
 class CheckedTarget(BaseModel):

@@ -3,11 +3,12 @@ last window of live traffic, against the gate's minimums."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel
 
-from orchestrator.contract import Document, RunResult
+from orchestrator.container.pause import Choice
+from orchestrator.contract import Document, OnlyWhenSet, RunResult
 from orchestrator.durations import Seconds
 
 Acceptance = Literal[
@@ -15,6 +16,16 @@ Acceptance = Literal[
 ]
 """Where a container's window stands against the gate's minimums (`nothing_deployed`:
 no server to watch, no release current yet)."""
+
+
+class PausedRun(BaseModel):
+    """A run whose gate paused on the container, waiting for a decision: the release it
+    serves meanwhile, since when, and the commands that decide."""
+
+    run_id: str
+    release: str
+    since: str
+    decide: dict[Choice, str]
 
 
 class WatchEntry(BaseModel):
@@ -32,6 +43,8 @@ class WatchEntry(BaseModel):
     below_since: str | None
     counter_resets: int
     reason: str
+    paused: Annotated[PausedRun | None, OnlyWhenSet] = None
+    """Only while a run's gate is paused there (`gate.on_inconclusive: pause`)."""
 
 
 class Thresholds(BaseModel):

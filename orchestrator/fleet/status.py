@@ -8,8 +8,10 @@ import time
 from dataclasses import dataclass
 
 from orchestrator.connections import SSH, Connect
+from orchestrator.container import pause
 from orchestrator.container.journal import Journal, Transaction, Unreadable
 from orchestrator.container.lock import Owner
+from orchestrator.container.pause import PAUSED, Choice
 from orchestrator.container.server import Server
 from orchestrator.container.status import read_status
 from orchestrator.contract import TargetState, run_result
@@ -49,14 +51,15 @@ class StatusFacts:
 
 def target_state(facts: StatusFacts) -> TargetState:
     """One container's state: an interrupted transaction first, then a missing release
-    (not serving it), a run at work, the server: `stopped` by orch (no record left),
-    `crashed` when its recorded process is gone."""
+    (not serving it), a run at work (`paused` when its gate waits for a decision), the
+    server: `stopped` by orch (no record left), `crashed` when its recorded process is
+    gone."""
     if facts.interrupted:
         return "interrupted"
     if facts.release_missing:
         return "unhealthy" if facts.server == "running" else "stopped"
     if facts.deploying:
-        return "deploying"
+        return "paused" if facts.deploying.step == PAUSED else "deploying"
     if facts.release is None and facts.server != "running":
         return "nothing_deployed"
     if facts.server == "stopped":
@@ -68,7 +71,8 @@ def target_state(facts: StatusFacts) -> TargetState:
 
 def as_meant(state: TargetState, last_run: AuditSummary) -> bool:
     """Serving, nothing deployed yet, a run at work, or stopped by `orch stop` (its last
-    run a stop, or an interrupted stop finished): no one needs to look."""
+    run a stop, or an interrupted stop finished): no one needs to look. A paused run
+    waits for someone's decision."""
     if state in ("serving", "nothing_deployed", "deploying"):
         return True
     last = last_run or {}
@@ -81,6 +85,7 @@ STATE_ORDER = (
     "crashed",
     "stopped",
     "unhealthy",
+    "paused",
     "deploying",
     "serving",
     "nothing_deployed",
@@ -99,7 +104,9 @@ def fleet_state(states: list[TargetState]) -> TargetState:
 def status(inputs: Inputs, connect: Connect = SSH) -> tuple[Status, int]:
     """Where each container stands. Nothing deployed yet is a state, not a problem; a run
     in progress is `deploying`, not a fault."""
-    read = fleet_read(inputs, connect, _status_entry)
+    read = fleet_read(
+        inputs, connect, lambda transport, plan: _status_entry(transport, plan, inputs)
+    )
     targets: list[StatusTarget | UnreachedStatus] = read.entries(
         lambda _, entry: entry,
         lambda plan, exc: UnreachedStatus(
@@ -118,7 +125,7 @@ def status(inputs: Inputs, connect: Connect = SSH) -> tuple[Status, int]:
     ), code
 
 
-def _status_entry(transport: Transport, plan: TargetPlan) -> StatusTarget:
+def _status_entry(transport: Transport, plan: TargetPlan, inputs: Inputs) -> StatusTarget:
     """The journal first: a transaction whose run is provably gone is the first thing to
     know; one whose run still holds the lock is that run at work."""
     journal = Journal(transport, plan.layout).read()
@@ -132,7 +139,7 @@ def _status_entry(transport: Transport, plan: TargetPlan) -> StatusTarget:
         release=entry.release,
         release_missing=entry.release_missing,
         server=entry.server,
-        deploying=_deploying(live, journal) if live else None,
+        deploying=_deploying(live, journal, decide(inputs, plan.container)) if live else None,
         interrupted=journal.describe() if journal and not live else None,
         health=_health(server) if entry.server == "running" else None,
     )
@@ -155,15 +162,27 @@ def _status_entry(transport: Transport, plan: TargetPlan) -> StatusTarget:
     )
 
 
-def _deploying(owner: Owner, journal: Transaction | Unreadable | None) -> Deploying:
-    """The run holding the lock, and the step its journal says when it is that run's."""
+def _deploying(
+    owner: Owner, journal: Transaction | Unreadable | None, commands: dict[Choice, str]
+) -> Deploying:
+    """The run holding the lock, and the step its journal says when it is that run's
+    (paused: since when, and the `commands` that decide)."""
     mine = isinstance(journal, Transaction) and journal.run_id == owner.run_id
+    step = journal.step if mine and isinstance(journal, Transaction) else None
+    paused = isinstance(journal, Transaction) and step == PAUSED
     return Deploying(
         run_id=owner.run_id,
-        step=journal.step if mine and isinstance(journal, Transaction) else None,
+        step=step,
         owner=f"{owner.user}@{owner.control_host}",
         elapsed=round(max(0.0, time.time() - owner.since), 1),
+        paused_since=journal.updated if paused and isinstance(journal, Transaction) else None,
+        decide=commands if paused else None,
     )
+
+
+def decide(inputs: Inputs, container: str) -> dict[Choice, str]:
+    """The commands that decide for a paused run there, with the paths given here."""
+    return pause.commands(inputs.playbook_ref, str(inputs.inventory_path), container)
 
 
 def _health(server: Server) -> int | None:

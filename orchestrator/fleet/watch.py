@@ -19,13 +19,16 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from orchestrator.connections import SSH, Connect
+from orchestrator.container.journal import Journal, Transaction
+from orchestrator.container.pause import PAUSED, Choice
 from orchestrator.container.store import linked
 from orchestrator.contract import run_result
 from orchestrator.deadline import SYSTEM_CLOCK, Clock, Deadline
-from orchestrator.documents.watch import Acceptance, Thresholds, Watch, WatchEntry
+from orchestrator.documents.watch import Acceptance, PausedRun, Thresholds, Watch, WatchEntry
 from orchestrator.errors import NeedsAttention, OrchError
 from orchestrator.fanout import READ_PARALLEL, fan_out
 from orchestrator.fleet.inputs import Inputs
+from orchestrator.fleet.status import decide
 from orchestrator.gate import SCRAPE_SECONDS, ScrapeFailed, scrape
 from orchestrator.metrics.evaluate import Measurement, is_reset, measure
 from orchestrator.metrics.scrape import MetricsFormatError, SpecDecodeCounters
@@ -105,6 +108,8 @@ class Watched:
     measured: Measurement | None = None
     span: float = 0.0
     below_since: str | None = None
+    paused: PausedRun | None = None
+    """A run's gate paused here, as this round read its journal."""
 
     def observe(self, counters: SpecDecodeCounters | None, at: float, gate: Gate) -> None:
         if counters is None:
@@ -157,7 +162,18 @@ class Watched:
             below_since=self.below_since,
             counter_resets=self.window.restarts,
             reason=self.reason,
+            paused=self.paused,
         )
+
+
+def paused_run(transport: Transport, plan: TargetPlan) -> Transaction | None:
+    """The transaction of a run whose gate is paused here (None: none, or the journal
+    cannot be read just now: the scrape says what matters then)."""
+    try:
+        found = Journal(transport, plan.layout).read()
+    except OrchError:
+        return None
+    return found if isinstance(found, Transaction) and found.step == PAUSED else None
 
 
 def nothing_deployed(transport: Transport, plan: TargetPlan) -> bool:
@@ -180,8 +196,9 @@ class Watcher:
         gate: Gate,
         window_seconds: float,
         clock: Clock = SYSTEM_CLOCK,
+        decide: Callable[[str], dict[Choice, str]] = lambda _: {},
     ) -> None:
-        self.clock = clock
+        self.clock, self.decide = clock, decide
         self.playbook, self.gate, self.transport_of = playbook, gate, transport_of
         self.window_seconds = window_seconds
         self.watched = {p.container: Watched(p, Window(window_seconds)) for p in plans}
@@ -202,8 +219,21 @@ class Watcher:
                 raise NeedsAttention(f"could not read /metrics: {exc}") from None
             return counters, self.clock.now()
 
+        def paused(name: str) -> PausedRun | None:
+            found = paused_run(self.transport_of(name), self.watched[name].plan)
+            if found is None:
+                return None
+            return PausedRun(
+                run_id=found.run_id,
+                release=found.to_release,
+                since=found.updated,
+                decide=self.decide(name),
+            )
+
         group = fan_out(list(self.watched), one, READ_PARALLEL)
+        pauses = fan_out(list(self.watched), paused, READ_PARALLEL).succeeded
         for name, watched in self.watched.items():
+            watched.paused = pauses.get(name)
             if name in group.failed:
                 watched.unreached(group.failed[name].message_for(name))
             elif (read := group.succeeded[name]) is None:
@@ -289,6 +319,9 @@ def lines(doc: Watch) -> list[str]:
             )
         if target.acceptance != "ok":
             figures.append(target.reason)
+        if run := target.paused:
+            decide = "; ".join(f"{choice}: {command}" for choice, command in run.decide.items())
+            figures.append(f"PAUSED: run {run.run_id} since {run.since}, {decide}")
         out.append(f"{target.name:<{width}}  {mark:<12}  " + "  ".join(figures))
     return out
 
@@ -307,5 +340,13 @@ def watch_fleet(
     every `interval` (see `watch`)."""
     with connect(inputs.inventory, None) as connections:
         book = inputs.playbook
-        watcher = Watcher(book.name, inputs.plans, connections.container, book.gate, window, clock)
+        watcher = Watcher(
+            book.name,
+            inputs.plans,
+            connections.container,
+            book.gate,
+            window,
+            clock,
+            lambda name: decide(inputs, name),
+        )
         return watch(watcher, interval, once, emit, stop)

@@ -11,10 +11,12 @@ from rich.text import Text
 
 from orchestrator.documents.fleet import (
     AuditSummary,
+    Decide,
     Deploying,
     Doctor,
     ForeignLock,
     LockHolder,
+    NothingPaused,
     NothingToVerify,
     Releases,
     Status,
@@ -385,7 +387,8 @@ def last_run_words(last: AuditSummary) -> str:
 def deploying_words(run: Deploying) -> str:
     """`run R by root@vm, at 'gate', 12 s`: the run at work on a container."""
     step = f", at '{run.step}'" if run.step else ""
-    return f"run {run.run_id} by {run.owner}{step}, {run.elapsed:.0f} s"
+    since = f" since {run.paused_since}" if run.paused_since else ""
+    return f"run {run.run_id} by {run.owner}{step}{since}, {run.elapsed:.0f} s"
 
 
 def server_words(target: StatusTarget) -> str:
@@ -425,7 +428,11 @@ def _status_row(t: StatusTarget | UnreachedStatus) -> list[Cell]:
         text(t.release or ""),
         text(server_words(t)),
         text("" if t.health is None else ("ok" if t.health == 200 else f"{t.health}")),
-        text(gate.get("result") or never_gated),
+        text(
+            f"{gate.get('result')} (promoted)"
+            if gate.get("promoted")
+            else gate.get("result") or never_gated
+        ),
         mean_length(gate.get("mean_acceptance_length")),
         text(last_run_words(t.last_run)),
         text(locked_by(t.lock)),
@@ -438,7 +445,10 @@ def _status_notes(t: StatusTarget | UnreachedStatus) -> list[tuple[str, str]]:
     interrupted there and what went wrong (red)."""
     if isinstance(t, UnreachedStatus):
         return [(f"{t.name}: error: {t.error}", "red")]
-    notes = [(f"{t.name}: deploying: {deploying_words(t.deploying)}", "")] if t.deploying else []
+    run = t.deploying
+    notes = [(f"{t.name}: {words(t.state)}: {deploying_words(run)}", "")] if run else []
+    if run and run.decide:
+        notes += [(f"{t.name}: {c}: {command}", "") for c, command in run.decide.items()]
     notes += [(f"{t.name}: interrupted: {t.interrupted}", "red")] if t.interrupted else []
     if t.state == "crashed":
         ends = f"; its log ends: {t.log_end}" if t.log_end else ""
@@ -472,6 +482,21 @@ def print_unlock(doc: Unlock) -> None:
             line = f"removed the lock held by {who}"
         else:
             line = "no lock"
+        print(printable(f"{t.name}: {line}"))
+
+
+def print_decide(doc: Decide) -> None:
+    """`orch promote|abort|retry`: per container, the run decided for, or why not."""
+    for t in doc.targets:
+        if isinstance(t, Unreached):
+            line = f"error: {t.error}"
+        elif isinstance(t, NothingPaused):
+            line = f"skipped: {t.note}"
+        else:
+            line = (
+                f"{doc.decision} of {t.release} written for paused run {t.run_id}: it acts "
+                "on it at its next poll"
+            )
         print(printable(f"{t.name}: {line}"))
 
 

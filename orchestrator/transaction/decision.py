@@ -7,10 +7,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from orchestrator.container.pause import Decision
 from orchestrator.gate import GateReport
 from orchestrator.metrics.assess import VerdictOutcome
 
-OnInconclusive = Literal["rollback", "keep"]
+OnInconclusive = Literal["rollback", "keep", "pause"]
 Switching = Literal["deploy", "rollback"]
 
 
@@ -24,19 +25,73 @@ class Judged:
     reason: str = ""
     gated: bool = True
     """A gate ran (False: the switch failed before one could)."""
+    promoted: bool = False
+    """An inconclusive gate paused, then promoted by a person's decision."""
 
     @classmethod
-    def of(cls, report: GateReport) -> Judged:
+    def of(cls, report: GateReport, promoted: bool = False) -> Judged:
         served = report.verdict.drafts > 0 and report.request_errors < report.requests
-        return cls(report.verdict.outcome, served, report.verdict.reason, bool(report.phases))
+        return cls(
+            report.verdict.outcome, served, report.verdict.reason, bool(report.phases), promoted
+        )
 
 
 def admits(gate: Judged, on_inconclusive: OnInconclusive) -> bool:
-    """Pass; or inconclusive with `on_inconclusive: keep`, but only for a server that
-    was measured and answered (a dead one is never kept)."""
+    """Pass; or inconclusive with `on_inconclusive: keep` or promoted from a pause, but
+    only for a server that was measured and answered (a dead one is never kept)."""
     return gate.verdict == "pass" or (
-        gate.verdict == "inconclusive" and on_inconclusive == "keep" and gate.served
+        gate.verdict == "inconclusive"
+        and (on_inconclusive == "keep" or gate.promoted)
+        and gate.served
     )
+
+
+def pauses(gate: Judged, on_inconclusive: OnInconclusive, cancelled: bool) -> bool:
+    """A deploy's gate waits for a decision: inconclusive under `pause`, its server
+    measured and answering (a dead one is rolled back at once), and no stop request."""
+    return (
+        on_inconclusive == "pause"
+        and gate.verdict == "inconclusive"
+        and gate.served
+        and not cancelled
+    )
+
+
+@dataclass(frozen=True)
+class PausePoll:
+    """What a paused run found at one poll."""
+
+    run_id: str
+    found: Decision | str | None
+    """The decision file: a decision, what is wrong with it, or None (none yet)."""
+    waited: float
+    timeout: float
+    cancelled: bool
+    lost: str | None
+    """Why the lock is no longer this run's (None: still its)."""
+    at: str
+    """Now, as records write it."""
+
+
+def pause_ends(poll: PausePoll) -> Decision | None:
+    """How the pause ends at this poll (None: it goes on). A stop request or a lost
+    lock ends it as an abort, at once; then a decision for this run; then, with none
+    within the pause timeout, an abort by orch, saying so. A decision for another run
+    (left by an earlier pause) is not this run's to act on."""
+    p = poll
+
+    def abort(why: str) -> Decision:
+        return Decision(p.run_id, "abort", f"orch ({why})", p.at)
+
+    if p.cancelled:
+        return abort("a stop request ended the pause")
+    if p.lost:
+        return abort(p.lost)
+    if isinstance(p.found, Decision) and p.found.run_id == p.run_id:
+        return p.found
+    if p.waited >= p.timeout:
+        return abort(f"no decision within the pause timeout of {p.timeout:g} s")
+    return None
 
 
 def keeps(gate: Judged, on_inconclusive: OnInconclusive, cancelled: bool) -> bool:

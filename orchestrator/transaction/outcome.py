@@ -11,6 +11,7 @@ import pydantic
 from pydantic import Field, SerializationInfo, SerializerFunctionWrapHandler, model_serializer
 
 from orchestrator.baseline import BaselineRecord
+from orchestrator.container.pause import Decision
 from orchestrator.contract import KEEP_CHANGES, OnlyWhenSet, TargetResult
 from orchestrator.drafters.findings import Finding
 from orchestrator.durations import Seconds
@@ -90,6 +91,9 @@ class Outcome:
     """`orch baseline`: the record it wrote (the speed levels without speculation)."""
     speed: Annotated[SpeedReport | None, OnlyWhenSet] = None
     """`orch baseline`: the speed levels as measured, with their bounds."""
+    decisions: Annotated[list[Decision] | None, OnlyWhenSet] = None
+    """With `gate.on_inconclusive: pause`: how each pause of the gate ended (promote,
+    abort, retry), who decided and when; `gate` holds the figures decided on."""
     exit_code: Annotated[int, Field(exclude=True)] = 0
     changes: Annotated[str | None, Field(exclude=True)] = None
     """The same diff, read on every deploy: kept in the local history for `orch report`."""

@@ -13,6 +13,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from orchestrator import remotejson
 from orchestrator.container import store
+from orchestrator.container.pause import Decision
 from orchestrator.contract import jsonable
 from orchestrator.errors import NeedsAttention
 from orchestrator.layout import DRAFTER_CONFIG, LAUNCH_SCRIPT, SECRETS_FILE, VIEW_CONFIG, Layout
@@ -75,17 +76,34 @@ def record_gate_target(
 ) -> None:
     """A re-gated release's manifest with its new gate settings and the run that set
     them; the rest of what was applied stays as it was."""
+    fields = {"gate_target": jsonable(gate), "regated_by": run_id}
+    _amend_manifest(transport, layout, release_id, fields, "its gate settings")
+
+
+def record_promotion(
+    transport: Transport, layout: Layout, release_id: str, decision: Decision
+) -> None:
+    """A release kept by a person's decision after an inconclusive gate: its manifest
+    says who promoted it, when, and in which run."""
+    fields = {"promoted": jsonable(decision)}
+    _amend_manifest(transport, layout, release_id, fields, "its promotion")
+
+
+def _amend_manifest(
+    transport: Transport, layout: Layout, release_id: str, fields: dict[str, object], what: str
+) -> None:
+    """The release's manifest with `fields` (`what` they record) set; the rest as it
+    was applied."""
     path = f"{layout.release(release_id)}/{MANIFEST}"
     raw = store.read_back(transport, layout.release(release_id), [MANIFEST]).get(MANIFEST)
     try:
         document = remotejson.loads(raw or b"null")
-        document["gate_target"] = jsonable(gate)
-    except (ValueError, TypeError):
+        document.update(fields)
+    except (ValueError, TypeError, AttributeError):
         raise NeedsAttention(
-            f"{path}: unreadable manifest, its gate settings cannot be recorded",
+            f"{path}: unreadable manifest, {what} cannot be recorded",
             subject=transport.label,
         ) from None
-    document["regated_by"] = run_id
     store.write(
         transport,
         layout.release(release_id),

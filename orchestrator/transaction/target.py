@@ -10,13 +10,14 @@ from contextlib import contextmanager
 from orchestrator import preflight, release
 from orchestrator.container import store, verdict
 from orchestrator.container.journal import GATE_PASSED
+from orchestrator.container.pause import Decision
 from orchestrator.deadline import now
 from orchestrator.drafters.findings import Finding, Severity
 from orchestrator.errors import OrchError
 from orchestrator.playbook import command_name
 from orchestrator.release import GateTarget
 from orchestrator.secrets import plain_findings
-from orchestrator.transaction import reference, releases, replace
+from orchestrator.transaction import pause, reference, releases, replace
 from orchestrator.transaction.decision import (
     GoBack,
     Judged,
@@ -157,7 +158,10 @@ class TargetRun:
         if replaced and other:
             replace.stop(other, d.plan.playbook)
         out.gate = switch(d, new, d.gate_target(new), cancellable=True)
-        judged = Judged.of(out.gate)
+        promoted = False
+        if action == "deploy":
+            out.gate, promoted = pause.decided(d, new, out.gate)
+        judged = Judged.of(out.gate, promoted)
         on_inconclusive = d.playbook.gate.on_inconclusive
         cancelled = d.cancel.requested
         # A redeploy of the current release that does not stay goes one further back.
@@ -179,6 +183,8 @@ class TargetRun:
         if not isinstance(decision, GoBack):
             d.journal.advance(GATE_PASSED)
             out.result, out.current = decision.result, new
+            if promoted and out.decisions:
+                self._record_promotion(new, out.decisions[-1])
             d.record_previous(decision.record_previous, new)
             lost = self._stopped_if_lock_lost(f"{new} passed its gate and stays")
             if decision.prune_keeping is not None and not lost:
@@ -216,6 +222,14 @@ class TargetRun:
         d.finish(action)
         if decision.prune_keeping is not None and not lost:
             self.d.prune_after_failure(decision.prune_keeping)
+
+    def _record_promotion(self, release_id: str, decision: Decision) -> None:
+        """The manifest says who promoted the release; one that cannot say so is a
+        note: the release is kept, the audit and the history record the decision."""
+        try:
+            releases.record_promotion(self.d.transport, self.d.layout, release_id, decision)
+        except OrchError as exc:
+            self.d.outcome.notes.append(f"the promotion was not recorded in the manifest: {exc}")
 
     def _stopped_if_lock_lost(self, where: str) -> bool:
         """The safe point after the switch settled (a gated release, or the way back,

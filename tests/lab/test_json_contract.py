@@ -136,6 +136,7 @@ def test_every_command_prints_one_document_of_the_contract(fleet: Fleet) -> None
         ),
         "RollbackRun": (fleet.pb("rollback", "--json", *FAST), 2),  # nothing to go back to
         "Unlock": (fleet.pb("unlock", "--json"), 0),
+        "Decide": (fleet.pb("promote", "--json"), 2),  # no run is paused: nothing decided
         "ServerRun": (fleet.pb("start", "--json", *FAST), 0),  # already running: unchanged
         "Releases": (fleet.pb("releases", "--json"), 0),
         "Logs": (fleet.pb("logs", "-n", "5", "--json"), 0),
@@ -185,6 +186,7 @@ def test_every_command_prints_one_document_of_the_contract(fleet: Fleet) -> None
     assert {t["result"] for t in documents["RollbackRun"]["targets"]} == {"failed"}
     assert documents["RollbackRun"]["result"] == "bad_input"
     assert documents["Findings"]["result"] == "not_applied"
+    assert {t["result"] for t in documents["Decide"]["targets"]} == {"error"}
     assert "use_sliding_window" in {f["field"] for f in documents["Findings"]["findings"]}
     assert documents["Findings"]["judged_as"]["kind"] == "dflash"
     run_ids = [run["run_id"] for run in documents["History"]["runs"]]

@@ -21,6 +21,10 @@ FAIL = Judged("fail", True, "below 2.5")
 UNSURE = Judged("inconclusive", True, "too few drafts")
 UNSURE_DEAD = Judged("inconclusive", False, "no drafts measured")
 FAIL_UNGATED = Judged("fail", False, "server did not become ready", gated=False)
+PROMOTED = Judged("inconclusive", True, "too few drafts", promoted=True)
+PROMOTED_DEAD = Judged("inconclusive", False, "no drafts measured", promoted=True)
+FAIL_PROMOTED = Judged("fail", True, "died after its pause", promoted=True)
+"""A promoted gate whose server was then found dead (the settle after a promote)."""
 NEW, OLD, OLDER = "new000000000", "old000000000", "older0000000"
 
 
@@ -36,6 +40,10 @@ NEW, OLD, OLDER = "new000000000", "old000000000", "older0000000"
         (UNSURE_DEAD, "rollback", False),
         (UNSURE_DEAD, "keep", False),
         (FAIL_UNGATED, "keep", False),
+        (UNSURE, "pause", False),
+        (PROMOTED, "pause", True),
+        (PROMOTED_DEAD, "pause", False),
+        (FAIL_PROMOTED, "pause", False),
     ],
 )
 def test_admits(gate: Judged, on_inconclusive: str, admitted: bool) -> None:
@@ -63,6 +71,9 @@ def back(
         (Switched("deploy", NEW, OLD, UNSURE, "rollback"), back(OLD, {NEW, OLD})),
         (Switched("deploy", NEW, OLD, UNSURE, "keep"), keep("deployed", OLD, {NEW, OLD})),
         (Switched("deploy", NEW, OLD, UNSURE_DEAD, "keep"), back(OLD, {NEW, OLD})),
+        (Switched("deploy", NEW, OLD, UNSURE, "pause"), back(OLD, {NEW, OLD})),
+        (Switched("deploy", NEW, OLD, PROMOTED, "pause"), keep("deployed", OLD, {NEW, OLD})),
+        (Switched("deploy", NEW, OLD, PROMOTED, "pause", cancelled=True), back(OLD, {NEW, OLD})),
         (Switched("deploy", NEW, OLD, UNSURE_DEAD, "rollback"), back(OLD, {NEW, OLD})),
         (Switched("deploy", NEW, OLD, FAIL_UNGATED, "keep"), back(OLD, {NEW, OLD})),
         # a stop request: a pass still stays, an admitted inconclusive does not

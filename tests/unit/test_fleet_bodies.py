@@ -149,6 +149,36 @@ def test_watch_once_with_no_window_prints_one_round() -> None:
     assert code in (0, 1)
 
 
+def test_watch_shows_a_run_paused_for_a_decision_and_how_to_decide() -> None:
+    fleet = Fleet("gate.min_drafts=50")
+    for container in fleet.containers.values():
+        container.run_server()
+        serving(container.transport, SERVED)
+    paused = fleet.plans["ct200"].layout
+    fleet.containers["ct200"].files[paused.journal] = json.dumps(
+        {
+            "run_id": "run-paused",
+            "action": "deploy",
+            "owner": "ops@ctl",
+            "from_release": "a1b2c3d4e5f6",
+            "to_release": "f6e5d4c3b2a1",
+            "step": "paused",
+            "started": "2026-12-04T22:00:00+00:00",
+            "updated": "2026-12-04T22:01:00+00:00",
+        }
+    ).encode()
+
+    documents, _ = watched(fleet, rounds=1, once=False, window=600.0)
+
+    by = {t["name"]: t for t in checked(documents[-1], "Watch")["targets"]}
+    assert "paused" not in by["ct129"]
+    assert by["ct200"]["paused"]["run_id"] == "run-paused"
+    assert by["ct200"]["paused"]["release"] == "f6e5d4c3b2a1"
+    assert by["ct200"]["paused"]["decide"]["promote"].startswith("orch promote ")
+    [_, line] = lines(documents[-1])
+    assert "PAUSED: run run-paused since 2026-12-04T22:01:00+00:00, promote: orch promote" in line
+
+
 def test_watch_rounds_judge_each_window_against_the_gate() -> None:
     fleet = Fleet("gate.min_drafts=50")
     for transport in fleet.containers.values():

@@ -16,6 +16,7 @@ from scripted import serving
 
 from orchestrator.container.audit import audit_line
 from orchestrator.container.lock import Owner
+from orchestrator.fleet.decide import decide
 from orchestrator.fleet.status import status
 from orchestrator.fleet.unlock import unlock
 from orchestrator.report.tables import print_status
@@ -274,3 +275,124 @@ def test_a_crashed_server_is_told_from_a_stopped_one_by_its_logs_last_line(
     shown = capsys.readouterr().out
     assert f"ct200: crashed: the server exited, not stopped by orch; its log ends: {OOM}" in shown
     assert "exited pid" in shown
+
+
+# -- a run paused for a decision ----------------------------------------------------------------
+
+
+def at_step(step: str) -> Setup:
+    """Served, a live run holding the lock, its journal at `step`."""
+
+    def setup(fleet: Fleet, name: str) -> None:
+        locked_by_a_live_run(fleet, name)
+        journal = {
+            "run_id": "run-live",
+            "action": "deploy",
+            "owner": "ops@here",
+            "from_release": None,
+            "to_release": "d1e2f3a4b5c6",
+            "step": step,
+            "started": "2026-12-04T22:00:00+00:00",
+            "updated": "2026-12-04T22:01:00+00:00",
+        }
+        fleet.containers[name].files[fleet.plans[name].layout.journal] = json.dumps(
+            journal
+        ).encode()
+
+    return setup
+
+
+def test_a_paused_run_is_shown_with_the_commands_that_decide_and_needs_someone() -> None:
+    fleet = Fleet()
+    for name in fleet.plans:
+        at_step("paused")(fleet, name)
+
+    printed, code = status(fleet.inputs, fleet.connect)
+
+    document = checked(printed, "Status")
+    assert (code, document["state"]) == (3, "paused")
+    for target in document["targets"]:
+        run = target["deploying"]
+        assert (target["state"], run["run_id"]) == ("paused", "run-live")
+        assert run["paused_since"] == "2026-12-04T22:01:00+00:00"
+        inventory = str(fleet.inputs.inventory_path)
+        assert run["decide"]["promote"] == (
+            f"orch promote {fleet.inputs.playbook_ref} -i {inventory} --limit {target['name']}"
+        )
+
+
+def test_a_decision_is_written_for_the_paused_run_naming_who_decided() -> None:
+    fleet = Fleet()
+    for name in fleet.plans:
+        at_step("paused")(fleet, name)
+
+    printed, code = decide(fleet.inputs, "promote", fleet.connect, by="ann@ops")
+
+    document = checked(printed, "Decide")
+    assert (code, document["decision"]) == (0, "promote")
+    for target in document["targets"]:
+        assert (target["run_id"], target["release"]) == ("run-live", "d1e2f3a4b5c6")
+    for name, container in fleet.containers.items():
+        written = json.loads(container.files[fleet.plans[name].layout.decision])
+        assert (written["run_id"], written["choice"], written["by"]) == (
+            "run-live",
+            "promote",
+            "ann@ops",
+        )
+
+
+@pytest.mark.parametrize(
+    ("setup", "says"),
+    [
+        (healthy, "no run holds the deploy lock here"),
+        (at_step("gate"), "is at 'gate', not paused"),
+        (locked_by_a_live_run, "holds the deploy lock, but not paused"),
+        (locked_by_a_dead_run, "holds the deploy lock, but not paused"),
+    ],
+)
+def test_a_decision_where_no_run_is_paused_is_refused_and_writes_nothing(
+    setup: Setup, says: str
+) -> None:
+    fleet = Fleet()
+    for name in fleet.plans:
+        setup(fleet, name)
+
+    printed, code = decide(fleet.inputs, "abort", fleet.connect)
+
+    assert code == 2
+    for target in checked(printed, "Decide")["targets"]:
+        assert says in target["error"]
+    for name, container in fleet.containers.items():
+        assert fleet.plans[name].layout.decision not in container.files
+
+
+def test_a_decision_for_a_paused_run_that_is_gone_is_refused() -> None:
+    fleet = Fleet()
+    for name in fleet.plans:
+        at_step("paused")(fleet, name)
+        locked_by_a_dead_run(fleet, name)
+        journal_path = fleet.plans[name].layout.journal
+        journal = json.loads(fleet.containers[name].files[journal_path])
+        fleet.containers[name].files[journal_path] = json.dumps(
+            {**journal, "run_id": "run-dead"}
+        ).encode()
+
+    printed, code = decide(fleet.inputs, "promote", fleet.connect)
+
+    assert code == 2
+    for target in checked(printed, "Decide")["targets"]:
+        assert "is gone" in target["error"] and "the next deploy rolls" in target["error"]
+
+
+def test_a_decision_passes_by_the_containers_where_nothing_is_paused() -> None:
+    fleet = Fleet()
+    at_step("paused")(fleet, "ct200")
+    healthy(fleet, "ct129")
+
+    printed, code = decide(fleet.inputs, "promote", fleet.connect)
+
+    targets = {t["name"]: t for t in checked(printed, "Decide")["targets"]}
+    assert (code, targets["ct200"]["run_id"]) == (0, "run-live")
+    assert targets["ct129"]["result"] == "skipped"
+    assert "no run holds the deploy lock here" in targets["ct129"]["note"]
+    assert fleet.plans["ct129"].layout.decision not in fleet.containers["ct129"].files

@@ -4,6 +4,7 @@ stands; out of time it needs attention, stopped it is interrupted."""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import threading
@@ -108,3 +109,33 @@ def test_a_stopped_wait_is_interrupted_with_the_status_it_last_read() -> None:
 
     assert (code, checked(document, "Status")["result"]) == (130, "interrupted")
     assert document.state == "deploying" and clock.slept == 0.0
+
+
+def test_a_run_paused_for_a_decision_ends_the_wait_needing_someone() -> None:
+    """A paused gate does not move by itself (until its pause timeout): the wait stops
+    there and says `paused`, exit 3, as status does."""
+    fleet, clock, said = served_fleet(), FakeClock(), []
+    lock_by_this_process(fleet, "ct200")
+    journal = {
+        "run_id": "run-live",
+        "action": "deploy",
+        "owner": "ops@here",
+        "from_release": None,
+        "to_release": "d1e2f3a4b5c6",
+        "step": "paused",
+        "started": "t0",
+        "updated": "t1",
+    }
+    layout = fleet.plans["ct200"].layout
+    fleet.containers["ct200"].files[layout.journal] = json.dumps(journal).encode()
+
+    document, code = wait_for_status(
+        fleet.inputs, Deadline.after(60, clock=clock), said.append, fleet.connect
+    )
+
+    assert (code, checked(document, "Status")["state"], said, clock.slept) == (
+        3,
+        "paused",
+        [],
+        0.0,
+    )

@@ -204,3 +204,24 @@ def test_pause_between_waves_not_after_the_last_nor_once_the_budget_is_spent() -
     failing = Deploys({"a"})
     failing.rollout(Rollout(canary=1, parallel=3, pause=7.5))
     assert failing.pauses == []
+
+
+def test_a_container_paused_for_a_decision_holds_the_next_wave_not_its_own() -> None:
+    """A paused gate (gate.on_inconclusive: pause) is a deploy that has not returned:
+    the rest of its wave finishes meanwhile, and no container of the next wave starts
+    until it is decided."""
+    decided = threading.Event()
+    finished: list[str] = []
+
+    def wait(name: str) -> None:
+        if name == "b":  # paused until the others of its wave are done
+            assert decided.wait(timeout=5)
+        if name in ("c", "d"):
+            finished.append(name)
+            if len(finished) == 2:
+                assert "e" not in deploys.started  # the next wave waits for b
+                decided.set()
+
+    deploys = Deploys(wait=wait)
+    assert deploys.run(Rollout(canary=1, parallel=3)) == [(n, "deployed") for n in NAMES]
+    assert deploys.started.index("e") > deploys.started.index("b")

@@ -19,6 +19,7 @@ from scripted import ScriptedContainer, ScriptedGate, frames
 
 from orchestrator.cancel import Cancel
 from orchestrator.container.lock import Owner
+from orchestrator.container.pause import Decision
 from orchestrator.container.validator import FIND_PYTHON
 from orchestrator.contract import jsonable
 from orchestrator.inventory import load_inventory
@@ -236,6 +237,48 @@ def cancelled_in_gate(site: Site) -> None:
     site.gate.during = lambda: site.cancel.request(15)
 
 
+def decided(choice: str, run_id: str = "run-now", after: float = 30.0) -> Setup:
+    """Over OLD: `choice` written beside the lock for `run_id`, `after` seconds into
+    the pause (`orch promote|abort|retry`); a retry's gate then passes."""
+
+    def setup(site: Site) -> None:
+        site.on(OLD, previous=OLDER)
+        decision = {"run_id": run_id, "choice": choice, "by": "ops@ctl", "at": "t"}
+
+        def decide() -> None:
+            site.container.files[site.container.layout.decision] = json.dumps(decision).encode()
+            if choice == "retry":
+                site.gate.verdicts[site.new] = "pass"
+
+        site.gate.during = lambda: (
+            site.clock.after(after, decide) if not site.gate.asked[1:] else None
+        )
+
+    return setup
+
+
+def died_then_promoted(site: Site) -> None:
+    """The paused release's server dies, then someone promotes it."""
+    decided("promote")(site)
+    decide = site.gate.during
+    site.gate.during = lambda: (decide(), site.clock.after(10, site.container.crash))
+
+
+def cancelled_while_paused(site: Site) -> None:
+    site.on(OLD, previous=OLDER)
+    site.gate.during = lambda: site.clock.after(30, lambda: site.cancel.request(15))
+
+
+def unlocked_while_paused(site: Site) -> None:
+    """`orch unlock --force` while the gate is paused: the run notices at its next poll."""
+    site.on(OLD, previous=OLDER)
+    lock = f"{site.container.layout.lock}/owner.json"
+    site.gate.during = lambda: site.clock.after(
+        30, lambda: site.container.files.pop(lock, None) and None
+    )
+
+
+PAUSE = {"on_inconclusive": "pause", "pause_timeout": 60}
 D = ("deploy", "deployed")
 ROLLED = ("deploy", "rolled_back")
 FAILED = ("deploy", "failed")
@@ -389,6 +432,72 @@ DEPLOYS: dict[str, tuple[Setup, dict[str, str], dict[str, Any], Expect]] = {
         {},
         Expect("interrupted", 143, OLD, True, [("deploy", "interrupted")]),
     ),
+    "inconclusive, pause, promoted": (
+        decided("promote"),
+        {NEW: "inconclusive"},
+        PAUSE,
+        Expect("deployed", 0, NEW, True, [D], OLD),
+    ),
+    "inconclusive, pause, aborted": (
+        decided("abort"),
+        {NEW: "inconclusive"},
+        PAUSE,
+        Expect("rolled_back", 1, OLD, True, [ROLLED], OLDER),
+    ),
+    "inconclusive, pause, server died, promoted: rolled back": (
+        died_then_promoted,
+        {NEW: "inconclusive"},
+        PAUSE,
+        Expect("rolled_back", 1, OLD, True, [ROLLED]),
+    ),
+    "inconclusive, pause, retried: passes": (
+        decided("retry"),
+        {NEW: "inconclusive"},
+        PAUSE,
+        Expect("deployed", 0, NEW, True, [D], OLD),
+    ),
+    "inconclusive, pause, no decision: timed out": (
+        running_old,
+        {NEW: "inconclusive"},
+        PAUSE,
+        Expect("rolled_back", 1, OLD, True, [ROLLED]),
+    ),
+    "inconclusive, pause, another run's decision: timed out": (
+        decided("promote", run_id="run-before"),
+        {NEW: "inconclusive"},
+        PAUSE,
+        Expect("rolled_back", 1, OLD, True, [ROLLED]),
+    ),
+    "inconclusive, pause, decision after the timeout: timed out": (
+        decided("promote", after=120),
+        {NEW: "inconclusive"},
+        PAUSE,
+        Expect("rolled_back", 1, OLD, True, [ROLLED]),
+    ),
+    "dead inconclusive, pause: rolled back at once": (
+        decided("promote"),
+        {NEW: "inconclusive-dead"},
+        PAUSE,
+        Expect("rolled_back", 1, OLD, True, [ROLLED]),
+    ),
+    "failed gate, pause: rolled back at once": (
+        decided("promote"),
+        {NEW: "fail"},
+        PAUSE,
+        Expect("rolled_back", 1, OLD, True, [ROLLED]),
+    ),
+    "stop request while paused": (
+        cancelled_while_paused,
+        {NEW: "inconclusive"},
+        PAUSE,
+        Expect("interrupted", 143, OLD, True, [("deploy", "interrupted")]),
+    ),
+    "lock removed while paused: back on OLD, needs attention": (
+        unlocked_while_paused,
+        {NEW: "inconclusive"},
+        PAUSE,
+        Expect("rolled_back", 3, OLD, True, [ROLLED]),
+    ),
 }
 
 
@@ -509,7 +618,7 @@ SWITCH_STEPS = ["begin", "stop server", "switch current", "start server", "wait 
 
 
 @pytest.mark.parametrize("action", ["deploy", "rollback", "start", "restart"])
-@pytest.mark.parametrize("step", [*SWITCH_STEPS, "gate passed"])
+@pytest.mark.parametrize("step", [*SWITCH_STEPS, "paused", "gate passed"])
 def test_an_interrupted_switch_is_undone_unless_gated(
     models: dict[str, Path], action: str, step: str
 ) -> None:
@@ -1214,3 +1323,47 @@ def test_a_dry_run_keeps_no_verdict(models: dict[str, Path]) -> None:
     site.on(OLD)
     assert site.deploy(dry_run=True).result == "dry_run"
     assert site.container.layout.server_check not in site.container.files
+
+
+# -- a gate paused for a decision (gate.on_inconclusive: pause) ---------------------------------
+
+
+def test_a_promoted_release_says_who_promoted_it_with_the_figures_decided_on(
+    models: dict[str, Path],
+) -> None:
+    site = Site(models, "gate.on_inconclusive=pause")
+    decided("promote")(site)
+    site.gate.verdicts = {site.new: "inconclusive"}
+
+    outcome = site.deploy()
+
+    promoted = Decision("run-now", "promote", "ops@ctl", "t")
+    assert outcome.decisions == [promoted]
+    assert outcome.gate is not None and outcome.gate.verdict.outcome == "inconclusive"
+    manifest = json.loads(site.container.files[f"{site.plan.release_dir}/manifest.json"])
+    assert manifest["promoted"] == jsonable(promoted)
+    audited = json.loads(site.container.files[site.container.layout.audit_log].splitlines()[-1])
+    assert audited["decisions"] == [jsonable(promoted)]
+    assert "paused" in site.container.journal_steps
+    assert site.container.layout.decision not in site.container.files
+    waiting = next(n for n in outcome.notes if "paused" in n)
+    limit = f"-i INVENTORY --limit {site.plan.container}"
+    assert f"promote: orch promote qwen-dflash {limit}" in waiting
+    assert f"abort: orch abort qwen-dflash {limit}" in waiting
+
+
+def test_a_pause_with_no_decision_ends_as_an_abort_at_its_timeout_saying_so(
+    models: dict[str, Path],
+) -> None:
+    site = Site(models, "gate.on_inconclusive=pause", "gate.pause_timeout=60")
+    site.on(OLD)
+    site.gate.verdicts = {site.new: "inconclusive"}
+    started = site.clock.now()
+
+    outcome = site.deploy()
+
+    assert 60 <= site.clock.now() - started < 70
+    assert "paused, then aborted by orch (no decision within the pause timeout of 60 s)" in (
+        outcome.error or ""
+    )
+    assert outcome.decisions and outcome.decisions[0].choice == "abort"
