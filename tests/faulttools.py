@@ -150,6 +150,18 @@ class Orch:
         )
         return next(back, self.exited) - self.signalled
 
+    def step_left_after_signal(self, step: str) -> float:
+        """How long `step` went on after the signal, by orch's own timing of it (its
+        document's `steps`) from when its line was heard: a step orch finishes rather
+        than cuts short (the old server's stop) ends before the way back can begin."""
+        began = next(
+            at
+            for at, line in zip(self.heard, self.lines, strict=False)
+            if line.rstrip().endswith(f"{NAME}: {step}")
+        )
+        [target] = self.document["targets"]
+        return max(0.0, began + target["steps"][step] - self.signalled)
+
     def stop_latency(self) -> dict[str, float]:
         """What the matrix's table shows of a stop: seconds to the way back and to the exit."""
         return {

@@ -52,6 +52,7 @@ from faulttools import (
     stop_in_step,
 )
 from labtools import LabHandle
+from releasetree import GROWS, lab_release
 
 from orchestrator.lab import hold
 from orchestrator.lab.paths import (
@@ -71,38 +72,24 @@ def current(lab: LabHandle) -> str:
     return deployment(lab).joinpath("current").readlink().name
 
 
-def release_bytes(lab: LabHandle, release: str) -> dict[str, bytes]:
-    """What the release was made of (its server's log grows with every start of it):
-    each file's bytes and each link's target, links never followed (the drafter view
-    links to gigabytes of weights; where they point is what the release holds)."""
-    directory = deployment(lab) / "releases" / release
-    return {
-        str(p.relative_to(directory)): (
-            b"-> " + os.readlink(p).encode() if p.is_symlink() else p.read_bytes()
-        )
-        for p in sorted(directory.rglob("*"))
-        if (p.is_symlink() or p.is_file()) and p.name != "server.log"
-    }
-
-
 def plain_deploy(lab: LabHandle, *args: str) -> tuple[int, str]:
     done = lab.orch(*deploy_args(lab, *args))
     return done.code, done.stdout + done.stderr
 
 
-def good_release(lab: LabHandle) -> tuple[str, dict[str, bytes]]:
+def good_release(lab: LabHandle) -> tuple[str, dict[str, str]]:
     code, output = plain_deploy(lab)
     assert code == 0, output
-    return current(lab), release_bytes(lab, current(lab))
+    return current(lab), lab_release(lab, NAME, current(lab))
 
 
 def last_run(lab: LabHandle) -> dict:
     return json.loads(lab.orch("history", "-n", "1", "--json").stdout)["runs"][0]
 
 
-def assert_invariants(lab: LabHandle, good: str, files: dict[str, bytes]) -> None:
+def assert_invariants(lab: LabHandle, good: str, files: dict[str, str]) -> None:
     assert current(lab) == good
-    assert release_bytes(lab, good) == files
+    assert lab_release(lab, NAME, good) == files
     assert not (deployment(lab) / "lock").exists()
     assert not (deployment(lab) / "journal.json").exists()
     status = lab.orch("status", "qwen-dflash", "-i", str(lab.inventory), "--limit", NAME, "--json")
@@ -110,9 +97,17 @@ def assert_invariants(lab: LabHandle, good: str, files: dict[str, bytes]) -> Non
     [row] = status.json["targets"]
     assert (row["release"], row["server"], row["health"]) == (good, "running", 200), row
     assert (row["state"], row["interrupted"], row.get("error")) == ("serving", None, None), row
+    assert_left_clean(lab, row["pid"])
+
+
+def assert_left_clean(lab: LabHandle, serving: int) -> None:
+    """No lock, no journal, and no server process but `serving`: in the machine's process
+    table (an orphan shows there whoever started it) and in the stand-in's records."""
+    assert not (deployment(lab) / "lock").exists()
+    assert not (deployment(lab) / "journal.json").exists()
     container = ContainerPaths(deployment(lab).parents[4])
-    assert [r["pid"] for r in server_records(container)] == [row["pid"]]
-    assert server_processes(lab) == [row["pid"]]
+    assert [r["pid"] for r in server_records(container)] == [serving]
+    assert server_processes(lab) == [serving]
 
 
 def assert_plain_deploy_succeeds(lab: LabHandle) -> None:
@@ -146,7 +141,10 @@ def test_sigint_at_each_step_goes_back_and_exits_130(
         run = Orch(lab, *NEW_RELEASE, *knobs)
         stop_in_step(lab, run, step, signal.SIGINT)
         assert run.finish() == 130, run.output
-    assert_stopped_at_once(run, record_property)
+    # the old server's stop is finished, not cut short (its process gone, its GPU memory
+    # free, before the previous release may start again): the bound counts from its end
+    finishing = run.step_left_after_signal(step) if step == "stop server" else 0.0
+    assert_stopped_at_once(run, record_property, STOP_SECONDS + finishing)
     [target] = run.document["targets"]
     forward = [name for name in target["steps"] if not name.startswith("rollback ")]
     assert forward[-1] in REACHED[step], forward
@@ -226,7 +224,7 @@ def test_sigkill_then_a_plain_deploy_recovers_by_itself(
         journal["run_id"],
         good,
     )
-    assert release_bytes(lab, good) == files
+    assert lab_release(lab, NAME, good) == files
     assert not (deployment(lab) / "lock").exists()
     assert not (deployment(lab) / "journal.json").exists()
     assert server_processes(lab) == [serving_pid(lab)]  # no orphan of the killed run
@@ -287,7 +285,7 @@ def test_a_journal_write_cut_mid_stream_keeps_the_last_whole_journal(lab: LabHan
     assert f"recovered interrupted run {journal['run_id']} (stopped at 'stop server')" in output
     [target] = last_run(lab)["targets"]
     assert target["recovered"]["back_on"] == good
-    assert deployed != good and release_bytes(lab, good) == files
+    assert deployed != good and lab_release(lab, NAME, good) == files
 
 
 @pytest.mark.parametrize(
@@ -305,14 +303,14 @@ def test_a_release_write_cut_mid_stream_is_written_whole_by_the_next_run(
     [release_id] = set(re.findall(r"/releases/(\w+)/", text))
     release_dir = deployment(lab) / "releases" / release_id
     assert not (release_dir / f"{what}.json").exists()
-    assert (current(lab), release_bytes(lab, good)) == (good, files)
+    assert (current(lab), lab_release(lab, NAME, good)) == (good, files)
     run_id = json.loads((deployment(lab) / "lock" / "owner.json").read_text())["run_id"]
 
     _, deployed = assert_next_run_recovers(lab, run_id, *NEW_RELEASE)
 
     assert deployed == release_dir.name
     assert json.loads((release_dir / f"{what}.json").read_text())
-    assert release_bytes(lab, good) == files
+    assert lab_release(lab, NAME, good) == files
 
 
 def test_a_lock_taken_as_the_connection_dies_is_taken_over_by_the_next_run(
@@ -328,7 +326,7 @@ def test_a_lock_taken_as_the_connection_dies_is_taken_over_by_the_next_run(
     assert owner["pid"] == run.process.pid
 
     assert_next_run_recovers(lab, owner["run_id"], *NEW_RELEASE)
-    assert release_bytes(lab, good) == files
+    assert lab_release(lab, NAME, good) == files
 
 
 def test_an_audit_line_whose_writer_is_killed_is_written_by_the_next_runs_recovery(
@@ -396,9 +394,16 @@ def test_concurrent_deploys_one_wins_the_other_is_refused(lab: LabHandle) -> Non
     first.wait_for_step("preflight")
     code, output = plain_deploy(lab, "--set", "server.max_model_len=8192")
     assert code == 3 and "deploy lock held" in output, output
+    # the refused run took nothing: the lock and any journal are the first run's
+    owner = json.loads((deployment(lab) / "lock" / "owner.json").read_text())
+    assert owner["pid"] == first.process.pid, owner
+    journal = deployment(lab) / "journal.json"
+    assert not journal.exists() or json.loads(journal.read_text())["run_id"] == owner["run_id"]
     assert first.finish() == 0, first.output
+    assert_left_clean(lab, serving_pid(lab))
     assert_plain_deploy_succeeds(lab)
-    assert current(lab) != good and release_bytes(lab, good) == files
+    assert_left_clean(lab, serving_pid(lab))
+    assert current(lab) != good and lab_release(lab, NAME, good) == files
 
 
 def test_a_lock_held_by_a_live_run_elsewhere_is_refused_until_unlocked(lab: LabHandle) -> None:
@@ -409,7 +414,7 @@ def test_a_lock_held_by_a_live_run_elsewhere_is_refused_until_unlocked(lab: LabH
     (lock / "owner.json").write_text(json.dumps({**owner, "since": time.time()}))
     code, output = plain_deploy(lab, "--set", "server.max_model_len=8192")
     assert code == 3 and "alice" in output and "orch unlock" in output
-    assert current(lab) == good and release_bytes(lab, good) == files
+    assert current(lab) == good and lab_release(lab, NAME, good) == files
     unlock = ("unlock", "qwen-dflash", "-i", str(lab.inventory), "--limit", NAME)
     refused = lab.orch(*unlock)  # its heartbeat is within the lease: that run may be at work
     assert refused.code == 3 and "r-elsewhere" in refused.stdout
@@ -491,7 +496,7 @@ def test_rolling_back_to_a_release_edited_by_hand_is_refused(lab: LabHandle) -> 
     old, _ = good_release(lab)
     code, output = plain_deploy(lab, *NEW_RELEASE)
     assert code == 0, output
-    new, new_files = current(lab), release_bytes(lab, current(lab))
+    new, new_files = current(lab), lab_release(lab, NAME, current(lab))
     pid = serving_pid(lab)
     edited = deployment(lab) / "releases" / old / "config.json"
     config = json.loads(edited.read_text())
@@ -504,12 +509,17 @@ def test_rolling_back_to_a_release_edited_by_hand_is_refused(lab: LabHandle) -> 
     assert f"release {old} changed on the target" in text and "--force" in text
     assert '+  "hand_edit": true' in text  # the diff against what its run applied
     assert (current(lab), serving_pid(lab)) == (new, pid)
-    assert release_bytes(lab, new) == new_files
+    assert lab_release(lab, NAME, new) == new_files
     assert_invariants(lab, new, new_files)
 
 
+REGATED = GROWS | {"manifest.json"}
+"""What a gate-only change writes in the kept release: its manifest's gate settings."""
+
+
 def test_a_gate_only_change_regates_without_a_restart(lab: LabHandle) -> None:
-    good, files = good_release(lab)
+    good, _ = good_release(lab)
+    before = lab_release(lab, NAME, good, unread=REGATED)
     pid = serving_pid(lab)
 
     code, output = plain_deploy(lab, "--set", "gate.min_mean_acceptance_length=1.5")
@@ -522,9 +532,8 @@ def test_a_gate_only_change_regates_without_a_restart(lab: LabHandle) -> None:
     assert manifest["gate_target"]["gate"]["min_mean_acceptance_length"] == 1.5
     audit = json.loads((deployment(lab) / "audit.log").read_text().splitlines()[-1])
     assert audit["result"] == "regated"
-    assert {k: v for k, v in release_bytes(lab, good).items() if k != "manifest.json"} == {
-        k: v for k, v in files.items() if k != "manifest.json"
-    }
+    assert lab_release(lab, NAME, good, unread=REGATED) == before
+    assert_left_clean(lab, pid)
 
 
 def test_a_dead_runs_lock_and_journal_planted_on_the_container_are_recovered(

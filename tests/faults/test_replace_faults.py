@@ -16,8 +16,6 @@ from faulttools import (
     NAME,
     SLOW_GATE,
     SLOW_LOAD,
-    STOP_SECONDS,
-    UNDO_SECONDS,
     Orch,
     RecordProperty,
     assert_stopped_at_once,
@@ -26,6 +24,7 @@ from faulttools import (
     stop_in_step,
 )
 from labtools import LabHandle
+from releasetree import lab_release
 
 pytestmark = [pytest.mark.lab, pytest.mark.faults]
 
@@ -54,7 +53,14 @@ def serving_dflash(lab: LabHandle) -> str:
     return status(lab, "qwen-dflash")["release"]
 
 
-def assert_back_on_dflash(lab: LabHandle, dflash: str) -> None:
+def dflash_release(lab: LabHandle, release: str) -> dict[str, str]:
+    return lab_release(lab, NAME, release, "qwen-dflash")
+
+
+def assert_back_on_dflash(lab: LabHandle, dflash: str, files: dict[str, str]) -> None:
+    """qwen-dflash's release, whole as it was (`files`), serving and gated; qwen-mtp's
+    server stopped; no lock or journal in either deployment; no other server process."""
+    assert dflash_release(lab, dflash) == files
     row = status(lab, "qwen-dflash")
     assert (row["state"], row["release"], row["health"]) == ("serving", dflash, 200), row
     assert row["release_gate"]["result"] == "pass", row
@@ -77,24 +83,23 @@ def test_sigint_in_a_replace_restores_the_replaced_server(
     lab: LabHandle, step: str, knobs: list[str], record_property: RecordProperty
 ) -> None:
     dflash = serving_dflash(lab)
+    files = dflash_release(lab, dflash)
     with holding(lab, "kill -s TERM") if step == STOP_REPLACED else nullcontext():
         run = replace(lab, *knobs)
         stop_in_step(
             lab, run, step, signal.SIGINT, "kill -s TERM" if step == STOP_REPLACED else None
         )
         assert run.finish() == 130, run.output
-    # A SIGINT in a replace's gate was once acted on 29.8 s late (1 run in 3 at load
-    # 10-28; cause not found, open in the reliability issue): that case is held to the
-    # way back's bound until it is, its latency still printed in the matrix's table.
-    assert_stopped_at_once(run, record_property, UNDO_SECONDS if step == "gate" else STOP_SECONDS)
+    assert_stopped_at_once(run, record_property)
     assert "qwen-dflash restored" in run.output
-    assert_back_on_dflash(lab, dflash)
+    assert_back_on_dflash(lab, dflash, files)
     code, output = orch(lab, *REPLACE)  # and the switch still works afterwards
     assert code == 0, output
 
 
 def test_sigkill_in_a_replace_then_the_next_run_restores_and_replaces(lab: LabHandle) -> None:
     dflash = serving_dflash(lab)
+    files = dflash_release(lab, dflash)
     run = replace(lab, *SLOW_GATE)
     run.wait_for_step("gate")
     journal = json.loads((lab.deployment_dir(NAME, "qwen-mtp") / "journal.json").read_text())
@@ -110,7 +115,7 @@ def test_sigkill_in_a_replace_then_the_next_run_restores_and_replaces(lab: LabHa
 
     assert code == 0, output
     assert f"recovered interrupted run {journal['run_id']}" in output
-    assert_back_on_dflash(lab, dflash)
+    assert_back_on_dflash(lab, dflash, files)
     audit = (lab.deployment_dir(NAME) / "audit.log").read_text().splitlines()
     assert json.loads(audit[-1])["action"] == "start"  # qwen-dflash's record of its restore
 
@@ -126,6 +131,7 @@ def test_sigkill_in_a_replace_then_a_run_of_the_replaced_playbook_recovers_the_p
     """Issue 35 cause 13: `orch start qwen-dflash` after the kill recovers qwen-mtp's
     interrupted replace first (its ungated server stopped), then restores qwen-dflash."""
     dflash = serving_dflash(lab)
+    files = dflash_release(lab, dflash)
     run = replace(lab, *SLOW_GATE)
     run.wait_for_step("gate")
     run.process.send_signal(signal.SIGKILL)
@@ -135,7 +141,7 @@ def test_sigkill_in_a_replace_then_a_run_of_the_replaced_playbook_recovers_the_p
 
     assert code == 0, output
     assert "qwen-mtp: recovered interrupted run" in output
-    assert_back_on_dflash(lab, dflash)
+    assert_back_on_dflash(lab, dflash, files)
 
 
 @pytest.mark.parametrize("sent", [signal.SIGINT, signal.SIGTERM])
@@ -149,16 +155,19 @@ def test_an_interrupted_replace_keeps_the_stopped_playbook_current(
     assert code == 0, output
     mtp = status(lab, "qwen-mtp")["release"]
     dflash = serving_dflash_replacing_mtp(lab)
+    files = dflash_release(lab, dflash)
+    mtp_files = lab_release(lab, NAME, mtp, "qwen-mtp")
     run = replace(lab, *SLOW_GATE)
     stop_in_step(lab, run, "gate", sent)
     assert run.finish() == 128 + sent, run.output
     assert_stopped_at_once(run, record_property)
     assert f"back on {mtp} (stopped, as before this run)" in run.output
-    assert_back_on_dflash(lab, dflash)
+    assert_back_on_dflash(lab, dflash, files)
     assert (status(lab, "qwen-mtp")["state"], status(lab, "qwen-mtp")["release"]) == (
         "stopped",
         mtp,
     )
+    assert lab_release(lab, NAME, mtp, "qwen-mtp") == mtp_files
 
 
 def serving_dflash_replacing_mtp(lab: LabHandle) -> str:

@@ -16,22 +16,13 @@ import yaml
 from labdeploy import deploy, serving_pid, target
 from labtools import FAST, LabHandle
 from orchrun import ROOT
+from releasetree import lab_release
 
 from orchestrator.lab.paths import ContainerPaths, server_records
 
 pytestmark = pytest.mark.lab
 
 GUESSED_IDS = "drafter.overrides.dflash_config.target_layer_ids=[1,17,33,49,63]"
-
-
-def release_files(lab: LabHandle, name: str, release: str) -> dict[str, bytes]:
-    """What the release was made of (its server's log grows with every start of it)."""
-    directory = lab.deployment_dir(name) / "releases" / release
-    return {
-        p.name: p.read_bytes()
-        for p in sorted(directory.iterdir())
-        if p.is_file() and p.name != "server.log"
-    }
 
 
 def test_field_story_deploy_then_guessed_ids_roll_back(lab: LabHandle) -> None:
@@ -43,7 +34,7 @@ def test_field_story_deploy_then_guessed_ids_roll_back(lab: LabHandle) -> None:
         assert entry["gate"]["verdict"] == "pass"
         assert 3.5 <= entry["gate"]["mean_acceptance_length"] <= 5
     good = target(first, "ct200")["release"]
-    before = release_files(lab, "ct200", good)
+    before = lab_release(lab, "ct200", good)
     pid_before = serving_pid(lab, "ct200")
 
     # Without --force the guess is stopped at preflight: nothing changes.
@@ -73,7 +64,7 @@ def test_field_story_deploy_then_guessed_ids_roll_back(lab: LabHandle) -> None:
         in (entry["gate"]["explanation"])
     )
     assert entry["rollback_gate"]["verdict"] == "pass"
-    assert release_files(lab, "ct200", good) == before
+    assert lab_release(lab, "ct200", good) == before
     assert (lab.deployment_dir("ct200") / "current").readlink() == Path("releases") / good
     status = lab.orch("status", "qwen-dflash", "-i", str(lab.inventory), "--json")
     row = next(r for r in status.json["targets"] if r["name"] == "ct200")
