@@ -16,10 +16,11 @@ from typing import IO
 
 from labtools import LabHandle
 from orchrun import ROOT
+from releasetree import lab_release
 
 from orchestrator.deadline import MIN_CALL_SECONDS
 from orchestrator.lab import hold
-from orchestrator.lab.paths import ContainerPaths
+from orchestrator.lab.paths import ContainerPaths, server_records
 
 NAME = "ct201"
 RecordProperty = Callable[[str, object], None]
@@ -268,3 +269,53 @@ def assert_stopped_at_once(
         record_property(name, seconds)
     assert run.seconds_to_way_back < bound, run.output
     assert run.seconds_after_signal < run.seconds_to_way_back + UNDO_SECONDS, run.output
+
+
+# -- the invariants every case ends on (the matrix module's docstring) -----------------------
+
+
+def current(lab: LabHandle) -> str:
+    return deployment(lab).joinpath("current").readlink().name
+
+
+def plain_deploy(lab: LabHandle, *args: str) -> tuple[int, str]:
+    done = lab.orch(*deploy_args(lab, *args))
+    return done.code, done.stdout + done.stderr
+
+
+def good_release(lab: LabHandle) -> tuple[str, dict[str, str]]:
+    code, output = plain_deploy(lab)
+    assert code == 0, output
+    return current(lab), lab_release(lab, NAME, current(lab))
+
+
+def last_run(lab: LabHandle) -> dict:
+    return json.loads(lab.orch("history", "-n", "1", "--json").stdout)["runs"][0]
+
+
+def assert_invariants(lab: LabHandle, good: str, files: dict[str, str]) -> None:
+    assert current(lab) == good
+    assert lab_release(lab, NAME, good) == files
+    assert not (deployment(lab) / "lock").exists()
+    assert not (deployment(lab) / "journal.json").exists()
+    status = lab.orch("status", "qwen-dflash", "-i", str(lab.inventory), "--limit", NAME, "--json")
+    assert status.stdout, status.stderr
+    [row] = status.json["targets"]
+    assert (row["release"], row["server"], row["health"]) == (good, "running", 200), row
+    assert (row["state"], row["interrupted"], row.get("error")) == ("serving", None, None), row
+    assert_left_clean(lab, row["pid"])
+
+
+def assert_left_clean(lab: LabHandle, serving: int) -> None:
+    """No lock, no journal, and no server process but `serving`: in the machine's process
+    table (an orphan shows there whoever started it) and in the stand-in's records."""
+    assert not (deployment(lab) / "lock").exists()
+    assert not (deployment(lab) / "journal.json").exists()
+    container = ContainerPaths(deployment(lab).parents[4])
+    assert [r["pid"] for r in server_records(container)] == [serving]
+    assert server_processes(lab) == [serving]
+
+
+def assert_plain_deploy_succeeds(lab: LabHandle) -> None:
+    code, output = plain_deploy(lab, "--set", "server.max_model_len=8192")
+    assert code == 0, output

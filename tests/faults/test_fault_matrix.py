@@ -42,12 +42,18 @@ from faulttools import (
     UNDO_SECONDS,
     Orch,
     RecordProperty,
+    assert_invariants,
+    assert_left_clean,
+    assert_plain_deploy_succeeds,
     assert_stopped_at_once,
-    deploy_args,
+    current,
     deployment,
+    good_release,
     holding,
     lab_dir,
     lab_faults,
+    last_run,
+    plain_deploy,
     server_processes,
     stop_in_step,
 )
@@ -60,59 +66,11 @@ from orchestrator.lab.paths import (
     pid_alive,
     process_start,
     read_gpus,
-    server_records,
     write_json_atomic,
 )
 
 pytestmark = [pytest.mark.lab, pytest.mark.faults]
 LONG_GATE = [*NEW_RELEASE, "--set", "gate.min_drafts=8000"]  # passes, after several seconds
-
-
-def current(lab: LabHandle) -> str:
-    return deployment(lab).joinpath("current").readlink().name
-
-
-def plain_deploy(lab: LabHandle, *args: str) -> tuple[int, str]:
-    done = lab.orch(*deploy_args(lab, *args))
-    return done.code, done.stdout + done.stderr
-
-
-def good_release(lab: LabHandle) -> tuple[str, dict[str, str]]:
-    code, output = plain_deploy(lab)
-    assert code == 0, output
-    return current(lab), lab_release(lab, NAME, current(lab))
-
-
-def last_run(lab: LabHandle) -> dict:
-    return json.loads(lab.orch("history", "-n", "1", "--json").stdout)["runs"][0]
-
-
-def assert_invariants(lab: LabHandle, good: str, files: dict[str, str]) -> None:
-    assert current(lab) == good
-    assert lab_release(lab, NAME, good) == files
-    assert not (deployment(lab) / "lock").exists()
-    assert not (deployment(lab) / "journal.json").exists()
-    status = lab.orch("status", "qwen-dflash", "-i", str(lab.inventory), "--limit", NAME, "--json")
-    assert status.stdout, status.stderr
-    [row] = status.json["targets"]
-    assert (row["release"], row["server"], row["health"]) == (good, "running", 200), row
-    assert (row["state"], row["interrupted"], row.get("error")) == ("serving", None, None), row
-    assert_left_clean(lab, row["pid"])
-
-
-def assert_left_clean(lab: LabHandle, serving: int) -> None:
-    """No lock, no journal, and no server process but `serving`: in the machine's process
-    table (an orphan shows there whoever started it) and in the stand-in's records."""
-    assert not (deployment(lab) / "lock").exists()
-    assert not (deployment(lab) / "journal.json").exists()
-    container = ContainerPaths(deployment(lab).parents[4])
-    assert [r["pid"] for r in server_records(container)] == [serving]
-    assert server_processes(lab) == [serving]
-
-
-def assert_plain_deploy_succeeds(lab: LabHandle) -> None:
-    code, output = plain_deploy(lab, "--set", "server.max_model_len=8192")
-    assert code == 0, output
 
 
 # -- orch interrupted ----------------------------------------------------------------------------
