@@ -14,6 +14,14 @@ k=7, no baseline, measured 2.9 tok/s [1.7, 4.2] at one stream against k=7's 5.0
 [3.6, 6.4] recorded minutes before (2026-12-04 22:34-22:45, load 9-19 then 11-29):
 0.58x [0.26, 1.16], a pass.
 
+As the gate measured them in a run of this file (2026-12-04 22:47-23:12, load 3.5-41
+from other work, 25 min): the tune's k=1 10.4 tok/s [3.1, 17.7] at one stream, k=7
+54.1 [41.8, 66.3] over it (5.2x [2.4, 21.1], pass); the perturbed drafter at k=7
+(acceptance 1.02) 6.0 [4.2, 7.9], 0.11x [0.06, 0.19] against k=7: fail, rolled back;
+the baseline 6.6 [4.2, 9.0] and k=7 against it 14.7x [8.3, 28.1]: pass. Those runs
+had both acceptance endpoints and up to 64 speed requests a level; GATE now keeps one
+endpoint and 16 requests, to shorten each of the file's gates.
+
 The order saves server starts, each tens of seconds of CPU: `orch tune` over 1 and
 DEPTH on a container that served nothing, the perturbed drafter over DEPTH with no
 baseline, `orch baseline` (DEPTH gated against the target alone), then a tune stopped
@@ -46,8 +54,13 @@ GATE = [
     "--set",
     "gate.min_mean_acceptance_length=1.9",  # k=1 accepts at most 2.0
     "--set",
-    "gate.speed.concurrency=[1]",  # one level keeps each gate short
+    'gate.probe.endpoints=["completions"]',  # one acceptance phase: chat adds nothing here
+    "--set",
+    "gate.speed.concurrency=[1]",  # one speed level
+    "--set",
+    "gate.speed.max_requests=16",
 ]
+"""Each gate kept short: every deploy, rollback and baseline here runs one."""
 PERTURBED = [
     "--set",
     'drafter.weights="{{ vars.models_dir }}/deep-draft-perturbed"',
@@ -58,7 +71,11 @@ PERTURBED = [
     "--set",
     "gate.min_position1_acceptance=null",
     "--set",
+    'gate.probe.endpoints=["completions"]',  # one acceptance phase: its bound nears 1.0 slowly
+    "--set",
     "gate.speed.concurrency=[1]",
+    "--set",
+    "gate.speed.max_requests=8",  # at about a tenth of the speed replaced, a few will do
 ]
 MIN_SPEEDUP_AT_ONE_STREAM = 1.5
 REGRESSION_FLOOR = 1 - 0.25
