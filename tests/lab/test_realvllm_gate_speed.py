@@ -75,7 +75,7 @@ PERTURBED = [
     "--set",
     "gate.speed.concurrency=[1]",
     "--set",
-    "gate.speed.max_requests=8",  # at about a tenth of the speed replaced, a few will do
+    "gate.speed.max_requests=4",  # at about a tenth of the speed replaced, a few will do
 ]
 MIN_SPEEDUP_AT_ONE_STREAM = 1.5
 REGRESSION_FLOOR = 1 - 0.25
