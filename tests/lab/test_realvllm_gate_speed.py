@@ -14,13 +14,15 @@ k=7, no baseline, measured 2.9 tok/s [1.7, 4.2] at one stream against k=7's 5.0
 [3.6, 6.4] recorded minutes before (2026-12-04 22:34-22:45, load 9-19 then 11-29):
 0.58x [0.26, 1.16], a pass.
 
-As the gate measured them in a run of this file (2026-12-04 22:47-23:12, load 3.5-41
-from other work, 25 min): the tune's k=1 10.4 tok/s [3.1, 17.7] at one stream, k=7
-54.1 [41.8, 66.3] over it (5.2x [2.4, 21.1], pass); the perturbed drafter at k=7
-(acceptance 1.02) 6.0 [4.2, 7.9], 0.11x [0.06, 0.19] against k=7: fail, rolled back;
-the baseline 6.6 [4.2, 9.0] and k=7 against it 14.7x [8.3, 28.1]: pass. Those runs
-had both acceptance endpoints and up to 64 speed requests a level; GATE now keeps one
-endpoint and 16 requests, to shorten each of the file's gates.
+As the gate measured them in two runs of this file on two cores shared with other
+work (2026-12-04 22:47-23:12, load 3.5-41, 25 min; 23:14-23:36, load 3-12, 22 min):
+the tune's k=1 10.4 and 5.6 tok/s at one stream, k=7 over it 54.1 [41.8, 66.3] and
+13.7 [10.5, 17.0] (5.2x and 2.4x: pass); the perturbed drafter at k=7 (acceptance
+1.02) 6.0 and 2.4 tok/s, 0.11x [0.06, 0.19] and 0.17x [0.09, 0.31] of k=7: fail, rolled
+back; the baseline 6.6 and 4.7 tok/s, k=7 against it 14.7x [8.3, 28.1] and 4.1x [1.8,
+7.6]: pass. The first run probed both acceptance endpoints with up to 64 speed requests
+a level, the second as GATE says, the perturbed release's level stopping at 8 requests
+(now 4: at 2-3 tok/s its 8 took 3 minutes).
 
 The order saves server starts, each tens of seconds of CPU: `orch tune` over 1 and
 DEPTH on a container that served nothing, the perturbed drafter over DEPTH with no
