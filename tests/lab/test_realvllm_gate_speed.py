@@ -22,7 +22,9 @@ the tune's k=1 10.4 and 5.6 tok/s at one stream, k=7 over it 54.1 [41.8, 66.3] a
 back; the baseline 6.6 and 4.7 tok/s, k=7 against it 14.7x [8.3, 28.1] and 4.1x [1.8,
 7.6]: pass. The first run probed both acceptance endpoints with up to 64 speed requests
 a level, the second as GATE says, the perturbed release's level stopping at 8 requests
-(now 4: at 2-3 tok/s its 8 took 3 minutes).
+(now 4: at 2-3 tok/s its 8 took 3 minutes). Since then every gate here measures
+50 drafts and 32-token speed requests (SHORT): 4 passed in 7 min 24 s beside the
+whole lab pool (2026-12-04 23:46-23:54, load 2-7).
 
 The order saves server starts, each tens of seconds of CPU: `orch tune` over 1 and
 DEPTH on a container that served nothing, the perturbed drafter over DEPTH with no
