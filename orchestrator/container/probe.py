@@ -158,8 +158,7 @@ def preflight_facts(
         PROCESS_FUNCTIONS
         + FRAME_FUNCTIONS
         + _small_facts(layout, nvidia_smi)
-        + _model_dirs(target_dir, drafter_dir, names, header_limit)
-        + (verdict.section(vllm, layout.server_check) if vllm else "")
+        + _launch(layout, target_dir, drafter_dir, names, header_limit, vllm)
     )
 
 
@@ -176,22 +175,26 @@ def launch_facts(
     both model dirs (as preflight_facts frames them) and, given the launch's `vllm`, the
     kept verdict with the identity of the install it judged (verdict.py)."""
     return script(
-        FRAME_FUNCTIONS
-        + _model_dirs(target_dir, drafter_dir, names, header_limit)
-        + (verdict.section(vllm, layout.server_check) if vllm else "")
+        FRAME_FUNCTIONS + _launch(layout, target_dir, drafter_dir, names, header_limit, vllm)
     )
 
 
-def _model_dirs(
-    target_dir: str, drafter_dir: str | None, names: Sequence[str], header_limit: int
+def _launch(
+    layout: Layout,
+    target_dir: str,
+    drafter_dir: str | None,
+    names: Sequence[str],
+    header_limit: int,
+    vllm: str | None,
 ) -> str:
     """sh framing the target's and the drafter's model dirs (frames named after TARGET
-    and DRAFTER, `PREFIX.missing` for a dir that does not exist)."""
+    and DRAFTER, `PREFIX.missing` for a dir that does not exist), then, given `vllm`,
+    the kept verdict and the install's identity."""
     return "".join(
         _model_dir(directory, names, header_limit, prefix)
         + f'; [ $? -ne 3 ] || {{ : > "$tmp"; frame {q(prefix + MISSING)} "$tmp"; }}\n'
         for prefix, directory in model_dirs(target_dir, drafter_dir)
-    )
+    ) + (verdict.section(vllm, layout.server_check) if vllm else "")
 
 
 def prefixed(frames: dict[str, bytes], prefix: str) -> dict[str, bytes] | None:
