@@ -4,8 +4,9 @@ reads them when it starts: every release has every fact, from the step in force 
 from __future__ import annotations
 
 import pytest
+import yaml
 
-from orchestrator.lab.releases import default_release, known_releases, release
+from orchestrator.lab.releases import LOADER, default_release, known_releases, release
 from orchestrator.lab.vllm_standin import METHODS as LAB_METHODS
 from orchestrator.serving.capabilities import capabilities_for
 
@@ -60,3 +61,10 @@ def test_the_labs_facts_and_orchs_table_agree_wherever_both_hold_one(version: st
     refused = lab.fact("v2_refused_methods").value
     assert refused == {m: e for m, e in row.v2_refused_methods.items() if m in LAB_METHODS}
     assert lab.fact("temperature_max").value == row.request_temperature_max
+
+
+def test_the_labs_data_files_are_read_by_a_safe_loader() -> None:
+    """The stand-in reads its release and step-cost data with LOADER: a tag that would
+    run code is refused, never constructed."""
+    with pytest.raises(yaml.constructor.ConstructorError, match="python/object/apply"):
+        yaml.load("a: !!python/object/apply:os.system ['true']\n", Loader=LOADER)
