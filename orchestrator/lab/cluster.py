@@ -16,7 +16,6 @@ import contextlib
 import getpass
 import json
 import os
-import re
 import shutil
 import signal
 import sys
@@ -47,6 +46,7 @@ from orchestrator.lab.paths import (
 )
 from orchestrator.lab.releases import UnknownRelease, default_release, release
 from orchestrator.settings import state_dir
+from orchestrator.transport.startups import STARTUPS
 
 SSH_PORT = 2222
 SERVER_PORT = 8000
@@ -91,7 +91,7 @@ class LabSpec:
             raise InputError(f"--vllm-version {self.vllm_version!r}: {exc}") from None
         if self.max_sessions is not None and self.max_sessions < 0:
             raise InputError(f"--max-sessions {self.max_sessions}: expected 0 or more")
-        if self.max_startups is not None and not re.fullmatch(r"\d+(:\d+:\d+)?", self.max_startups):
+        if self.max_startups is not None and not STARTUPS.fullmatch(self.max_startups):
             raise InputError(f"--max-startups {self.max_startups!r}: expected N or START:RATE:FULL")
         parts = self.network.split(".")
         if len(parts) != 2 or parts[0] != "127" or not parts[1].isdigit() or int(parts[1]) > 255:

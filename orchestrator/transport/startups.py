@@ -32,7 +32,7 @@ class Startups:
     @classmethod
     def parse(cls, text: str) -> Startups:
         """`start[:rate:full]` (checked by the inventory's pattern, STARTUPS)."""
-        found = STARTUPS.match(text)
+        found = STARTUPS.fullmatch(text)
         if found is None:
             raise ValueError(f"not a MaxStartups value: {text!r}")
         start, rate, full = found.groups()

@@ -15,7 +15,7 @@ from orchestrator.transport.startups import (
 def test_maxstartups_is_read_as_sshd_reads_it() -> None:
     assert Startups.parse("10:30:100") == OPENSSH_STARTUPS == Startups(10, 30, 100)
     assert Startups.parse("4") == Startups(4, 30, 4)  # one number: start and full
-    for wrong in ("", "0", "10:30", "a:b:c", "10:30:100:1", "-1"):
+    for wrong in ("", "0", "10:30", "a:b:c", "10:30:100:1", "-1", "10\n"):
         with pytest.raises(ValueError):
             Startups.parse(wrong)
 
