@@ -28,7 +28,7 @@ from orchestrator.container.shell import (
     remove_file,
     run_step,
     script,
-    write_file,
+    write_parts,
 )
 from orchestrator.errors import InputError, NeedsAttention
 from orchestrator.layout import Layout
@@ -78,7 +78,8 @@ def write_decision(
     return script(
         f"grep -qF {q(run_id)} {q(owner_path)} 2>/dev/null "
         f"&& grep -qF {q(run_id)} {q(journal_path)} 2>/dev/null "
-        f"&& grep -qF {q(step)} {q(journal_path)} || exit 3\n" + write_file(decision_path, data)[2]
+        f"&& grep -qF {q(step)} {q(journal_path)} || exit 3\n",
+        *write_parts(decision_path, data),
     )
 
 

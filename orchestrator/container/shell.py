@@ -177,8 +177,14 @@ def write_file(path: str, data: bytes, mode: str = "0644") -> list[str]:
     A stdin cut short (orch killed, SSH dropped) ends `cat` as a complete one would:
     the check is what keeps the partial file from replacing the good one (exit 1,
     the temp file removed, stderr saying what arrived)."""
+    return script(*write_parts(path, data, mode))
+
+
+def write_parts(path: str, data: bytes, mode: str = "0644") -> tuple[str | WholeStdin, ...]:
+    """write_file's script as parts, for a script that writes only after a guard of its
+    own (its stdin check kept with them)."""
     directory, name = path.rsplit("/", 1)
-    return script(
+    return (
         f"set -e; umask 022; mkdir -p {q(directory)}; "
         f"tmp=$(mktemp {q(f'{directory}/.{name}.XXXXXX')}); "
         f"trap 'rm -f \"$tmp\"' EXIT; {exit_on_signals(1)}; "
