@@ -15,27 +15,34 @@ stand-ins), SSH connections accepted per sshd (`Accepted publickey` lines),
 and the peak session channels orch held on each host's connection with the
 commands that queued for one. Then each size's wall time over the smallest's,
 the seconds of the canary and of each wave, each step's median (and max) per
-container, and what one `pct exec` costs the lab: the sh hot path against the
-Python stand-in it replaced (median of 30).
+container, what one `pct exec` costs the lab (the sh hot path against the Python
+stand-in it replaced) and what one command costs on orch's SSH connection with
+TCP_NODELAY and without it (median of 30 each).
 Every lab is stopped by PID (`Lab.down()`); only loopback addresses are used.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import json
 import os
+import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from lab import require_free
 
+from orchestrator.inventory import load_inventory
 from orchestrator.lab.cluster import Lab, LabSpec
 from orchestrator.lab.paths import PCT_MODULE, ContainerPaths, server_records
+from orchestrator.transport.ssh import SshTransport
 
 PLAYBOOK = "qwen-dflash"
 HOSTS, PER_HOST = 4, 16
@@ -119,8 +126,10 @@ def one_size(root: Path, network: str, count: int, parallel: int) -> dict:
         lab.down()
 
 
-def pct_exec_cost(root: Path, network: str, runs: int = 30) -> dict[str, float]:
-    """Median ms of `pct exec 200 -- /bin/true`: sh hot path, Python stand-in, bare true."""
+def command_costs(root: Path, network: str, runs: int = 30) -> dict[str, float]:
+    """Median ms of `/bin/true`: through `pct exec` on the host (the sh hot path, the
+    Python stand-in it replaced, bare), and as a command on orch's SSH connection to the
+    host with TCP_NODELAY (as orch sets it) and without (paramiko's default)."""
     lab = Lab(root / "pct")
     try:
         lab.up(LabSpec(containers_per_host=1, load_seconds=0, network=network))
@@ -131,16 +140,27 @@ def pct_exec_cost(root: Path, network: str, runs: int = 30) -> dict[str, float]:
             "Python stand-in": [*python, "exec", "200", "--", "/bin/true"],
             "/bin/true alone": ["/bin/true"],
         }
-        return {label: median_ms(argv, runs) for label, argv in commands.items()}
+        costs = {
+            label: median_ms(functools.partial(subprocess.run, argv, check=True), runs)
+            for label, argv in commands.items()
+        }
+        address, settings, label = load_inventory(lab.inventory).login("ct200")
+        with contextlib.closing(SshTransport(label, address, settings)) as ssh:
+            ssh.run(["/bin/true"])
+            sock = ssh.connection.transport.sock
+            for nodelay, name in ((1, "SSH command, TCP_NODELAY"), (0, "SSH command, Nagle on")):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, nodelay)
+                costs[name] = median_ms(lambda: ssh.run(["/bin/true"]), runs)
+        return costs
     finally:
         lab.down()
 
 
-def median_ms(argv: list[str], runs: int) -> float:
+def median_ms(call: Callable[[], object], runs: int) -> float:
     times = []
     for _ in range(runs):
         started = time.perf_counter()
-        subprocess.run(argv, check=True)
+        call()
         times.append(time.perf_counter() - started)
     return statistics.median(times) * 1000
 
@@ -164,7 +184,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for size in sizes:
             runs[size] = one_size(Path(tmp), args.network, size, args.parallel)
-        pct = pct_exec_cost(Path(tmp), args.network)
+        costs = command_costs(Path(tmp), args.network)
     load = os.getloadavg()
     print(f"orch deploy {PLAYBOOK}, lab {HOSTS} hosts x {PER_HOST} containers (stock sshd limits),")
     print(f"rollout.parallel={args.parallel}, canary 1; load average after: {load[0]:.1f}")
@@ -214,8 +234,8 @@ def main() -> None:
             times = [t["steps"][step] for t in run["document"]["targets"] if step in t["steps"]]
             cells.append(f"{statistics.median(times):6.2f} [{max(times):5.2f}]" if times else "")
         print(f"  {step:<16}" + "".join(f" {cell:>13}" for cell in cells))
-    print("\none pct exec on the lab, median of 30 (ms)")
-    for label, ms in pct.items():
+    print("\none /bin/true on the lab, median of 30 (ms)")
+    for label, ms in costs.items():
         print(f"  {label:<24} {ms:7.1f}")
 
 

@@ -42,9 +42,9 @@ class Speed(Schema):
     )
     max_requests: Annotated[int, Field(ge=2, le=10_000)] = Field(
         default=64,
-        description="Most requests per level. A level stops earlier once both its bounds "
-        "are within `precision` of their means; one that spends this first keeps the "
-        "bounds it reached.",
+        description="Most requests per level. A level stops earlier once the bound of its "
+        "total tokens/s (the figure the verdict judges) is within `precision` of its mean; "
+        "one that spends this first keeps the bounds it reached.",
     )
     precision: Annotated[float, Field(gt=0, le=1)] = Field(
         default=0.1,

@@ -1,6 +1,7 @@
 """The gate's speed levels on a live server: at each level of `gate.speed`, keep that
 many streamed completions in flight, read the server's running batch beside them, and
-stop as soon as both bounds are tight enough (`metrics/speed.py` computes them).
+stop as soon as the judged figure's bound is tight enough (`metrics/speed.py` computes
+them).
 
 `measure_speed` needs no speculation and no reference: it measures any server, so a
 baseline (the target served without its drafter) is measured by the same code.
@@ -118,7 +119,7 @@ class _Level:
                 self.deadline.pause(0.2)
 
     def _enough(self) -> bool:
-        """MIN_ROUNDS requests per stream, a batch read, and both bounds within
+        """MIN_ROUNDS requests per stream, a batch read, and the total's bound within
         `speed.precision` (under the lock)."""
         if len(self.finished) < self.concurrency * MIN_ROUNDS or not batch_measured(self.samples):
             return False

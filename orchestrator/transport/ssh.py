@@ -125,6 +125,17 @@ def connect_failure(exc: Exception) -> tuple[str, str]:
     return str(exc), "check the address and port, and that sshd runs there"
 
 
+def no_delay(transport: paramiko.Transport) -> None:
+    """Every SSH packet sent at once (TCP_NODELAY), as orch's commands and requests are
+    small and each waits for its answer. paramiko 5.1 leaves Nagle's algorithm on (it
+    sets no TCP_NODELAY anywhere), so a small packet sent before the last one was
+    acknowledged waits for the peer's delayed ACK: about 44 ms per command on this lab's
+    OpenSSH 9.2p1 (48 ms a `/bin/true` with it on, 5 ms off; benchmarks/lab.py). Through
+    a jump host the login's socket is a channel, which has no such option."""
+    if isinstance(transport.sock, socket.socket):
+        transport.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
 class SshTransport:
     def __init__(
         self,
@@ -267,6 +278,9 @@ class SshTransport:
             reraise=True,
         )
         retrying(self.connection.open)
+        for connection in (self.gateway, self.connection):
+            if connection is not None and connection.transport is not None:
+                no_delay(connection.transport)
 
     def _answers(self, transport: paramiko.Transport) -> bool:
         """Whether the server answers a request within ANSWER_SECONDS.

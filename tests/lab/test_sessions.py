@@ -92,6 +92,15 @@ def test_commands_above_the_cap_queue_and_all_succeed(
     assert use.refused == refusals
 
 
+def test_the_connection_sends_each_packet_at_once(shared_lab: LabHandle, tmp_path: Path) -> None:
+    """TCP_NODELAY on the login's socket: with Nagle's algorithm on (paramiko's default),
+    a command's small packets wait for sshd's delayed ACK (benchmarks/fleet.py times it)."""
+    with contextlib.closing(host_transport(shared_lab, tmp_path)) as host:
+        assert host.run(["/bin/true"]).exit_code == 0
+        sock = host.connection.transport.sock
+        assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == 1
+
+
 @pytest.mark.parametrize(
     ("defaults", "connections", "peak", "queued"),
     [({}, 2, 16, 0), ({"max_startups": "3"}, 1, 10, 6)],

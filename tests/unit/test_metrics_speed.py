@@ -108,6 +108,18 @@ def test_the_total_is_littles_law_over_the_levels_requests() -> None:
     assert not precise_enough(level_figures(4, requests[:1], 0.95), 0.1)
 
 
+def test_a_level_stops_on_the_judged_total_whatever_the_per_stream_spread() -> None:
+    """Every request 65 tokens in 2 s (the total known exactly), their first tokens
+    anywhere from 0.1 to 1.5 s (the per-stream decode speed spread wide): precise."""
+    requests = [StreamedRequest(first, 2.0, 65) for first in (0.1, 1.5, 0.4, 1.2, 0.8)]
+    figures = level_figures(4, requests, 0.95)
+    assert figures is not None
+    assert figures.per_stream.relative_half_width() > 0.1  # type: ignore[operator]
+    assert precise_enough(figures, 0.1)
+    spread = [StreamedRequest(0.1, seconds, 65) for seconds in (1.0, 3.0, 1.5, 2.5)]
+    assert not precise_enough(level_figures(4, spread, 0.95), 0.1)
+
+
 def test_per_stream_speed_weighs_requests_by_their_decode_time() -> None:
     """A request whose last chunks arrived together decodes 'fast' over a millisecond:
     a mean of per-request speeds would be thousands, the bound below zero; the ratio
