@@ -1,9 +1,10 @@
 """After the verdict, before the release is kept: the server must go on serving.
 
 The gate decides in seconds, so a server that dies right after it was judged
-would be kept dead. For `gate.settle_seconds` its process is watched and its
-/health asked about once a second, then one probe request must be answered;
-what breaks on the way is why the release is not kept.
+would be kept dead. For `gate.settle_seconds` its /health is asked about once a
+second (a request through the connection, no command on the container); its process
+is looked at when /health fails (to say why) and at the end, when one probe request
+must be answered too. What breaks on the way is why the release is not kept.
 """
 
 from __future__ import annotations
@@ -56,10 +57,11 @@ def _look(
     server: Server, pid: int, target: GateTarget, key: ProbeKey | None, last: bool
 ) -> str | None:
     try:
-        state, _ = server.watch(WATCH_SECONDS)
-        if not state.running or state.pid != pid:
-            return "the server exited"
         status = server.health(HEALTH_SECONDS)
+        if status != 200 or last:
+            state, _ = server.watch(WATCH_SECONDS)
+            if not state.running or state.pid != pid:
+                return "the server exited"
         if status != 200:
             return f"the server answered /health with HTTP {status}"
         if not last:
@@ -82,7 +84,18 @@ def _look(
     except StreamsBusy:
         raise
     except OrchError as exc:
-        return f"the server could not be reached ({exc})"
+        return _unreachable(server, pid, exc)
     if response.status != 200:
         return f"the server answered a probe request with HTTP {response.status}"
     return None
+
+
+def _unreachable(server: Server, pid: int, error: OrchError) -> str:
+    """Why a server could not be reached: it exited (its process says so), else the error."""
+    try:
+        state, _ = server.watch(WATCH_SECONDS)
+    except OrchError:
+        return f"the server could not be reached ({error})"
+    if not state.running or state.pid != pid:
+        return "the server exited"
+    return f"the server could not be reached ({error})"

@@ -59,6 +59,15 @@ def test_a_server_that_serves_through_the_settle_time_is_kept(
     assert ("POST", "/v1/completions") in container.transport.requests
 
 
+def test_a_serving_server_is_asked_over_http_and_its_process_looked_at_once(
+    container: ScriptedContainer,
+) -> None:
+    """Five seconds of /health, one command on the container: its process at the end."""
+    assert settled_on(container, 0, FakeClock()) is None
+    assert container.transport.requests.count(("GET", "/health")) >= 5
+    assert len(container.transport.calls) == 1
+
+
 @pytest.mark.parametrize("busy_opens", [1, 3, 6])
 def test_a_full_connection_is_waited_out_not_taken_for_the_server_failing(
     container: ScriptedContainer, busy_opens: int
