@@ -1,6 +1,7 @@
 """A fleet deploy at 1, 4, 16 and 64 containers with the same `rollout.parallel`.
 
-Run: `.venv/bin/python benchmarks/fleet.py [--sizes 1,4,16,64] [--parallel 16]`.
+Run: `.venv/bin/python benchmarks/fleet.py [--sizes 1,4,16,64] [--parallel 16]
+[--tokens-per-second N]`.
 For each size, a fresh lab of 4 hosts x 16 containers (sshd at OpenSSH's
 defaults: MaxSessions 10, MaxStartups 10:30:100; every second container with
 its own sshd; stand-ins load in 0 s) and one `orch deploy qwen-dflash --json
@@ -41,7 +42,12 @@ from lab import require_free
 
 from orchestrator.inventory import load_inventory
 from orchestrator.lab.cluster import Lab, LabSpec
-from orchestrator.lab.paths import PCT_MODULE, ContainerPaths, server_records
+from orchestrator.lab.paths import (
+    DEFAULT_TOKENS_PER_SECOND,
+    PCT_MODULE,
+    ContainerPaths,
+    server_records,
+)
 from orchestrator.transport.ssh import SshTransport
 
 PLAYBOOK = "qwen-dflash"
@@ -112,11 +118,18 @@ def deploy(lab: Lab, env: dict[str, str], names: list[str], parallel: int) -> di
     }
 
 
-def one_size(root: Path, network: str, count: int, parallel: int) -> dict:
+def one_size(root: Path, network: str, count: int, parallel: int, tokens_per_second: float) -> dict:
     lab = Lab(root / f"lab{count}")
     env = {**os.environ, "ORCH_STATE_DIR": str(root / f"state{count}"), "NO_COLOR": "1"}
+    spec = LabSpec(
+        hosts=HOSTS,
+        containers_per_host=PER_HOST,
+        load_seconds=0,
+        network=network,
+        tokens_per_second=tokens_per_second,
+    )
     try:
-        lab.up(LabSpec(hosts=HOSTS, containers_per_host=PER_HOST, load_seconds=0, network=network))
+        lab.up(spec)
         before = accepted(lab)
         run = deploy(lab, env, round_robin(lab, count), parallel)
         after = accepted(lab)
@@ -177,17 +190,28 @@ def main() -> None:
     parser.add_argument("--sizes", default="1,4,16,64")
     parser.add_argument("--parallel", type=int, default=16)
     parser.add_argument("--network", default="127.203", help="loopback /16 of the labs")
+    parser.add_argument(
+        "--tokens-per-second",
+        type=float,
+        default=DEFAULT_TOKENS_PER_SECOND,
+        help="the stand-ins' decode speed per stream (30: field speed, as in deploy.py)",
+    )
     args = parser.parse_args()
     sizes = [int(size) for size in args.sizes.split(",")]
     require_free(args.network, HOSTS, PER_HOST)
     runs = {}
     with tempfile.TemporaryDirectory() as tmp:
         for size in sizes:
-            runs[size] = one_size(Path(tmp), args.network, size, args.parallel)
+            runs[size] = one_size(
+                Path(tmp), args.network, size, args.parallel, args.tokens_per_second
+            )
         costs = command_costs(Path(tmp), args.network)
     load = os.getloadavg()
     print(f"orch deploy {PLAYBOOK}, lab {HOSTS} hosts x {PER_HOST} containers (stock sshd limits),")
-    print(f"rollout.parallel={args.parallel}, canary 1; load average after: {load[0]:.1f}")
+    print(
+        f"rollout.parallel={args.parallel}, canary 1, stand-ins at {args.tokens_per_second:g} "
+        f"tokens/s per stream; load average after: {load[0]:.1f}"
+    )
     print("  CPU seconds per container: orch (its own process), the lab's sshd process trees")
     print("  (shells, pct, commands, nvidia-smi stand-ins) and its vLLM stand-ins")
     header = ("containers", "exit", "wall s", "orch CPU s", "orch", "lab sshd", "lab vLLM")

@@ -62,9 +62,10 @@ HELD_BY = {
 """The piece of text of a step's container command the lab's hold catches (lab/hold.py):
 the step cannot end until the test releases it. The ready wait and the gate are held by
 the new server itself (a 6 s load; a gate that needs more drafts than its budget sees)."""
-WAY_BACK = ("roll back to ", "rollback ", "stop failed server", "restore ")
+WAY_BACK = ("roll back to ", "rollback ", "stop failed server", "restore ", "back ")
 """orch's progress lines that begin the way back (`ct201: roll back to X`, a replace's
-`restore qwen-dflash X`): the first of them after the signal ends the stop latency."""
+`restore qwen-dflash X`, a baseline's `back stop server`): the first of them after the
+signal ends the stop latency."""
 
 
 class Orch:

@@ -130,7 +130,7 @@ def no_delay(transport: paramiko.Transport) -> None:
     small and each waits for its answer. paramiko 5.1 leaves Nagle's algorithm on (it
     sets no TCP_NODELAY anywhere), so a small packet sent before the last one was
     acknowledged waits for the peer's delayed ACK: about 44 ms per command on this lab's
-    OpenSSH 9.2p1 (48 ms a `/bin/true` with it on, 5 ms off; benchmarks/lab.py). Through
+    OpenSSH 9.2p1 (49 ms a `/bin/true` with it on, 4 ms off; benchmarks/fleet.py). Through
     a jump host the login's socket is a channel, which has no such option."""
     if isinstance(transport.sock, socket.socket):
         transport.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
 import tempfile
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,7 @@ from orchestrator.lab.cluster import SSH_PORT, stop_pids
 from orchestrator.transport.base import Result
 from orchestrator.transport.become import refusal, sudo_argv
 from orchestrator.transport.login import parse_jump
+from orchestrator.transport.ssh import SshTransport
 
 # --- units ------------------------------------------------------------------------------
 
@@ -174,6 +176,23 @@ def test_deploy_through_a_jump_host_with_its_host_key_checked(
         assert f"[{jump}]:{SSH_PORT} ssh-ed25519 " in lab.lab.known_hosts.read_text()
         # One login at the jump host per endpoint: the Proxmox host and the direct container.
         assert jump_log.read_text().count("Accepted publickey") == 2
+
+
+@pytest.mark.lab
+def test_through_a_jump_host_both_logins_send_each_packet_at_once(
+    lab: LabHandle, tmp_path: Path
+) -> None:
+    """TCP_NODELAY on the jump host's socket, the one that carries the login's packets."""
+    with extra_sshd(lab, "jump", lab.lab.root / "ssh" / "authorized_keys") as jump:
+        inventory = edited_inventory(
+            lab, tmp_path / "inv.yaml", {"defaults": {"jump": f"{jump}:{SSH_PORT}"}}
+        )
+        address, settings, label = load_inventory(inventory).login("ct200")
+        with closing(SshTransport(label, address, settings, accept_new_host_keys=True)) as host:
+            assert host.run(["/bin/true"]).exit_code == 0
+            assert host.gateway is not None
+            sock = host.gateway.transport.sock
+            assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == 1
 
 
 def have_root_and_sudo() -> bool:
