@@ -5,7 +5,9 @@ sessions.py). When every session of every open connection is taken, another conn
 is opened, one at a time and up to the host's share of its MaxStartups (startups.py);
 beyond that, commands queue for the first session freed. A further connection the host
 does not take is not tried again in the run: its command queues instead. Forwarded
-streams take no session and travel on the first connection.
+streams take no session: a stream goes to the first connection with a free stream
+(MAX_STREAMS each, ssh.py), to another connection when every open one is full (as a
+command would get one), else it waits on the first for a stream freed.
 """
 
 from __future__ import annotations
@@ -54,13 +56,27 @@ class SshEndpoint:
                 self._changed.notify()
 
     def open_stream(self, address: str, port: int, timeout: float = 10.0) -> Stream:
-        with self._changed:
-            while not self._connections and self._opening:
-                self._changed.wait()
-            first = self._connections[0] if self._connections else None
-            if first is None:
+        return self._for_stream().open_stream(address, port, timeout)
+
+    def _for_stream(self) -> SshTransport:
+        """The first open connection with a free stream; else a new one, when
+        `open_another` says so (every open one's streams taken); else the first one,
+        whose open waits for a freed stream."""
+        while True:
+            with self._changed:
+                while self._opening:
+                    self._changed.wait()
+                free = next((c for c in self._connections if c.stream_free()), None)
+                if free is not None:
+                    return free
+                if not open_another(0, len(self._connections), False, self.most):
+                    return self._connections[0]
                 self._opening = True
-        return (first or self._add()).open_stream(address, port, timeout)
+            try:
+                return self._add()
+            except Exception:
+                if not self._connections:
+                    raise  # the host cannot be reached at all: the stream's own error
 
     def _take(self) -> int:
         """The index of a connection one of whose sessions is now this command's: a free

@@ -422,6 +422,14 @@ class SshTransport:
                 "(MaxSessions): set max_sessions for this host in the inventory",
             ) from None
 
+    def stream_free(self) -> bool:
+        """Whether a stream would open now without waiting for a slot (a look: another
+        thread may take the slot first, and that open then waits)."""
+        if not self.streams.acquire(blocking=False):
+            return False
+        self.streams.release()
+        return True
+
     def open_stream(self, address: str, port: int, timeout: float = 10.0) -> Stream:
         """A direct-tcpip channel from the host to address:port, once one of the
         connection's MAX_STREAMS is free (waited for within `timeout`)."""

@@ -189,6 +189,41 @@ def test_streams_beyond_the_connections_cap_wait_for_a_free_one(
             stream.close()
 
 
+@pytest.mark.parametrize(
+    ("defaults", "connections"),
+    [({}, 2), ({"max_startups": "3"}, 1)],
+    ids=["stock MaxStartups", "MaxStartups 3"],
+)
+def test_streams_beyond_a_connections_cap_get_another_connection_within_maxstartups(
+    shared_lab: LabHandle,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    defaults: dict[str, str],
+    connections: int,
+) -> None:
+    """Two streams a connection: a third opens at once on a second connection (16 gates'
+    probes on one host at field speed kept one connection's streams taken for minutes);
+    a host whose MaxStartups start is 3 keeps its one connection, and the third waits."""
+    monkeypatch.setattr(ssh, "MAX_STREAMS", 2)
+    node = shared_lab.lab.nodes()[0]
+    address, settings, label = pve1_login(shared_lab, tmp_path, **defaults)
+    with contextlib.closing(SshEndpoint(label, address, settings)) as host:
+        streams = [host.open_stream(node.address, node.port, timeout=10) for _ in range(2)]
+        try:
+            if connections == 1:
+                with pytest.raises(TransportError, match="all 2 streams of the connection"):
+                    host.open_stream(node.address, node.port, timeout=1)
+            else:
+                streams.append(host.open_stream(node.address, node.port, timeout=1))
+            banners = [stream.makefile("rb").readline() for stream in streams]
+            opened = host.connections
+        finally:
+            for stream in streams:
+                stream.close()
+    assert opened == connections
+    assert all(banner.startswith(b"SSH-2.0-OpenSSH") for banner in banners), banners
+
+
 def test_a_stream_on_a_lost_connection_closes_quietly_and_frees_its_slot(
     shared_lab: LabHandle, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
