@@ -67,6 +67,8 @@ GATE = [
     "gate.speed.concurrency=[1]",  # one speed level
     "--set",
     "gate.speed.max_requests=16",
+    "--set",
+    "gate.settle_seconds=0",  # kept after one look: this file judges speed, not the settle
     *SHORT,
 ]
 """Each gate kept short: every deploy, rollback and baseline here runs one."""
