@@ -31,8 +31,12 @@ FAST = [
     "gate.ready_timeout=30",
     "--set",
     "gate.speed.max_regression=1",
+    "--set",
+    "gate.settle_seconds=0",
 ]
 """A deploy's gate on the lab: scrapes often, and still waits generously for a busy machine.
+A release that passed is kept after the settle's one look (health and a probe) without its
+5 s of watching: a server dying after its verdict has a test of its own (test_deploy_lab).
 A later deploy is not judged on its speed against the release it replaces: on a machine
 running four lab tests at once the stand-in's speed drifts between runs by more than one
 run's bounds hold; the speed verdict has tests of its own (test_baseline_lab, unit)."""

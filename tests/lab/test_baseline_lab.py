@@ -14,6 +14,9 @@ from orchrun import ROOT
 
 pytestmark = pytest.mark.lab
 
+K2 = ["--set", "server.num_speculative_tokens=2", "--set", "gate.min_mean_acceptance_length=2"]
+"""Two drafted positions: the lab's drafter accepts about 2.45 tokens a step there."""
+
 
 def test_a_baseline_then_a_deploy_judges_speedup_against_it(lab: LabHandle) -> None:
     code, first = deploy(lab, "--limit", "ct200")
@@ -34,8 +37,7 @@ def test_a_baseline_then_a_deploy_judges_speedup_against_it(lab: LabHandle) -> N
     assert releases == [gated]  # the baseline's own directory is pruned
     assert (lab.deployment_dir("ct200") / "current").resolve().name == gated
 
-    k2 = ["--set", "server.num_speculative_tokens=2", "--set", "gate.min_mean_acceptance_length=2"]
-    code, second = deploy(lab, "--limit", "ct200", *k2)
+    code, second = deploy(lab, "--limit", "ct200", *K2)
     gate = target(second, "ct200")["gate"]
     assert gate["speed"], json.dumps(target(second, "ct200"))[:3000]
     speed = gate["speed"]
@@ -75,3 +77,30 @@ def test_a_sigint_while_measuring_the_baseline_ends_on_the_gated_release(lab: La
     assert status.json["targets"][0]["state"] == "serving", status.stdout
     assert status.json["targets"][0]["release"] == gated
     assert serving_pid(lab, "ct200") > 0
+
+
+def test_a_baseline_measured_on_other_gpus_is_no_reference(lab: LabHandle) -> None:
+    """The container's nvidia-smi lists other GPUs of the same memory after the baseline:
+    the next deploy's gate says the GPUs changed and judges it against the release it
+    replaces. Nothing here is judged on speed: the lab's own speed will do."""
+    code, first = deploy(lab, "--limit", "ct200", *K2)
+    assert code == 0, first
+    inventory = str(lab.inventory)
+    measured = lab.orch(
+        "baseline", "qwen-dflash", "-i", inventory, "--limit", "ct200", "--json", *FAST, *K2
+    )
+    assert measured.code == 0, measured
+    fingerprint = target(measured.json, "ct200")["baseline"]["fingerprint"]
+    assert fingerprint["gpus"] == "2 x NVIDIA RTX A6000 (49140 MiB)"
+
+    gpus = lab.lab.paths.host("pve1").container(200).gpus
+    listed = json.loads(gpus.read_text())
+    gpus.write_text(json.dumps([{**g, "name": "NVIDIA RTX 6000 Ada Generation"} for g in listed]))
+    k3 = ["--set", "server.num_speculative_tokens=3", "--set", "gate.min_mean_acceptance_length=2"]
+    code, second = deploy(lab, "--limit", "ct200", *k3)
+    speed = target(second, "ct200")["gate"]["speed"]
+    assert speed["reference"]["kind"] == "replaced_release", speed["reason"]
+    assert speed["reason"].startswith(
+        "the GPUs changed: baseline measured on 2 x NVIDIA RTX A6000 (49140 MiB), nvidia-smi "
+        "now lists 2 x NVIDIA RTX 6000 Ada Generation (49140 MiB)"
+    ), speed["reason"]

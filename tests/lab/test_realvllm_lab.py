@@ -42,6 +42,20 @@ API_KEY = secrets.token_urlsafe(24)
 """Every deploy here serves with this API key, from `server.secrets`: the gate's probes
 authenticate to the real server as they must in the field."""
 KEYED = ["--set", 'server.secrets={"VLLM_API_KEY": {"env": "ORCH_TEST_API_KEY"}}']
+QUICK = [
+    "--set",
+    "gate.speed.max_tokens=16",
+    "--set",
+    "gate.speed.max_requests=16",
+    "--set",
+    "gate.settle_seconds=0",
+]
+"""The deployed release's gate, which every rollback here runs again: both speed levels
+measured, each at its fewest requests (two a stream) of 16 tokens, and kept after the
+settle's one look. Nothing here judges speed (no reference: `not_judged`). With the
+playbook's (up to 64 requests of 64 tokens) the deploy took 104 s and the failed drafter's
+test, its rollback gated again, 162 s in the realvllm tier; with these, 36 s and 51 s
+(2026-12-05, the file by itself)."""
 
 
 def deploy(handle: LabHandle, playbook: str, *args: str) -> tuple[int, dict, str]:
@@ -74,7 +88,7 @@ def served_pid(handle: LabHandle) -> int:
 @pytest.fixture(scope="module")
 def deployed(real_lab: LabHandle) -> dict:
     """lab-draft-model deployed on the real server: its deploy document."""
-    code, document, stderr = deploy(real_lab, "lab-draft-model")
+    code, document, stderr = deploy(real_lab, "lab-draft-model", *QUICK)
     assert code == 0, stderr[-4000:]
     return document
 

@@ -25,6 +25,18 @@ PRODUCTION = 32
 AT_PRODUCTION = ["--set", f"gate.speed.production_concurrency={PRODUCTION}"]
 SHALLOW = ["--set", "server.num_speculative_tokens=2", "--set", "gate.min_mean_acceptance_length=2"]
 """The release serving before: two drafted positions, which still pay at 32 streams."""
+QUICK_ACCEPTANCE = [
+    "--set",
+    "gate.min_drafts=100",
+    "--set",
+    "gate.probe.max_tokens=64",
+    "--set",
+    'gate.probe.endpoints=["completions"]',
+]
+"""Acceptance phases a quarter as long as the playbook's: acceptance is not what this
+file judges, and the lab's drafter passes them far above the bars (k = 15: 4.35, bound
+from 3.45, against 2.5). The speed levels keep the playbook's settings: at 50 tokens/s
+these phases took half of each gate's minute (2026-12-05)."""
 FIELD_SPEED = {"tokens_per_second": 50.0}
 """One stream without speculation decodes 50 tokens/s: a step at 32 streams with k = 15
 lasts 0.36 s, long beside the stand-in's and the gate's own overhead on shared cores."""
@@ -45,19 +57,19 @@ def test_a_drafter_slower_at_the_production_level_fails_and_rolls_back(lab: LabH
     pays at one stream, but is provably slower than the baseline at 32 streams: the
     gate fails at that level and the deploy rolls back to the k = 2 release. The deploy's
     JSON, its printed table and `orch report` say at which level."""
-    code, first = deploy(lab, "--limit", "ct200", *AT_PRODUCTION, *SHALLOW)
+    code, first = deploy(lab, "--limit", "ct200", *QUICK_ACCEPTANCE, *AT_PRODUCTION, *SHALLOW)
     assert code == 0, first
     shallow = target(first, "ct200")["current"]
     inventory = str(lab.inventory)
     measured = lab.orch(
         "baseline", "qwen-dflash", "-i", inventory, "--limit", "ct200", "--json", *FAST,
-        *AT_PRODUCTION, *SHALLOW,
+        *QUICK_ACCEPTANCE, *AT_PRODUCTION, *SHALLOW,
     )  # fmt: skip
     assert measured.code == 0, measured
     levels = [lv["concurrency"] for lv in target(measured.json, "ct200")["baseline"]["levels"]]
     assert levels == [1, PRODUCTION]
 
-    code, second = deploy(lab, "--limit", "ct200", *AT_PRODUCTION)
+    code, second = deploy(lab, "--limit", "ct200", *QUICK_ACCEPTANCE, *AT_PRODUCTION)
     deep = target(second, "ct200")
     gate = deep["gate"]
     assert code == 1, json.dumps(deep)[:3000]
@@ -83,31 +95,3 @@ def test_a_drafter_slower_at_the_production_level_fails_and_rolls_back(lab: LabH
     row = next(line for line in page.stdout.splitlines() if line.startswith(f"| {PRODUCTION} |"))
     assert "| fail |" in row, page.stdout
     assert f"at {PRODUCTION} streams &lt; min_speedup 1 against baseline" in page.stdout
-
-
-@pytest.mark.parametrize("lab", [FIELD_SPEED], indirect=True)
-def test_a_baseline_measured_on_other_gpus_is_no_reference(lab: LabHandle) -> None:
-    """The container's nvidia-smi lists other GPUs of the same memory after the baseline:
-    the next deploy's gate says the GPUs changed and judges it against the release it
-    replaces."""
-    code, first = deploy(lab, "--limit", "ct200", *SHALLOW)
-    assert code == 0, first
-    inventory = str(lab.inventory)
-    measured = lab.orch(
-        "baseline", "qwen-dflash", "-i", inventory, "--limit", "ct200", "--json", *FAST, *SHALLOW
-    )
-    assert measured.code == 0, measured
-    fingerprint = target(measured.json, "ct200")["baseline"]["fingerprint"]
-    assert fingerprint["gpus"] == "2 x NVIDIA RTX A6000 (49140 MiB)"
-
-    gpus = lab.lab.paths.host("pve1").container(200).gpus
-    listed = json.loads(gpus.read_text())
-    gpus.write_text(json.dumps([{**g, "name": "NVIDIA RTX 6000 Ada Generation"} for g in listed]))
-    k3 = ["--set", "server.num_speculative_tokens=3", "--set", "gate.min_mean_acceptance_length=2"]
-    code, second = deploy(lab, "--limit", "ct200", *k3)
-    speed = target(second, "ct200")["gate"]["speed"]
-    assert speed["reference"]["kind"] == "replaced_release", speed["reason"]
-    assert speed["reason"].startswith(
-        "the GPUs changed: baseline measured on 2 x NVIDIA RTX A6000 (49140 MiB), nvidia-smi "
-        "now lists 2 x NVIDIA RTX 6000 Ada Generation (49140 MiB)"
-    ), speed["reason"]
