@@ -154,14 +154,20 @@ def edited_inventory(lab: LabHandle, path: Path, edit: dict) -> Path:
     return path
 
 
+@contextmanager
+def through_jump(lab: LabHandle, tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """A jump host on the lab, and the lab's inventory reaching everything through it:
+    (the jump host's address, the inventory)."""
+    with extra_sshd(lab, "jump", lab.lab.root / "ssh" / "authorized_keys") as jump:
+        edit = {"defaults": {"jump": f"{jump}:{SSH_PORT}"}}
+        yield jump, edited_inventory(lab, tmp_path / "inv.yaml", edit)
+
+
 @pytest.mark.lab
 def test_deploy_through_a_jump_host_with_its_host_key_checked(
     lab: LabHandle, tmp_path: Path
 ) -> None:
-    with extra_sshd(lab, "jump", lab.lab.root / "ssh" / "authorized_keys") as jump:
-        inventory = edited_inventory(
-            lab, tmp_path / "inv.yaml", {"defaults": {"jump": f"{jump}:{SSH_PORT}"}}
-        )
+    with through_jump(lab, tmp_path) as (jump, inventory):
         args = ["deploy", "qwen-dflash", "-i", str(inventory), "--json", *FAST]
         refused = lab.orch(*args)
         assert refused.code == 3
@@ -183,10 +189,7 @@ def test_through_a_jump_host_both_logins_send_each_packet_at_once(
     lab: LabHandle, tmp_path: Path
 ) -> None:
     """TCP_NODELAY on the jump host's socket, the one that carries the login's packets."""
-    with extra_sshd(lab, "jump", lab.lab.root / "ssh" / "authorized_keys") as jump:
-        inventory = edited_inventory(
-            lab, tmp_path / "inv.yaml", {"defaults": {"jump": f"{jump}:{SSH_PORT}"}}
-        )
+    with through_jump(lab, tmp_path) as (_, inventory):
         address, settings, label = load_inventory(inventory).login("ct200")
         with closing(SshTransport(label, address, settings, accept_new_host_keys=True)) as host:
             assert host.run(["/bin/true"]).exit_code == 0
