@@ -102,6 +102,23 @@ def read_model_dir(transport: Transport, path: str) -> ModelDir:
     return model_dir_of(path, parse_frames(result.stdout))
 
 
+def launch_read(plan: TargetPlan, vllm: str | None) -> probe.LaunchRead:
+    """What preflight, and a check of a release already there, read of a launch: the
+    plan's model dirs (MODEL_FILES whole, the weights' headers) and `vllm`'s kept verdict."""
+    return probe.LaunchRead(
+        plan.target_dir, plan.drafter_weights, MODEL_FILES, SAFETENSORS_HEADER_LIMIT, vllm
+    )
+
+
+def model_dirs_read(plan: TargetPlan, frames: dict[str, bytes]) -> tuple[ModelDir, ModelDir | None]:
+    """The target's and the drafter's model dirs (None: the plan has no drafter dir) as
+    a launch_read's frames say."""
+    target = model_dir_of(plan.target_dir, probe.prefixed(frames, probe.TARGET))
+    if not plan.drafter_weights:
+        return target, None
+    return target, model_dir_of(plan.drafter_weights, probe.prefixed(frames, probe.DRAFTER))
+
+
 def model_dir_of(path: str, frames: dict[str, bytes] | None) -> ModelDir:
     """A model dir as its frames say (None: it does not exist)."""
     if frames is None:
@@ -145,25 +162,12 @@ def gather(
     frames = parse_frames(
         run_step(
             transport,
-            probe.preflight_facts(
-                plan.layout,
-                nvidia_smi,
-                plan.target_dir,
-                plan.drafter_weights,
-                MODEL_FILES,
-                SAFETENSORS_HEADER_LIMIT,
-                launch.executable,
-            ),
+            probe.preflight_facts(plan.layout, nvidia_smi, launch_read(plan, launch.executable)),
             "read target facts",
             timeout=120,
         ).stdout
     )
-    target = model_dir_of(plan.target_dir, probe.prefixed(frames, probe.TARGET))
-    drafter = (
-        model_dir_of(plan.drafter_weights, probe.prefixed(frames, probe.DRAFTER))
-        if plan.drafter_weights
-        else None
-    )
+    target, drafter = model_dirs_read(plan, frames)
     payload = server_request(plan, launch)
     key = verdict_key(payload, frames.get(verdict.INSTALL), target, drafter)
     kept = None if recheck else verdict.reusable(frames.get(verdict.VERDICT), key)

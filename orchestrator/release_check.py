@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from orchestrator import preflight
 from orchestrator.container import probe, store, validator, verdict
 from orchestrator.container.shell import parse_frames, run_step
-from orchestrator.drafters.modelfiles import SAFETENSORS_HEADER_LIMIT
 from orchestrator.layout import DRAFTER_CONFIG, LAUNCH_SCRIPT
 from orchestrator.plan import TargetPlan
 from orchestrator.serving.judge import Launch, read_launch
@@ -45,24 +44,12 @@ def read(
     frames = parse_frames(
         run_step(
             transport,
-            probe.launch_facts(
-                plan.layout,
-                plan.target_dir,
-                plan.drafter_weights,
-                preflight.MODEL_FILES,
-                SAFETENSORS_HEADER_LIMIT,
-                launch.executable,
-            ),
+            probe.launch_facts(plan.layout, preflight.launch_read(plan, launch.executable)),
             "read the release's model dirs",
             timeout=120,
         ).stdout
     )
-    target = preflight.model_dir_of(plan.target_dir, probe.prefixed(frames, probe.TARGET))
-    drafter = (
-        preflight.model_dir_of(plan.drafter_weights, probe.prefixed(frames, probe.DRAFTER))
-        if plan.drafter_weights
-        else None
-    )
+    target, drafter = preflight.model_dirs_read(plan, frames)
     kept = None
     if launch.executable and not recheck:
         files = plan.files if config is None else {**plan.files, DRAFTER_CONFIG: config}

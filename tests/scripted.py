@@ -13,7 +13,7 @@ from pathlib import Path
 
 from orchestrator.container import verdict
 from orchestrator.container.audit import STATUS_TAIL
-from orchestrator.container.probe import MISSING, model_dirs
+from orchestrator.container.probe import MISSING, LaunchRead
 from orchestrator.container.shell import Command, parse_frames
 from orchestrator.deadline import SYSTEM_CLOCK, Clock
 from orchestrator.errors import ServiceUnavailable, TransportError
@@ -404,40 +404,22 @@ class ScriptedContainer:
             ]
         )
 
-    def _preflight_facts(
-        self,
-        layout: Layout,
-        nvidia_smi: str,
-        target_dir: str,
-        drafter_dir: str | None,
-        names: Sequence[str],
-        header_limit: int,
-        vllm: str | None,
-    ) -> bytes:
+    def _preflight_facts(self, layout: Layout, nvidia_smi: str, read: LaunchRead) -> bytes:
         """As probe.preflight_facts prints it: the small facts, then each of its model
-        dirs (probe.model_dirs) as read_model_dir answers, under its prefix; the install's
-        identity is `install` (empty by default: no verdict is kept or reused)."""
-        launch = self._launch_facts(layout, target_dir, drafter_dir, names, header_limit, vllm)
-        return self._target_facts(layout, nvidia_smi) + launch
+        dirs (LaunchRead.model_dirs) as read_model_dir answers, under its prefix; the
+        install's identity is `install` (empty by default: no verdict is kept or reused)."""
+        return self._target_facts(layout, nvidia_smi) + self._launch_facts(layout, read)
 
-    def _launch_facts(
-        self,
-        layout: Layout,
-        target_dir: str,
-        drafter_dir: str | None,
-        names: Sequence[str],
-        header_limit: int,
-        vllm: str | None,
-    ) -> bytes:
+    def _launch_facts(self, layout: Layout, read: LaunchRead) -> bytes:
         """As probe.launch_facts prints it (see _preflight_facts)."""
         models = []
-        for prefix, directory in model_dirs(target_dir, drafter_dir):
-            code, data = self._read_model_dir(directory, names, header_limit)
+        for prefix, directory in read.model_dirs():
+            code, data = self._read_model_dir(directory, read.names, read.header_limit)
             found = parse_frames(data).items() if code == 0 else [(MISSING, b"")]
             models += [(prefix + name, body) for name, body in found]
         kept = self.files.get(layout.server_check)
-        install = [(verdict.INSTALL, self.install)] if vllm else []
-        install += [(verdict.VERDICT, kept)] if vllm and kept is not None else []
+        install = [(verdict.INSTALL, self.install)] if read.vllm else []
+        install += [(verdict.VERDICT, kept)] if read.vllm and kept is not None else []
         return frames([*models, *install])
 
     def _status_report(self, layout: Layout) -> str:

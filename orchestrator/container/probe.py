@@ -135,66 +135,53 @@ TARGET, DRAFTER = "target/", "drafter/"
 """The prefixes of the two model dirs' frames in preflight_facts."""
 
 
-def model_dirs(target_dir: str, drafter_dir: str | None) -> list[tuple[str, str]]:
-    """The model dirs preflight_facts frames, in order, each with its frames' prefix."""
-    return [(TARGET, target_dir)] + ([(DRAFTER, drafter_dir)] if drafter_dir else [])
+@dataclass(frozen=True)
+class LaunchRead:
+    """What a launch's read covers: its model dirs (the drafter's, if any), the files of
+    each read whole (`names`) and the header bytes taken of each weight file, and the
+    launch's `vllm`, whose kept verdict and install identity come too (None: no
+    `vllm serve`, no server check)."""
+
+    target_dir: str
+    drafter_dir: str | None
+    names: Sequence[str]
+    header_limit: int
+    vllm: str | None
+
+    def model_dirs(self) -> list[tuple[str, str]]:
+        """The model dirs it frames, in order, each with its frames' prefix."""
+        drafter = [(DRAFTER, self.drafter_dir)] if self.drafter_dir else []
+        return [(TARGET, self.target_dir), *drafter]
 
 
 @builder
-def preflight_facts(
-    layout: Layout,
-    nvidia_smi: str,
-    target_dir: str,
-    drafter_dir: str | None,
-    names: Sequence[str],
-    header_limit: int,
-    vllm: str | None,
-) -> list[str]:
+def preflight_facts(layout: Layout, nvidia_smi: str, read: LaunchRead) -> list[str]:
     """Everything preflight reads, in one round trip: the small facts (_small_facts),
-    the target's and the drafter's model dirs (frames named after TARGET and DRAFTER,
-    `PREFIX.missing` for a dir that does not exist), and, given the launch's `vllm`, the
-    server check's kept verdict with the identity of the install it judged (verdict.py)."""
+    then the launch's model dirs and kept verdict (_launch)."""
     return script(
         PROCESS_FUNCTIONS
         + FRAME_FUNCTIONS
         + _small_facts(layout, nvidia_smi)
-        + _launch(layout, target_dir, drafter_dir, names, header_limit, vllm)
+        + _launch(layout, read)
     )
 
 
 @builder
-def launch_facts(
-    layout: Layout,
-    target_dir: str,
-    drafter_dir: str | None,
-    names: Sequence[str],
-    header_limit: int,
-    vllm: str | None,
-) -> list[str]:
+def launch_facts(layout: Layout, read: LaunchRead) -> list[str]:
     """What the checks of a release already on the container read, in one round trip:
-    both model dirs (as preflight_facts frames them) and, given the launch's `vllm`, the
-    kept verdict with the identity of the install it judged (verdict.py)."""
-    return script(
-        FRAME_FUNCTIONS + _launch(layout, target_dir, drafter_dir, names, header_limit, vllm)
-    )
+    the launch's model dirs and kept verdict, as preflight_facts frames them (_launch)."""
+    return script(FRAME_FUNCTIONS + _launch(layout, read))
 
 
-def _launch(
-    layout: Layout,
-    target_dir: str,
-    drafter_dir: str | None,
-    names: Sequence[str],
-    header_limit: int,
-    vllm: str | None,
-) -> str:
+def _launch(layout: Layout, read: LaunchRead) -> str:
     """sh framing the target's and the drafter's model dirs (frames named after TARGET
     and DRAFTER, `PREFIX.missing` for a dir that does not exist), then, given `vllm`,
-    the kept verdict and the install's identity."""
+    the kept verdict and the install's identity (verdict.py)."""
     return "".join(
-        _model_dir(directory, names, header_limit, prefix)
+        _model_dir(directory, read.names, read.header_limit, prefix)
         + f'; [ $? -ne 3 ] || {{ : > "$tmp"; frame {q(prefix + MISSING)} "$tmp"; }}\n'
-        for prefix, directory in model_dirs(target_dir, drafter_dir)
-    ) + (verdict.section(vllm, layout.server_check) if vllm else "")
+        for prefix, directory in read.model_dirs()
+    ) + (verdict.section(read.vllm, layout.server_check) if read.vllm else "")
 
 
 def prefixed(frames: dict[str, bytes], prefix: str) -> dict[str, bytes] | None:

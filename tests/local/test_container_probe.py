@@ -18,6 +18,7 @@ from orchestrator.container import verdict
 from orchestrator.container.probe import (
     DRAFTER,
     TARGET,
+    LaunchRead,
     parse_vllm_version,
     prefixed,
     preflight_facts,
@@ -192,9 +193,8 @@ def test_preflight_facts_read_everything_in_one_script(model_dir: Path, tmp_path
     vllm.write_text(f"#!{venv}/bin/python\nimport vllm\n")
     layout = Layout(str(tmp_path / "state" / "qwen"))
     names = [CONFIG_FILE, INDEX_FILE]
-    argv = preflight_facts(
-        layout, "/nonexistent", str(model_dir), str(tmp_path / "gone"), names, 100, str(vllm)
-    )
+    read = LaunchRead(str(model_dir), str(tmp_path / "gone"), names, 100, str(vllm))
+    argv = preflight_facts(layout, "/nonexistent", read)
     done = run(argv)
     assert done.returncode == 0, done.stderr
     frames = parse_frames(done.stdout)
@@ -221,5 +221,6 @@ def test_preflight_facts_read_everything_in_one_script(model_dir: Path, tmp_path
 def test_an_install_without_a_record_has_no_identity(tmp_path: Path) -> None:
     vllm = tmp_path / "vllm"
     vllm.write_text("#!/bin/sh\n")
-    argv = preflight_facts(Layout(str(tmp_path / "d")), "/x", str(tmp_path), None, [], 1, str(vllm))
+    read = LaunchRead(str(tmp_path), None, [], 1, str(vllm))
+    argv = preflight_facts(Layout(str(tmp_path / "d")), "/x", read)
     assert parse_frames(run(argv).stdout)[verdict.INSTALL] == b""
