@@ -64,11 +64,14 @@ class SshEndpoint:
         whose open waits for a freed stream."""
         while True:
             with self._changed:
-                while self._opening:
+                while not self._connections and self._opening:
                     self._changed.wait()
                 free = next((c for c in self._connections if c.stream_free()), None)
                 if free is not None:
                     return free
+                if self._opening:  # every stream taken, a connection on its way: wait for it
+                    self._changed.wait()
+                    continue
                 if not open_another(0, len(self._connections), False, self.most):
                     return self._connections[0]
                 self._opening = True
