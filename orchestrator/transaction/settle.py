@@ -58,10 +58,8 @@ def _look(
 ) -> str | None:
     try:
         status = server.health(HEALTH_SECONDS)
-        if status != 200 or last:
-            state, _ = server.watch(WATCH_SECONDS)
-            if not state.running or state.pid != pid:
-                return "the server exited"
+        if (status != 200 or last) and _exited(server, pid):
+            return "the server exited"
         if status != 200:
             return f"the server answered /health with HTTP {status}"
         if not last:
@@ -93,9 +91,14 @@ def _look(
 def _unreachable(server: Server, pid: int, error: OrchError) -> str:
     """Why a server could not be reached: it exited (its process says so), else the error."""
     try:
-        state, _ = server.watch(WATCH_SECONDS)
+        if _exited(server, pid):
+            return "the server exited"
     except OrchError:
-        return f"the server could not be reached ({error})"
-    if not state.running or state.pid != pid:
-        return "the server exited"
+        pass
     return f"the server could not be reached ({error})"
+
+
+def _exited(server: Server, pid: int) -> bool:
+    """The server started as `pid` is no longer the recorded, running one."""
+    state, _ = server.watch(WATCH_SECONDS)
+    return not state.running or state.pid != pid
