@@ -64,8 +64,6 @@ class SshEndpoint:
         whose open waits for a freed stream."""
         while True:
             with self._changed:
-                while not self._connections and self._opening:
-                    self._changed.wait()
                 free = next((c for c in self._connections if c.stream_free()), None)
                 if free is not None:
                     return free
