@@ -128,12 +128,7 @@ class _Level:
 
     def read_batch(self) -> None:
         """One read of the server's running batch beside the level's own requests (the
-        server counted it while the read was under way: the larger own count holds).
-        None before the level's first request has finished: until then the batch may
-        still hold the previous phase's cancelled requests, which are no other client's."""
-        with self.lock:
-            if not self.finished:
-                return
+        server counted it while the read was under way: the larger own count holds)."""
         before = self.own()
         target = self.target
         try:

@@ -173,33 +173,3 @@ def test_a_server_that_refuses_connections_is_said_so_not_raised() -> None:
     assert level.total_tokens_per_second is None
     assert level.request_errors >= 3 and level.requests == 0
     assert level.reason.startswith("speed not measured: ") and "refused" in level.reason
-
-
-def test_requests_left_from_the_phase_before_are_not_counted_as_other_clients() -> None:
-    """The batch holds the acceptance phases' cancelled requests until the server sees
-    their clients gone: read before any of the level's own requests has finished, they
-    would count as other clients' requests (here 5 in the batch until the first answer,
-    then the level's own one)."""
-    clock = FakeClock()
-    transport = served(clock)
-    streamed = transport.http[("POST", "/v1/completions")]
-    sent: list[float] = []  # when each completion was asked for: the first one warms up
-
-    def timed(body: bytes) -> tuple[int, bytes]:
-        sent.append(clock.now())
-        return streamed(body)
-
-    def batch() -> int:
-        left = len(sent) < 2 or clock.now() < sent[1] + 0.1  # before its first answer
-        return 5 if left else 1
-
-    scrapes = iter(range(1, 10_000))
-    transport.on_http("POST", "/v1/completions", timed)
-    transport.on_http("GET", "/metrics", lambda _: (200, metrics(next(scrapes), batch())))
-    target = Target(transport, "10.0.0.5", 8000, "m")
-    traffic = SpeedTraffic(["p"], 4, {})
-    report = measure_speed(
-        target, Speed(concurrency=[1]), traffic, 0.95, Deadline.after(30, clock=clock)
-    )
-    [level] = report.levels
-    assert level.foreign_share == 0.0
